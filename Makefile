@@ -1,0 +1,44 @@
+# The front door: make html | make html-noplot | make test | make clean
+#
+# On a fresh machine `make html` and `make test` create .venv and install requirements.txt into it.
+# To use an interpreter that already has everything (a GPU runner, say): make html PYTHON=python3
+# One tutorial only: make html TUTORIAL=01
+
+VENV    ?= .venv
+PYTHON  ?= $(VENV)/bin/python
+BUILD   ?= _build
+TUTORIAL ?=
+SPHINXOPTS ?=
+
+ifeq ($(PYTHON),$(VENV)/bin/python)
+DEPS := $(VENV)/.installed
+else
+DEPS :=
+endif
+
+SPHINX = SOL_TUTORIAL="$(TUTORIAL)" $(PYTHON) -m sphinx -b html -c . -W --keep-going $(SPHINXOPTS) docs $(BUILD)/html
+
+.PHONY: html html-noplot test clean setup
+
+html: $(DEPS)
+	$(SPHINX)
+	@echo "Built: $(BUILD)/html/index.html  (view: $(PYTHON) -m http.server -d $(BUILD)/html 8000)"
+
+html-noplot: $(DEPS)
+	$(SPHINX) -D plot_gallery=0
+	@echo "Built without running the tutorials: $(BUILD)/html/index.html"
+
+test: $(DEPS)
+	$(PYTHON) -m pytest tests
+
+setup: $(DEPS)
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install -r requirements.txt
+	touch $@
+
+clean:
+	rm -rf $(BUILD) docs/tutorials docs/sg_execution_times.rst
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,96 @@
+"""Sphinx configuration for the Speed of Light tutorials.
+
+The sources live in ``docs/``; the tutorials are sphinx-gallery scripts in ``tutorials/`` that are
+executed at build time (``make html``) or only rendered (``make html-noplot``).
+"""
+
+import datetime
+import gc
+import os
+import re
+
+from docutils import nodes
+from docutils.utils.math import latex2mathml
+
+# Without a CUDA GPU the tutorials run their Triton kernels through Triton's interpreter on the CPU.
+# The variable has to be set before Triton is first imported, so it is set here, before any tutorial.
+try:
+    import torch
+
+    _HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # html-noplot needs no torch
+    torch = None
+    _HAS_CUDA = False
+if not _HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+project = "Speed of Light"
+author = "The Speed of Light authors"
+copyright = f"{datetime.date.today().year}, {author}"
+
+extensions = ["sphinx_gallery.gen_gallery"]
+templates_path = ["_templates"]
+html_static_path = ["_static"]
+html_css_files = ["sol.css"]
+exclude_patterns = ["_build"]
+
+html_math_renderer = "mathml"  # registered in setup() below
+
+html_theme = "furo"
+html_title = "Speed of Light"
+html_theme_options = {
+    "source_repository": "https://github.com/speed-of-light/speed-of-light/",
+    "source_branch": "main",
+    "source_directory": "docs/",
+}
+
+
+def _free_gpu_memory(gallery_conf, fname, when=None):
+    """Run between tutorials: drop what the last one left so the next starts with a clean GPU."""
+    gc.collect()
+    if torch is not None and _HAS_CUDA:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# One tutorial only: make html TUTORIAL=01  (a regular expression matched against the file name)
+_only = os.environ.get("SOL_TUTORIAL", "")
+
+sphinx_gallery_conf = {
+    "examples_dirs": ["../tutorials"],
+    "gallery_dirs": ["tutorials"],
+    "filename_pattern": re.escape(os.sep) + (_only if _only else r"\d\d_"),
+    "within_subsection_order": "FileNameSortKey",
+    "reset_modules": ("matplotlib", _free_gpu_memory),
+    "reset_modules_order": "both",
+    "capture_repr": ("_repr_html_", "__repr__"),
+    "min_reported_time": 0,
+    "remove_config_comments": True,
+    "download_all_examples": False,
+    "show_signature": False,
+    "first_notebook_cell": (
+        "# Needs: pip install torch triton pandas matplotlib\n"
+        "# Runs on a CUDA GPU, or on the CPU through Triton's interpreter (small sizes, slow)."
+    ),
+    "abort_on_example_error": False,
+    "only_warn_on_example_error": False,
+}
+
+
+# Math is rendered to MathML when the page is built: no JavaScript and nothing fetched from a CDN,
+# so pages read the same offline. Modern browsers draw MathML natively.
+def _visit_math(self, node):
+    self.body.append(latex2mathml.tex2mathml(node.astext()))
+    raise nodes.SkipNode
+
+
+def _visit_math_block(self, node):
+    self.body.append(latex2mathml.tex2mathml(node.astext(), as_block=True))
+    raise nodes.SkipNode
+
+
+def setup(app):
+    app.add_html_math_renderer(
+        "mathml", inline_renderers=(_visit_math, None), block_renderers=(_visit_math_block, None)
+    )

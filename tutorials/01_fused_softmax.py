@@ -1,0 +1,766 @@
+"""
+Fused softmax
+=============
+
+Softmax turns each row of scores into probabilities. It does a handful of arithmetic operations per
+element, so its speed is set by memory traffic alone: the best possible kernel reads the input once,
+writes the output once, and runs as fast as a device-to-device copy of the same bytes, the *speed of
+light*. In this tutorial you build that kernel in Triton, forward and backward, as a drop-in
+replacement for :func:`torch.softmax`, and measure it against PyTorch, ``torch.compile`` and
+Liger-Kernel on the GPU that built this page.
+
+**What you will learn**
+
+* how to count the bytes a kernel must move, and predict its speed before measuring it;
+* how to fuse a row reduction into one pass, and how to choose the block size, the warps and the grid;
+* how *online softmax* handles rows too long to hold on chip, and what that costs;
+* how to write the backward pass and wrap both in ``torch.autograd.Function``.
+
+**Prerequisites**: PyTorch, and the first two official Triton tutorials (vector add, the idea of a
+program and a block). On a machine without a CUDA GPU this script still runs: its kernels go through
+Triton's interpreter on the CPU, with small sizes.
+"""
+
+# %%
+# Where this page was made
+# ------------------------
+# Every number below was measured when this page was built, on the machine described here. Without a
+# CUDA GPU, Triton's interpreter runs the kernels on the CPU; it must be switched on before Triton is
+# imported.
+
+import datetime
+import math
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import triton
+import triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+
+
+def environment_card():
+    """The facts a reader needs to judge the numbers on this page."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.split("\n")[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (nvidia-smi not available)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+        mode = "CUDA GPU: real kernels at full size"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
+        mode = "interpreter on the CPU, small sizes: the timings are NOT GPU timings"
+    card = {
+        "device": device,
+        "driver / CUDA": runtime,
+        "mode": mode,
+        "torch": torch.__version__,
+        "Triton": triton.__version__,
+        "Python": platform.python_version(),
+        "built": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    return pd.DataFrame({"": list(card.values())}, index=list(card.keys()))
+
+
+if not ON_GPU:
+    print(
+        "No CUDA GPU was found. Every kernel on this page ran through Triton's interpreter on the CPU,\n"
+        "with small tensors. The timings below measure the interpreter, not a GPU: they say nothing\n"
+        "about how fast these kernels are. Run this script on a CUDA GPU for real numbers."
+    )
+environment_card()
+
+# %%
+# The naive softmax and its bytes
+# -------------------------------
+# For a row :math:`x` of length :math:`N`,
+#
+# .. math::
+#
+#    y_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \qquad m = \max_j x_j .
+#
+# Subtracting the row maximum :math:`m` changes nothing mathematically but keeps :math:`e^{x - m}`
+# at most 1, so large scores cannot overflow. Written with PyTorch operations, one per line, it is:
+
+
+def naive_softmax(x):
+    """Row softmax of a 2-D tensor, one PyTorch operation at a time."""
+    x_max = x.max(dim=1, keepdim=True).values  # read M*N, write M
+    z = x - x_max  # read M*N + M, write M*N
+    numerator = torch.exp(z)  # read M*N, write M*N
+    denominator = numerator.sum(dim=1, keepdim=True)  # read M*N, write M
+    return numerator / denominator  # read M*N + M, write M*N
+
+
+# %%
+# Each operation is its own kernel and goes through memory: about :math:`5MN` elements read and
+# :math:`3MN` written, :math:`8MN` in all. A kernel that keeps a row on chip between the steps needs
+# only :math:`2MN`: read :math:`x` once, write :math:`y` once. If both run at the memory's bandwidth,
+# the fused kernel should be about **4 times faster**. Keep that prediction in mind; we measure it
+# below.
+#
+# The fused kernel
+# ----------------
+# One program handles ``BLOCK_M`` whole rows at a time: it loads them into registers, reduces each row
+# to its maximum and its sum, and writes the result. Padding columns (the block is a power of two,
+# the row need not be) load as :math:`-\infty`, whose exponential is 0, so they change neither the
+# maximum nor the sum. Rows past the end are clamped onto the last row: the program computes a
+# duplicate it never stores, instead of working on garbage.
+#
+# The program does not stop after one block of rows: it walks over blocks ``pid``,
+# ``pid + num_programs``, ... . Launched with one program per block, that loop runs once; launched
+# with fewer programs (a *persistent* grid, sized to what the GPU holds at once), each program handles
+# several blocks in turn. Which one pays is measured below.
+
+
+@triton.jit
+def softmax_fwd_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=-float("inf")).to(tl.float32)
+        x_max = tl.max(x, axis=1)
+        numerator = tl.exp(x - x_max[:, None])
+        inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, not per element
+        y = numerator * inv_denominator[:, None]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+
+
+# %%
+# Arithmetic is in fp32 whatever the input dtype: fp16 and bf16 are read and written as such (half
+# the bytes), but the exponentials and the sum are not rounded to 8 or 11 bits on the way.
+#
+# Rows too long for one block: online softmax
+# -------------------------------------------
+# A program can hold about 32 K fp32 values in registers (1024 threads, 32 each). A longer row must
+# be streamed in chunks, and the catch is that the maximum is only known after the whole row has been
+# read. *Online softmax* (Milakov and Gimelshein, 2018) keeps a running maximum :math:`m` and a running
+# sum :math:`s` of :math:`e^{x - m}`; when a chunk raises the maximum to :math:`m'`, the sum so far is
+# rescaled:
+#
+# .. math::
+#
+#    s' = s \, e^{m - m'} + \sum_{i \in \text{chunk}} e^{x_i - m'} .
+#
+# One pass yields both statistics, and a second pass writes :math:`y`. Each lane of the block keeps its
+# own :math:`(m, s)`; the lanes are combined once at the end of the row. That is 3 row-sized transfers
+# instead of 2, so when the second read misses the cache the kernel can reach at most 2/3 of the speed
+# of light. Two things help: the second pass walks the row *backwards*, so it first re-reads the chunks
+# read last, which are the most likely to still be in the L2 cache; and a persistent grid keeps few
+# rows in flight, so more of each row fits there.
+
+
+@triton.jit
+def softmax_fwd_online_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        m = tl.full([BLOCK_N], -float("inf"), tl.float32)  # running max, per lane
+        s = tl.zeros([BLOCK_N], tl.float32)  # running sum of exp(x - m), per lane
+        for chunk in range(0, n_chunks):
+            offs = chunk * BLOCK_N + cols
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
+            m_new = tl.maximum(m, x)
+            # A lane that has seen only -inf keeps m = -inf; shift by 0 there so that
+            # exp(-inf - (-inf)) = NaN never appears. A real NaN or +inf in the row still gives NaN.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.exp(x - shift)
+            m = m_new
+        row_max = tl.max(m, axis=0)
+        shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+        inv_sum = 1.0 / tl.sum(s * tl.exp(m - shift), axis=0)
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * BLOCK_N + cols  # backwards: the last chunks are in L2
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
+            y = tl.exp(x - shift) * inv_sum
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=offs < n_cols)
+
+
+# %%
+# The backward pass
+# -----------------
+# With :math:`y = \mathrm{softmax}(x)` and the incoming gradient :math:`dy`, the chain rule through the
+# Jacobian :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)` gives
+#
+# .. math::
+#
+#    dx = y \odot \left(dy - \sum_j y_j \, dy_j\right) .
+#
+# It is again a row reduction (one dot product per row) followed by an elementwise step, so it fuses
+# the same way. It reads :math:`y` and :math:`dy` and writes :math:`dx`: 3 row-sized transfers at best.
+# Saving :math:`y` in the forward pass (rather than :math:`x`) spares recomputing the exponentials.
+
+
+@triton.jit
+def softmax_bwd_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :],
+                     mask=col_ok[None, :], other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        dx = y * (dy - dot[:, None])
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def softmax_bwd_online_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for chunk in range(0, n_chunks):
+            offs = chunk * BLOCK_N + cols
+            y = tl.load(y_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            acc += y * dy
+        dot = tl.sum(acc, axis=0)
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * BLOCK_N + cols
+            y = tl.load(y_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            tl.store(dx_row + offs, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=offs < n_cols)
+
+
+# %%
+# Block size, warps and grid
+# --------------------------
+# These choices live in one place, apart from the kernels:
+#
+# * ``BLOCK_N`` is the row length rounded up to a power of two (Triton blocks are powers of two), up
+#   to ``MAX_FUSED_N``; longer rows take the online kernel, which streams ``ONLINE_BLOCK_N`` columns at
+#   a time.
+# * ``BLOCK_M`` packs several short rows into one program so that each program moves at least
+#   ``MIN_ELEMENTS`` elements: a program that loads only 256 values cannot keep enough bytes in flight
+#   to hide the memory's latency.
+# * ``num_warps`` gives each thread about ``ELEMENTS_PER_THREAD`` values: enough for several 16-byte
+#   loads in flight per thread, few enough to stay in registers.
+# * The grid: with ``persistent=True`` it is the number of SMs times the number of programs one SM can
+#   hold at once, which the compiled kernel tells us (its registers per thread and shared memory);
+#   otherwise one program per block of rows.
+
+MAX_FUSED_N = 32768  # longest row kept whole in registers
+MIN_ELEMENTS = 4096  # fewest elements one program of the fused kernel handles
+ELEMENTS_PER_THREAD = 16
+ONLINE_BLOCK_N = 4096  # columns per chunk of the online kernels
+ONLINE_NUM_WARPS = 16
+
+
+def fused_config(n_cols):
+    """(BLOCK_M, BLOCK_N, num_warps) for rows of n_cols <= MAX_FUSED_N elements."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, MIN_ELEMENTS // block_n)
+    num_warps = min(32, max(4, block_m * block_n // (32 * ELEMENTS_PER_THREAD)))
+    return block_m, block_n, num_warps
+
+
+_occupancy = {}
+
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once, and what limits it."""
+    key = (kernel, tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(meta.items())))
+    if key in _occupancy:
+        return _occupancy[key]
+    threads = 32 * meta["num_warps"]
+    if not ON_GPU:  # the interpreter runs programs one after another: any small grid will do
+        result = (1, "interpreter", 0)
+    else:
+        props = torch.cuda.get_device_properties(DEVICE)
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        n_regs = max(compiled.n_regs, 1)
+        smem = compiled.metadata.shared
+        limits = {
+            "threads": props.max_threads_per_multi_processor // threads,
+            "registers": getattr(props, "regs_per_multiprocessor", 65536) // (n_regs * threads),
+            "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem)
+            if smem else 32,
+        }
+        limit = min(limits, key=limits.get)
+        result = (max(1, limits[limit]), limit, n_regs)
+    _occupancy[key] = result
+    return result
+
+
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+
+
+def launch(kernel, n_tasks, args, meta, persistent):
+    """Run ``kernel`` over ``n_tasks`` blocks of rows; returns the grid size used."""
+    if persistent:
+        per_sm, _, _ = programs_per_sm(kernel, args, meta)
+        grid = min(n_tasks, per_sm * NUM_SMS)
+    else:
+        grid = n_tasks
+    kernel[(grid,)](*args, **meta)
+    return grid
+
+
+def softmax_rows_forward(x2d, y2d, persistent=True):
+    """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row."""
+    n_rows, n_cols = x2d.shape
+    args = (x2d, y2d, n_rows, n_cols, x2d.stride(0), y2d.stride(0))
+    if n_cols <= MAX_FUSED_N:
+        block_m, block_n, num_warps = fused_config(n_cols)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        return launch(softmax_fwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
+    meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
+    return launch(softmax_fwd_online_kernel, n_rows, args, meta, persistent)
+
+
+def softmax_rows_backward(y2d, dy2d, dx2d, persistent=True):
+    """dx2d = y2d * (dy2d - rowsum(y2d * dy2d)). All 2-D, unit stride along the row."""
+    n_rows, n_cols = y2d.shape
+    args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    if n_cols <= MAX_FUSED_N:
+        block_m, block_n, num_warps = fused_config(n_cols)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        return launch(softmax_bwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
+    meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
+    return launch(softmax_bwd_online_kernel, n_rows, args, meta, persistent)
+
+
+# %%
+# The choices for each row length, and what the compiled kernel says about occupancy (on the GPU,
+# registers per thread come from the compiler; under the interpreter there is nothing to compile):
+
+def config_table(dtype=torch.float32):
+    rows = []
+    for n_cols in [2**k for k in range(8, 19)]:
+        x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
+        args = (x, x, 1, n_cols, n_cols, n_cols)
+        if n_cols <= MAX_FUSED_N:
+            block_m, block_n, num_warps = fused_config(n_cols)
+            kernel, meta = softmax_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        else:
+            block_m, block_n, num_warps = 1, ONLINE_BLOCK_N, ONLINE_NUM_WARPS
+            kernel, meta = softmax_fwd_online_kernel, dict(BLOCK_N=block_n, num_warps=num_warps)
+        per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
+        rows.append({
+            "N": n_cols, "kernel": "fused" if n_cols <= MAX_FUSED_N else "online",
+            "BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps,
+            "registers / thread": n_regs if ON_GPU else "-",
+            "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
+            "persistent grid": per_sm * NUM_SMS if ON_GPU else "-",
+        })
+    return pd.DataFrame(rows).set_index("N")
+
+
+config_table()
+
+# %%
+# The drop-in function
+# --------------------
+# ``softmax(x, dim)`` accepts what :func:`torch.softmax` accepts: any shape, any ``dim`` (negative
+# too), non-contiguous tensors, empty and 0-d tensors. The kernels want rows with unit stride, so the
+# softmax dimension is moved last; when it already is last and the rows are evenly spaced, nothing is
+# copied, otherwise one copy makes it so (that copy costs a pass over memory: softmax over the last
+# dimension is the fast path). The result has the input's shape and, for a contiguous input, its
+# layout. Anything the kernels do not handle raises an error that says so.
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(x, name):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"softmax: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"softmax: {name} has dtype {x.dtype}; these kernels support float32, float16 and "
+            "bfloat16 (use torch.softmax for other dtypes)"
+        )
+    if ON_GPU and x.device.type != "cuda":
+        raise ValueError(
+            f"softmax: {name} is on {x.device}, but a CUDA GPU is in use and the kernels run there; "
+            f"move it with .to('cuda')"
+        )
+    if not ON_GPU and x.device.type != "cpu":
+        raise ValueError(
+            f"softmax: {name} is on {x.device}; without a CUDA GPU the kernels run on the CPU "
+            "through Triton's interpreter and need CPU tensors"
+        )
+
+
+def _as_rows(t, dim):
+    """A 2-D view (or copy) of ``t`` whose rows run along ``dim`` with unit stride."""
+    t = t.movedim(dim, -1)
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t.reshape(-1, t.shape[-1])
+
+
+def _from_rows(rows2d, like, dim):
+    """Undo ``_as_rows``: shape ``rows2d`` like ``like``, with ``like``'s layout when it is contiguous."""
+    out = rows2d.view(like.movedim(dim, -1).shape).movedim(-1, dim)
+    return out.contiguous() if like.is_contiguous() else out
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        x2d = _as_rows(x, dim)
+        y2d = torch.empty(x2d.shape, dtype=x.dtype, device=x.device)
+        if x2d.numel() > 0:
+            softmax_rows_forward(x2d, y2d)
+        y = _from_rows(y2d, x, dim)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        _check(dy, "the gradient")
+        dy = dy.to(y.dtype)
+        y2d, dy2d = _as_rows(y, ctx.dim), _as_rows(dy, ctx.dim)
+        dx2d = torch.empty(y2d.shape, dtype=y.dtype, device=y.device)
+        if y2d.numel() > 0:
+            softmax_rows_backward(y2d, dy2d, dx2d)
+        return _from_rows(dx2d, y, ctx.dim), None
+
+
+def softmax(x, dim=-1):
+    """Drop-in for ``torch.softmax(x, dim)`` on float32, float16 and bfloat16 tensors, with autograd."""
+    _check(x, "x")
+    if not isinstance(dim, int):
+        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
+    ndim = max(x.dim(), 1)  # a 0-d tensor takes dim 0 or -1, as in torch
+    if not -ndim <= dim < ndim:
+        raise IndexError(
+            f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor "
+            f"(expected a value in [{-ndim}, {ndim - 1}])"
+        )
+    if x.dim() == 0:
+        return SoftmaxFunction.apply(x.reshape(1), 0).reshape(())
+    if x.shape[dim] >= 2**31:
+        raise ValueError(f"softmax: rows of {x.shape[dim]} elements exceed the kernels' limit of 2**31 - 1")
+    return SoftmaxFunction.apply(x, dim % x.dim())
+
+
+# %%
+# Correctness
+# -----------
+# The reference is :func:`torch.softmax` in float64 on the same inputs. The error is
+# :math:`\lVert out - ref \rVert / \lVert ref \rVert`, forward and backward, next to PyTorch's own
+# error in the same dtype: ours should be no worse. The shapes cover short rows, one program holding
+# several rows, a row of odd length, and rows long enough for the online kernels.
+
+torch.manual_seed(0)
+if ON_GPU:
+    CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)]
+else:
+    CHECK_SHAPES = [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
+
+
+def rel_error(out, ref):
+    """||out - ref|| / ||ref||; where ref is all zeros (dx when N = 1), the absolute error."""
+    return ((out.double() - ref).norm() / ref.norm().clamp(min=1.0 if ref.norm() == 0 else 0.0)).item()
+
+
+def check_row(shape, dtype):
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4).requires_grad_(True)
+    dy = torch.randn(shape, device=DEVICE, dtype=dtype)
+    x64 = x.detach().double().requires_grad_(True)
+    y64 = torch.softmax(x64, dim=-1)
+    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype).replace("torch.", "")}
+    for name, fn in [("ours", softmax), ("torch", torch.softmax)]:
+        y = fn(x, dim=-1)
+        (dx,) = torch.autograd.grad(y, x, dy)
+        row[f"{name} fwd"] = rel_error(y, y64.detach())
+        row[f"{name} bwd"] = rel_error(dx, dx64)
+    return row
+
+
+errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
+# The page is only built if every error is within its dtype's bound: a few units of rounding of the
+# output dtype. (Triton's interpreter truncates fp32 -> bf16 instead of rounding to nearest, which
+# doubles the bf16 error there; a GPU rounds.)
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
+
+# %%
+# Benchmark
+# ---------
+# Each row of the sweep uses :math:`M \times N` elements with :math:`M N = 2^{26}` on a GPU (256 MB in
+# fp32, 128 MB in bf16: far more than the 50 MB L2 cache, so every pass really goes to memory). Every
+# provider runs on the same tensors in the same process, timed by :func:`triton.testing.do_bench`
+# (median, the L2 cache flushed before each run, warm-up excluded). The *speed of light* is a
+# device-to-device copy of the same tensor, timed the same way, counting the bytes read and written.
+#
+# GB/s counts the bytes a perfect kernel must move: forward, :math:`x` read and :math:`y` written;
+# backward, :math:`y` and :math:`dy` read and :math:`dx` written. torch.compile compiles one kernel per
+# shape. Liger-Kernel stops at :math:`N = 65536` (its single-block kernel); beyond that its points are
+# missing, not zero.
+
+if ON_GPU:
+    TOTAL_ELEMENTS = 2**26
+    SWEEP_N = [2**k for k in range(8, 19)]
+else:
+    TOTAL_ELEMENTS = 2**15
+    SWEEP_N = [256, 1024, 4096, 16384, 65536]
+
+try:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+except ImportError:
+    LigerSoftmaxFunction = None
+
+
+def bench(fn):
+    """Median time of fn() in ms: triton.testing.do_bench on the GPU, a wall clock on the CPU."""
+    fn()  # compile and warm up outside the timing
+    if ON_GPU:
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def providers():
+    """name -> softmax function along the last dim; peers that cannot run here are left out."""
+    found = {"naive": naive_softmax, "torch": lambda t: torch.softmax(t, dim=-1)}
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+        dynamo = torch._dynamo.config
+        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(dynamo, knob):
+                setattr(dynamo, knob, 1024)  # one compilation per shape and dtype in the sweep
+        found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
+        if LigerSoftmaxFunction is not None:
+            found["Liger"] = LigerSoftmaxFunction.apply
+    found["ours"] = softmax
+    return found
+
+
+def run_sweep():
+    records = []
+    fns = providers()
+    for dtype in (torch.float32, torch.bfloat16):
+        for n_cols in SWEEP_N:
+            n_rows = max(1, TOTAL_ELEMENTS // n_cols)
+            x = torch.randn((n_rows, n_cols), device=DEVICE, dtype=dtype)
+            dy = torch.randn_like(x)
+            nbytes = x.numel() * x.element_size()
+            out = torch.empty_like(x)
+            copy_ms = bench(lambda: out.copy_(x))
+            reference = torch.softmax(x.float(), dim=-1)
+            for name, fn in fns.items():
+                for direction in ("forward", "backward"):
+                    rec = {"direction": direction, "dtype": str(dtype).replace("torch.", ""),
+                           "N": n_cols, "provider": name,
+                           "speed of light GB/s": 2 * nbytes / copy_ms * 1e-6}
+                    try:
+                        if direction == "forward":
+                            y = fn(x)
+                            torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
+                            ms, moved = bench(lambda: fn(x)), 2 * nbytes
+                        else:
+                            xg = x.detach().requires_grad_(True)
+                            y = fn(xg)
+                            ms = bench(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))
+                            moved = 3 * nbytes
+                        rec["GB/s"] = moved / ms * 1e-6
+                    except RuntimeError as err:  # a peer's documented limit: the point is missing
+                        if name == "ours" or "exceeds" not in str(err):
+                            raise
+                        rec["GB/s"] = float("nan")
+                    rec["% of speed of light"] = 100 * rec["GB/s"] / rec["speed of light GB/s"]
+                    records.append(rec)
+            del x, dy, out, reference
+            if ON_GPU:
+                torch.cuda.empty_cache()
+    return pd.DataFrame(records)
+
+
+results = run_sweep()
+
+
+def sweep_table(direction):
+    """GB/s per provider (columns) and row length (rows), with ours as % of the speed of light."""
+    part = results[results.direction == direction]
+    table = part.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
+    table = table[[p for p in providers() if p in table.columns]]
+    table.insert(0, "speed of light", part.groupby(["dtype", "N"])["speed of light GB/s"].first())
+    table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
+    peers = [c for c in table.columns if c not in ("naive", "ours", "speed of light", "ours, % of light")]
+    table["ours / best peer"] = table["ours"] / table[peers].max(axis=1)
+    return table.style.format("{:.0f}", na_rep="-").format(
+        {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"}
+    )
+
+
+# %%
+# Forward, GB/s (higher is better):
+
+sweep_table("forward")
+
+# %%
+# Backward, GB/s:
+
+sweep_table("backward")
+
+# %%
+# The same numbers as a plot, each provider as a fraction of the copy measured next to it:
+
+def plot_sweep():
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
+    styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "ours": "-"}
+    for (i, direction), (j, dtype) in [((i, d), (j, t)) for i, d in enumerate(["forward", "backward"])
+                                      for j, t in enumerate(["float32", "bfloat16"])]:
+        ax = axes[i][j]
+        part = results[(results.direction == direction) & (results.dtype == dtype)]
+        for name, style in styles.items():
+            line = part[part.provider == name]
+            if len(line):
+                ax.plot(line.N, line["% of speed of light"], linestyle=style, marker="o", markersize=3,
+                        linewidth=2.5 if name == "ours" else 1.5, label=name)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{direction}, {dtype}")
+        ax.grid(True, alpha=0.3)
+        if j == 0:
+            ax.set_ylabel("% of the copy's GB/s")
+        if i == 1:
+            ax.set_xlabel("row length N (elements)")
+    axes[0][0].legend(loc="lower left", fontsize=8)
+    where = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU, Triton interpreter (not GPU timings)"
+    fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {where}")
+    fig.tight_layout()
+
+
+plot_sweep()
+
+# %%
+# Reading the numbers
+# -------------------
+# The sentences below are computed from the tables above, in this build.
+
+def summary():
+    lines = []
+    for direction in ("forward", "backward"):
+        for dtype in ("float32", "bfloat16"):
+            part = results[(results.direction == direction) & (results.dtype == dtype)]
+            ours = part[part.provider == "ours"].set_index("N")
+            peers = part[~part.provider.isin(["ours", "naive"])].groupby("N")["GB/s"].max()
+            lo, hi = ours["% of speed of light"].min(), ours["% of speed of light"].max()
+            ratio = (ours["GB/s"] / peers).dropna()
+            lines.append(
+                f"{direction}, {dtype}: ours runs at {lo:.3g}-{hi:.3g}% of the copy over N = "
+                f"{min(SWEEP_N)}..{max(SWEEP_N)}; against the best peer at each N it ranges from "
+                f"{ratio.min():.3g}x (N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()})."
+            )
+    fwd = results[(results.direction == "forward") & (results.dtype == "float32")].set_index(["N", "provider"])["GB/s"]
+    n_mid = SWEEP_N[len(SWEEP_N) // 2]
+    lines.append(
+        f"Fusion: at N = {n_mid} in fp32, the fused kernel is {fwd[(n_mid, "ours")] / fwd[(n_mid, "naive")]:.3g}x "
+        f"faster than the naive five-kernel softmax (the bytes model predicted 4x)."
+    )
+    if not ON_GPU:
+        lines.append("These are interpreter timings on a CPU: they do not say anything about GPU speed.")
+    print("\n".join(lines))
+
+
+summary()
+
+# %%
+# Does a persistent grid pay?
+# ---------------------------
+# The same kernels, launched with one program per block of rows instead of the occupancy-sized grid.
+# Each program of a persistent grid walks several blocks, so the start-up cost of a program is paid
+# once and its loads for the next block can be issued while others finish; a plain grid leaves that to
+# the hardware scheduler, which is also good at it. The online kernels gain most: with fewer rows in
+# flight at once, more of each row is still in L2 when its second pass comes.
+
+def persistence_table():
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for n_cols in [SWEEP_N[0], SWEEP_N[len(SWEEP_N) // 2], SWEEP_N[-1]]:
+            x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            row = {"dtype": str(dtype).replace("torch.", ""), "N": n_cols}
+            for persistent in (False, True):
+                grid = softmax_rows_forward(x, y, persistent=persistent)
+                ms = bench(lambda: softmax_rows_forward(x, y, persistent=persistent))
+                label = "persistent" if persistent else "one program per block"
+                row[f"{label}: programs"] = grid
+                row[f"{label}: GB/s"] = nbytes / ms * 1e-6
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["dtype", "N"]).style.format("{:.0f}")
+
+
+persistence_table()
+
+# %%
+# Going further
+# -------------
+# * **Long rows without a second read.** The online kernels read each row twice; once the second read
+#   misses L2 they are capped at 2/3 of the copy (forward) and 3/5 (backward). quack keeps a whole row
+#   on chip by splitting it over a *cluster* of thread blocks on neighbouring SMs that read each other's
+#   shared memory (Hopper's distributed shared memory), so every element is read once. Triton exposes
+#   neither clusters nor distributed shared memory today; doing it here would mean CuTe-DSL or CUDA C++,
+#   or a split of each row over several programs with a grid-wide handshake (one program per chunk,
+#   partial (max, sum) pairs exchanged through global memory, all programs resident at once).
+# * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
+#   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
+#   the parallel-reduction tutorial shows the pattern.
+# * **Exercise.** Change ``MIN_ELEMENTS`` and ``ELEMENTS_PER_THREAD`` and rerun the benchmark: which
+#   row lengths move, and why?
+#
+# References: Milakov and Gimelshein, *Online normalizer calculation for softmax* (2018); the Triton
+# fused-softmax tutorial; quack's softmax and its "speed of light" write-up.
