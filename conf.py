@@ -30,10 +30,12 @@ author = "The Speed of Light authors"
 copyright = f"{datetime.date.today().year}, {author}"
 
 extensions = ["sphinx_gallery.gen_gallery"]
-templates_path = ["_templates"]
-html_static_path = ["_static"]
+templates_path = ["docs/_templates"]
+html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]
 exclude_patterns = ["_build"]
+# sphinx_gallery_conf holds a function (the GPU-memory reset), so Sphinx cannot cache it between builds.
+suppress_warnings = ["config.cache"]
 
 html_math_renderer = "mathml"  # registered in setup() below
 
