@@ -453,7 +453,7 @@ def _as_rows(t, dim):
     t = t.movedim(dim, -1)
     if t.stride(-1) != 1:
         t = t.contiguous()
-    return t.reshape(-1, t.shape[-1])
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 def _from_rows(rows2d, like, dim):

@@ -1,0 +1,166 @@
+"""The fused softmax of tutorials/01_fused_softmax.py against float64, on random shapes and layouts.
+
+Without a GPU these run through Triton's interpreter on the CPU (exact, slow: sizes stay small).
+"""
+
+import math
+
+import pytest
+import torch
+
+from conftest import DEVICE, load_tutorial
+
+T = load_tutorial("01_fused_softmax")
+softmax = T["softmax"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Bounds on ||out - ref|| / ||ref||: a few roundings of the output dtype (the interpreter truncates
+# fp32 -> bf16 rather than rounding, hence the bf16 margin).
+TOL = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.2e-2}
+
+
+def rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm().clamp(min=1e-300)).item()
+
+
+def reference(x, dim, dy):
+    x64 = x.detach().double().requires_grad_(True)
+    y64 = torch.softmax(x64, dim)
+    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
+    return y64.detach(), dx64
+
+
+def check(x, dim, dtype):
+    x = x.requires_grad_(True)
+    y = softmax(x, dim)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    dy = torch.randn_like(y)
+    y64, dx64 = reference(x, dim, dy)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    assert rel_err(y, y64) < TOL[dtype], f"forward error {rel_err(y, y64):.2e} over {TOL[dtype]:.0e}"
+    if dx64.norm() > 0:
+        assert rel_err(dx, dx64) < 2 * TOL[dtype], f"backward error {rel_err(dx, dx64):.2e}"
+    else:  # N = 1: the gradient is exactly zero
+        assert torch.count_nonzero(dx) == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 1), (3, 1000), (37, 129), (2, 4096), (1, 33_333)])
+def test_rows(shape, dtype):
+    torch.manual_seed(hash(shape) % 1000)
+    check(torch.randn(shape, device=DEVICE, dtype=dtype) * 3, -1, dtype)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_every_dim(seed):
+    gen = torch.Generator().manual_seed(seed)
+    ndim = int(torch.randint(1, 4, (1,), generator=gen))
+    shape = tuple(int(s) for s in torch.randint(1, 40, (ndim,), generator=gen))
+    dtype = DTYPES[seed % 3]
+    x = torch.randn(shape, generator=gen).to(DEVICE, dtype) * 2
+    for dim in range(-ndim, ndim):
+        check(x.detach().clone(), dim, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_non_contiguous_inputs_and_gradients(dtype):
+    base = torch.randn(24, 70, device=DEVICE, dtype=dtype)
+    check(base[:, ::2].detach(), -1, dtype)  # every other column: copied to unit stride
+    check(base[:, :35].detach(), -1, dtype)  # rows 70 apart: used in place through the row stride
+    check(base.t().detach(), 1, dtype)  # transposed
+    check(base[3:19, 5:66].detach(), 0, dtype)  # a slice, softmax down the columns
+    x = base[::3].detach().requires_grad_(True)
+    y = softmax(x, -1)
+    dy = torch.randn(70, 8, device=DEVICE, dtype=dtype).t()  # a non-contiguous incoming gradient
+    (dx,) = torch.autograd.grad(y, x, dy)
+    _, dx64 = reference(x, -1, dy)
+    assert rel_err(dx, dx64) < 2 * TOL[dtype]
+
+
+def test_online_kernels_match_float64():
+    """Rows longer than the fused limit go through the online (two-pass) kernels."""
+    n = T["MAX_FUSED_N"] + 4099
+    for dtype in DTYPES:
+        check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype)
+
+
+@pytest.mark.parametrize("kernel", ["fused", "online"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_every_element_written(kernel, persistent, monkeypatch):
+    """Outputs start as NaN: any element a kernel skips would stay NaN."""
+    if kernel == "online":  # force the online kernels on short rows, several chunks each
+        monkeypatch.setitem(T, "MAX_FUSED_N", 64)
+        monkeypatch.setitem(T, "ONLINE_BLOCK_N", 128)
+    x = torch.randn(13, 1000, device=DEVICE)
+    y = torch.full_like(x, math.nan)
+    T["softmax_rows_forward"](x, y, persistent=persistent)
+    assert not y.isnan().any()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    dy = torch.randn_like(x)
+    dx = torch.full_like(x, math.nan)
+    T["softmax_rows_backward"](y, dy, dx, persistent=persistent)
+    assert not dx.isnan().any()
+    torch.testing.assert_close(dx, y * (dy - (y * dy).sum(-1, keepdim=True)), atol=1e-6, rtol=1e-5)
+
+
+def test_writes_stay_inside_the_output():
+    """A row stride wider than the row: the gap between rows must not be touched."""
+    x = torch.randn(9, 300, device=DEVICE)
+    out = torch.full((9, 512), 7.0, device=DEVICE)
+    T["softmax_rows_forward"](x, out[:, :300])
+    assert (out[:, 300:] == 7.0).all()
+    torch.testing.assert_close(out[:, :300], torch.softmax(x, -1))
+
+
+@pytest.mark.parametrize("n", [5, 100_000])
+def test_special_values_behave_like_torch(n):
+    if n > T["MAX_FUSED_N"] and DEVICE == "cpu":
+        n = T["MAX_FUSED_N"] + 1000
+    x = torch.randn(6, n, device=DEVICE)
+    x[0, 1] = math.nan  # a NaN row stays NaN
+    x[1, 2] = math.inf  # +inf: NaN, as in torch
+    x[2] = -math.inf  # all -inf: NaN, as in torch
+    x[3, :3] = -math.inf  # some -inf: zeros there
+    x[4, 0], x[4, 1] = math.inf, -math.inf
+    expected = torch.softmax(x, -1)
+    got = softmax(x, -1)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_empty_and_zero_dim():
+    for shape, dim in [((0, 5), -1), ((5, 0), -1), ((0,), 0), ((3, 0, 2), 0)]:
+        x = torch.randn(shape, device=DEVICE, requires_grad=True)
+        y = softmax(x, dim)
+        assert y.shape == x.shape
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+    s = torch.tensor(3.0, device=DEVICE, requires_grad=True)
+    y = softmax(s, 0)
+    assert y.shape == () and y.item() == 1.0
+    assert softmax(s, -1).item() == 1.0
+    y.backward()
+    assert s.grad.item() == 0.0
+
+
+def test_deterministic():
+    x = torch.randn(64, 3000, device=DEVICE, dtype=torch.bfloat16)
+    first = softmax(x)
+    for _ in range(3):
+        assert torch.equal(softmax(x), first)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        softmax(torch.arange(10, device=DEVICE))
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        softmax(torch.randn(4, 4, dtype=torch.float64, device=DEVICE))
+    with pytest.raises(IndexError, match="out of range"):
+        softmax(torch.randn(4, 4, device=DEVICE), dim=2)
+    with pytest.raises(IndexError, match="out of range"):
+        softmax(torch.tensor(1.0, device=DEVICE), dim=1)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match="dim must be an int"):
+        softmax(torch.randn(3, device=DEVICE), dim=None)
+    other = "cpu" if DEVICE == "cuda" else "meta"
+    with pytest.raises(ValueError, match="on (cpu|meta)"):
+        softmax(torch.randn(4, 4, device=other))
