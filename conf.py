@@ -6,11 +6,14 @@ executed at build time (``make html``) or only rendered (``make html-noplot``).
 
 import datetime
 import gc
+import html
 import os
+import pathlib
 import re
 
 from docutils import nodes
 from docutils.utils.math import latex2mathml
+from sphinx.util import logging
 
 # Without a CUDA GPU the tutorials run their Triton kernels through Triton's interpreter on the CPU.
 # The variable has to be set before Triton is first imported, so it is set here, before any tutorial.
@@ -41,6 +44,7 @@ html_math_renderer = "mathml"  # registered in setup() below
 
 html_theme = "furo"
 html_title = "Speed of Light"
+html_favicon = "docs/_static/favicon.svg"
 html_theme_options = {
     "source_repository": "https://github.com/speed-of-light/speed-of-light/",
     "source_branch": "main",
@@ -82,17 +86,35 @@ sphinx_gallery_conf = {
 
 # Math is rendered to MathML when the page is built: no JavaScript and nothing fetched from a CDN,
 # so pages read the same offline. Modern browsers draw MathML natively.
-def _visit_math(self, node):
-    self.body.append(latex2mathml.tex2mathml(node.astext()))
+def _to_mathml(self, node, as_block):
+    try:
+        self.body.append(latex2mathml.tex2mathml(node.astext(), as_block=as_block))
+    except latex2mathml.MathError as err:  # a warning, so that -W fails the build with the place
+        logging.getLogger(__name__).warning(f"cannot render math {node.astext()!r}: {err}", location=node)
+        self.body.append(f"<code>{html.escape(node.astext())}</code>")
     raise nodes.SkipNode
+
+
+def _visit_math(self, node):
+    _to_mathml(self, node, as_block=False)
 
 
 def _visit_math_block(self, node):
-    self.body.append(latex2mathml.tex2mathml(node.astext(), as_block=True))
-    raise nodes.SkipNode
+    _to_mathml(self, node, as_block=True)
+
+
+def _drop_cdn_scripts(app):
+    """sphinx-gallery's run-time tables load jQuery and DataTables from CDNs to make them sortable.
+    Keep the plain tables: the pages then need nothing from outside the site."""
+    for path in pathlib.Path(app.srcdir).rglob("sg_execution_times.rst"):
+        text = path.read_text(encoding="utf-8")
+        cleaned = re.sub(r"\n  \.\. raw:: html\n.*?</script>\n(?=\n  \.\. list-table::)", "\n", text, flags=re.S)
+        if cleaned != text:
+            path.write_text(cleaned, encoding="utf-8")
 
 
 def setup(app):
+    app.connect("builder-inited", _drop_cdn_scripts, priority=900)  # after sphinx-gallery wrote them
     app.add_html_math_renderer(
         "mathml", inline_renderers=(_visit_math, None), block_renderers=(_visit_math_block, None)
     )
