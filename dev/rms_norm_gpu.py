@@ -3,7 +3,7 @@
 Runs the tutorial's definitions only (everything before its correctness table), then times variants.
 PYTHONUNBUFFERED=1 python3 dev/rms_norm_gpu.py
 """
-import sys
+import os
 import time
 
 import pandas as pd
@@ -14,15 +14,11 @@ import triton
 T0 = time.time()
 src = open("tutorials/04_rms_norm.py").read()
 g = {"__name__": "rms_dev"}
-exec(compile(src[: src.index("errors = pd.DataFrame(")], "04_rms_norm.py", "exec"), g)
+exec(compile(src[: src.index("errors = pd.DataFrame(")], os.path.abspath("tutorials/04_rms_norm.py"), "exec"), g)
 pd.set_option("display.width", 250)
 pd.set_option("display.max_columns", 30)
 pd.set_option("display.max_rows", 200)
-print(g["config_table"]().to_string(), flush=True)
-
-# 1. correctness on the GPU, determinism of dw
-rows = [g["check_row"](s, d) for d in g["SUPPORTED_DTYPES"] for s in g["CHECK_SHAPES"]]
-print(pd.DataFrame(rows).to_string(), flush=True)
+BUDGET = float(os.environ.get("BUDGET", "250"))
 x = torch.randn(10000, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 dy = torch.randn_like(x)
@@ -30,7 +26,14 @@ outs = [torch.autograd.grad(g["rms_norm"](x, (4096,), w), (x, w), dy) for _ in r
 print("deterministic dx, dw:", all(torch.equal(o[0], outs[0][0]) and torch.equal(o[1], outs[0][1]) for o in outs))
 print(f"[{time.time() - T0:.0f}s]", flush=True)
 
-bench = g["bench"]
+
+
+def bench(fn):
+    fn()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
 orig_pps = g["programs_per_sm"]
 CAP = {"v": None}
 
@@ -56,17 +59,15 @@ BWD_CANDS = {
     "b4096/4": dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=4),
     "b4096/16": dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=16),
     "b8192/8": dict(MIN_ELEMENTS=8192, ELEMENTS_PER_THREAD=8),
-    "b2048/8": dict(MIN_ELEMENTS=2048, ELEMENTS_PER_THREAD=8),
 }
 FWD_CANDS = {
     "f4096/16": dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=16),
     "f8192/16": dict(MIN_ELEMENTS=8192, ELEMENTS_PER_THREAD=16),
-    "f4096/8": dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=8),
 }
 recs = []
 for dtype in (torch.bfloat16, torch.float32):
-    for n in [1024, 2048, 4096, 8192, 16384, 32768]:
-        if time.time() - T0 > 250:
+    for n in [1024, 4096, 16384, 32768, 2048, 8192]:
+        if time.time() - T0 > BUDGET:
             break
         m = 2**26 // n
         x = torch.randn(m, n, device="cuda", dtype=dtype)
@@ -104,19 +105,10 @@ for dtype in (torch.bfloat16, torch.float32):
                 rec[f"chunk{ck}/{nw}"] = 3 * nb / bench(
                     lambda: g["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, chunk_n=ck)) * 1e-6
             g["CHUNK_NUM_WARPS"] = 16
-        xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
-        peers = {"torch": lambda a, b: F.rms_norm(a, (n,), b, 1e-6), "compile": compiled}
-        if LigerRMSNormFunction is not None:
-            peers["liger"] = lambda a, b: LigerRMSNormFunction.apply(a, b, 1e-6, 0.0, "llama", False)
-        for name, fn in peers.items():
-            yy = fn(xg, wg)
-            rec["bwd " + name] = 3 * nb / bench(lambda: torch.autograd.grad(yy, (xg, wg), dy, retain_graph=True)) * 1e-6
-            yy = None
-        rec["fwd compile"] = 2 * nb / bench(lambda: compiled(x, w)) * 1e-6
         recs.append(rec)
         print(f"[{time.time() - T0:.0f}s] " + " ".join(f"{k}={v:.0f}" if isinstance(v, float) else f"{k}={v}"
                                                       for k, v in rec.items()), flush=True)
-        del x, dy, out, y, dx, xg
+        del x, dy, out, y, dx
         torch.cuda.empty_cache()
 
 df = pd.DataFrame(recs).set_index(["dtype", "N"])

@@ -26,7 +26,7 @@ def _rel_error(out, ref):
 
 def _input(shape, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=gen) + 0.5).to(dtype).to(DEVICE)
+    return (torch.randn(shape, generator=gen) + 0.05).to(dtype).to(DEVICE)  # sums stay in fp16 range
 
 
 # sizes: 1, primes, powers of two, and ones that need several programs and a second pass
@@ -125,7 +125,8 @@ def test_sum_vector_designs(tut, design, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129),
+                                   (40_009, 3), (3, 40_009)])  # the last two need SPLIT > 1
 @pytest.mark.parametrize("along", ["rows", "cols"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_row_and_col_kernels_write_every_output(tut, dtype, shape, along, transposed):

@@ -1,0 +1,232 @@
+"""Tutorial 04: RMSNorm. Forward and backward against float64, poisoned outputs, bad inputs, determinism."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICE, load_tutorial
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# a few units of rounding of the output dtype (the interpreter truncates fp32 -> bf16: twice a GPU's error)
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def tut():
+    return load_tutorial("04_rms_norm")
+
+
+def rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def reference(x, normalized_shape, w, eps, dy):
+    """float64 y, dx, dw (dw None without a weight)."""
+    x64 = x.detach().double().requires_grad_(True)
+    w64 = None if w is None else w.detach().double().requires_grad_(True)
+    y64 = F.rms_norm(x64, normalized_shape, w64, eps)
+    grads = torch.autograd.grad(y64, [x64] + ([] if w is None else [w64]), dy.double())
+    return y64.detach(), grads[0], (grads[1] if w is not None else None)
+
+
+def random_case(gen, dtype):
+    """A random shape: 1 to 3 leading dims, a row of 1..5000 elements (odd, 1, non-powers of two)."""
+    n = int(torch.randint(1, 5000, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.8 else \
+        int(torch.tensor([1, 2, 3, 7, 31, 257, 1023, 2049])[torch.randint(0, 8, (1,), generator=gen)])
+    lead = [int(d) for d in torch.randint(1, 7, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)]
+    return lead, n
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shapes_forward_backward(tut, dtype, seed):
+    gen = torch.Generator().manual_seed(100 * seed + DTYPES.index(dtype))
+    lead, n = random_case(gen, dtype)
+    x = (3 * torch.randn(lead + [n], generator=gen)).to(DEVICE, dtype).requires_grad_(True)
+    w = (1 + 0.5 * torch.randn(n, generator=gen)).to(DEVICE, dtype).requires_grad_(True)
+    dy = torch.randn(lead + [n], generator=gen).to(DEVICE, dtype)
+    eps = 1e-5
+    y = tut["rms_norm"](x, (n,), w, eps)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    y64, dx64, dw64 = reference(x, (n,), w, eps, dy)
+    assert y.dtype == dtype and dx.dtype == dtype and dw.dtype == dtype
+    assert y.shape == x.shape and dx.shape == x.shape and dw.shape == w.shape
+    # n == 1: dx is a difference of nearly equal numbers (see the page); compare to torch instead
+    yt = F.rms_norm(x, (n,), w, eps)
+    dxt, dwt = torch.autograd.grad(yt, (x, w), dy)
+    for name, ours, theirs, ref in [("y", y, yt, y64), ("dx", dx, dxt, dx64), ("dw", dw, dwt, dw64)]:
+        bound = max(TOL[dtype], 2 * rel(theirs, ref))
+        assert rel(ours, ref) <= bound, f"{name}: shape {lead + [n]} {dtype}: error {rel(ours, ref):.2e} > {bound:.2e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_multidim_normalized_shape_noncontiguous_no_weight(tut, dtype):
+    base = torch.randn(6, 5, 9, 4, device=DEVICE, dtype=torch.float32).to(dtype)
+    x = base.permute(2, 0, 3, 1)[:, :, ::2, :]  # (9, 6, 2, 5), non-contiguous
+    assert not x.is_contiguous()
+    x = x.detach().requires_grad_(True)
+    dy = torch.randn(x.shape, device=DEVICE).to(dtype)
+    y = tut["rms_norm"](x, (2, 5))
+    (dx,) = torch.autograd.grad(y, x, dy)
+    y64, dx64, _ = reference(x, (2, 5), None, torch.finfo(torch.float32).eps, dy)
+    assert y.shape == x.shape and dx.shape == x.shape
+    assert rel(y, y64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
+
+
+def test_multidim_weight_gradient(tut):
+    x = torch.randn(7, 3, 11, device=DEVICE, requires_grad=True)
+    w = torch.randn(3, 11, device=DEVICE, requires_grad=True)
+    dy = torch.randn(7, 3, 11, device=DEVICE)
+    dx, dw = torch.autograd.grad(tut["rms_norm"](x, [3, 11], w, 1e-3), (x, w), dy)
+    _, dx64, dw64 = reference(x, (3, 11), w, 1e-3, dy)
+    assert dw.shape == (3, 11)
+    assert rel(dx, dx64) <= 1e-5 and rel(dw, dw64) <= 1e-5
+
+
+def test_default_eps_matches_torch(tut):
+    # tiny values: the result depends visibly on eps, so a wrong default shows
+    x = torch.full((4, 8), 3e-4, device=DEVICE, dtype=torch.bfloat16)
+    torch.testing.assert_close(tut["rms_norm"](x, (8,)).float(), F.rms_norm(x, (8,)).float(), atol=0, rtol=1e-2)
+    x32 = torch.full((4, 8), 1e-4, device=DEVICE)
+    torch.testing.assert_close(tut["rms_norm"](x32, (8,)), F.rms_norm(x32, (8,)), atol=0, rtol=1e-5)
+
+
+def test_chunked_kernels_forced(tut):
+    """The long-row kernels on small rows: several chunks, a partial last chunk, with and without dw."""
+    x = 2 * torch.randn(5, 300, device=DEVICE)
+    w = torch.randn(300, device=DEVICE)
+    dy = torch.randn(5, 300, device=DEVICE)
+    y64, dx64, dw64 = reference(x, (300,), w, 1e-6, dy)
+    y, rstd = torch.full_like(x, float("nan")), torch.full((5,), float("nan"), device=DEVICE)
+    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6, chunk_n=128)
+    dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
+    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, chunk_n=64)
+    assert rel(y, y64) <= 1e-5 and rel(dx, dx64) <= 1e-5 and rel(dw, dw64) <= 1e-5
+    dx2 = torch.full_like(x, float("nan"))
+    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx2, None, chunk_n=64)  # dx only, weight still used
+    assert torch.equal(dx2, dx)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
+@pytest.mark.parametrize("weight", [True, False])
+def test_poisoned_outputs_fully_written(tut, shape, weight):
+    """Outputs filled with NaN first: every element must be written, and no row outside the tensor."""
+    m, n = shape
+    x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16) if weight else None
+    dy = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
+    # outputs with a padded row stride, the padding as guard: it must stay untouched
+    y_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    y = y_store[:, :n]
+    rstd = torch.full((m,), float("nan"), device=DEVICE)
+    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
+    assert not y.isnan().any() and not rstd.isnan().any()
+    assert y_store[:, n:].isnan().all(), "the forward wrote past the end of a row"
+    dx_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    dx = dx_store[:, :n]
+    dw = torch.full((n,), float("nan"), device=DEVICE, dtype=torch.bfloat16) if weight else None
+    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw)
+    assert not dx.isnan().any() and (dw is None or not dw.isnan().any())
+    assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
+    y64, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
+    assert rel(y, y64) <= TOL[torch.bfloat16]
+    if n > 1:
+        assert rel(dx, dx64) <= TOL[torch.bfloat16]
+    if weight:
+        assert rel(dw, dw64) <= TOL[torch.bfloat16]
+
+
+def test_dw_bitwise_deterministic(tut):
+    x = torch.randn(300, 384, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(384, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(300, 384, device=DEVICE, dtype=torch.bfloat16)
+    runs = [torch.autograd.grad(tut["rms_norm"](x, (384,), w), (x, w), dy) for _ in range(3)]
+    for dx, dw in runs[1:]:
+        assert torch.equal(dx, runs[0][0]) and torch.equal(dw, runs[0][1])
+
+
+def test_dw_sums_many_partials(tut):
+    """More dw partials than one step of the final reduction takes (BLOCK_P = 32)."""
+    x = torch.randn(70, 40, device=DEVICE)
+    w = torch.randn(40, device=DEVICE)
+    dy = torch.randn(70, 40, device=DEVICE)
+    rstd, y = torch.empty(70, device=DEVICE), torch.empty_like(x)
+    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
+    dx, dw = torch.empty_like(x), torch.full_like(w, float("nan"))
+    saved = dict(tut["BWD"])
+    grid = tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, config=dict(MIN_ELEMENTS=64, ELEMENTS_PER_THREAD=8))
+    assert tut["BWD"] == saved
+    _, dx64, dw64 = reference(x, (40,), w, 1e-6, dy)
+    assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"grid {grid}"
+
+
+def test_empty_tensors(tut):
+    x = torch.randn(0, 16, device=DEVICE, requires_grad=True)
+    w = torch.randn(16, device=DEVICE, requires_grad=True)
+    y = tut["rms_norm"](x, (16,), w)
+    assert y.shape == (0, 16)
+    dx, dw = torch.autograd.grad(y, (x, w), torch.empty(0, 16, device=DEVICE))
+    assert dx.shape == (0, 16) and torch.equal(dw, torch.zeros(16, device=DEVICE))
+    assert tut["rms_norm"](torch.randn(4, 0, device=DEVICE), (0,)).shape == (4, 0)
+
+
+def test_gradient_through_sum_and_weight_only(tut):
+    """dy from .sum() has stride 0; a weight-only gradient skips dx's consumer."""
+    x = torch.randn(5, 24, device=DEVICE)
+    w = torch.randn(24, device=DEVICE, requires_grad=True)
+    tut["rms_norm"](x, (24,), w).sum().backward()
+    w64 = w.detach().double().requires_grad_(True)
+    F.rms_norm(x.double(), (24,), w64).sum().backward()
+    assert rel(w.grad, w64.grad) <= 1e-5
+
+
+def test_mixed_weight_dtype(tut):
+    x = torch.randn(6, 40, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(40, device=DEVICE, dtype=torch.float32, requires_grad=True)
+    y = tut["rms_norm"](x, (40,), w)
+    assert y.dtype == torch.bfloat16
+    dx, dw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
+    assert dx.dtype == torch.bfloat16 and dw.dtype == torch.float32
+
+
+def test_bad_inputs_raise(tut):
+    rms_norm = tut["rms_norm"]
+    x = torch.randn(4, 8, device=DEVICE)
+    with pytest.raises(TypeError, match="dtype"):
+        rms_norm(torch.ones(4, 8, dtype=torch.int32, device=DEVICE), (8,))
+    with pytest.raises(TypeError, match="dtype"):
+        rms_norm(x.double(), (8,))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        rms_norm(x, (4,))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        rms_norm(x, (2, 4, 8))
+    with pytest.raises(ValueError, match="at least one"):
+        rms_norm(x, ())
+    with pytest.raises(ValueError, match="weight has shape"):
+        rms_norm(x, (8,), torch.ones(7, device=DEVICE))
+    with pytest.raises(TypeError, match="weight"):
+        rms_norm(x, (8,), torch.ones(8, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(TypeError, match="tuple of ints"):
+        rms_norm(x, (8.0,))
+    with pytest.raises(TypeError, match="eps"):
+        rms_norm(x, (8,), None, "0.1")
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        rms_norm([[1.0, 2.0]], (2,))
+    if DEVICE == "cuda":
+        with pytest.raises(ValueError, match="cuda"):
+            rms_norm(torch.randn(4, 8), (8,))
+    else:
+        meta = torch.randn(4, 8, device="meta")
+        with pytest.raises(ValueError, match="CPU"):
+            rms_norm(meta, (8,))
+
+
+def test_tutorial_checked_and_measured(tut):
+    errors, results = tut["errors"], tut["results"]
+    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3
+    ours = results[results.provider == "ours"]
+    assert len(ours) == 2 * 2 * len(tut["SWEEP_N"])
+    assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
+    assert math.isclose(tut["TOTAL_ELEMENTS"], 2**26) or DEVICE == "cpu"
