@@ -35,6 +35,7 @@ import platform
 import statistics
 import subprocess
 import time
+import warnings
 
 import torch
 
@@ -291,8 +292,9 @@ def softmax_bwd_online_kernel(
 # * ``BLOCK_M`` packs several short rows into one program so that each program moves at least
 #   ``MIN_ELEMENTS`` elements: a program that loads only 256 values cannot keep enough bytes in flight
 #   to hide the memory's latency.
-# * ``num_warps`` gives each thread about ``ELEMENTS_PER_THREAD`` values: two to four 16-byte loads in
-#   flight per thread, and room left in the register file for a second program per SM.
+# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of each row (8 fp32 or 16 bf16
+#   values): two 16-byte loads in flight per thread, and room left in the register file for a second
+#   program per SM.
 # * The grid. A *persistent* grid is the number of SMs times the number of programs one SM holds at
 #   once, which the compiled kernel tells us (registers per thread, shared memory, threads): each
 #   program then walks several blocks of rows. The kernels can run either way, and a measurement
@@ -304,16 +306,17 @@ def softmax_bwd_online_kernel(
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
 MAX_FUSED_BWD_BYTES = 65536  # backward: largest row of y (and of dy) kept whole in registers
 MIN_ELEMENTS = 4096  # fewest elements one program of the fused kernels handles
-ELEMENTS_PER_THREAD = 8
+BYTES_PER_THREAD = 32
 ONLINE_BLOCK_N = 16384  # columns per chunk of the online kernels
 ONLINE_NUM_WARPS = 32
 
 
-def fused_config(n_cols):
+def fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) for rows short enough for the fused kernels."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n // (32 * ELEMENTS_PER_THREAD)))
+    elements_per_thread = BYTES_PER_THREAD // element_size
+    num_warps = min(32, max(4, block_m * block_n // (32 * elements_per_thread)))
     return block_m, block_n, num_warps
 
 
@@ -365,7 +368,7 @@ def softmax_rows_forward(x2d, y2d, persistent=False):
     n_rows, n_cols = x2d.shape
     args = (x2d, y2d, n_rows, n_cols, x2d.stride(0), y2d.stride(0))
     if n_cols <= MAX_FUSED_N:
-        block_m, block_n, num_warps = fused_config(n_cols)
+        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size())
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         return launch(softmax_fwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
     meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
@@ -377,7 +380,7 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
     n_rows, n_cols = y2d.shape
     args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
     if n_cols <= MAX_FUSED_N and n_cols * y2d.element_size() <= MAX_FUSED_BWD_BYTES:
-        block_m, block_n, num_warps = fused_config(n_cols)
+        block_m, block_n, num_warps = fused_config(n_cols, y2d.element_size())
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         return launch(softmax_bwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
     meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
@@ -388,27 +391,28 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
 # The choices for each row length, and what the compiled kernel says about occupancy (on the GPU,
 # registers per thread come from the compiler; under the interpreter there is nothing to compile):
 
-def config_table(dtype=torch.float32):
+def config_table():
     rows = []
-    for n_cols in [2**k for k in range(8, 19)]:
+    for dtype, n_cols in [(d, 2**k) for d in (torch.float32, torch.bfloat16) for k in range(8, 19)]:
         x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
         args = (x, x, 1, n_cols, n_cols, n_cols)
         if n_cols <= MAX_FUSED_N:
-            block_m, block_n, num_warps = fused_config(n_cols)
+            block_m, block_n, num_warps = fused_config(n_cols, x.element_size())
             kernel, meta = softmax_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         else:
             block_m, block_n, num_warps = 1, ONLINE_BLOCK_N, ONLINE_NUM_WARPS
             kernel, meta = softmax_fwd_online_kernel, dict(BLOCK_N=block_n, num_warps=num_warps)
         per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
         rows.append({
-            "N": n_cols, "kernel": "fused" if n_cols <= MAX_FUSED_N else "online",
+            "dtype": str(dtype).replace("torch.", ""), "N": n_cols,
+            "kernel": "fused" if n_cols <= MAX_FUSED_N else "online",
             "BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps,
             "registers / thread": n_regs if ON_GPU else "-",
             "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
             "grid at M x N = 2**26": triton.cdiv(2**26 // n_cols, block_m),
             "persistent grid": min(triton.cdiv(2**26 // n_cols, block_m), per_sm * NUM_SMS) if ON_GPU else "-",
         })
-    return pd.DataFrame(rows).set_index("N")
+    return pd.DataFrame(rows).set_index(["dtype", "N"])
 
 
 config_table()
@@ -590,6 +594,7 @@ def providers():
     """name -> softmax function along the last dim; peers that cannot run here are left out."""
     found = {"naive": naive_softmax, "torch": lambda t: torch.softmax(t, dim=-1)}
     if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+        warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
         dynamo = torch._dynamo.config
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(dynamo, knob):
@@ -777,7 +782,7 @@ persistence.style.format("{:.0f}")
 # * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
 #   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
 #   the parallel-reduction tutorial shows the pattern.
-# * **Exercise.** Change ``MIN_ELEMENTS`` and ``ELEMENTS_PER_THREAD`` and rerun the benchmark: which
+# * **Exercise.** Change ``MIN_ELEMENTS`` and ``BYTES_PER_THREAD`` and rerun the benchmark: which
 #   row lengths move, and why?
 #
 # References: Milakov and Gimelshein, *Online normalizer calculation for softmax* (2018); the Triton
