@@ -44,7 +44,7 @@ def check(x, dim, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 1), (3, 1000), (37, 129), (2, 4096), (1, 33_333)])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 1), (3, 1000), (37, 129), (2, 4096), (2, 20_001), (1, 33_333)])
 def test_rows(shape, dtype):
     torch.manual_seed(hash(shape) % 1000)
     check(torch.randn(shape, device=DEVICE, dtype=dtype) * 3, -1, dtype)
@@ -79,6 +79,7 @@ def test_non_contiguous_inputs_and_gradients(dtype):
 def test_online_kernels_match_float64():
     """Rows longer than the fused limit go through the online (two-pass) kernels."""
     n = T["MAX_FUSED_N"] + 4099
+    assert n > T["MAX_FUSED_BWD_N"]
     for dtype in DTYPES:
         check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype)
 
@@ -89,6 +90,7 @@ def test_every_element_written(kernel, persistent, monkeypatch):
     """Outputs start as NaN: any element a kernel skips would stay NaN."""
     if kernel == "online":  # force the online kernels on short rows, several chunks each
         monkeypatch.setitem(T, "MAX_FUSED_N", 64)
+        monkeypatch.setitem(T, "MAX_FUSED_BWD_N", 64)
         monkeypatch.setitem(T, "ONLINE_BLOCK_N", 128)
     x = torch.randn(13, 1000, device=DEVICE)
     y = torch.full_like(x, math.nan)

@@ -263,19 +263,32 @@ def softmax_bwd_online_kernel(
         y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
         dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
         dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        # Pass 1: dot = sum(y * dy). Each iteration issues the loads of the next chunk before it
+        # works on this one, so two chunks are in flight (the last, fully masked load reads nothing).
         acc = tl.zeros([BLOCK_N], tl.float32)
+        y_next = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
         for chunk in range(0, n_chunks):
-            offs = chunk * BLOCK_N + cols
-            y = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
-            dy = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            y, dy = y_next, dy_next
+            offs = (chunk + 1) * BLOCK_N + cols
+            y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             acc += y.to(tl.float32) * dy.to(tl.float32)
         dot = tl.sum(acc, axis=0)
+        # Pass 2, backwards and prefetching the same way: dx = y * (dy - dot).
+        offs = (n_chunks - 1) * BLOCK_N + cols
+        y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
-            offs = (n_chunks - 1 - chunk) * BLOCK_N + cols
-            y = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
-            dy = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+            y, dy = y_next, dy_next
+            offs_here = (n_chunks - 1 - chunk) * BLOCK_N + cols
+            offs = offs_here - BLOCK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            y_next = tl.load(y_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
             dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=".cs")
+            tl.store(dx_row + offs_here, dx.to(dx_ptr.dtype.element_ty), mask=offs_here < n_cols,
+                     cache_modifier=".cs")
 
 
 # %%
@@ -286,9 +299,9 @@ def softmax_bwd_online_kernel(
 # * ``BLOCK_N`` is the row length rounded up to a power of two (Triton blocks are powers of two). A
 #   program of 32 warps has 1024 threads of at most 64 registers each; a row of ``MAX_FUSED_N`` = 32 K
 #   fp32 values uses half of them. The backward pass holds two rows (:math:`y` and :math:`dy`), so it
-#   stays fused only while each is at most ``MAX_FUSED_BWD_BYTES``: an fp32 row of 32 K would spill
-#   registers to local memory. Longer rows take the online kernels, which stream ``ONLINE_BLOCK_N``
-#   columns at a time.
+#   stays fused only up to ``MAX_FUSED_BWD_N``: past that, an fp32 row spills registers to local
+#   memory, and even in bf16 the online kernel, which keeps two chunks in flight, measured faster.
+#   Longer rows take the online kernels, which stream ``ONLINE_BLOCK_N`` columns at a time.
 # * ``BLOCK_M`` packs several short rows into one program so that each program moves at least
 #   ``MIN_ELEMENTS`` elements: a program that loads only 256 values cannot keep enough bytes in flight
 #   to hide the memory's latency.
@@ -304,7 +317,7 @@ def softmax_bwd_online_kernel(
 #   default is therefore the plain grid; ``persistent=True`` is there to measure it on your GPU.
 
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
-MAX_FUSED_BWD_BYTES = 65536  # backward: largest row of y (and of dy) kept whole in registers
+MAX_FUSED_BWD_N = 16384  # backward: longest row of y (and of dy) kept whole in registers
 MIN_ELEMENTS = 4096  # fewest elements one program of the fused kernels handles
 BYTES_PER_THREAD = 32
 ONLINE_BLOCK_N = 16384  # columns per chunk of the online kernels
@@ -379,7 +392,7 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
     """dx2d = y2d * (dy2d - rowsum(y2d * dy2d)). All 2-D, unit stride along the row."""
     n_rows, n_cols = y2d.shape
     args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    if n_cols <= MAX_FUSED_N and n_cols * y2d.element_size() <= MAX_FUSED_BWD_BYTES:
+    if n_cols <= MAX_FUSED_BWD_N:
         block_m, block_n, num_warps = fused_config(n_cols, y2d.element_size())
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         return launch(softmax_bwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
