@@ -38,6 +38,8 @@ def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
     match = re.search(r"Total running time of the script:\s*</strong>\s*\((\d+) minutes ([\d.]+) seconds\)", text)
     assert match, "no run time on the page"
     assert int(match.group(1)) * 60 + float(match.group(2)) > 0
+    # missing points show as "-", not as raw NaN
+    assert not re.search(r"<td[^>]*>\s*nan\s*</td>", text), "a table shows a raw 'nan'"
     # the environment card is the first output on the page
     first_output = text.index("rendered_html")
     assert ">device<" in text[first_output:first_output + 3000], "the page does not open with its environment card"

@@ -671,9 +671,9 @@ def sweep_table(direction):
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
     peers = [c for c in table.columns if c not in ("naive", "ours", "speed of light", "ours, % of light")]
     table["ours / best peer"] = table["ours"] / table[peers].max(axis=1)
-    return table.style.format("{:.0f}", na_rep="-").format(
-        {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"}
-    )
+    formats = {column: "{:.0f}" for column in table.columns}
+    formats.update({"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"})
+    return table.style.format(formats, na_rep="-")
 
 
 # %%

@@ -252,7 +252,7 @@ def accumulator_demo():
 
 
 demo = accumulator_demo()
-demo.style.format("{:.4g}").format({c: "{:.1e}" for c in demo.columns if c.startswith("error")})
+demo.style.format({c: "{:.1e}" if c.startswith("error") else "{:.4g}" for c in demo.columns})
 
 # %%
 # With fp32 running sums the error stays at the level of one rounding of the result; with bf16 ones it
@@ -719,9 +719,9 @@ def sweep_table(sweep, ours):
     table[f"{ours}, % of light"] = table[ours] / table["speed of light"] * 100
     table[f"{ours} / torch"] = table[ours] / table["torch"]
     table.index.names = ["dtype", "n" if sweep == "vector" else "N"]
-    return table.style.format("{:.0f}", na_rep="-").format(
-        {f"{ours}, % of light": "{:.1f}%", f"{ours} / torch": "{:.2f}"}
-    )
+    formats = {column: "{:.0f}" for column in table.columns}  # one call: a second .format() resets the rest
+    formats.update({f"{ours}, % of light": "{:.1f}%", f"{ours} / torch": "{:.2f}"})
+    return table.style.format(formats, na_rep="-")
 
 
 # %%
