@@ -139,14 +139,20 @@ def naive_rms_norm(x, weight, eps):
 # (reading :math:`x` and :math:`dy` again). That is :math:`5MN` elements moved where :math:`3MN` suffice
 # (:math:`x` and :math:`dy` read once, :math:`dx` written once): at best 3/5 of the speed of light.
 #
-# The fix is a *persistent* kernel. A fixed number of programs, about as many as the GPU holds at
-# once, each walk their share of the rows. A program loads a block of rows once, computes their
-# :math:`dx` and writes it, and adds :math:`dy \odot \hat{x}` into a ``dw_partial`` held in fp32
-# registers across all the rows it visits. At the end each program stores its ``dw_partial``: a small
-# :math:`P \times N` fp32 array for :math:`P` programs (:math:`P` is a few hundred, :math:`M` is often
-# hundreds of thousands). A second, tiny kernel sums those partials, column by column, always in the
-# same order, so :math:`dw` is bitwise the same on every run. PyTorch's Inductor learned to generate
-# this fusion under the name *mix-order reduction*; we write it by hand, and compare.
+# The fix is a *persistent* kernel. A fixed number of programs, one or two per SM, each walk their
+# share of the rows. A program loads a block of rows once, computes their :math:`dx` and writes it,
+# and adds :math:`dy \odot \hat{x}` into a ``dw_partial`` held in fp32 registers across all the rows
+# it visits. At the end each program stores its ``dw_partial``: a small :math:`P \times N` fp32 array
+# for :math:`P` programs (:math:`P` is a few hundred, :math:`M` is often hundreds of thousands). A
+# second, small kernel sums those partials, column by column, always in the same order, so :math:`dw`
+# is bitwise the same on every run. PyTorch's Inductor learned to generate this fusion under the name
+# *mix-order reduction*; we write it by hand, and compare.
+#
+# With so few programs, each must keep enough bytes in flight to cover the memory's latency on its
+# own: before it computes a block of rows, a program issues the loads of its *next* block, so the
+# memory works while the arithmetic and the store of this block go on. The forward needs no
+# persistence (it has nothing to accumulate across rows): it launches one program per block of rows
+# and lets the hardware schedule them.
 
 
 @triton.jit
@@ -154,24 +160,21 @@ def rms_norm_fwd_kernel(
     x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
     HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    if HAS_WEIGHT:  # loaded once per program, reused for every row it visits
-        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
-        y = x * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * w[None, :]
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
-        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                mask=col_ok[None, :], other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
+    y = x * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
 
 @triton.jit
@@ -180,27 +183,38 @@ def rms_norm_bwd_kernel(
     x_row_stride, dy_row_stride, dx_row_stride,
     HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    """A persistent grid (at most one program per block of rows): program p does blocks p, p + P, ..."""
     pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    if HAS_WEIGHT:
+    if HAS_WEIGHT:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     # One fp32 partial per (row slot, column), summed over rows only once at the end: adding a whole
     # tile each iteration costs no communication between warps.
     dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+    # The loads of the first block; inside the loop, those of the next block are issued before this one
+    # is computed. Rows past the end load as zeros (they add nothing to dw) and are never stored.
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
+        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :],
-                     mask=col_ok[None, :], other=0.0).to(tl.float32)
+        next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
+        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
+        next_rows = next_rows.to(tl.int64)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
         rstd = tl.load(rstd_ptr + rows)
         x_hat = x * rstd[:, None]
         g = dy * w[None, :] if HAS_WEIGHT else dy
-        if COMPUTE_DW:  # a clamped duplicate row must not count twice in dw
-            dw_partial += tl.where(row_ok[:, None], dy * x_hat, 0.0)
+        if COMPUTE_DW:
+            dw_partial += dy * x_hat
         c = tl.sum(g * x_hat, axis=1) / n_cols  # the row reduction of dx
         dx = (g - x_hat * c[:, None]) * rstd[:, None]
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
@@ -230,15 +244,25 @@ def dw_reduce_kernel(
 # of each row and ``dw_partial``, is fp32. Summing thousands of rows into a bf16 ``dw`` would lose most
 # of its 8 bits of mantissa; in fp32 the error of that sum stays near fp32's rounding.
 #
+# The final sum reads :math:`P \times N` fp32 values. It is spread over many small programs, each
+# summing a narrow strip of columns down all :math:`P` rows, so that it finishes in a few
+# microseconds instead of leaving a few programs to walk the partials alone.
+#
 # Rows too long for registers
 # ---------------------------
-# A program holds at most a few tens of thousands of fp32 values in registers. Past ``MAX_FUSED_N``
-# columns the row is streamed in chunks of ``CHUNK_N``: a first pass reduces it (sum of squares
-# forward, dot product backward), a second pass walks it backwards (the chunks read last are the most
-# likely to still be in L2) and writes the output. The weight gradient no longer fits in registers:
-# each program adds into its own row of ``dw_partial`` in global memory, which it alone touches, so it
-# is still deterministic. These kernels re-read each row, so they are capped below the speed of light;
-# they exist so that every row length works.
+# A program holds at most a few tens of thousands of fp32 values in registers, and the backward needs
+# three row-sized tiles at once (:math:`x`, :math:`dy`, ``dw_partial``), two more while it prefetches.
+# Past ``MAX_FUSED_N`` columns forward, ``MAX_FUSED_BYTES`` of row backward, the row is
+# streamed in chunks of ``CHUNK_N``: a first pass reduces it (sum of squares forward, dot product
+# backward), a second pass walks it backwards and writes the output. The first pass asks the cache to
+# keep what it reads (``eviction_policy="evict_last"``), the second reads the row's last chunks first
+# (the ones most likely to still be in L2) and marks them as done (``"evict_first"``), and the output
+# is written with streaming stores (``cache_modifier=".cs"``), as in the softmax tutorial. Each pass
+# issues the loads of its next chunk before it works on this one. The weight gradient no longer fits
+# in registers: each program adds into its own row of ``dw_partial`` in global memory, which it alone
+# touches, so it is still deterministic. These kernels read each row twice (the second time mostly
+# from L2) and the backward also reads and writes its ``dw_partial`` row for every row, so they are
+# the slow end of the range.
 
 
 @triton.jit
@@ -253,19 +277,26 @@ def rms_norm_fwd_chunked_kernel(
         x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
         y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
         sum_sq = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
         for chunk in range(0, n_chunks):
-            offs = chunk * CHUNK_N + cols
-            x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            x = x_next.to(tl.float32)
+            offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             sum_sq += x * x
         rstd = tl.rsqrt(tl.sum(sum_sq, axis=0) / n_cols + eps)
         tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
-            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
-            x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            x = x_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            offs = here - CHUNK_N
+            x_next = tl.load(x_row + offs, mask=(offs >= 0) & (offs < n_cols), other=0.0,
+                             eviction_policy="evict_first")
             y = x * rstd
             if HAS_WEIGHT:
-                y = y * tl.load(w_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
-            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=offs < n_cols)
+                y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
 
 
 @triton.jit
@@ -277,33 +308,47 @@ def rms_norm_bwd_chunked_kernel(
     pid = tl.program_id(0)
     cols = tl.arange(0, CHUNK_N)
     n_chunks = tl.cdiv(n_cols, CHUNK_N)
-    dw_row = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols  # this program's partial, zeroed by the caller
+    dw_row = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols  # this program's partial
     for row in tl.range(pid, n_rows, tl.num_programs(0)):
         x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
         dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
         dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
         rstd = tl.load(rstd_ptr + row)
+        # Pass 1: the dot product of g = dy * w and x, two chunks in flight.
         acc = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
         for chunk in range(0, n_chunks):
-            offs = chunk * CHUNK_N + cols
-            ok = offs < n_cols
-            g = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = chunk * CHUNK_N + cols
+            offs = here + CHUNK_N
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             if HAS_WEIGHT:
-                g = g * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            acc += g * tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
+                dy = dy * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            acc += dy * x
         c = tl.sum(acc, axis=0) * rstd / n_cols  # (1/N) sum g * x_hat
+        # Pass 2, backwards: dx, and dw_partial += dy * x_hat.
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
-            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols
-            ok = offs < n_cols
-            x_hat = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32) * rstd
-            dy = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols
+            offs = here - CHUNK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            x_next = tl.load(x_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            ok = here < n_cols
+            x_hat = x * rstd
             g = dy
             if HAS_WEIGHT:
-                g = dy * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            if COMPUTE_DW:
-                dw = tl.load(dw_row + offs, mask=ok, other=0.0)
-                tl.store(dw_row + offs, dw + dy * x_hat, mask=ok)
-            tl.store(dx_row + offs, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok)
+                g = dy * tl.load(w_ptr + here, mask=ok, other=0.0).to(tl.float32)
+            if COMPUTE_DW:  # the program's first row starts its partial: no buffer needs clearing
+                dw = tl.load(dw_row + here, mask=ok & (here * 0 + row > pid), other=0.0)
+                tl.store(dw_row + here, dw + dy * x_hat, mask=ok)
+            tl.store(dx_row + here, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok,
+                     cache_modifier=".cs")
 
 
 # %%
@@ -311,29 +356,36 @@ def rms_norm_bwd_chunked_kernel(
 # --------------------------
 # The choices live in one place, apart from the kernels, as in the softmax tutorial:
 #
-# * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N``.
+# * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N`` elements forward
+#   and ``MAX_FUSED_BYTES`` of row backward (in bf16 the backward keeps rows twice as long).
 # * ``BLOCK_M`` packs short rows so that each program moves at least ``MIN_ELEMENTS`` elements per
 #   step: enough bytes in flight to hide the memory's latency.
-# * ``num_warps`` gives each thread about ``ELEMENTS_PER_THREAD`` values of each tensor. The backward
-#   keeps three tiles alive per thread (:math:`x`, :math:`dy` and ``dw_partial``) where the forward keeps
-#   one, so it wants fewer values per thread to stay in registers.
-# * The grid is persistent: the number of SMs times the programs one SM holds at once, which the
-#   compiled kernel tells us (registers per thread, shared memory). For the backward this also sets
-#   :math:`P`, the number of ``dw_partial`` rows.
+# * ``num_warps`` comes from bytes, not elements: each thread handles about ``BYTES_PER_THREAD`` bytes
+#   of each tensor, so a bf16 row gets half the warps of an fp32 row of the same length. The backward
+#   keeps more tiles alive per thread (:math:`x`, :math:`dy`, the prefetched next block and
+#   ``dw_partial``) where the forward keeps one, so it takes fewer bytes per thread.
+# * The forward's grid is one program per block of rows. The backward's grid has as many programs per
+#   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows): this
+#   sets :math:`P`, the number of ``dw_partial`` rows, kept small so that writing and summing the
+#   partials costs little next to the rows themselves. Each program hides its latency by prefetching,
+#   not by having many neighbours on its SM.
 
-MAX_FUSED_N = 32768  # longest row kept whole in registers
-CHUNK_N = 4096  # columns per step of the chunked kernels
-CHUNK_NUM_WARPS = 16
-FWD = dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=16)
-BWD = dict(MIN_ELEMENTS=4096, ELEMENTS_PER_THREAD=8)
+FWD = dict(MAX_FUSED_N=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=4096)
+BWD = dict(MAX_FUSED_BYTES=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
+           CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
-def fused_config(n_cols, MIN_ELEMENTS, ELEMENTS_PER_THREAD):
+def warps_for(n_elements, element_size, bytes_per_thread):
+    """Warps such that each thread handles about bytes_per_thread bytes of a tile (4 to 32 warps)."""
+    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
+
+
+def fused_config(n_cols, element_size, MIN_ELEMENTS, BYTES_PER_THREAD, **_):
     """(BLOCK_M, BLOCK_N, num_warps) for rows of n_cols <= MAX_FUSED_N elements."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n // (32 * ELEMENTS_PER_THREAD)))
-    return block_m, block_n, num_warps
+    return block_m, block_n, warps_for(block_m * block_n, element_size, BYTES_PER_THREAD)
 
 
 _occupancy = {}
@@ -345,7 +397,7 @@ def programs_per_sm(kernel, args, meta):
     if key in _occupancy:
         return _occupancy[key]
     threads = 32 * meta["num_warps"]
-    if not ON_GPU:  # the interpreter runs programs one after another: any small grid will do
+    if not ON_GPU:  # nothing is compiled under the interpreter
         result = (1, "interpreter", 0)
     else:
         props = torch.cuda.get_device_properties(DEVICE)
@@ -365,15 +417,32 @@ def programs_per_sm(kernel, args, meta):
     return result
 
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, config=None):
+    """(kernel, grid, meta) of the forward for these sizes."""
+    cfg = config or FWD
+    if chunk_n is None and n_cols <= cfg["MAX_FUSED_N"]:
+        block_m, block_n, num_warps = fused_config(n_cols, element_size, **cfg)
+        meta = dict(HAS_WEIGHT=has_weight, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        return rms_norm_fwd_kernel, triton.cdiv(n_rows, block_m), meta
+    chunk = chunk_n or cfg["CHUNK_N"]
+    meta = dict(HAS_WEIGHT=has_weight, CHUNK_N=chunk, num_warps=warps_for(chunk, element_size, cfg["BYTES_PER_THREAD"]))
+    return rms_norm_fwd_chunked_kernel, n_rows, meta  # one program per row
 
 
-def launch(kernel, n_tasks, args, meta):
-    """Run ``kernel`` on a persistent grid over ``n_tasks`` blocks of rows; returns the grid size."""
-    per_sm, _, _ = programs_per_sm(kernel, args, meta)
-    grid = max(1, min(n_tasks, per_sm * NUM_SMS))
-    kernel[(grid,)](*args, **meta)
-    return grid
+def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_n=None, config=None):
+    """(kernel, grid, meta) of the backward for these sizes; the grid is also P, the partials' count."""
+    cfg = config or BWD
+    if chunk_n is None and n_cols * element_size <= cfg["MAX_FUSED_BYTES"]:
+        block_m, block_n, num_warps = fused_config(n_cols, element_size, **cfg)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        per_sm = max(1, cfg["WARPS_PER_SM"] // num_warps)
+        kernel, n_tasks = rms_norm_bwd_kernel, triton.cdiv(n_rows, block_m)
+    else:
+        chunk = chunk_n or cfg["CHUNK_N"]
+        meta = dict(CHUNK_N=chunk, num_warps=warps_for(chunk, element_size, cfg["BYTES_PER_THREAD"]))
+        kernel, n_tasks, per_sm = rms_norm_bwd_chunked_kernel, n_rows, cfg["CHUNK_PROGRAMS_PER_SM"]
+    meta.update(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw)
+    return kernel, max(1, min(n_tasks, per_sm * NUM_SMS)), meta
 
 
 def rms_norm_rows_forward(x2d, w, y2d, rstd, eps, chunk_n=None, config=None):
@@ -383,47 +452,30 @@ def rms_norm_rows_forward(x2d, w, y2d, rstd, eps, chunk_n=None, config=None):
     the chunked kernel with that chunk; ``config`` overrides ``FWD``.
     """
     n_rows, n_cols = x2d.shape
-    has_weight = w is not None
-    args = (x2d, w if has_weight else x2d, y2d, rstd, n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    if chunk_n is None and n_cols <= MAX_FUSED_N:
-        block_m, block_n, num_warps = fused_config(n_cols, **(config or FWD))
-        meta = dict(HAS_WEIGHT=has_weight, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        return launch(rms_norm_fwd_kernel, triton.cdiv(n_rows, block_m), args, meta)
-    meta = dict(HAS_WEIGHT=has_weight, CHUNK_N=chunk_n or CHUNK_N, num_warps=CHUNK_NUM_WARPS)
-    return launch(rms_norm_fwd_chunked_kernel, n_rows, args, meta)
+    kernel, grid, meta = forward_launch(n_rows, n_cols, x2d.element_size(), w is not None, chunk_n, config)
+    kernel[(grid,)](x2d, x2d if w is None else w, y2d, rstd, n_rows, n_cols, x2d.stride(0), y2d.stride(0),
+                    eps, **meta)
+    return grid
 
 
 def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, config=None):
     """dx2d and (when dw is not None) dw from x2d, w, rstd and dy2d. Returns the grid size.
 
-    dw is a 1-D tensor of n_cols elements in the weight's dtype, written entirely.
+    dw is a 1-D tensor of n_cols elements in the weight's dtype, written entirely. ``config`` overrides
+    ``BWD``.
     """
     n_rows, n_cols = x2d.shape
-    has_weight = w is not None
-    fused = chunk_n is None and n_cols <= MAX_FUSED_N
-    if fused:
-        block_m, block_n, num_warps = fused_config(n_cols, **(config or BWD))
-        kernel, n_tasks = rms_norm_bwd_kernel, triton.cdiv(n_rows, block_m)
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    else:
-        kernel, n_tasks = rms_norm_bwd_chunked_kernel, n_rows
-        meta = dict(CHUNK_N=chunk_n or CHUNK_N, num_warps=CHUNK_NUM_WARPS)
-    meta.update(HAS_WEIGHT=has_weight, COMPUTE_DW=has_weight and dw is not None)
-    probe = (x2d, w if has_weight else x2d, rstd, dy2d, dx2d, rstd, n_rows, n_cols,
-             x2d.stride(0), dy2d.stride(0), dx2d.stride(0))  # dw_partial's place: any fp32 tensor
-    per_sm, _, _ = programs_per_sm(kernel, probe, meta)
-    grid = max(1, min(n_tasks, per_sm * NUM_SMS))
-    dw_partial = None
-    if meta["COMPUTE_DW"]:  # the fused kernel writes every partial; the chunked one adds into them
-        alloc = torch.empty if fused else torch.zeros
-        dw_partial = alloc((grid, n_cols), dtype=torch.float32, device=x2d.device)
-    args = (x2d, w if has_weight else x2d, rstd, dy2d, dx2d, rstd if dw_partial is None else dw_partial,
-            n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    kernel[(grid,)](*args, **meta)
-    if meta["COMPUTE_DW"]:
-        block_n = 128
+    compute_dw = w is not None and dw is not None
+    kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
+                                         chunk_n, config)
+    # every program writes its whole partial row: no buffer needs clearing
+    dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
+    kernel[(grid,)](x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
+                    x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
+    if compute_dw:  # narrow strips of columns: many programs, each summing all P partials in order
+        block_n = 16 if n_cols <= 4096 else 32
         dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](
-            dw_partial, dw, grid, n_cols, BLOCK_P=32, BLOCK_N=block_n, num_warps=4)
+            dw_partial, dw, grid, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
     return grid
 
 
@@ -433,32 +485,22 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, config=No
 
 def config_table(dtype=torch.bfloat16):
     rows = []
+    x = torch.empty((1, 2**17), device=DEVICE, dtype=dtype)
+    r = torch.empty(1, device=DEVICE, dtype=torch.float32)
     for n_cols in [2**k for k in range(9, 18)]:
-        x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
-        r = torch.empty(1, device=DEVICE, dtype=torch.float32)
         row = {"N": n_cols}
-        for direction, config in (("forward", FWD), ("backward", BWD)):
-            if n_cols <= MAX_FUSED_N:
-                block_m, block_n, num_warps = fused_config(n_cols, **config)
-                meta = dict(HAS_WEIGHT=True, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-                if direction == "backward":
-                    meta["COMPUTE_DW"] = True
-                kernel = rms_norm_fwd_kernel if direction == "forward" else rms_norm_bwd_kernel
-                shape = f"{block_m} x {block_n}"
-            else:
-                num_warps = CHUNK_NUM_WARPS
-                meta = dict(HAS_WEIGHT=True, CHUNK_N=CHUNK_N, num_warps=num_warps)
-                if direction == "backward":
-                    meta["COMPUTE_DW"] = True
-                kernel = rms_norm_fwd_chunked_kernel if direction == "forward" else rms_norm_bwd_chunked_kernel
-                shape = f"chunks of {CHUNK_N}"
+        for direction in ("forward", "backward"):
             if direction == "forward":
+                kernel, _, meta = forward_launch(1, n_cols, x.element_size(), True)
                 args = (x, x, x, r, 1, n_cols, n_cols, n_cols, 1e-6)
             else:
+                kernel, _, meta = backward_launch(1, n_cols, x.element_size(), True, True)
                 args = (x, x, r, x, x, r, 1, n_cols, n_cols, n_cols, n_cols)
+            chunked = "CHUNK_N" in meta
             per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
-            row[f"{direction}: tile"] = shape
-            row[f"{direction}: warps"] = num_warps
+            row[f"{direction}: tile"] = f"chunks of {meta['CHUNK_N']}" if chunked else \
+                f"{meta['BLOCK_M']} x {meta['BLOCK_N']}"
+            row[f"{direction}: warps"] = meta["num_warps"]
             row[f"{direction}: registers"] = n_regs if ON_GPU else "-"
             row[f"{direction}: programs / SM"] = per_sm if ON_GPU else "-"
             row[f"{direction}: limited by"] = limit
@@ -742,9 +784,9 @@ def sweep_table(direction):
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
     peers = [c for c in table.columns if c not in ("naive", "ours", "speed of light", "ours, % of light")]
     table["ours / best peer"] = table["ours"] / table[peers].max(axis=1)
-    return table.style.format("{:.0f}", na_rep="-").format(
-        {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"}
-    )
+    formats = {column: "{:.0f}" for column in table.columns}  # one call: a second .format() resets the rest
+    formats.update({"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"})
+    return table.style.format(formats, na_rep="-")
 
 
 # %%
@@ -858,7 +900,8 @@ def two_pass_table():
             rows.append({"dtype": str(dtype).replace("torch.", ""), "N": n_cols,
                          "one kernel: GB/s": nbytes / one * 1e-6, "dx, then dw: GB/s": nbytes / two * 1e-6,
                          "speed-up": two / one})
-    return pd.DataFrame(rows).set_index(["dtype", "N"]).style.format("{:.0f}").format({"speed-up": "{:.2f}x"})
+    table = pd.DataFrame(rows).set_index(["dtype", "N"])
+    return table.style.format({c: "{:.2f}x" if c == "speed-up" else "{:.0f}" for c in table.columns})
 
 
 two_pass_table()
@@ -866,17 +909,21 @@ two_pass_table()
 # %%
 # Going further
 # -------------
-# * **Long rows.** Past ``MAX_FUSED_N`` the chunked kernels read each row twice and keep ``dw_partial``
+# * **Long rows.** Past the fused limits the chunked kernels read each row twice and keep ``dw_partial``
 #   in global memory, so they fall below the speed of light. quack keeps long rows on chip by spreading
 #   each over a *cluster* of thread blocks that read each other's shared memory (Hopper's distributed
 #   shared memory), which Triton does not expose today.
 # * **The size of** :math:`P`. Each program of the backward writes one fp32 row of ``dw_partial``, and
 #   the final pass reads them all: :math:`8PN` bytes next to the :math:`3MN \times` (element size) of
 #   the model. When :math:`M` is small (few tokens, a wide model) that is no longer negligible: try a
-#   grid of one program per SM, or a split of the columns between programs, and measure.
+#   split of the columns between programs, and measure.
+# * **Launch cost.** The backward through autograd pays Python's price for a custom
+#   ``torch.autograd.Function`` and two Triton launches on every call. When the kernels take less
+#   time than that (short rows in bf16), the GPU waits for the CPU; CUDA graphs, or ``torch.compile``
+#   around the whole model, remove that cost.
 # * **Fuse the residual add.** In a transformer block RMSNorm follows ``h = h + f(h)``; a kernel that
 #   reads both operands, writes the sum and its norm saves a full pass over ``h``.
-# * **Exercise.** Change ``BWD["ELEMENTS_PER_THREAD"]`` to 16 and rerun ``config_table()`` on a GPU:
+# * **Exercise.** Change ``BWD["BYTES_PER_THREAD"]`` to 64 and rerun ``config_table()`` on a GPU:
 #   which row lengths start spilling registers, and what does it do to the backward's GB/s?
 #
 # References: Zhang and Sennrich, *Root Mean Square Layer Normalization* (2019); the Triton

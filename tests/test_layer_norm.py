@@ -1,0 +1,296 @@
+"""Tutorial 02 (layer norm): forward and backward against float64, poisoned outputs, bad inputs,
+determinism of the persistent backward. Without a CUDA GPU the kernels run through Triton's
+interpreter, so the sizes stay small."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from conftest import DEVICE, load_tutorial
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# A few units of rounding of the output dtype (the interpreter truncates fp32 -> bf16: twice a GPU's).
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def ln():
+    return load_tutorial("02_layer_norm")
+
+
+def ref_layer_norm(x, normalized_shape, weight, bias, eps):
+    """The textbook formula over the trailing dims (exact zeros where N = 1); float64 in, float64 out."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    mean = x.mean(dims, keepdim=True)
+    xc = x - mean
+    var = (xc * xc).mean(dims, keepdim=True)
+    y = xc * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rel_error(out, ref):
+    out, ref = out.double(), ref.double()
+    norm = ref.norm()
+    return ((out - ref).norm() / (norm if norm > 0 else 1.0)).item()
+
+
+def check_against_float64(fn, x, normalized_shape, weight, bias, eps, dtype, what=""):
+    """Run fn forward and backward; compare y, dx, dw, db with the float64 reference."""
+    leaves = [t for t in (x, weight, bias) if t is not None and t.requires_grad]
+    y = fn(x, normalized_shape, weight, bias, eps)
+    assert y.shape == x.shape and y.dtype == x.dtype, f"{what}: output {y.shape} {y.dtype}"
+    dy = torch.randn(x.shape, device=DEVICE, dtype=dtype)
+    grads = torch.autograd.grad(y, leaves, dy) if leaves else []
+    ins64 = [None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in (x, weight, bias)]
+    y64 = ref_layer_norm(ins64[0], normalized_shape, ins64[1], ins64[2], eps)
+    leaves64 = [t for t in ins64 if t is not None and t.requires_grad]
+    grads64 = torch.autograd.grad(y64, leaves64, dy.double()) if leaves64 else []
+    err = rel_error(y, y64.detach())
+    assert err <= TOL[dtype], f"{what}: forward error {err:.2e} > {TOL[dtype]:.0e}"
+    # dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) cancels almost entirely for tiny rows (N = 2):
+    # its error is measured against the size of the terms that cancel, rstd * g, not against dx itself.
+    dims = tuple(range(-len(normalized_shape), 0))
+    x64 = ins64[0].detach()
+    rstd = torch.rsqrt(((x64 - x64.mean(dims, keepdim=True)) ** 2).mean(dims, keepdim=True) + eps)
+    g_scaled = dy.double() * rstd * (1 if weight is None else ins64[1].detach())
+    for g, g64, t in zip(grads, grads64, leaves):
+        assert g.shape == t.shape and g.dtype == t.dtype, f"{what}: gradient {g.shape} {g.dtype} for {t.shape}"
+        assert torch.isfinite(g).all(), f"{what}: non-finite gradient"
+        if t is x:
+            scale = max(g64.norm().item(), g_scaled.norm().item())
+            err = (g.double() - g64).norm().item() / (scale if scale > 0 else 1.0)
+        else:
+            err = rel_error(g, g64)
+        assert err <= TOL[dtype], f"{what}: gradient error {err:.2e} > {TOL[dtype]:.0e} (shape {tuple(t.shape)})"
+
+
+def random_case(rng, dtype):
+    """A random shape: 1-3 leading dims, 1-2 normalized dims, odd sizes, optional weight/bias."""
+    k = rng.choice([1, 1, 2])
+    norm = [rng.choice([1, 2, 3, 7, 31, 64, 100, 257, 640, 1000, 1500]) for _ in range(k)]
+    if math.prod(norm) > 3000:
+        norm = norm[:1]
+    lead = [rng.choice([1, 2, 3, 5, 17]) for _ in range(rng.choice([0, 1, 2]))]
+    x = (torch.randn(lead + norm, device=DEVICE) * rng.choice([1, 3]) + rng.choice([0, 5])).to(dtype)
+    w = torch.randn(norm, device=DEVICE).to(dtype) if rng.random() < 0.8 else None
+    b = torch.randn(norm, device=DEVICE).to(dtype) if rng.random() < 0.8 else None
+    return x, tuple(norm), w, b
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_random_shapes_match_float64(ln, dtype):
+    rng = random.Random(1234 + DTYPES.index(dtype))
+    torch.manual_seed(5)
+    for i in range(12):
+        x, norm, w, b = random_case(rng, dtype)
+        for t in (x, w, b):
+            if t is not None:
+                t.requires_grad_(True)
+        check_against_float64(ln["layer_norm"], x, norm, w, b, 1e-5, dtype,
+                              what=f"case {i}: x {tuple(x.shape)}, normalized {norm}, "
+                                   f"weight {w is not None}, bias {b is not None}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_non_contiguous_inputs_and_gradient(ln, dtype):
+    torch.manual_seed(1)
+    base = torch.randn(40, 2 * 96, device=DEVICE, dtype=dtype)
+    x = base[::2, ::2].detach().requires_grad_(True)  # strided rows and columns
+    assert not x.is_contiguous()
+    w = torch.randn(96, device=DEVICE, dtype=dtype)[None].expand(3, 96)[1].requires_grad_(True)
+    b = torch.randn(2 * 96, device=DEVICE, dtype=dtype)[::2].detach().requires_grad_(True)
+    check_against_float64(ln["layer_norm"], x, (96,), w, b, 1e-5, dtype, what="strided x, w, b")
+    xt = torch.randn(33, 20, device=DEVICE, dtype=dtype).t().detach().requires_grad_(True)  # transposed
+    check_against_float64(ln["layer_norm"], xt, (33,), None, None, 1e-3, dtype, what="transposed x")
+    # y.sum().backward() hands the backward an expanded dy (all strides 0)
+    x2 = torch.randn(7, 50, device=DEVICE, dtype=dtype, requires_grad=True)
+    w2 = torch.randn(50, device=DEVICE, dtype=dtype, requires_grad=True)
+    ln["layer_norm"](x2, 50, w2).float().sum().backward()
+    x64, w64 = x2.detach().double().requires_grad_(True), w2.detach().double().requires_grad_(True)
+    ref_layer_norm(x64, (50,), w64, None, 1e-5).sum().backward()
+    assert rel_error(x2.grad, x64.grad) <= TOL[dtype] * 10, "dx with an expanded gradient"
+    assert rel_error(w2.grad, w64.grad) <= TOL[dtype], "dw with an expanded gradient"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_chunked_kernels_match_float64(ln, dtype):
+    """Rows past the fused limits take the chunked kernels; force them with a small limit (3 chunks)."""
+    torch.manual_seed(2)
+    n = 2 * ln["CHUNK_N"] + 123
+    x = (torch.randn(5, n, device=DEVICE) * 2 + 50).to(dtype)  # a large mean: the shift must work
+    w = torch.randn(n, device=DEVICE).to(dtype)
+    b = torch.randn(n, device=DEVICE).to(dtype)
+    dy = torch.randn(5, n, device=DEVICE, dtype=dtype)
+    nan = float("nan")
+    y, mean, rstd = torch.full_like(x, nan), torch.full((5,), nan, device=DEVICE), torch.full((5,), nan, device=DEVICE)
+    ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, max_fused_n=64)
+    dx, dw, db = torch.full_like(x, nan), torch.full_like(w, nan), torch.full_like(w, nan)
+    plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=2, max_fused_n=64)
+    assert plan["kernel"] is ln["layer_norm_bwd_chunked_kernel"]
+    ins = [t.double().requires_grad_(True) for t in (x, w, b)]
+    y64 = ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5)
+    g64 = torch.autograd.grad(y64, ins, dy.double())
+    for name, out, ref in (("y", y, y64.detach()), ("dx", dx, g64[0]), ("dw", dw, g64[1]), ("db", db, g64[2])):
+        assert torch.isfinite(out).all(), f"chunked {name}: some elements were never written"
+        assert rel_error(out, ref) <= TOL[dtype], f"chunked {name}: error {rel_error(out, ref):.2e}"
+    xf = x.double()
+    assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-5, atol=1e-4), "chunked mean"
+    assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), "chunked rstd"
+
+
+@pytest.mark.parametrize("shape", [(37, 100), (5, 1), (3, 5000), (1, 3)])
+def test_forward_writes_every_element(ln, shape):
+    """Outputs poisoned with NaN beforehand; the low-level launch must overwrite all of them."""
+    torch.manual_seed(3)
+    x = torch.randn(shape, device=DEVICE)
+    w, b = torch.randn(shape[1], device=DEVICE), torch.randn(shape[1], device=DEVICE)
+    for persistent in (False, True):
+        y = torch.full_like(x, float("nan"))
+        mean = torch.full((shape[0],), float("nan"), device=DEVICE)
+        rstd = torch.full_like(mean, float("nan"))
+        ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, persistent=persistent)
+        assert torch.isfinite(y).all() and torch.isfinite(mean).all() and torch.isfinite(rstd).all(), \
+            f"persistent={persistent}: some outputs were never written"
+        ref = ref_layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5)
+        assert rel_error(y, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("design", ["persistent", "classic"])
+def test_backward_writes_every_element(ln, design, monkeypatch):
+    """dx, dw, db and every scratch buffer torch.empty makes are poisoned with NaN before the backward."""
+    real_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+
+    torch.manual_seed(4)
+    for m, n, programs in [(37, 100, None), (37, 100, 5), (10, 3, 3), (9, 700, 4), (64, 1, None)]:
+        x = torch.randn(m, n, device=DEVICE)
+        w = torch.randn(n, device=DEVICE)
+        dy = torch.randn(m, n, device=DEVICE)
+        y, mean, rstd = torch.empty_like(x), real_empty(m, device=DEVICE), real_empty(m, device=DEVICE)
+        ln["layer_norm_rows_forward"](x, y, w, None, mean, rstd, 1e-5)
+        monkeypatch.setattr(torch, "empty", poisoned_empty)
+        dx, dw, db = torch.empty_like(x).fill_(float("nan")), torch.empty(n), torch.empty(n)
+        dx, dw, db = dx.to(DEVICE), dw.to(DEVICE), db.to(DEVICE)
+        if design == "persistent":
+            ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=programs)
+        else:
+            ln["layer_norm_rows_backward_classic"](x, dy, dx, w, mean, rstd, dw, db)
+        monkeypatch.setattr(torch, "empty", real_empty)
+        for name, t in (("dx", dx), ("dw", dw), ("db", db)):
+            assert torch.isfinite(t).all(), f"{design}, {m} x {n}, programs={programs}: {name} not all written"
+        ins = [t.double().requires_grad_(True) for t in (x, w)]
+        g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], None, 1e-5), ins, dy.double())
+        assert rel_error(dx, g64[0]) <= 1e-5 and rel_error(dw, g64[1]) <= 1e-5
+        assert rel_error(db, dy.double().sum(0)) <= 1e-5
+
+
+@pytest.mark.parametrize("n", [300, 20_000])
+def test_persistent_backward_is_bitwise_deterministic(ln, n):
+    """Same inputs, ten runs, identical bytes (fused rows and chunked rows)."""
+    torch.manual_seed(6)
+    m = 64 if n < 1000 else 3
+    x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(n, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
+    y = ln["layer_norm"](x, n, w, b)
+    runs = [torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) for _ in range(10)]
+    for i, grads in enumerate(runs[1:], start=2):
+        for name, g, g0 in zip(("dx", "dw", "db"), grads, runs[0]):
+            assert torch.equal(g.view(torch.int16), g0.view(torch.int16)), f"run {i}: {name} differs from run 1"
+
+
+def test_classic_design_matches_float64(ln):
+    torch.manual_seed(7)
+    for dtype in DTYPES:
+        x = torch.randn(45, 300, device=DEVICE, dtype=dtype, requires_grad=True)
+        w = torch.randn(300, device=DEVICE, dtype=dtype, requires_grad=True)
+        b = torch.randn(300, device=DEVICE, dtype=dtype, requires_grad=True)
+        check_against_float64(ln["layer_norm_classic"], x, (300,), w, b, 1e-5, dtype, what=f"classic {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_weight_bias_and_grad_combinations(ln, dtype):
+    torch.manual_seed(8)
+    for has_w, has_b, x_grad, w_grad, b_grad in [
+        (False, False, True, False, False), (True, False, True, True, False), (False, True, True, False, True),
+        (True, True, False, True, True), (True, True, True, False, True), (True, True, False, False, False),
+    ]:
+        x = torch.randn(6, 4, 30, device=DEVICE, dtype=dtype).requires_grad_(x_grad)
+        w = torch.randn(4, 30, device=DEVICE, dtype=dtype).requires_grad_(w_grad) if has_w else None
+        b = torch.randn(4, 30, device=DEVICE, dtype=dtype).requires_grad_(b_grad) if has_b else None
+        check_against_float64(ln["layer_norm"], x, (4, 30), w, b, 1e-6, dtype,
+                              what=f"w {has_w} b {has_b} grads {x_grad, w_grad, b_grad}")
+
+
+def test_matches_torch_signature_and_values(ln):
+    torch.manual_seed(9)
+    x = torch.randn(3, 5, 64, device=DEVICE)
+    w, b = torch.randn(64, device=DEVICE), torch.randn(64, device=DEVICE)
+    ours = ln["layer_norm"](x, [64], weight=w, bias=b, eps=1e-3)
+    theirs = torch.nn.functional.layer_norm(x, [64], weight=w, bias=b, eps=1e-3)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_empty_tensors(ln):
+    for shape, norm in [((0, 8), (8,)), ((2, 0, 5), (5,)), ((3, 0), (0,))]:
+        x = torch.randn(shape, device=DEVICE, requires_grad=True)
+        w = torch.randn(norm, device=DEVICE, requires_grad=True)
+        b = torch.randn(norm, device=DEVICE, requires_grad=True)
+        y = ln["layer_norm"](x, norm, w, b)
+        ref = torch.nn.functional.layer_norm(x, norm, w, b)
+        assert y.shape == ref.shape == x.shape
+        dx, dw, db = torch.autograd.grad(y, (x, w, b), torch.ones_like(y))
+        assert dx.shape == x.shape and dw.shape == w.shape and db.shape == b.shape
+        assert not dw.any() and not db.any(), "the sum over zero rows is zero"
+
+
+def test_bad_inputs_raise_clear_errors(ln):
+    layer_norm = ln["layer_norm"]
+    x = torch.randn(4, 16, device=DEVICE)
+    with pytest.raises(TypeError, match="dtype"):
+        layer_norm(torch.ones(4, 16, device=DEVICE, dtype=torch.int32), (16,))
+    with pytest.raises(TypeError, match="dtype"):
+        layer_norm(x, (16,), torch.ones(16, device=DEVICE, dtype=torch.int64))
+    with pytest.raises(TypeError, match="float64"):
+        layer_norm(x.double(), (16,))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        layer_norm(x, (8,))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        layer_norm(x, (2, 4, 16))
+    with pytest.raises(ValueError, match="weight has shape"):
+        layer_norm(x, (16,), torch.ones(15, device=DEVICE))
+    with pytest.raises(ValueError, match="bias has shape"):
+        layer_norm(x, (16,), None, torch.ones(4, 16, device=DEVICE))
+    with pytest.raises(TypeError, match="normalized_shape"):
+        layer_norm(x, "16")
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        layer_norm([[1.0, 2.0]], (2,))
+    other = torch.randn(4, 16, device="meta") if DEVICE == "cpu" else torch.randn(4, 16)  # wrong device
+    with pytest.raises(ValueError, match="is on"):
+        layer_norm(other, (16,))
+    wide = torch.randn(1, 20_000, device=DEVICE, requires_grad=True)
+    y = ln["layer_norm_classic"](wide, (20_000,))
+    with pytest.raises(ValueError, match="exceeds"):  # design 1 keeps a whole row in registers
+        y.sum().backward()
+
+
+def test_page_checks_passed(ln):
+    """The tables the page shows: errors within tolerance, design 2 deterministic, sweep complete."""
+    errors, tol = ln["errors"], ln["TOLERANCE"]
+    assert (errors[ln["OURS"]].max(axis=1) <= errors.dtype.map(tol)).all()
+    det = ln["determinism"]
+    ours = det[det.design.str.startswith("2")]
+    assert (ours[["distinct dx", "distinct dw", "distinct db"]] == 1).all().all(), ours
+    results = ln["results"]
+    ours = results[results.provider == "ours"]
+    assert len(ours) == 2 * 2 * len(ln["SWEEP_N"]) and ours["GB/s"].gt(0).all()
