@@ -305,9 +305,10 @@ def softmax_bwd_online_kernel(
 # * ``BLOCK_M`` packs several short rows into one program so that each program moves at least
 #   ``MIN_ELEMENTS`` elements: a program that loads only 256 values cannot keep enough bytes in flight
 #   to hide the memory's latency.
-# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of each row (8 fp32 or 16 bf16
-#   values): two 16-byte loads in flight per thread, and room left in the register file for a second
-#   program per SM.
+# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of the row in the forward (8 fp32
+#   or 16 bf16 values: two 16-byte loads in flight per thread, and room left in the register file for a
+#   second program per SM). The backward holds two rows, both widened to fp32, so it gives each thread
+#   ``BYTES_PER_THREAD`` of fp32 values of each, whatever the input dtype.
 # * The grid. A *persistent* grid is the number of SMs times the number of programs one SM holds at
 #   once, which the compiled kernel tells us (registers per thread, shared memory, threads): each
 #   program then walks several blocks of rows. The kernels can run either way, and a measurement
@@ -393,7 +394,7 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
     n_rows, n_cols = y2d.shape
     args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
     if n_cols <= MAX_FUSED_BWD_N:
-        block_m, block_n, num_warps = fused_config(n_cols, y2d.element_size())
+        block_m, block_n, num_warps = fused_config(n_cols, 4)  # y and dy are held as fp32
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         return launch(softmax_bwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
     meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
