@@ -82,7 +82,7 @@ def test_page_loads_cleanly(browser, served, path, tmp_path):
     )
     assert not broken, f"{path}: images that did not load: {broken}"
     if path.startswith("tutorials/") and path[len("tutorials/"):][:2].isdigit():
-        assert page.locator("table.dataframe").count() >= 2, f"{path}: fewer than two tables"
+        assert page.locator(".rendered_html table").count() >= 2, f"{path}: fewer than two tables"
         assert page.locator("img.sphx-glr-single-img, img.sphx-glr-multi-img").count() >= 1, f"{path}: no plot"
         assert page.locator("math").count() >= 1, f"{path}: no math rendered"
         page.screenshot(path=str(tmp_path / "page.png"), full_page=False)
