@@ -377,28 +377,36 @@ def launch(kernel, n_tasks, args, meta, persistent):
     return grid
 
 
+def forward_plan(n_cols, element_size):
+    """(kernel, meta-parameters, rows per program) of the forward for rows of n_cols elements."""
+    if n_cols <= MAX_FUSED_N:
+        block_m, block_n, num_warps = fused_config(n_cols, element_size)
+        return softmax_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), block_m
+    return softmax_fwd_online_kernel, dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS), 1
+
+
+def backward_plan(n_cols):
+    """The same for the backward, which holds y and dy as fp32 whatever their dtype."""
+    if n_cols <= MAX_FUSED_BWD_N:
+        block_m, block_n, num_warps = fused_config(n_cols, 4)
+        return softmax_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), block_m
+    return softmax_bwd_online_kernel, dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS), 1
+
+
 def softmax_rows_forward(x2d, y2d, persistent=False):
     """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row."""
     n_rows, n_cols = x2d.shape
+    kernel, meta, block_m = forward_plan(n_cols, x2d.element_size())
     args = (x2d, y2d, n_rows, n_cols, x2d.stride(0), y2d.stride(0))
-    if n_cols <= MAX_FUSED_N:
-        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size())
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        return launch(softmax_fwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
-    meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
-    return launch(softmax_fwd_online_kernel, n_rows, args, meta, persistent)
+    return launch(kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
 
 
 def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
     """dx2d = y2d * (dy2d - rowsum(y2d * dy2d)). All 2-D, unit stride along the row."""
     n_rows, n_cols = y2d.shape
+    kernel, meta, block_m = backward_plan(n_cols)
     args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    if n_cols <= MAX_FUSED_BWD_N:
-        block_m, block_n, num_warps = fused_config(n_cols, 4)  # y and dy are held as fp32
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        return launch(softmax_bwd_kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
-    meta = dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS)
-    return launch(softmax_bwd_online_kernel, n_rows, args, meta, persistent)
+    return launch(kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
 
 
 # %%
@@ -410,17 +418,12 @@ def config_table():
     for dtype, n_cols in [(d, 2**k) for d in (torch.float32, torch.bfloat16) for k in range(8, 19)]:
         x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
         args = (x, x, 1, n_cols, n_cols, n_cols)
-        if n_cols <= MAX_FUSED_N:
-            block_m, block_n, num_warps = fused_config(n_cols, x.element_size())
-            kernel, meta = softmax_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        else:
-            block_m, block_n, num_warps = 1, ONLINE_BLOCK_N, ONLINE_NUM_WARPS
-            kernel, meta = softmax_fwd_online_kernel, dict(BLOCK_N=block_n, num_warps=num_warps)
+        kernel, meta, block_m = forward_plan(n_cols, x.element_size())
         per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
         rows.append({
             "dtype": str(dtype).replace("torch.", ""), "N": n_cols,
-            "kernel": "fused" if n_cols <= MAX_FUSED_N else "online",
-            "BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps,
+            "kernel": "fused" if kernel is softmax_fwd_kernel else "online",
+            "BLOCK_M": block_m, "BLOCK_N": meta["BLOCK_N"], "num_warps": meta["num_warps"],
             "registers / thread": n_regs if ON_GPU else "-",
             "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
             "grid at M x N = 2**26": triton.cdiv(2**26 // n_cols, block_m),
