@@ -57,6 +57,7 @@ def _free_gpu_memory(gallery_conf, fname, when=None):
     gc.collect()
     if torch is not None and _HAS_CUDA:
         torch.cuda.synchronize()
+        torch.cuda.set_stream(torch.cuda.default_stream())  # a tutorial may have left its own stream current
         torch.cuda.empty_cache()
 
 
