@@ -607,8 +607,9 @@ errors.style.format({"ours": "{:.1e}", "torch": "{:.1e}"}).hide(axis="index")
 # Benchmark
 # ---------
 # Two sweeps, every provider on the same tensors in the same process, timed by
-# :func:`triton.testing.do_bench` (median, the L2 cache flushed before each run, warm-up excluded),
-# next to a device-to-device copy of the same tensor, timed the same way:
+# :func:`triton.testing.do_bench` (median, the L2 cache flushed before each run, warm-up excluded) on
+# replays of a CUDA graph that captured the call (the GPU's time, without the Python work around the
+# kernels), next to a device-to-device copy of the same tensor, timed the same way (without a graph):
 #
 # * **the whole vector**: :math:`n` elements, from a few MB to 1 GiB in fp32, each design of
 #   ``sum_vector`` against :func:`torch.sum` and ``torch.compile``;
@@ -632,21 +633,26 @@ if ON_GPU:
     torch.cuda.set_stream(torch.cuda.Stream())
 
 
-def bench(fn):
+def bench(fn, graph=True):
     """Median time of one call of fn() in ms.
 
     On the GPU the call is captured once in a CUDA graph, and triton.testing.do_bench times replays
     of it (median, the L2 cache flushed before each, warm-up excluded): the same kernels with the same
     arguments, without Python's per-call work, so every provider is timed on what its kernels cost
-    the GPU. On the CPU, a wall clock.
+    the GPU. ``graph=False`` times fn() itself: the speed of light does, because inside a graph CUDA
+    may turn a large device-to-device copy into a copy-engine transfer, slower than the copy kernel
+    PyTorch launches. On the CPU, a wall clock.
     """
     fn()  # compile and warm up outside the timing
+    if ON_GPU and not graph:
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
     if ON_GPU:
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
             fn()
-        return triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")
+        return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -684,7 +690,7 @@ def measure(records, x, providers, check, **labels):
     """Time the copy and every provider on x; append one record per provider."""
     nbytes = x.numel() * x.element_size()
     copy_out = torch.empty_like(x)
-    light = 2 * nbytes / bench(lambda: copy_out.copy_(x)) * 1e-6
+    light = 2 * nbytes / bench(lambda: copy_out.copy_(x), graph=False) * 1e-6
     del copy_out
     reference = check()
     for name, fn in providers.items():
@@ -852,7 +858,7 @@ def layout_table():
     out = torch.empty(LAYOUT_N, device=DEVICE)
     nbytes = x.numel() * x.element_size()
     copy_out = torch.empty_like(x)
-    light = 2 * nbytes / bench(lambda: copy_out.copy_(x)) * 1e-6
+    light = 2 * nbytes / bench(lambda: copy_out.copy_(x), graph=False) * 1e-6
     del copy_out
     cases = {"row kernel on x.T": lambda: sum_rows(x.t(), out)}
     for block_n in (16, 64, 128, 256, 1024):

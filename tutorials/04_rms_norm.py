@@ -363,7 +363,9 @@ def rms_norm_bwd_chunked_kernel(
 # * ``num_warps`` comes from bytes, not elements: each thread handles about ``BYTES_PER_THREAD`` bytes
 #   of each tensor, so a bf16 row gets half the warps of an fp32 row of the same length. The backward
 #   keeps more tiles alive per thread (:math:`x`, :math:`dy`, the prefetched next block and
-#   ``dw_partial``) where the forward keeps one, so it takes fewer bytes per thread.
+#   ``dw_partial``) where the forward keeps one, so it takes fewer bytes per thread, and half that
+#   again for a row of ``WIDE_ROW_BYTES`` or more, which fills a program on its own (measured faster on an H100
+#   for bf16 rows of 8192 and fp32 rows of 4096; ``dev/sweep_gpu.py`` in the repository times it).
 # * The forward's grid is one program per block of rows. The backward's grid has as many programs per
 #   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows): this
 #   sets :math:`P`, the number of ``dw_partial`` rows, kept small so that writing and summing the
@@ -372,7 +374,7 @@ def rms_norm_bwd_chunked_kernel(
 
 FWD = dict(MAX_FUSED_N=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=4096)
 BWD = dict(MAX_FUSED_BYTES=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
-           CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
+           WIDE_ROW_BYTES=16384, CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
@@ -433,7 +435,11 @@ def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_
     """(kernel, grid, meta) of the backward for these sizes; the grid is also P, the partials' count."""
     cfg = config or BWD
     if chunk_n is None and n_cols * element_size <= cfg["MAX_FUSED_BYTES"]:
-        block_m, block_n, num_warps = fused_config(n_cols, element_size, **cfg)
+        # A row of WIDE_ROW_BYTES or more is a whole block on its own: it gets half the bytes per
+        # thread, twice the warps, to spread its loads and its reduction over more threads.
+        wide = n_cols * element_size >= cfg["WIDE_ROW_BYTES"]
+        block_m, block_n, num_warps = fused_config(
+            n_cols, element_size, **dict(cfg, BYTES_PER_THREAD=cfg["BYTES_PER_THREAD"] // (2 if wide else 1)))
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         per_sm = max(1, cfg["WARPS_PER_SM"] // num_warps)
         kernel, n_tasks = rms_norm_bwd_kernel, triton.cdiv(n_rows, block_m)
@@ -672,8 +678,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in (" y", "dx
 # Each point of the sweep uses :math:`M \times N` elements with :math:`M N = 2^{26}` on a GPU (256 MB in
 # fp32, 128 MB in bf16: far more than the 50 MB L2 cache, so every pass really goes to memory). Every
 # provider runs on the same tensors in the same process, timed by :func:`triton.testing.do_bench`
-# (median, the L2 cache flushed before each run, warm-up excluded). The *speed of light* is a
-# device-to-device copy of :math:`x`, timed the same way, counting the bytes read and written.
+# (median, the L2 cache flushed before each run, warm-up excluded), on replays of a CUDA graph that
+# captured the call: the GPU's time, without the Python work around the kernels. The *speed of
+# light* is a device-to-device copy of :math:`x`, timed the same way (without a graph), counting the
+# bytes read and written.
 #
 # GB/s counts the bytes a perfect kernel must move: forward, :math:`x` read and :math:`y` written;
 # backward, :math:`x` and :math:`dy` read and :math:`dx` written. The weight, its gradient, :math:`r` and
@@ -703,21 +711,26 @@ if ON_GPU:
     torch.cuda.set_stream(torch.cuda.Stream())
 
 
-def bench(fn):
+def bench(fn, graph=True):
     """Median time of one call of fn() in ms.
 
     On the GPU the call is captured once in a CUDA graph, and triton.testing.do_bench times replays
     of it (median, the L2 cache flushed before each, warm-up excluded): the same kernels with the same
     arguments, without Python's per-call work, so every provider is timed on what its kernels cost
-    the GPU. On the CPU, a wall clock.
+    the GPU. ``graph=False`` times fn() itself: the speed of light does, because inside a graph CUDA
+    may turn a large device-to-device copy into a copy-engine transfer, slower than the copy kernel
+    PyTorch launches. On the CPU, a wall clock.
     """
     fn()  # compile and warm up outside the timing
+    if ON_GPU and not graph:
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
     if ON_GPU:
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
             fn()
-        return triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")
+        return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -755,7 +768,7 @@ def run_sweep():
             dy = torch.randn_like(x)
             nbytes = x.numel() * x.element_size()
             out = torch.empty_like(x)
-            copy_ms = bench(lambda: out.copy_(x))
+            copy_ms = bench(lambda: out.copy_(x), graph=False)
             reference = F.rms_norm(x.float(), (n_cols,), w.float(), EPS)
             for name, fn in fns.items():
                 for direction in ("forward", "backward"):
