@@ -310,7 +310,7 @@ def layer_norm_bwd_classic_kernel(
 # Design 2: a persistent, lock-free reduction
 # -------------------------------------------
 # Launch only as many programs as the GPU runs at once (a *persistent* grid, as in tutorial 01):
-# program :math:`p` of :math:`P` takes the blocks of ``BLOCK_M`` rows :math:`p, p + P, p + 2P, \dots`
+# program :math:`p` of :math:`P` takes the blocks of ``BLOCK_M`` rows :math:`p`, :math:`p + P`, :math:`p + 2P`, and so on.
 # For each block it computes :math:`dx` and adds :math:`dy \odot \hat{x}` and :math:`dy` into
 # accumulators that live in its registers, in fp32. When its rows are done it writes one partial row
 # of :math:`dw` and one of :math:`db` into its own line of a ``[P, N]`` buffer: no other program
