@@ -18,7 +18,8 @@ deterministic, as a drop-in for :func:`torch.nn.functional.layer_norm`.
 * how to fuse the statistics, the normalization and the affine step into one pass over each row;
 * how to derive the backward pass, and why :math:`dw` and :math:`db` are the hard part;
 * how a spin-locked accumulation races, how to fix it, and why its result still changes between runs;
-* how a persistent grid with per-program partial sums makes the reduction deterministic and faster.
+* how a persistent grid with per-program partial sums makes the reduction deterministic, and faster
+  wherever its accumulators fit in registers (the benchmark shows where they stop fitting).
 
 **Prerequisites**: PyTorch, the first two official Triton tutorials, and ideally tutorial 01 of this
 site (fused softmax), whose block-size and grid heuristics this page reuses. On a machine without a
