@@ -613,15 +613,15 @@ def bench(fn, graph=True):
     PyTorch launches. On the CPU, a wall clock.
     """
     fn()  # compile and warm up outside the timing
-    if ON_GPU and not graph:
-        torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
     if ON_GPU:
         torch.cuda.synchronize()
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
-            fn()
-        return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
+        timed = fn
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+                fn()
+            timed = captured.replay
+        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()

@@ -311,8 +311,8 @@ def layer_norm_bwd_classic_kernel(
 # Design 2: a persistent, lock-free reduction
 # -------------------------------------------
 # Launch only as many programs as the GPU runs at once (a *persistent* grid, as in tutorial 01):
-# program :math:`p` of :math:`P` takes the blocks of ``BLOCK_M`` rows :math:`p`, :math:`p + P`, :math:`p + 2P`, and so on.
-# For each block it computes :math:`dx` and adds :math:`dy \odot \hat{x}` and :math:`dy` into
+# program :math:`p` of :math:`P` takes the blocks of ``BLOCK_M`` rows :math:`p`, :math:`p + P`,
+# :math:`p + 2P`, and so on. For each block it computes :math:`dx` and adds :math:`dy \odot \hat{x}` and :math:`dy` into
 # accumulators that live in its registers, in fp32. When its rows are done it writes one partial row
 # of :math:`dw` and one of :math:`db` into its own line of a ``[P, N]`` buffer: no other program
 # touches that line, so there is no lock and no atomic. A small second kernel sums the lines, in a
@@ -1008,15 +1008,15 @@ def bench(fn, graph=True):
     PyTorch launches. On the CPU, a wall clock.
     """
     fn()  # compile and warm up outside the timing
-    if ON_GPU and not graph:
-        torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
     if ON_GPU:
         torch.cuda.synchronize()
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
-            fn()
-        return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
+        timed = fn
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+                fn()
+            timed = captured.replay
+        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()

@@ -364,8 +364,9 @@ def rms_norm_bwd_chunked_kernel(
 #   of each tensor, so a bf16 row gets half the warps of an fp32 row of the same length. The backward
 #   keeps more tiles alive per thread (:math:`x`, :math:`dy`, the prefetched next block and
 #   ``dw_partial``) where the forward keeps one, so it takes fewer bytes per thread, and half that
-#   again for a row of ``WIDE_ROW_BYTES`` or more, which fills a program on its own (measured faster on an H100
-#   for bf16 rows of 8192 and fp32 rows of 4096; ``dev/sweep_gpu.py`` in the repository times it).
+#   again for a row of ``WIDE_ROW_BYTES`` or more, which fills a program on its own (measured faster
+#   on an H100 for bf16 rows of 8192 and fp32 rows of 4096; ``dev/sweep_gpu.py`` in the repository
+#   times it).
 # * The forward's grid is one program per block of rows. The backward's grid has as many programs per
 #   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows): this
 #   sets :math:`P`, the number of ``dw_partial`` rows, kept small so that writing and summing the
@@ -722,15 +723,15 @@ def bench(fn, graph=True):
     PyTorch launches. On the CPU, a wall clock.
     """
     fn()  # compile and warm up outside the timing
-    if ON_GPU and not graph:
-        torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
     if ON_GPU:
         torch.cuda.synchronize()
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
-            fn()
-        return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
+        timed = fn
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+                fn()
+            timed = captured.replay
+        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()
