@@ -109,6 +109,35 @@ def test_chunked_kernels_forced(tut):
     assert torch.equal(dx2, dx)
 
 
+@pytest.mark.parametrize("flag_words", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_split_kernel_forced(tut, flag_words, dtype):
+    """The wide-row (split) backward on small rows, both ways of waiting, two rows per block with a
+    padded last block, several groups, with and without dw; outputs poisoned first. (Under the
+    interpreter a row has one slice: programs run one at a time and must not wait for each other.)"""
+    m, n = 7, 300
+    x = (2 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    w = torch.randn(n, device=DEVICE).to(dtype)
+    dy = torch.randn(m, n, device=DEVICE).to(dtype)
+    rstd, y = torch.empty(m, device=DEVICE), torch.empty_like(x)
+    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
+    # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
+    split = {size: dict(MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1) for size in (2, 4)}
+    config = dict(tut["BWD"], MAX_FUSED_N=64, SPLIT=split)
+    kernel, grid, meta = tut["backward_launch"](m, n, x.element_size(), True, True, config=config, dtype=dtype)
+    assert kernel is tut["rms_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
+    assert meta["BLOCK_M"] == 2 and grid // meta["SLICES"] > 1
+    dx_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=dtype)
+    dx, dw = dx_store[:, :n], torch.full_like(w, float("nan"))
+    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, config=config)
+    assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
+    _, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
+    assert rel(dx, dx64) <= TOL[dtype] and rel(dw, dw64) <= TOL[dtype]
+    dx2 = torch.full_like(x, float("nan"))
+    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx2, None, config=config)  # dx only
+    assert torch.equal(dx2, dx)
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
 @pytest.mark.parametrize("weight", [True, False])
 def test_poisoned_outputs_fully_written(tut, shape, weight):

@@ -252,8 +252,8 @@ def dw_reduce_kernel(
 # ---------------------------
 # A program holds at most a few tens of thousands of fp32 values in registers, and the backward needs
 # three row-sized tiles at once (:math:`x`, :math:`dy`, ``dw_partial``), two more while it prefetches.
-# Past ``MAX_FUSED_N`` columns forward, ``MAX_FUSED_BYTES`` of row backward, the row is
-# streamed in chunks of ``CHUNK_N``: a first pass reduces it (sum of squares forward, dot product
+# Past ``MAX_FUSED_N`` columns (forward: ``FWD``, backward: ``BWD``), the forward streams each row
+# in chunks of ``CHUNK_N``: a first pass reduces it (sum of squares forward, dot product
 # backward), a second pass walks it backwards and writes the output. The first pass asks the cache to
 # keep what it reads (``eviction_policy="evict_last"``), the second reads the row's last chunks first
 # (the ones most likely to still be in L2) and marks them as done (``"evict_first"``), and the output
@@ -262,7 +262,8 @@ def dw_reduce_kernel(
 # in registers: each program adds into its own row of ``dw_partial`` in global memory, which it alone
 # touches, so it is still deterministic. These kernels read each row twice (the second time mostly
 # from L2) and the backward also reads and writes its ``dw_partial`` row for every row, so they are
-# the slow end of the range.
+# the slow end of the range. The backward uses its chunked kernel only for rows past
+# ``MAX_SPLIT_N``: the next section has a faster way for the rows in between.
 
 
 @triton.jit
@@ -352,12 +353,115 @@ def rms_norm_bwd_chunked_kernel(
 
 
 # %%
+# Wide rows: one row shared by several programs
+# ---------------------------------------------
+# The chunked kernel pays for its ``dw_partial`` row in memory on every row. There is a better way
+# when the row is too wide for one program: split it. ``SLICES`` programs (a *group*) share each row,
+# each owning a slice of ``BLOCK_N`` columns: it loads its slice of :math:`x` and :math:`dy` once and
+# keeps ``dw`` for those columns in fp32 registers, as in the fused kernel. The one thing a slice cannot
+# compute alone is :math:`c = \frac{1}{N}\sum_j g_j \hat{x}_j`, a sum over the whole row. So each program
+# publishes its share of the sum in global memory, waits until the other slices of the row have
+# published theirs, and adds the ``SLICES`` shares in a fixed order (the same bits in every program and
+# on every run). Then it writes its slice of :math:`dx`. The loads of the next block are issued before
+# the wait, so the memory keeps working while the programs of a group wait for each other.
+#
+# Waiting for another program is only safe if that program is running: the grid must fit on the GPU at
+# once, or a waiting program could hold the SM that the program it waits for needs. The launcher sizes
+# the grid from the compiled kernel's occupancy (the same ``programs_per_sm`` as above), and falls back
+# to the chunked kernel when a group cannot fit. Another kernel that holds SMs forever while this one
+# runs (on another stream) could still stall it; the kernels on this page never do.
+#
+# How a program waits costs more than it seems: it happens once per block of rows, and a round trip to
+# the L2 cache takes about a microsecond, as long as an H100 SM takes to stream a few tens of KB. Two
+# ways, both measured (``dev/split_bwd_gpu.py`` in the repository):
+#
+# * **flag words** (``FLAG_WORDS=True``): each share is written as one 64-bit word, a "written" bit above
+#   the fp32 bits of the value, into a buffer cleared before the launch. A program reads the words of its
+#   row until every bit is set: one round trip when the others are done. This is the faster way for
+#   programs of up to 16 warps (bf16 rows here).
+# * **a counter** per block of rows: shares are plain stores, then a barrier (so that every thread's
+#   store is issued before the counter moves) and an atomic add with *release* semantics; one thread
+#   polls the counter with *acquire* semantics, and the shares are then read past the L1 cache
+#   (``cache_modifier=".cg"``: another SM wrote them). Three round trips, but only one thread polls;
+#   with 32 warps, where 1024 threads reading the flag words would each take part in every poll, this
+#   measured faster (fp32 rows here).
+#
+# The buffers are cleared by a ``torch.zeros`` per call (a few KB), so nothing carries over from one
+# call to the next. Under Triton's interpreter, programs run one after another, never at the same time:
+# a program waiting for the next one would wait forever, so there the launcher gives each row one slice
+# (the same kernel, which then never waits).
+
+
+@triton.jit
+def rms_norm_bwd_split_kernel(
+    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, shares_ptr, counter_ptr, n_rows, n_cols,
+    x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    rows = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+    for block in tl.range(group, tl.cdiv(n_rows, BLOCK_M), n_groups):
+        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]
+        next_rows = next_rows.to(tl.int64)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+        rstd = tl.load(rstd_ptr + rows)
+        x_hat = x * rstd[:, None]
+        g = dy * w[None, :] if HAS_WEIGHT else dy
+        if COMPUTE_DW:
+            dw_acc += dy * x_hat
+        mine = tl.sum(g * x_hat, axis=1)  # this slice's share of each row's sum
+        slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]  # the row's shares
+        if FLAG_WORDS:
+            word = (mine.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000
+            tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+            words = tl.load(slots, volatile=True)
+            while tl.min(words >> 32) == 0:  # some slice has not written yet
+                words = tl.load(slots, volatile=True)
+            shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        else:
+            tl.store(shares_ptr + rows * SLICES + part, mine, mask=row_ok)
+            tl.debug_barrier()  # every thread's store is issued before the counter moves
+            arrived = tl.atomic_add(counter_ptr + block, 1, sem="release") + 1
+            while arrived < SLICES:
+                arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+            shares = tl.load(slots, cache_modifier=".cg")
+        c = tl.sum(shares, axis=1) / n_cols
+        dx = (g - x_hat * c[:, None]) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+    if COMPUTE_DW:  # one partial row per group; each slice writes its columns of it
+        tl.store(dw_partial_ptr + tl.cast(group, tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+
+
+# %%
 # Block size, warps and grid
 # --------------------------
 # The choices live in one place, apart from the kernels, as in the softmax tutorial:
 #
-# * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N`` elements forward
-#   and ``MAX_FUSED_BYTES`` of row backward (in bf16 the backward keeps rows twice as long).
+# * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N`` elements (the
+#   forward holds one tile per element, the backward three and two more in flight, so its limit is
+#   lower). Wider backward rows are split into ``SLICES`` slices of at most ``SLICE_N`` columns, at
+#   least ``MIN_SLICES`` of them, with blocks of about ``TILE`` elements: ``SPLIT`` holds these per
+#   element size, as measured fastest on an H100 (``dev/split_bwd_gpu.py``).
 # * ``BLOCK_M`` packs short rows so that each program moves at least ``MIN_ELEMENTS`` elements per
 #   step: enough bytes in flight to hide the memory's latency.
 # * ``num_warps`` comes from bytes, not elements: each thread handles about ``BYTES_PER_THREAD`` bytes
@@ -368,14 +472,19 @@ def rms_norm_bwd_chunked_kernel(
 #   on an H100 for bf16 rows of 8192 and fp32 rows of 4096; ``dev/sweep_gpu.py`` in the repository
 #   times it).
 # * The forward's grid is one program per block of rows. The backward's grid has as many programs per
-#   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows): this
-#   sets :math:`P`, the number of ``dw_partial`` rows, kept small so that writing and summing the
+#   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows), and
+#   never more than the compiled kernel's occupancy allows for the split kernel, whose programs wait
+#   for each other. This sets :math:`P`, the number of ``dw_partial`` rows (one per group of slices), kept small so that writing and summing the
 #   partials costs little next to the rows themselves. Each program hides its latency by prefetching,
 #   not by having many neighbours on its SM.
 
 FWD = dict(MAX_FUSED_N=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=4096)
-BWD = dict(MAX_FUSED_BYTES=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
-           WIDE_ROW_BYTES=16384, CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
+BWD = dict(MAX_FUSED_N=8192, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
+           WIDE_ROW_BYTES=16384, MAX_SPLIT_N=131072, SLICE_N=4096, CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
+# The split kernel, by element size in bytes: at least MIN_SLICES slices of at most SLICE_N columns,
+# blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
+SPLIT = {2: dict(MIN_SLICES=8, TILE=4096, BYTES_PER_THREAD=32),
+         4: dict(MIN_SLICES=4, TILE=8192, BYTES_PER_THREAD=16)}
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
@@ -432,10 +541,36 @@ def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, confi
     return rms_norm_fwd_chunked_kernel, n_rows, meta  # one program per row
 
 
-def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_n=None, config=None):
-    """(kernel, grid, meta) of the backward for these sizes; the grid is also P, the partials' count."""
+def split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, config=None):
+    """(kernel, grid, meta) of the split backward, or None if a group of slices cannot fit on the GPU."""
     cfg = config or BWD
-    if chunk_n is None and n_cols * element_size <= cfg["MAX_FUSED_BYTES"]:
+    element_size = torch.empty((), dtype=dtype).element_size()
+    split = cfg.get("SPLIT", SPLIT)[min(element_size, 4)]
+    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
+    if ON_GPU:
+        slices = min(cfg["MAX_SPLIT_N"] // cfg["SLICE_N"],
+                     max(split["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))))
+    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
+    block_m = max(1, split["TILE"] // block_n)
+    num_warps = warps_for(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
+    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
+                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
+    r = torch.empty(1, device=DEVICE, dtype=torch.float32)
+    fit, _, _ = programs_per_sm(rms_norm_bwd_split_kernel, (x, x, r, x, x, r, r, r, 1, n_cols, 1, 1, 1), meta)
+    per_sm = min(fit, max(1, cfg["WARPS_PER_SM"] // num_warps))  # never more than fit at once
+    groups = min(triton.cdiv(n_rows, block_m), per_sm * NUM_SMS // slices)
+    if groups < 1:
+        return None
+    return rms_norm_bwd_split_kernel, groups * slices, meta
+
+
+def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_n=None, config=None,
+                    dtype=None):
+    """(kernel, grid, meta) of the backward for these sizes. The kernel writes grid // SLICES partial
+    rows of dw (SLICES is 1 but for the split kernel)."""
+    cfg = config or BWD
+    if chunk_n is None and n_cols <= cfg["MAX_FUSED_N"]:
         # A row of WIDE_ROW_BYTES or more is a whole block on its own: it gets half the bytes per
         # thread, twice the warps, to spread its loads and its reduction over more threads.
         wide = n_cols * element_size >= cfg["WIDE_ROW_BYTES"]
@@ -445,6 +580,11 @@ def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_
         per_sm = max(1, cfg["WARPS_PER_SM"] // num_warps)
         kernel, n_tasks = rms_norm_bwd_kernel, triton.cdiv(n_rows, block_m)
     else:
+        if chunk_n is None and n_cols <= cfg["MAX_SPLIT_N"]:
+            dtype = dtype or {2: torch.bfloat16, 4: torch.float32}.get(element_size, torch.float32)
+            launch = split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, cfg)
+            if launch is not None:
+                return launch
         chunk = chunk_n or cfg["CHUNK_N"]
         meta = dict(CHUNK_N=chunk, num_warps=warps_for(chunk, element_size, cfg["BYTES_PER_THREAD"]))
         kernel, n_tasks, per_sm = rms_norm_bwd_chunked_kernel, n_rows, cfg["CHUNK_PROGRAMS_PER_SM"]
@@ -468,21 +608,28 @@ def rms_norm_rows_forward(x2d, w, y2d, rstd, eps, chunk_n=None, config=None):
 def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, config=None):
     """dx2d and (when dw is not None) dw from x2d, w, rstd and dy2d. Returns the grid size.
 
-    dw is a 1-D tensor of n_cols elements in the weight's dtype, written entirely. ``config`` overrides
-    ``BWD``.
+    dw is a 1-D tensor of n_cols elements in the weight's dtype, written entirely. ``chunk_n`` forces
+    the chunked kernel with that chunk; ``config`` overrides ``BWD``.
     """
     n_rows, n_cols = x2d.shape
     compute_dw = w is not None and dw is not None
     kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
-                                         chunk_n, config)
+                                         chunk_n, config, x2d.dtype)
+    n_partials = grid // meta.get("SLICES", 1)
     # every program writes its whole partial row: no buffer needs clearing
-    dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
-    kernel[(grid,)](x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
-                    x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
+    dw_partial = torch.empty((n_partials, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
+    args = [x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial]
+    if kernel is rms_norm_bwd_split_kernel and meta["FLAG_WORDS"]:  # cleared: no "written" bit set yet
+        shares = torch.zeros((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.int64)
+        args += [shares, shares]  # (no counter)
+    elif kernel is rms_norm_bwd_split_kernel:  # the shares, and one counter per block of rows, at 0
+        shares = torch.empty((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.float32)
+        args += [shares, torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=x2d.device, dtype=torch.int32)]
+    kernel[(grid,)](*args, n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
     if compute_dw:  # narrow strips of columns: many programs, each summing all P partials in order
         block_n = 16 if n_cols <= 4096 else 32
         dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](
-            dw_partial, dw, grid, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
+            dw_partial, dw, n_partials, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
     return grid
 
 
@@ -501,12 +648,15 @@ def config_table(dtype=torch.bfloat16):
                 kernel, _, meta = forward_launch(1, n_cols, x.element_size(), True)
                 args = (x, x, x, r, 1, n_cols, n_cols, n_cols, 1e-6)
             else:
-                kernel, _, meta = backward_launch(1, n_cols, x.element_size(), True, True)
-                args = (x, x, r, x, x, r, 1, n_cols, n_cols, n_cols, n_cols)
-            chunked = "CHUNK_N" in meta
+                kernel, _, meta = backward_launch(2**16, n_cols, x.element_size(), True, True, dtype=dtype)
+                args = (x, x, r, x, x, r) + ((r, r) if "SLICES" in meta else ()) + (1, n_cols, n_cols, n_cols, n_cols)
             per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
-            row[f"{direction}: tile"] = f"chunks of {meta['CHUNK_N']}" if chunked else \
-                f"{meta['BLOCK_M']} x {meta['BLOCK_N']}"
+            if "CHUNK_N" in meta:
+                row[f"{direction}: tile"] = f"chunks of {meta['CHUNK_N']}"
+            else:
+                row[f"{direction}: tile"] = f"{meta['BLOCK_M']} x {meta['BLOCK_N']}"
+            if "SLICES" in meta:
+                row[f"{direction}: tile"] += f", 1/{meta['SLICES']} of a row"
             row[f"{direction}: warps"] = meta["num_warps"]
             row[f"{direction}: registers"] = n_regs if ON_GPU else "-"
             row[f"{direction}: programs / SM"] = per_sm if ON_GPU else "-"
@@ -628,11 +778,13 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 # The reference is :func:`torch.nn.functional.rms_norm` in float64 on the same inputs. The error is
 # :math:`\lVert out - ref \rVert / \lVert ref \rVert` for :math:`y`, :math:`dx` and :math:`dw`, next to
 # PyTorch's own error in the same dtype: ours should be no worse. The shapes cover a row of one
-# element, odd row lengths, several rows per program, and rows long enough for the chunked kernels.
+# element, odd row lengths, several rows per program, and rows long enough for the split and chunked
+# kernels.
 
 torch.manual_seed(0)
 if ON_GPU:
-    CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003)]
+    CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 100_003),
+                    (4, 200_001)]
 else:
     CHECK_SHAPES = [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
 
@@ -938,10 +1090,13 @@ two_pass_table()
 # %%
 # Going further
 # -------------
-# * **Long rows.** Past the fused limits the chunked kernels read each row twice and keep ``dw_partial``
-#   in global memory, so they fall below the speed of light. quack keeps long rows on chip by spreading
-#   each over a *cluster* of thread blocks that read each other's shared memory (Hopper's distributed
-#   shared memory), which Triton does not expose today.
+# * **Long rows.** The split backward shares a row between programs through global memory, and pays
+#   one L2 round trip or more per block of rows for it; the bf16 rows, whose blocks hold fewer bytes,
+#   feel it most. quack spreads a row over a *cluster* of thread blocks that read each other's shared
+#   memory (Hopper's distributed shared memory), a much shorter trip, which Triton does not expose
+#   today. Past ``MAX_SPLIT_N`` columns, the chunked kernels read each row twice and keep
+#   ``dw_partial`` in global memory. The forward at long rows could use the split too, with the sum of
+#   squares as the shared value.
 # * **The size of** :math:`P`. Each program of the backward writes one fp32 row of ``dw_partial``, and
 #   the final pass reads them all: :math:`8PN` bytes next to the :math:`3MN \times` (element size) of
 #   the model. When :math:`M` is small (few tokens, a wide model) that is no longer negligible: try a
