@@ -541,6 +541,17 @@ def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, confi
     return rms_norm_fwd_chunked_kernel, n_rows, meta  # one program per row
 
 
+def split_warmup_args(n_cols, dtype, meta):
+    """Arguments of the split kernel's types, to compile it and read its occupancy."""
+    x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
+    r = torch.empty(1, device=DEVICE, dtype=torch.float32)
+    if meta["FLAG_WORDS"]:
+        shares = counter = torch.empty(1, device=DEVICE, dtype=torch.int64)
+    else:
+        shares, counter = r, torch.empty(1, device=DEVICE, dtype=torch.int32)
+    return (x, x, r, x, x, r, shares, counter, 1, n_cols, 1, 1, 1)
+
+
 def split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, config=None):
     """(kernel, grid, meta) of the split backward, or None if a group of slices cannot fit on the GPU."""
     cfg = config or BWD
@@ -555,9 +566,7 @@ def split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, config=None):
     num_warps = warps_for(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
     meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
-    r = torch.empty(1, device=DEVICE, dtype=torch.float32)
-    fit, _, _ = programs_per_sm(rms_norm_bwd_split_kernel, (x, x, r, x, x, r, r, r, 1, n_cols, 1, 1, 1), meta)
+    fit, _, _ = programs_per_sm(rms_norm_bwd_split_kernel, split_warmup_args(n_cols, dtype, meta), meta)
     per_sm = min(fit, max(1, cfg["WARPS_PER_SM"] // num_warps))  # never more than fit at once
     groups = min(triton.cdiv(n_rows, block_m), per_sm * NUM_SMS // slices)
     if groups < 1:
@@ -649,7 +658,9 @@ def config_table(dtype=torch.bfloat16):
                 args = (x, x, x, r, 1, n_cols, n_cols, n_cols, 1e-6)
             else:
                 kernel, _, meta = backward_launch(2**16, n_cols, x.element_size(), True, True, dtype=dtype)
-                args = (x, x, r, x, x, r) + ((r, r) if "SLICES" in meta else ()) + (1, n_cols, n_cols, n_cols, n_cols)
+                args = (x, x, r, x, x, r, 1, n_cols, n_cols, n_cols, n_cols)
+                if "SLICES" in meta:
+                    args = split_warmup_args(n_cols, dtype, meta)
             per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
             if "CHUNK_N" in meta:
                 row[f"{direction}: tile"] = f"chunks of {meta['CHUNK_N']}"
