@@ -505,7 +505,10 @@ _occupancy = {}
 
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once, and what limits it."""
-    key = (kernel, tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(meta.items())))
+    # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
+    # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
+    key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
+           tuple(sorted(meta.items())))
     if key in _occupancy:
         return _occupancy[key]
     threads = 32 * meta["num_warps"]
@@ -541,19 +544,24 @@ def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, confi
     return rms_norm_fwd_chunked_kernel, n_rows, meta  # one program per row
 
 
-def split_warmup_args(n_cols, dtype, meta):
-    """Arguments of the split kernel's types, to compile it and read its occupancy."""
-    x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
-    r = torch.empty(1, device=DEVICE, dtype=torch.float32)
+def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
+    """The split kernel's arguments: the tensors, the shares' slots (cleared when they are flag words)
+    and the counters (cleared), then the sizes and strides. ``clear=False``: one-element buffers of the
+    same types, enough to compile the kernel."""
+    n_rows, n_cols = x2d.shape
+    size = (n_rows, meta["SLICES"]) if clear else (1,)
     if meta["FLAG_WORDS"]:
-        shares = counter = torch.empty(1, device=DEVICE, dtype=torch.int64)
+        shares = counter = torch.zeros(size, device=x2d.device, dtype=torch.int64)
     else:
-        shares, counter = r, torch.empty(1, device=DEVICE, dtype=torch.int32)
-    return (x, x, r, x, x, r, shares, counter, 1, n_cols, 1, 1, 1)
+        shares = torch.empty(size, device=x2d.device, dtype=torch.float32)
+        n_blocks = triton.cdiv(n_rows, meta["BLOCK_M"]) if clear else 1
+        counter = torch.zeros(n_blocks, device=x2d.device, dtype=torch.int32)
+    return (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, shares, counter, n_rows, n_cols,
+            x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
 
 
-def split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, config=None):
-    """(kernel, grid, meta) of the split backward, or None if a group of slices cannot fit on the GPU."""
+def split_plan(n_cols, dtype, has_weight, compute_dw, config=None):
+    """meta-parameters of the split backward for rows of n_cols."""
     cfg = config or BWD
     element_size = torch.empty((), dtype=dtype).element_size()
     split = cfg.get("SPLIT", SPLIT)[min(element_size, 4)]
@@ -564,14 +572,20 @@ def split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, config=None):
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, split["TILE"] // block_n)
     num_warps = warps_for(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
-    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
+    return dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
                 BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    fit, _, _ = programs_per_sm(rms_norm_bwd_split_kernel, split_warmup_args(n_cols, dtype, meta), meta)
-    per_sm = min(fit, max(1, cfg["WARPS_PER_SM"] // num_warps))  # never more than fit at once
-    groups = min(triton.cdiv(n_rows, block_m), per_sm * NUM_SMS // slices)
-    if groups < 1:
-        return None
-    return rms_norm_bwd_split_kernel, groups * slices, meta
+
+
+def split_grid(x2d, w, rstd, dy2d, dx2d, meta, config=None, n_rows=None):
+    """Programs of the split kernel for these very tensors, so that the occupancy is the one of the
+    version Triton compiles for them: whole groups, all on the GPU at once; 0 if a group cannot fit."""
+    cfg = config or BWD
+    args = split_args(x2d, w, rstd, dy2d, dx2d, rstd, meta, clear=False)
+    fit, _, _ = programs_per_sm(rms_norm_bwd_split_kernel, args, meta)
+    per_sm = min(fit, max(1, cfg["WARPS_PER_SM"] // meta["num_warps"]))
+    n_rows = x2d.shape[0] if n_rows is None else n_rows
+    groups = min(triton.cdiv(n_rows, meta["BLOCK_M"]), per_sm * NUM_SMS // meta["SLICES"])
+    return groups * meta["SLICES"]
 
 
 def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_n=None, config=None,
@@ -591,9 +605,13 @@ def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_
     else:
         if chunk_n is None and n_cols <= cfg["MAX_SPLIT_N"]:
             dtype = dtype or {2: torch.bfloat16, 4: torch.float32}.get(element_size, torch.float32)
-            launch = split_launch(n_rows, n_cols, dtype, has_weight, compute_dw, cfg)
-            if launch is not None:
-                return launch
+            meta = split_plan(n_cols, dtype, has_weight, compute_dw, cfg)
+            # the grid for contiguous rows; rms_norm_rows_backward sizes it again for the real tensors
+            x = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
+            r = torch.empty(16, device=DEVICE, dtype=torch.float32)
+            grid = split_grid(x, x, r, x, x, meta, cfg, n_rows)
+            if grid > 0:
+                return rms_norm_bwd_split_kernel, grid, meta
         chunk = chunk_n or cfg["CHUNK_N"]
         meta = dict(CHUNK_N=chunk, num_warps=warps_for(chunk, element_size, cfg["BYTES_PER_THREAD"]))
         kernel, n_tasks, per_sm = rms_norm_bwd_chunked_kernel, n_rows, cfg["CHUNK_PROGRAMS_PER_SM"]
@@ -624,17 +642,20 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, config=No
     compute_dw = w is not None and dw is not None
     kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
                                          chunk_n, config, x2d.dtype)
+    if kernel is rms_norm_bwd_split_kernel:  # its programs wait for each other: all must fit at once
+        grid = split_grid(x2d, w, rstd, dy2d, dx2d, meta, config)
+        if grid == 0:
+            kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
+                                                 (config or BWD)["CHUNK_N"], config, x2d.dtype)
     n_partials = grid // meta.get("SLICES", 1)
     # every program writes its whole partial row: no buffer needs clearing
     dw_partial = torch.empty((n_partials, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
-    args = [x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial]
-    if kernel is rms_norm_bwd_split_kernel and meta["FLAG_WORDS"]:  # cleared: no "written" bit set yet
-        shares = torch.zeros((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.int64)
-        args += [shares, shares]  # (no counter)
-    elif kernel is rms_norm_bwd_split_kernel:  # the shares, and one counter per block of rows, at 0
-        shares = torch.empty((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.float32)
-        args += [shares, torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=x2d.device, dtype=torch.int32)]
-    kernel[(grid,)](*args, n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
+    if kernel is rms_norm_bwd_split_kernel:
+        args = split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta)
+    else:
+        args = (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
+                x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    kernel[(grid,)](*args, **meta)
     if compute_dw:  # narrow strips of columns: many programs, each summing all P partials in order
         block_n = 16 if n_cols <= 4096 else 32
         dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](
@@ -659,8 +680,10 @@ def config_table(dtype=torch.bfloat16):
             else:
                 kernel, _, meta = backward_launch(2**16, n_cols, x.element_size(), True, True, dtype=dtype)
                 args = (x, x, r, x, x, r, 1, n_cols, n_cols, n_cols, n_cols)
-                if "SLICES" in meta:
-                    args = split_warmup_args(n_cols, dtype, meta)
+                if "SLICES" in meta:  # (a few rows of the real stride: the version Triton compiles)
+                    xs = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
+                    rs = torch.empty(16, device=DEVICE, dtype=torch.float32)
+                    args = split_args(xs, xs, rs, xs, xs, rs, meta)
             per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
             if "CHUNK_N" in meta:
                 row[f"{direction}: tile"] = f"chunks of {meta['CHUNK_N']}"
