@@ -151,6 +151,17 @@ def test_split_and_second_pass_are_exercised(tut):
     assert tut["sum_vector"](x, torch.empty(1, device=DEVICE), "persistent") > 1
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_col_tiles_are_counted_in_bytes(tut, dtype):
+    """The column kernel's tile holds COL_TILE_BYTES whatever the dtype, COL_BYTES_PER_THREAD per thread."""
+    size = torch.empty((), dtype=dtype).element_size()
+    block_m, block_n, num_warps = tut["tile_config"](2**20, 4096, dtype, "cols")
+    assert block_n * size == tut["COL_BLOCK_BYTES"], f"{dtype}: strip of {block_n} columns"
+    assert block_m * block_n * size == tut["COL_TILE_BYTES"], f"{dtype}: tile {block_m} x {block_n}"
+    per_thread = block_m * block_n * size // (32 * num_warps)
+    assert per_thread == tut["COL_BYTES_PER_THREAD"][size], f"{dtype}: {per_thread} bytes per thread"
+
+
 # --- determinism ---
 
 @pytest.mark.parametrize("case", ["two-pass", "persistent", "reduce_sum", "cols", "rows"])

@@ -17,7 +17,8 @@ a device-to-device copy, the *speed of light*. You build ``reduce_sum(x, dim=Non
 * why the running sums must be kept in fp32 whatever the input dtype, shown on bf16;
 * which designs give the same bits run after run (floating-point addition is not associative), and
   what that costs;
-* why a column sum needs a different layout from a row sum, and how the block shape is chosen.
+* why a column sum needs a different layout from a row sum, how the block shape is chosen, and how
+  ``num_stages`` keeps the loads of the next tile in flight while the current one is added.
 
 **Prerequisites**: PyTorch, the first two official Triton tutorials (vector add, the idea of a program
 and a block), and ideally the fused-softmax tutorial on this site. On a machine without a CUDA GPU this
@@ -333,7 +334,8 @@ def col_sum_kernel(
     row_start = pid_s * rows_per_split
     row_end = tl.minimum(row_start + rows_per_split, n_rows)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for start in tl.range(row_start, row_end, BLOCK_M):
+    # num_stages=2: the loads of the next tile are issued before this one is added (see below)
+    for start in tl.range(row_start, row_end, BLOCK_M, num_stages=2):
         rows = start + tl.arange(0, BLOCK_M)
         x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_m + col_offs[None, :],
                     mask=(rows < row_end)[:, None] & col_ok[None, :], other=0.0)
@@ -346,15 +348,24 @@ def col_sum_kernel(
 # %%
 # Choosing the block shape and the split
 # --------------------------------------
-# Both kernels load a tile of ``TILE`` elements per step, each thread ``ELEMENTS_PER_THREAD`` of them.
-# The tile's shape:
+# Each kernel loads one tile per step, and its tile's size sets the warps:
 #
-# * row sums: ``BLOCK_N`` is the row length rounded up to a power of two, at most ``ROW_BLOCK_N``;
-#   ``BLOCK_M`` fills the rest of the tile, so short rows are packed many to a program.
-# * column sums: ``BLOCK_N`` spans ``COL_BLOCK_BYTES`` of contiguous bytes per row (less if the matrix
-#   is narrower): two whole 128-byte lines of each row, and narrow enough to leave many column strips
-#   to share out. ``BLOCK_M`` fills the rest of the tile. Wider strips read the same lines but leave
-#   fewer programs; the section *The layout of a column sum, measured* below times the choice.
+# * row sums: a tile of ``TILE`` elements, each thread ``ELEMENTS_PER_THREAD`` of them. ``BLOCK_N`` is
+#   the row length rounded up to a power of two, at most ``ROW_BLOCK_N``; ``BLOCK_M`` fills the rest of
+#   the tile, so short rows are packed many to a program.
+# * column sums: a tile of ``COL_TILE_BYTES`` bytes whatever the dtype, each thread
+#   ``COL_BYTES_PER_THREAD`` bytes of it, which depend on the element size: fp16 and bf16 tiles hold
+#   twice the values of fp32 ones, and they went faster with twice the bytes per thread (half the
+#   warps) on an H100. ``BLOCK_N`` spans ``COL_BLOCK_BYTES`` of contiguous bytes per row (less if the
+#   matrix is narrower): two whole 128-byte lines of each row, and narrow enough to leave many column
+#   strips to share out. ``BLOCK_M`` fills the rest of the tile. Wider strips read the same lines but
+#   leave fewer programs; the section *The layout of a column sum, measured* below times the choice.
+#
+# A program of the column kernel walks many tiles, and a plain loop waits for each tile's loads before
+# it adds them and issues the next ones. ``tl.range(..., num_stages=2)`` *pipelines* the loop: Triton
+# copies the next tile into shared memory asynchronously while the current one is added, so the
+# memory always has a second tile's loads to work on. (Triton pipelines a loop that has no matrix
+# product only when its ``num_stages`` is given.)
 #
 # Then the split. Each program should walk at least ``MIN_STEPS`` tiles (or the partial sums it
 # writes begin to count against the bytes it reads), and the grid should hold about ``WAVES`` programs
@@ -362,23 +373,32 @@ def col_sum_kernel(
 # the reduced axis that gets there, within those bounds. As for the 1-D kernels, these values were
 # picked by timing a few combinations on an H100.
 
-TILE = 4096  # elements per tile
-ELEMENTS_PER_THREAD = 16
+TILE = 4096  # elements per tile of the row kernel
+ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
 ROW_BLOCK_N = 2048
+COL_TILE_BYTES = 16384  # bytes per tile of the column kernel
+COL_BYTES_PER_THREAD = {4: 64, 2: 128}  # by element size: 16 fp32 values, or 64 fp16/bf16 ones
 COL_BLOCK_BYTES = 256
 MIN_STEPS = 4
 WAVES = 4  # programs per SM in a split grid
 
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
-    """(BLOCK_M, BLOCK_N, num_warps) for a sum along 'rows' (dim=1) or 'cols' (dim=0)."""
+    """(BLOCK_M, BLOCK_N, num_warps) for a sum along 'rows' (dim=1) or 'cols' (dim=0).
+
+    ``tile`` (elements) and ``block_n`` override the defaults.
+    """
     element_size = torch.empty((), dtype=dtype).element_size()
-    tile = tile or TILE
+    if along == "rows":
+        tile, per_thread, widest = tile or TILE, ELEMENTS_PER_THREAD, ROW_BLOCK_N
+    else:
+        tile = tile or COL_TILE_BYTES // element_size
+        per_thread = COL_BYTES_PER_THREAD[element_size] // element_size
+        widest = COL_BLOCK_BYTES // element_size
     if block_n is None:
-        widest = ROW_BLOCK_N if along == "rows" else COL_BLOCK_BYTES // element_size
         block_n = min(triton.next_power_of_2(n_cols), widest)
     block_m = max(1, min(tile // block_n, triton.next_power_of_2(n_rows)))
-    num_warps = min(16, max(4, block_m * block_n // (32 * ELEMENTS_PER_THREAD)))
+    num_warps = min(16, max(4, block_m * block_n // (32 * per_thread)))
     return block_m, block_n, num_warps
 
 
@@ -944,9 +964,11 @@ summary()
 #   three more additions per element, which a memory-bound kernel gets for free.
 # * **Other reductions.** Replace the addition by ``tl.maximum`` and zero by :math:`-\infty` and the same
 #   kernels compute a max; max is associative, so every design is deterministic.
-# * **Exercise.** Change ``VECTOR_NUM_WARPS``, ``PROGRAMS_PER_SM``, ``TILE`` and ``COL_BLOCK_BYTES``
-#   and rerun the benchmark: which sizes move, and why? A bf16 tile of ``TILE`` elements holds half
-#   the bytes of an fp32 one: does giving bf16 tiles twice the elements change its numbers?
+# * **Exercise.** Change ``VECTOR_NUM_WARPS``, ``PROGRAMS_PER_SM``, ``TILE``, ``COL_TILE_BYTES``,
+#   ``COL_BYTES_PER_THREAD`` and ``COL_BLOCK_BYTES`` and rerun the benchmark: which sizes move, and
+#   why? The row kernel's bf16 tile of ``TILE`` elements holds half the bytes of an fp32 one, where
+#   the column kernel counts its tile in bytes: does counting the row tile in bytes change the bf16
+#   row sums? Drop ``num_stages=2`` from the column kernel: what does each dtype lose?
 #
 # References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; the CUB library's device-wide
 # reductions; the layer-norm backward of the Triton tutorials, which sums weight gradients with
