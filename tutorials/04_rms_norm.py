@@ -589,9 +589,10 @@ def split_grid(x2d, w, rstd, dy2d, dx2d, meta, config=None, n_rows=None):
 
 
 def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_n=None, config=None,
-                    dtype=None):
+                    dtype=None, tensors=None):
     """(kernel, grid, meta) of the backward for these sizes. The kernel writes grid // SLICES partial
-    rows of dw (SLICES is 1 but for the split kernel)."""
+    rows of dw (SLICES is 1 but for the split kernel). ``tensors`` (x2d, w, rstd, dy2d, dx2d) are those
+    of the call, which the split kernel's grid is sized for; without them, contiguous rows."""
     cfg = config or BWD
     if chunk_n is None and n_cols <= cfg["MAX_FUSED_N"]:
         # A row of WIDE_ROW_BYTES or more is a whole block on its own: it gets half the bytes per
@@ -606,10 +607,11 @@ def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_
         if chunk_n is None and n_cols <= cfg["MAX_SPLIT_N"]:
             dtype = dtype or {2: torch.bfloat16, 4: torch.float32}.get(element_size, torch.float32)
             meta = split_plan(n_cols, dtype, has_weight, compute_dw, cfg)
-            # the grid for contiguous rows; rms_norm_rows_backward sizes it again for the real tensors
-            x = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
-            r = torch.empty(16, device=DEVICE, dtype=torch.float32)
-            grid = split_grid(x, x, r, x, x, meta, cfg, n_rows)
+            if tensors is None:  # a few contiguous rows: the version Triton compiles for such rows
+                x = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
+                r = torch.empty(16, device=DEVICE, dtype=torch.float32)
+                tensors = (x, x, r, x, x)
+            grid = split_grid(*tensors, meta, cfg, n_rows)  # its programs wait for each other: all fit
             if grid > 0:
                 return rms_norm_bwd_split_kernel, grid, meta
         chunk = chunk_n or cfg["CHUNK_N"]
@@ -641,12 +643,7 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, config=No
     n_rows, n_cols = x2d.shape
     compute_dw = w is not None and dw is not None
     kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
-                                         chunk_n, config, x2d.dtype)
-    if kernel is rms_norm_bwd_split_kernel:  # its programs wait for each other: all must fit at once
-        grid = split_grid(x2d, w, rstd, dy2d, dx2d, meta, config)
-        if grid == 0:
-            kernel, grid, meta = backward_launch(n_rows, n_cols, x2d.element_size(), w is not None, compute_dw,
-                                                 (config or BWD)["CHUNK_N"], config, x2d.dtype)
+                                         chunk_n, config, x2d.dtype, (x2d, w, rstd, dy2d, dx2d))
     n_partials = grid // meta.get("SLICES", 1)
     # every program writes its whole partial row: no buffer needs clearing
     dw_partial = torch.empty((n_partials, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
