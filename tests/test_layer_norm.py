@@ -131,7 +131,8 @@ def test_chunked_kernels_match_float64(ln, dtype):
     y, mean, rstd = torch.full_like(x, nan), torch.full((5,), nan, device=DEVICE), torch.full((5,), nan, device=DEVICE)
     ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, max_fused_n=64)
     dx, dw, db = torch.full_like(x, nan), torch.full_like(w, nan), torch.full_like(w, nan)
-    plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=2, max_fused_n=64)
+    plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=2, max_fused_n=64,
+                                          max_split_n=0)
     assert plan["kernel"] is ln["layer_norm_bwd_chunked_kernel"]
     ins = [t.double().requires_grad_(True) for t in (x, w, b)]
     y64 = ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5)
@@ -142,6 +143,41 @@ def test_chunked_kernels_match_float64(ln, dtype):
     xf = x.double()
     assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-5, atol=1e-4), "chunked mean"
     assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), "chunked rstd"
+
+
+@pytest.mark.parametrize("flag_words", [True, False], ids=["flag-words", "counter"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_split_kernel_forced(ln, flag_words, dtype):
+    """The wide-row (split) backward on small rows, both ways of waiting, two rows per block with a padded
+    last block, several groups, with and without dw and db; outputs poisoned first, rows padded so that
+    a write past a row's end shows. (Under the interpreter a row has one slice: programs run one at a
+    time there and must not wait for each other.)"""
+    torch.manual_seed(8)
+    m, n = 7, 300
+    x = (torch.randn(m, n, device=DEVICE) * 2 + 30).to(dtype)
+    w, b = torch.randn(n, device=DEVICE).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
+    dy = torch.randn(m, n, device=DEVICE).to(dtype)
+    y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
+    ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+    # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
+    split = {size: dict(MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1) for size in (2, 4)}
+    nan = float("nan")
+    dx_store = torch.full((m, n + 3), nan, device=DEVICE, dtype=dtype)
+    dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)
+    plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=3, max_fused_n=64, split=split)
+    assert plan["kernel"] is ln["layer_norm_bwd_split_kernel"] and plan["meta"]["FLAG_WORDS"] == flag_words
+    assert plan["block_m"] == 2 and plan["lines"] == 2 and plan["rows_per_program"] == 4
+    assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
+    ins = [t.double().requires_grad_(True) for t in (x, w, b)]
+    g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5), ins, dy.double())
+    for name, out, ref in (("dx", dx, g64[0]), ("dw", dw, g64[1]), ("db", db, g64[2])):
+        assert torch.isfinite(out).all(), f"split {name}: some elements were never written"
+        assert rel_error(out, ref) <= TOL[dtype], f"split {name}: error {rel_error(out, ref):.2e}"
+    dx2 = torch.full_like(x, nan)
+    ln["layer_norm_rows_backward"](x, dy, dx2, None, mean, rstd, programs=3, max_fused_n=64, split=split)
+    ins = [x.double().requires_grad_(True)]
+    g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), None, None, 1e-5), ins, dy.double())
+    assert rel_error(dx2, g64[0]) <= TOL[dtype], "split dx without a weight"
 
 
 @pytest.mark.parametrize("shape", [(37, 100), (5, 1), (3, 5000), (1, 3)])

@@ -443,6 +443,113 @@ def layer_norm_bwd_chunked_kernel(
 
 
 # %%
+# Wide rows: one row shared by several programs
+# ---------------------------------------------
+# The chunked kernel pays twice: it reads each row twice, and it reads and writes its partial line on
+# every row. Tutorial 04 (RMSNorm) shows a better way for rows too wide for one program: *split* them.
+# ``SLICES`` programs, a *group*, share each block of rows; each owns a slice of ``BLOCK_N`` columns,
+# loads its slice of :math:`x` and :math:`dy` once, and keeps :math:`dw` and :math:`db` for those
+# columns in fp32 registers across all the rows it visits, as the fused kernel does. What a slice cannot
+# compute alone are the two sums along the row, :math:`\sum_j g_j \hat{x}_j` and :math:`\sum_j g_j`. Each
+# program publishes its two shares in global memory, waits until every slice of its rows has published,
+# adds the ``SLICES`` shares in a fixed order (the same bits in every program of the group, on every
+# run) and writes its slice of :math:`dx`. The loads of the next block are issued before the wait, so
+# the memory keeps working while the programs of a group wait for one another.
+#
+# Waiting for another program is only safe if that program is running too: the whole grid must fit on
+# the GPU at once. The launcher sizes it from the occupancy of the kernel Triton compiles for these
+# very arguments, and falls back to the chunked kernel when a group cannot fit.
+#
+# A share is published in one of two ways, chosen by the program's size (tutorial 04 measures both):
+#
+# * **one 64-bit word per share** (``FLAG_WORDS=True``, up to 16 warps): the bits of the two fp32 sums
+#   side by side, written with one atomic exchange into a buffer filled with ones (all 64 bits set)
+#   before the launch. A program reads its rows' words until none is all ones: one round trip to the
+#   L2 cache once the others are done. A written word can never be all ones, because its high half
+#   would then be the bits ``0xFFFFFFFF``, a NaN, and the kernel replaces that one pattern by the
+#   ordinary quiet NaN before it writes: the sum is still NaN, and the "not written" mark stays unique.
+# * **a counter per block of rows** (32 warps): plain stores of the shares, a barrier so that every
+#   thread's store is issued, an atomic add with *release* semantics; one thread polls the counter with
+#   *acquire* semantics, then the shares are read from L2 (``cache_modifier=".cg"``). With 1024 threads
+#   per program, one poller is cheaper than every thread reading the words.
+#
+# Under Triton's interpreter programs run one after another, so a program waiting for the next would
+# wait forever: there the launcher gives a row a single slice, and the same kernel never waits.
+
+
+@triton.jit
+def layer_norm_bwd_split_kernel(
+    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
+    counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    rows = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+    for block in tl.range(group, tl.cdiv(n_rows, BLOCK_M), n_groups):
+        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # a padded row waits on the block's last row
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]
+        next_rows = next_rows.to(tl.int64)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+        mean = tl.load(mean_ptr + rows)
+        rstd = tl.load(rstd_ptr + rows)
+        x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
+        g = dy * w[None, :] if HAS_W else dy
+        if COMPUTE_DWDB:
+            dw_acc += dy * x_hat
+            db_acc += dy
+        s1 = tl.sum(x_hat * g, axis=1)  # this slice's shares of the row's two sums
+        s2 = tl.sum(g, axis=1)
+        slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]
+        if FLAG_WORDS:
+            hi = s1.to(tl.int32, bitcast=True)
+            hi = tl.where(hi == -1, 0x7FC00000, hi)  # 0xFFFFFFFF -> the quiet NaN: never all ones
+            word = (hi.to(tl.int64) << 32) | (s2.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+            tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+            words = tl.load(slots, volatile=True)
+            while tl.max((words == -1).to(tl.int32)) > 0:  # some slice has not written yet
+                words = tl.load(slots, volatile=True)
+            t1 = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+            t2 = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        else:
+            tl.store(shares_ptr + rows * SLICES + part, s1, mask=row_ok)
+            tl.store(shares_ptr + (n_rows + rows) * SLICES + part, s2, mask=row_ok)
+            tl.debug_barrier()  # every thread's stores are issued before the counter moves
+            arrived = tl.atomic_add(counter_ptr + block, 1, sem="release") + 1
+            while arrived < SLICES:
+                arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+            t1 = tl.load(slots, cache_modifier=".cg")
+            t2 = tl.load(slots + n_rows * SLICES, cache_modifier=".cg")
+        c1 = tl.sum(t1, axis=1) / n_cols
+        c2 = tl.sum(t2, axis=1) / n_cols
+        dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+    if COMPUTE_DWDB:  # one partial line per group; each slice writes its columns of it
+        offs = tl.cast(group, tl.int64) * n_cols + cols
+        tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
+        tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
+
+
+# %%
 # The second pass, shared by both designs: each program owns ``BLOCK_C`` columns and adds the lines of
 # the partial buffers top to bottom, ``BLOCK_P`` lines at a time, in fp32, then writes :math:`dw` and
 # :math:`db` in the weight's dtype. Its order of additions is fixed, so it adds no non-determinism of
@@ -505,6 +612,12 @@ BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
 CHUNK_WARPS = 16
 BWD_WARPS_PER_SM = 16  # backward: programs per SM are as many as fit in this many warps, at least 1
+MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
+SLICE_N = 4096  # split backward: columns per slice, at most
+# The split backward, by element size in bytes: at least MIN_SLICES slices per row, blocks of about
+# TILE elements per program, BYTES_PER_THREAD of each tile per thread.
+SPLIT = {2: dict(MIN_SLICES=8, TILE=4096, BYTES_PER_THREAD=32),
+         4: dict(MIN_SLICES=4, TILE=8192, BYTES_PER_THREAD=16)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -522,7 +635,11 @@ _occupancy = {}
 
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once, what limits it, registers."""
-    key = (kernel, tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(meta.items())))
+    # Triton compiles one version per dtype of each tensor, per pointer aligned to 16 bytes or not, and
+    # per integer that is 1 or a multiple of 16: the key tells those versions apart.
+    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
+           tuple(sorted(meta.items())))
     if key in _occupancy:
         return _occupancy[key]
     threads = 32 * meta["num_warps"]
@@ -575,29 +692,83 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     return grid
 
 
-def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None):
-    """Kernel, meta-parameters and persistent grid of the backward for rows like x2d's."""
+def split_config(n_cols, dtype, has_w, compute_dwdb, split=None):
+    """meta-parameters of the split backward for rows of n_cols."""
+    element_size = torch.empty((), dtype=dtype).element_size()
+    cfg = (split or SPLIT)[min(element_size, 4)]
+    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
+    if ON_GPU:
+        slices = min(MAX_SPLIT_N // SLICE_N,
+                     max(cfg["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, SLICE_N))))
+    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
+    block_m = max(1, cfg["TILE"] // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
+    return dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, FLAG_WORDS=num_warps <= 16,
+                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+
+
+def split_buffers(n_rows, meta, device, launch=True):
+    """The shares' slots (filled with ones when they are flag words) and the counters (zeroed).
+    ``launch=False``: one-element buffers of the same types, enough to compile the kernel."""
+    size = n_rows * meta["SLICES"] if launch else 1
+    if meta["FLAG_WORDS"]:
+        shares = counter = torch.full((size,), -1, device=device, dtype=torch.int64)
+    else:
+        shares = torch.empty(2 * size, device=device, dtype=torch.float32)
+        n_blocks = triton.cdiv(n_rows, meta["BLOCK_M"]) if launch else 1
+        counter = torch.zeros(n_blocks, device=device, dtype=torch.int32)
+    return shares, counter
+
+
+def bwd_args(kernel, x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, meta, rows_per_program,
+             launch=True):
+    """The arguments of a backward kernel, in order."""
+    n_rows, n_cols = x2d.shape
+    args = (x2d, dy2d, dx2d, x2d if weight is None else weight, mean, rstd, dw_partial, db_partial)
+    if kernel is layer_norm_bwd_split_kernel:
+        args += split_buffers(n_rows, meta, x2d.device, launch)
+    args += (n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    if kernel is layer_norm_bwd_chunked_kernel:  # contiguous runs of rows; the others stride
+        args += (rows_per_program,)
+    return args
+
+
+def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_split_n=None, split=None,
+             tensors=None):
+    """Kernel, meta-parameters and persistent grid of the backward for rows like x2d's.
+
+    ``tensors`` (dy2d, dx2d, weight, mean, rstd) are the call's own: the kernel is compiled for them to
+    learn its occupancy (Triton compiles one version per dtype, alignment and stride class). Without
+    them, stand-ins of x2d's dtype. ``programs`` caps the number of partial lines (programs, or groups of
+    programs for the split kernel); ``max_fused_n``, ``max_split_n`` and ``split`` override the limits.
+    """
     n_rows, n_cols = x2d.shape
     flags = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb)
+    fp32 = torch.empty(1, device=x2d.device, dtype=torch.float32)
+    if tensors is None:
+        tensors = (x2d, x2d, x2d if has_w else None, fp32, fp32)
+    dy2d, dx2d, weight, mean, rstd = tensors
+    slices = 1
     if n_cols <= (MAX_BWD_FUSED_N if max_fused_n is None else max_fused_n):
         block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), BWD_BYTES_PER_THREAD)
         kernel = layer_norm_bwd_kernel
         meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    elif n_cols <= (MAX_SPLIT_N if max_split_n is None else max_split_n):
+        kernel, meta = layer_norm_bwd_split_kernel, split_config(n_cols, x2d.dtype, has_w, compute_dwdb, split)
+        block_m, slices = meta["BLOCK_M"], meta["SLICES"]
     else:
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
         meta = dict(flags, CHUNK_N=CHUNK_N, num_warps=CHUNK_WARPS)
-    fp32 = torch.empty(1, device=x2d.device, dtype=torch.float32)
-    warm_args = (x2d, x2d, x2d, x2d, fp32, fp32, fp32, fp32, n_rows, n_cols, n_cols, n_cols, n_cols)
-    if kernel is layer_norm_bwd_chunked_kernel:
-        warm_args += (1,)  # rows_per_program
+    warm_args = bwd_args(kernel, x2d, dy2d, dx2d, weight, mean, rstd, fp32, fp32, meta, 1, launch=False)
     per_sm, limit, n_regs = programs_per_sm(kernel, warm_args, meta)
     n_blocks = triton.cdiv(n_rows, block_m)
-    if programs is None:
-        programs = min(per_sm, max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
-    programs = max(1, min(programs, n_blocks))
-    rows_per_program = triton.cdiv(n_blocks, programs) * block_m
-    programs = triton.cdiv(n_rows, rows_per_program)  # every program gets at least one row
-    return dict(kernel=kernel, meta=meta, programs=programs, rows_per_program=rows_per_program,
+    lines = min(per_sm, max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS // slices
+    if kernel is layer_norm_bwd_split_kernel and lines == 0:  # a group cannot be on the GPU at once
+        return bwd_plan(x2d, has_w, compute_dwdb, max_fused_n, programs, 0, split, tensors)
+    lines = max(1, min(lines if programs is None else programs, n_blocks))
+    rows_per_program = triton.cdiv(n_blocks, lines) * block_m
+    lines = triton.cdiv(n_rows, rows_per_program)  # every program gets at least one row
+    return dict(kernel=kernel, meta=meta, programs=lines * slices, lines=lines, rows_per_program=rows_per_program,
                 per_sm=per_sm, limit=limit, n_regs=n_regs, block_m=block_m)
 
 
@@ -611,25 +782,24 @@ def sum_partials(dw_partial, db_partial, dw, db):
 
 
 def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None, programs=None,
-                             max_fused_n=None):
+                             max_fused_n=None, max_split_n=None, split=None):
     """Design 2. dx2d <- dx; and, when dw and db (1-D, N elements) are given, the sums over rows.
 
     Returns the plan used (its grid and rows per program).
     """
     n_rows, n_cols = x2d.shape
     compute = dw is not None
-    plan = bwd_plan(x2d, weight is not None, compute, max_fused_n, programs)
-    if compute:
-        partials = torch.empty((2, plan["programs"], n_cols), device=x2d.device, dtype=torch.float32)
-    else:
-        partials = torch.empty((2, 1, 1), device=x2d.device, dtype=torch.float32)  # never touched
-    args = (x2d, dy2d, dx2d, x2d if weight is None else weight, mean, rstd, partials[0], partials[1],
-            n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    if plan["kernel"] is layer_norm_bwd_chunked_kernel:  # contiguous runs of rows; the fused one strides
-        args += (plan["rows_per_program"],)
+    plan = bwd_plan(x2d, weight is not None, compute, max_fused_n, programs, max_split_n, split,
+                    (dy2d, dx2d, weight, mean, rstd))
+    # one line per program (per group for the split kernel), all written: nothing needs clearing
+    shape = (plan["lines"], n_cols) if compute else (1,)
+    dw_partial = torch.empty(shape, device=x2d.device, dtype=torch.float32)
+    db_partial = torch.empty(shape, device=x2d.device, dtype=torch.float32)
+    args = bwd_args(plan["kernel"], x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,
+                    plan["meta"], plan["rows_per_program"])
     plan["kernel"][(plan["programs"],)](*args, **plan["meta"])
     if compute:
-        sum_partials(partials[0], partials[1], dw, db)
+        sum_partials(dw_partial, db_partial, dw, db)
     return plan
 
 
