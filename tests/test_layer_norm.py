@@ -160,7 +160,8 @@ def test_split_kernel_forced(ln, flag_words, dtype):
     y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
     ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
     # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
-    split = {size: dict(MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1) for size in (2, 4)}
+    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1)
+             for size in (2, 4)}
     nan = float("nan")
     dx_store = torch.full((m, n + 3), nan, device=DEVICE, dtype=dtype)
     dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)

@@ -482,9 +482,11 @@ def layer_norm_bwd_split_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUM_ROWS: tl.constexpr,
 ):
-    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups).
+    SUM_ROWS: dw and db are summed over the block's rows at every step (one accumulator per column, not
+    per row and column: fewer registers; cheap only when each thread holds all the rows of its columns)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
@@ -492,8 +494,9 @@ def layer_norm_bwd_split_kernel(
     col_ok = cols < n_cols
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_rows: tl.constexpr = 1 if SUM_ROWS else BLOCK_M
+    dw_acc = tl.zeros([acc_rows, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([acc_rows, BLOCK_N], tl.float32)
     rows = group * BLOCK_M + tl.arange(0, BLOCK_M)
     in_range = (rows < n_rows)[:, None] & col_ok[None, :]
     rows = rows.to(tl.int64)
@@ -513,7 +516,10 @@ def layer_norm_bwd_split_kernel(
         rstd = tl.load(rstd_ptr + rows)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
         g = dy * w[None, :] if HAS_W else dy
-        if COMPUTE_DWDB:
+        if COMPUTE_DWDB and SUM_ROWS:
+            dw_acc += tl.sum(dy * x_hat, axis=0, keep_dims=True)
+            db_acc += tl.sum(dy, axis=0, keep_dims=True)
+        elif COMPUTE_DWDB:
             dw_acc += dy * x_hat
             db_acc += dy
         s1 = tl.sum(x_hat * g, axis=1)  # this slice's shares of the row's two sums
@@ -613,11 +619,10 @@ CHUNK_N = 4096  # columns per chunk of the chunked kernels
 CHUNK_WARPS = 16
 BWD_WARPS_PER_SM = 16  # backward: programs per SM are as many as fit in this many warps, at least 1
 MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
-SLICE_N = 4096  # split backward: columns per slice, at most
-# The split backward, by element size in bytes: at least MIN_SLICES slices per row, blocks of about
-# TILE elements per program, BYTES_PER_THREAD of each tile per thread.
-SPLIT = {2: dict(MIN_SLICES=8, TILE=4096, BYTES_PER_THREAD=32),
-         4: dict(MIN_SLICES=4, TILE=8192, BYTES_PER_THREAD=16)}
+# The split backward, by element size in bytes: slices of at most SLICE_N columns, at least MIN_SLICES
+# of them, blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
+SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64),
+         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=8192, BYTES_PER_THREAD=64)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -698,13 +703,15 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None):
     cfg = (split or SPLIT)[min(element_size, 4)]
     slices = 1  # the interpreter runs one program at a time: a program must never wait for another
     if ON_GPU:
-        slices = min(MAX_SPLIT_N // SLICE_N,
-                     max(cfg["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, SLICE_N))))
+        slices = max(cfg["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])))
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, cfg["TILE"] // block_n)
     num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
+    # Does a thread hold every row of its columns? Triton spreads a warp's 32 threads, 16 bytes each,
+    # along the row, and the warps too while the row is long enough; past that, warps split the rows.
+    sum_rows = block_m == 1 or block_n * element_size >= num_warps * 32 * 16
     return dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, FLAG_WORDS=num_warps <= 16,
-                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+                BLOCK_M=block_m, BLOCK_N=block_n, SUM_ROWS=sum_rows, num_warps=num_warps)
 
 
 def split_buffers(n_rows, meta, device, launch=True):
@@ -1145,10 +1152,12 @@ plan_table()
 #
 # GB/s counts the bytes a perfect kernel must move: forward, :math:`x` read and :math:`y` written;
 # backward, :math:`x` and :math:`dy` read and :math:`dx` written. The weight, the bias, their gradients,
-# the saved statistics and the partial buffers are not counted: they are the kernel's overhead. The
-# backward is timed as ``torch.autograd.grad`` of :math:`x`, :math:`w` and :math:`b`, so it includes
-# every kernel each provider launches for them. *classic* is our forward with design 1's backward.
-# torch.compile compiles one kernel per shape; Liger-Kernel and Apex are used when installed. A provider
+# the saved statistics and the partial buffers are not counted: they are the kernel's overhead. Both
+# directions are timed as in training, on inputs that require gradients: the forward saves what its
+# backward needs, and the backward is ``torch.autograd.grad`` of :math:`x`, :math:`w` and :math:`b`, so
+# it includes every kernel each provider launches for them. *classic* is our forward with design 1's
+# backward. torch.compile compiles the forward and the backward of each shape once, together;
+# Liger-Kernel and Apex are used when installed. A provider
 # that does not support a size has a missing point ("-"), not a zero.
 
 try:
@@ -1235,20 +1244,19 @@ def run_sweep():
             out = torch.empty_like(x)
             copy_ms = bench(lambda: out.copy_(x), graph=False)
             reference = torch.nn.functional.layer_norm(x.float(), (n_cols,), w.float(), b.float())
+            inputs = [t.requires_grad_(True) for t in (x, w, b)]
             for name, fn in fns.items():
                 for direction in ("forward", "backward"):
                     rec = {"direction": direction, "dtype": str(dtype).replace("torch.", ""),
                            "N": n_cols, "provider": name,
                            "speed of light GB/s": 2 * nbytes / copy_ms * 1e-6}
                     try:
+                        y = fn(*inputs)
                         if direction == "forward":
-                            y = fn(x, w, b)
                             if name in ("ours", "classic"):
                                 torch.testing.assert_close(y.float(), reference, atol=5e-2, rtol=2e-2)
-                            ms, moved = bench(lambda: fn(x, w, b)), 2 * nbytes
+                            ms, moved = bench(lambda: fn(*inputs)), 2 * nbytes
                         else:
-                            inputs = [t.detach().requires_grad_(True) for t in (x, w, b)]
-                            y = fn(*inputs)
                             ms = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
                             moved = 3 * nbytes
                         rec["GB/s"] = moved / ms * 1e-6
@@ -1260,8 +1268,8 @@ def run_sweep():
                         rec["GB/s"] = float("nan")
                     rec["% of speed of light"] = 100 * rec["GB/s"] / rec["speed of light GB/s"]
                     records.append(rec)
-                    y = inputs = None
-            del x, dy, out, reference, w, b
+                    y = None
+            del x, dy, out, reference, w, b, inputs
             if ON_GPU:
                 torch.cuda.empty_cache()
     return pd.DataFrame(records)
