@@ -89,9 +89,11 @@ def test_online_kernels_match_float64():
 def test_every_element_written(kernel, persistent, monkeypatch):
     """Outputs start as NaN: any element a kernel skips would stay NaN."""
     if kernel == "online":  # force the online kernels on short rows, several chunks each
-        monkeypatch.setitem(T, "MAX_FUSED_N", 64)
-        monkeypatch.setitem(T, "MAX_FUSED_BWD_N", 64)
-        monkeypatch.setitem(T, "ONLINE_BLOCK_N", 128)
+        page = T["forward_plan"].__globals__  # the page's own globals (T is runpy's copy of them)
+        monkeypatch.setitem(page, "MAX_FUSED_N", 64)
+        monkeypatch.setitem(page, "MAX_FUSED_BWD_N", 64)
+        monkeypatch.setitem(page, "ONLINE_BLOCK_N", 128)
+        assert T["forward_launch"](*[torch.empty(1, 1000, device=DEVICE)] * 2)[0] is T["softmax_fwd_online_kernel"]
     x = torch.randn(13, 1000, device=DEVICE)
     y = torch.full_like(x, math.nan)
     T["softmax_rows_forward"](x, y, persistent=persistent)
@@ -166,3 +168,99 @@ def test_bad_inputs_raise_clear_errors():
     other = "cpu" if DEVICE == "cuda" else "meta"
     with pytest.raises(ValueError, match="on (cpu|meta)"):
         softmax(torch.randn(4, 4, device=other))
+
+
+def split_config(min_n=64, per_sm=None):
+    """Force the split kernels on rows of min_n columns or more, both directions and element sizes."""
+    cfg = dict(MIN_N=min_n, SLICE_N=128, num_warps=4, PER_SM=per_sm)
+    return {(direction, size): cfg for direction in ("forward", "backward") for size in (2, 4)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(13, 300), (3, 128), (9, 1000)])
+def test_split_kernels_forced(shape, dtype):
+    """The long-row (split) kernels on small rows: a padded slice (300 of 512 columns), rows walked by
+    several groups, outputs poisoned with NaN first; against float64. Under the interpreter each row
+    has one slice (programs run one at a time and must never wait for another)."""
+    split = split_config()
+    torch.manual_seed(shape[1])
+    x = torch.randn(shape, device=DEVICE, dtype=dtype) * 4
+    y = torch.full_like(x, math.nan)
+    kernel, grid, _, meta = T["forward_launch"](x, y, split=split)
+    assert kernel is T["softmax_fwd_split_kernel"]
+    assert grid // meta["SLICES"] > 1, "several groups, each walking several rows"
+    T["softmax_rows_forward"](x, y, split=split)
+    dy = torch.randn_like(x)
+    y64, _ = reference(x, -1, dy)
+    assert rel_err(y, y64) < TOL[dtype], f"forward error {rel_err(y, y64):.2e} over {TOL[dtype]:.0e}"
+    dx = torch.full_like(x, math.nan)
+    assert T["backward_launch"](y, dy, dx, split=split)[0] is T["softmax_bwd_split_kernel"]
+    T["softmax_rows_backward"](y, dy, dx, split=split)
+    y_, dy_ = y.double(), dy.double()
+    dx64 = y_ * (dy_ - (y_ * dy_).sum(-1, keepdim=True))
+    assert rel_err(dx, dx64) < 2 * TOL[dtype], f"backward error {rel_err(dx, dx64):.2e}"
+    first = dx.clone()
+    T["softmax_rows_backward"](y, dy, dx, split=split)
+    assert torch.equal(dx, first)
+
+
+def test_split_kernels_special_values():
+    """NaN and +-inf rows through the split kernels behave as torch.softmax, NaNs whose bits are all
+    ones too (the forward flag words' "not written" pattern: a published word must never look like it)."""
+    split = split_config()
+    x = torch.randn(7, 200, device=DEVICE)
+    x[0, 1] = math.nan
+    x[1, 2] = math.inf
+    x[2] = -math.inf
+    x[3, :150] = -math.inf
+    x[4, 0], x[4, 1] = math.inf, -math.inf
+    x[5, 7] = torch.tensor(-1, dtype=torch.int32).view(torch.float32)  # NaN, bits 0xFFFFFFFF
+    x[6] = x[5, 7]  # a whole row of it
+    y = torch.full_like(x, 3.0)
+    T["softmax_rows_forward"](x, y, split=split)
+    torch.testing.assert_close(y, torch.softmax(x, -1), equal_nan=True)
+    dy = torch.randn_like(x)
+    dx = torch.full_like(x, 3.0)
+    T["softmax_rows_backward"](y, dy, dx, split=split)
+    torch.testing.assert_close(dx, y * (dy - (y * dy).sum(-1, keepdim=True)), equal_nan=True)
+
+
+def test_split_falls_back_when_a_group_cannot_fit(monkeypatch):
+    """No room for one group (a GPU of 0 SMs here): the launcher takes the one-program kernels
+    instead (for rows this short the fused one; for long rows the online one)."""
+    monkeypatch.setitem(T["split_grid"].__globals__, "NUM_SMS", 0)  # the page's own globals
+    split = split_config()
+    x = torch.randn(5, 300, device=DEVICE)
+    y = torch.full_like(x, math.nan)
+    assert T["forward_launch"](x, y, split=split)[0] is T["forward_plan"](300, 4)[0]
+    assert T["backward_launch"](x, x, y, split=split)[0] is T["backward_plan"](300)[0]
+    T["softmax_rows_forward"](x, y, split=split)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_split_groups_walk_equal_numbers_of_rows():
+    """The grid is whole groups, as few as give the fewest rows per group (no group walks one row more
+    alone at the end), and never more programs than fit at once."""
+    meta = dict(SLICES=4, BLOCK_N=128, num_warps=4)
+    x = torch.empty(1, 512, device=DEVICE)
+    args = (x, x, T["split_flags"]("forward", 1, meta, x.device), 1, 512, 512, 512)
+    fit = T["programs_per_sm"](T["softmax_fwd_split_kernel"], args, meta)[0]
+    for per_sm in (None, 2):
+        most = min(fit, per_sm or fit) * T["NUM_SMS"] // 4
+        for n_rows in (1, 2, 7, most, most + 1, 5 * most - 1, 1024):
+            grid = T["split_grid"](T["softmax_fwd_split_kernel"], args, meta, per_sm, n_rows)
+            groups = grid // 4
+            assert grid % 4 == 0 and 1 <= groups <= most
+            assert math.ceil(n_rows / groups) == math.ceil(n_rows / most) and groups <= n_rows
+
+
+def test_long_rows_take_the_split_kernels_and_match_float64():
+    """softmax() on rows of SPLIT's MIN_N columns and more picks the split kernels by itself."""
+    for size, dtype in ((4, torch.float32), (2, torch.bfloat16)):
+        n = max(T["SPLIT"][("forward", size)]["MIN_N"], T["SPLIT"][("backward", size)]["MIN_N"]) + 33
+        x = torch.randn(2, n, device=DEVICE, dtype=dtype)
+        assert T["forward_launch"](x, x)[0] is T["softmax_fwd_split_kernel"]
+        assert T["backward_launch"](x, x, x)[0] is T["softmax_bwd_split_kernel"]
+        check(x, -1, dtype)
+        first = softmax(x)
+        assert torch.equal(softmax(x), first)

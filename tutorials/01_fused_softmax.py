@@ -14,6 +14,8 @@ Liger-Kernel on the GPU that built this page.
 * how to count the bytes a kernel must move, and predict its speed before measuring it;
 * how to fuse a row reduction into one pass, and how to choose the block size, the warps and the grid;
 * how *online softmax* handles rows too long to hold on chip, and what that costs;
+* how to share one long row among several programs that wait for each other, and what makes that
+  safe (all of them on the GPU at once);
 * how to write the backward pass and wrap both in ``torch.autograd.Function``.
 
 **Prerequisites**: PyTorch, and the first two official Triton tutorials (vector add, the idea of a
@@ -176,7 +178,9 @@ def softmax_fwd_kernel(
 # of light. Two things keep the second read in the L2 cache instead: the first pass loads with
 # ``eviction_policy="evict_last"`` and the second with ``"evict_first"``, and the output is written
 # with streaming stores (``cache_modifier=".cs"``) that do not push rows out of L2; and the second
-# pass walks the row *backwards*, so it starts with the chunks read last.
+# pass walks the row *backwards*, so it starts with the chunks read last. Further down, a third design
+# reads a long row only once by sharing it among several programs; the online kernels stay as its
+# fallback.
 
 
 @triton.jit
@@ -292,6 +296,134 @@ def softmax_bwd_online_kernel(
 
 
 # %%
+# Long rows read once: one row shared by several programs
+# -------------------------------------------------------
+# The online kernels pay for a long row with a second read. There is another way to keep a row that
+# does not fit in one program on chip: spread it over several. ``SLICES`` programs (a *group*) share
+# each row, each owning a slice of ``BLOCK_N`` columns that it loads once and keeps in registers. What
+# a slice cannot know alone is a statistic of the whole row, so each program publishes its share of it
+# in global memory, waits until every slice of the row has published, and combines the ``SLICES``
+# shares itself:
+#
+# * forward, two numbers per slice: its maximum :math:`m_k` and its sum :math:`s_k = \sum e^{x - m_k}`
+#   over its columns. The row's are :math:`m = \max_k m_k` and :math:`s = \sum_k s_k \, e^{m_k - m}`,
+#   the rescaling of the online softmax, across programs instead of across chunks; then
+#   :math:`y = e^{x - m_k} \cdot e^{m_k - m} / s`, from the exponentials the slice already holds.
+# * backward, one number per slice: its share of :math:`\sum_j y_j \, dy_j`.
+#
+# Every program of the group combines the shares in the same fixed order, so all of them get the same
+# bits, and so does every run: the result does not depend on which program published first. A group
+# walks rows ``g``, ``g + G``, ... (``G`` groups), and issues the loads of its next row before it
+# waits, so that the memory keeps working while the slices of a row wait for each other.
+#
+# **How a program waits.** Each share is one 64-bit *flag word* in a buffer cleared before the launch,
+# written with an atomic exchange; the waiting program re-reads the row's words (``volatile``: past the
+# L1 cache, which would keep returning the stale line) until every one is written. The backward packs
+# a "written" bit above the fp32 bits of its share. The forward packs :math:`m_k` and :math:`s_k` into
+# the two halves of the word, and "not written" is all ones, a pattern that no written word can have:
+# its upper half would be a NaN, and a NaN maximum is always written as the one canonical NaN,
+# ``0x7FC00000``. Since the value travels in the word that says it is there, no memory fence is
+# needed. (A counter per row, incremented with release semantics after plain stores of the shares and
+# polled with acquire semantics, as the RMSNorm tutorial also offers, measured slower here for every
+# slice width and warp count tried.)
+#
+# **Why every program must be on the GPU at once.** Waiting for another program is only safe if that
+# program is running. The hardware starts programs as SMs free up, so with more programs than the GPU
+# holds at once, a waiting program could occupy the SM that the program it waits for needs, forever.
+# The launcher therefore sizes the grid from the occupancy of the compiled kernel (the version Triton
+# compiles for the call's own tensors: another dtype or stride can compile to another register count)
+# and makes every group fit at once; when one group cannot fit, it falls back to the online kernels.
+# Another kernel that holds SMs forever while this one runs, on another stream, could still stall it;
+# nothing on this page does.
+#
+# **What quack does instead.** On Hopper, quack splits long rows the same way over a *cluster*: up to
+# 16 thread blocks that the hardware guarantees to run at the same time on neighbouring SMs. They
+# exchange their partial statistics through each other's shared memory (distributed shared memory)
+# behind a cluster barrier. Triton exposes neither clusters nor distributed shared memory, so here the
+# co-residency is the launcher's job (the occupancy-sized grid), the exchange goes through the L2
+# cache, and the barrier is a loop that reads words another SM writes: a round trip to L2, about a
+# microsecond, once per row, which the other programs on the SM and the prefetched next row cover.
+#
+# Under Triton's interpreter, programs run one after another, never at the same time: a program that
+# waited for a later one would wait forever. There the launcher gives each row a single slice (the
+# same kernel, whose wait then finds its own share).
+
+
+@triton.jit
+def softmax_fwd_split_kernel(
+    x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    SLICES: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group g does rows g, g + G, ... (G groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    # (cols < a limit of 0 masks the whole slice: past the last row there is nothing to load)
+    x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
+                     mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
+    for row in tl.range(group, n_rows, n_groups):
+        x = x_next.to(tl.float32)
+        next_row = row + n_groups  # its loads are in flight while this row waits
+        x_next = tl.load(x_ptr + tl.cast(next_row, tl.int64) * x_row_stride + cols,
+                         mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
+        m = tl.max(x, axis=0)  # this slice's shares: its maximum and its sum of exp(x - m)
+        shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
+        e = tl.exp(x - shift)
+        s = tl.sum(e, axis=0)
+        m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))  # one NaN: never all ones
+        word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        row_max = tl.max(m_k, axis=0)
+        row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+        row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
+        # y = exp(x - row_max) / row_sum, from the exp(x - m) this slice holds: e * exp(m - row_max) <= 1
+        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty),
+                 mask=col_ok)
+
+
+@triton.jit
+def softmax_bwd_split_kernel(
+    y_ptr, dy_ptr, dx_ptr, flags_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    SLICES: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The backward's groups walk the rows as the forward's do; one share per slice: sum(y * dy)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    first = cols < tl.where(group < n_rows, n_cols, 0)
+    y_next = tl.load(y_ptr + tl.cast(group, tl.int64) * y_row_stride + cols, mask=first, other=0.0)
+    dy_next = tl.load(dy_ptr + tl.cast(group, tl.int64) * dy_row_stride + cols, mask=first, other=0.0)
+    for row in tl.range(group, n_rows, n_groups):
+        y, dy = y_next.to(tl.float32), dy_next.to(tl.float32)
+        next_row = row + n_groups
+        in_range = cols < tl.where(next_row < n_rows, n_cols, 0)
+        y_next = tl.load(y_ptr + tl.cast(next_row, tl.int64) * y_row_stride + cols, mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + tl.cast(next_row, tl.int64) * dy_row_stride + cols, mask=in_range, other=0.0)
+        mine = tl.sum(y * dy, axis=0)  # this slice's share of the row's dot product
+        word = (mine.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000  # "written"
+        tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.min(words >> 32, axis=0) == 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        dot = tl.sum((words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+        dx = y * (dy - dot)
+        tl.store(dx_ptr + tl.cast(row, tl.int64) * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty),
+                 mask=col_ok)
+
+
+# %%
 # Block size, warps and grid
 # --------------------------
 # These choices live in one place, apart from the kernels:
@@ -301,7 +433,19 @@ def softmax_bwd_online_kernel(
 #   fp32 values uses half of them. The backward pass holds two rows (:math:`y` and :math:`dy`), so it
 #   stays fused only up to ``MAX_FUSED_BWD_N``: past that, an fp32 row spills registers to local
 #   memory, and even in bf16 the online kernel, which keeps two chunks in flight, measured faster.
-#   Longer rows take the online kernels, which stream ``ONLINE_BLOCK_N`` columns at a time.
+#   Longer rows take the online kernels, which stream ``ONLINE_BLOCK_N`` columns at a time, or the
+#   split kernels where ``SPLIT`` has an entry and the row has at least its ``MIN_N`` columns.
+# * ``SPLIT`` sets the split kernels per direction and element size: the shortest row they take
+#   (``MIN_N``), slices of ``SLICE_N`` columns (``SLICES`` is the row length over that, rounded up to a
+#   power of two) and ``num_warps``. Small programs won the sweep on an H100 (``dev/softmax_split_gpu.py``
+#   in the repository): 4 warps, each thread holding 32 to 64 values of each row, and as many programs
+#   per SM as the registers allow. While one program of an SM waits for its group, the others load
+#   and store; a few large programs per SM leave it idle during each wait. For bf16 that holds from
+#   rows of 32 K on, where the fused kernel's one 32-warp program per SM cannot overlap its load and
+#   store phases.
+# * The split grid is as many whole groups as the GPU holds at once, and no more than needed for the
+#   fewest rows per group: 1024 rows with room for 33 groups take 32 groups of 32 rows, rather than 33
+#   groups of which one walks a 32nd row alone at the end.
 # * ``BLOCK_M`` packs several short rows into one program so that each program moves at least
 #   ``MIN_ELEMENTS`` elements: a program that loads only 256 values cannot keep enough bytes in flight
 #   to hide the memory's latency.
@@ -323,6 +467,15 @@ MIN_ELEMENTS = 4096  # fewest elements one program of the fused kernels handles
 BYTES_PER_THREAD = 32
 ONLINE_BLOCK_N = 16384  # columns per chunk of the online kernels
 ONLINE_NUM_WARPS = 32
+# The split kernels, by direction and element size (2 = fp16/bf16, 4 = fp32): rows of MIN_N columns or
+# more are cut into slices of about SLICE_N columns, each a program of num_warps warps; as many programs
+# per SM as fit (or at most PER_SM, where an entry sets it). A missing entry keeps the other kernels.
+SPLIT = {
+    ("forward", 2): dict(MIN_N=32768, SLICE_N=8192, num_warps=4),
+    ("forward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
+    ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
+    ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
+}
 
 
 def fused_config(n_cols, element_size):
@@ -337,9 +490,24 @@ def fused_config(n_cols, element_size):
 _occupancy = {}
 
 
+def driver_occupancy(compiled, threads, smem):
+    """Programs of this compiled kernel per SM by CUDA's occupancy calculator; None if it cannot say."""
+    try:
+        import ctypes
+        count = ctypes.c_int()
+        error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(threads), ctypes.c_size_t(smem))
+        return count.value if error == 0 else None
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once, and what limits it."""
-    key = (kernel, tuple(getattr(a, "dtype", None) for a in args), tuple(sorted(meta.items())))
+    # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
+    # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
+    key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
+           tuple(sorted(meta.items())))
     if key in _occupancy:
         return _occupancy[key]
     threads = 32 * meta["num_warps"]
@@ -351,30 +519,25 @@ def programs_per_sm(kernel, args, meta):
         compiled._init_handles()
         n_regs = max(compiled.n_regs, 1)
         smem = compiled.metadata.shared
+        # registers are handed out in blocks of 256 per warp
+        regs_per_warp = triton.cdiv(n_regs * 32, 256) * 256
         limits = {
             "threads": props.max_threads_per_multi_processor // threads,
-            "registers": getattr(props, "regs_per_multiprocessor", 65536) // (n_regs * threads),
+            "registers": getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // meta["num_warps"],
             "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem)
             if smem else 32,
         }
         limit = min(limits, key=limits.get)
-        result = (max(1, limits[limit]), limit, n_regs)
+        fit = limits[limit]
+        driver = driver_occupancy(compiled, threads, smem)  # the driver's own count, where it answers
+        if driver is not None and driver < fit:
+            fit, limit = driver, "driver"
+        result = (max(1, fit), limit, n_regs)
     _occupancy[key] = result
     return result
 
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-
-
-def launch(kernel, n_tasks, args, meta, persistent):
-    """Run ``kernel`` over ``n_tasks`` blocks of rows; returns the grid size used."""
-    if persistent:
-        per_sm, _, _ = programs_per_sm(kernel, args, meta)
-        grid = min(n_tasks, per_sm * NUM_SMS)
-    else:
-        grid = n_tasks
-    kernel[(grid,)](*args, **meta)
-    return grid
 
 
 def forward_plan(n_cols, element_size):
@@ -393,43 +556,127 @@ def backward_plan(n_cols):
     return softmax_bwd_online_kernel, dict(BLOCK_N=ONLINE_BLOCK_N, num_warps=ONLINE_NUM_WARPS), 1
 
 
-def softmax_rows_forward(x2d, y2d, persistent=False):
-    """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row."""
-    n_rows, n_cols = x2d.shape
+def split_plan(direction, n_cols, element_size, split=None):
+    """(meta-parameters, programs per SM wanted) of the split kernel, or None where it is not used."""
+    cfg = (SPLIT if split is None else split).get((direction, min(element_size, 4)))
+    if cfg is None or n_cols < cfg["MIN_N"]:
+        return None
+    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
+    if ON_GPU:
+        slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))
+    meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
+                num_warps=cfg["num_warps"])
+    return meta, cfg.get("PER_SM")
+
+
+def split_flags(direction, n_rows, meta, device):
+    """The flag words of a split launch, one per slice of each row, cleared to "not written": all ones
+    in the forward, a clear "written" bit in the backward."""
+    return torch.full((n_rows * meta["SLICES"],), -1 if direction == "forward" else 0, dtype=torch.int64,
+                      device=device)
+
+
+def split_grid(kernel, args, meta, per_sm, n_rows):
+    """Programs of the split kernel: whole groups, every one on the GPU at once (they wait for each
+    other), sized from the occupancy of the version Triton compiles for these very arguments, and at
+    most per_sm programs per SM unless per_sm is None; 0 when one group cannot fit."""
+    fit, _, _ = programs_per_sm(kernel, args, meta)
+    most = min(fit, per_sm or fit) * NUM_SMS // meta["SLICES"]
+    if most == 0:
+        return 0
+    # as many groups as needed for the fewest rows per group: then every group walks as many rows
+    groups = triton.cdiv(n_rows, triton.cdiv(n_rows, most))
+    return groups * meta["SLICES"]
+
+
+def forward_launch(x2d, y2d, persistent=False, split=None, n_rows=None):
+    """(kernel, grid, args, meta) of the forward on these tensors. ``split`` overrides ``SPLIT`` (``{}``:
+    never split); ``n_rows`` sizes the grid for that many rows instead of x2d's (for the table below)."""
+    n_rows = x2d.shape[0] if n_rows is None else n_rows
+    n_cols = x2d.shape[1]
+    sizes = (x2d.shape[0], n_cols, x2d.stride(0), y2d.stride(0))
+    plan = split_plan("forward", n_cols, x2d.element_size(), split)
+    if plan is not None:
+        meta, per_sm = plan
+        stand_in = split_flags("forward", 1, meta, x2d.device)  # compiled the same as the real ones
+        grid = split_grid(softmax_fwd_split_kernel, (x2d, y2d, stand_in, *sizes), meta, per_sm, n_rows)
+        if grid > 0:
+            flags = split_flags("forward", x2d.shape[0], meta, x2d.device)
+            return softmax_fwd_split_kernel, grid, (x2d, y2d, flags, *sizes), meta
     kernel, meta, block_m = forward_plan(n_cols, x2d.element_size())
-    args = (x2d, y2d, n_rows, n_cols, x2d.stride(0), y2d.stride(0))
-    return launch(kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
+    grid = triton.cdiv(n_rows, block_m)
+    if persistent:
+        grid = min(grid, programs_per_sm(kernel, (x2d, y2d, *sizes), meta)[0] * NUM_SMS)
+    return kernel, grid, (x2d, y2d, *sizes), meta
 
 
-def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False):
-    """dx2d = y2d * (dy2d - rowsum(y2d * dy2d)). All 2-D, unit stride along the row."""
-    n_rows, n_cols = y2d.shape
+def backward_launch(y2d, dy2d, dx2d, persistent=False, split=None, n_rows=None):
+    """The same for the backward."""
+    n_rows = y2d.shape[0] if n_rows is None else n_rows
+    n_cols = y2d.shape[1]
+    sizes = (y2d.shape[0], n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    plan = split_plan("backward", n_cols, y2d.element_size(), split)
+    if plan is not None:
+        meta, per_sm = plan
+        stand_in = split_flags("backward", 1, meta, y2d.device)
+        grid = split_grid(softmax_bwd_split_kernel, (y2d, dy2d, dx2d, stand_in, *sizes), meta, per_sm, n_rows)
+        if grid > 0:
+            flags = split_flags("backward", y2d.shape[0], meta, y2d.device)
+            return softmax_bwd_split_kernel, grid, (y2d, dy2d, dx2d, flags, *sizes), meta
     kernel, meta, block_m = backward_plan(n_cols)
-    args = (y2d, dy2d, dx2d, n_rows, n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    return launch(kernel, triton.cdiv(n_rows, block_m), args, meta, persistent)
+    grid = triton.cdiv(n_rows, block_m)
+    if persistent:
+        grid = min(grid, programs_per_sm(kernel, (y2d, dy2d, dx2d, *sizes), meta)[0] * NUM_SMS)
+    return kernel, grid, (y2d, dy2d, dx2d, *sizes), meta
+
+
+def softmax_rows_forward(x2d, y2d, persistent=False, split=None):
+    """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row. Returns the grid size."""
+    kernel, grid, args, meta = forward_launch(x2d, y2d, persistent, split)
+    kernel[(grid,)](*args, **meta)
+    return grid
+
+
+def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False, split=None):
+    """dx2d = y2d * (dy2d - rowsum(y2d * dy2d)). All 2-D, unit stride along the row."""
+    kernel, grid, args, meta = backward_launch(y2d, dy2d, dx2d, persistent, split)
+    kernel[(grid,)](*args, **meta)
+    return grid
 
 
 # %%
 # The choices for each row length, and what the compiled kernel says about occupancy (on the GPU,
 # registers per thread come from the compiler; under the interpreter there is nothing to compile):
 
+KERNEL_NAMES = {softmax_fwd_kernel: "fused", softmax_bwd_kernel: "fused",
+                softmax_fwd_online_kernel: "online", softmax_bwd_online_kernel: "online",
+                softmax_fwd_split_kernel: "split", softmax_bwd_split_kernel: "split"}
+
+
 def config_table():
+    """One row per direction, dtype and row length: the kernel, its sizes and its grid at 2**26 elements."""
     rows = []
-    for dtype, n_cols in [(d, 2**k) for d in (torch.float32, torch.bfloat16) for k in range(8, 19)]:
-        x = torch.empty((1, n_cols), device=DEVICE, dtype=dtype)
-        args = (x, x, 1, n_cols, n_cols, n_cols)
-        kernel, meta, block_m = forward_plan(n_cols, x.element_size())
-        per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
-        rows.append({
-            "dtype": str(dtype).replace("torch.", ""), "N": n_cols,
-            "kernel": "fused" if kernel is softmax_fwd_kernel else "online",
-            "BLOCK_M": block_m, "BLOCK_N": meta["BLOCK_N"], "num_warps": meta["num_warps"],
-            "registers / thread": n_regs if ON_GPU else "-",
-            "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
-            "grid at M x N = 2**26": triton.cdiv(2**26 // n_cols, block_m),
-            "persistent grid": min(triton.cdiv(2**26 // n_cols, block_m), per_sm * NUM_SMS) if ON_GPU else "-",
-        })
-    return pd.DataFrame(rows).set_index(["dtype", "N"])
+    for direction in ("forward", "backward"):
+        for dtype, n_cols in [(d, 2**k) for d in (torch.float32, torch.bfloat16) for k in range(8, 19)]:
+            if direction == "backward" and n_cols <= MAX_FUSED_BWD_N // 4:
+                continue  # fused, sized by the rule of the forward's fp32 rows: left out to keep it short
+            # 16 stand-in rows: compiled like the real ones (a row count that is a multiple of 16)
+            x = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
+            n_rows = 2**26 // n_cols
+            if direction == "forward":
+                kernel, grid, args, meta = forward_launch(x, x, n_rows=n_rows)
+            else:
+                kernel, grid, args, meta = backward_launch(x, x, x, n_rows=n_rows)
+            per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
+            rows.append({
+                "direction": direction, "dtype": str(dtype).replace("torch.", ""), "N": n_cols,
+                "kernel": KERNEL_NAMES[kernel], "BLOCK_M": meta.get("BLOCK_M", 1),
+                "BLOCK_N": meta["BLOCK_N"], "SLICES": meta.get("SLICES", 1), "num_warps": meta["num_warps"],
+                "registers / thread": n_regs if ON_GPU else "-",
+                "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
+                "grid at M x N = 2**26": grid,
+            })
+    return pd.DataFrame(rows).set_index(["direction", "dtype", "N"])
 
 
 config_table()
@@ -529,13 +776,13 @@ def softmax(x, dim=-1):
 # The reference is :func:`torch.softmax` in float64 on the same inputs. The error is
 # :math:`\lVert out - ref \rVert / \lVert ref \rVert`, forward and backward, next to PyTorch's own
 # error in the same dtype: ours should be no worse. The shapes cover short rows, one program holding
-# several rows, a row of odd length, and rows long enough for the online kernels.
+# several rows, a row of odd length, and rows long enough for the online and the split kernels.
 
 torch.manual_seed(0)
 if ON_GPU:
     CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)]
 else:
-    CHECK_SHAPES = [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
+    CHECK_SHAPES = [(17, 1), (33, 257), (8, 1000), (3, 40_000), (2, 70_001)]
 
 
 def rel_error(out, ref):
@@ -779,9 +1026,9 @@ summary()
 # %%
 # Does a persistent grid pay?
 # ---------------------------
-# The forward kernels at a short, a middle and the longest row length, launched both ways: one
-# program per block of rows, and the occupancy-sized persistent grid whose programs each walk several
-# blocks. A persistent program pays its start-up once and can issue the loads of its next block while
+# The fused and online forward kernels at a short, a middle and the longest row length (the split
+# kernels left out: their grid is persistent by design), launched both ways: one program per block of
+# rows, and the occupancy-sized persistent grid whose programs each walk several blocks. A persistent program pays its start-up once and can issue the loads of its next block while
 # other programs finish; a plain grid leaves that to the hardware's block scheduler. Which wins here is
 # printed below the table.
 
@@ -794,8 +1041,8 @@ def persistence_table():
             nbytes = 2 * x.numel() * x.element_size()
             row = {"dtype": str(dtype).replace("torch.", ""), "N": n_cols}
             for persistent in (False, True):
-                grid = softmax_rows_forward(x, y, persistent=persistent)
-                ms = bench(lambda: softmax_rows_forward(x, y, persistent=persistent))
+                grid = softmax_rows_forward(x, y, persistent=persistent, split={})
+                ms = bench(lambda: softmax_rows_forward(x, y, persistent=persistent, split={}))
                 label = "persistent" if persistent else "one program per block"
                 row[f"{label}: programs"] = grid
                 row[f"{label}: GB/s"] = nbytes / ms * 1e-6
@@ -810,15 +1057,58 @@ for (dtype, n_cols), ratio in faster.items():
 persistence.style.format("{:.0f}")
 
 # %%
+# Does the split pay?
+# -------------------
+# The longest rows, forward and backward, through the split kernels and through the online kernels
+# they replace (``split={}`` forces the latter), timed as above. The split reads each row once but
+# waits once per row; the online kernels never wait but read each row twice, the second time mostly
+# from L2.
+
+def split_table():
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        size = torch.empty((), dtype=dtype).element_size()
+        for n_cols in [n for n in SWEEP_N if split_plan("forward", n, size) or split_plan("backward", n, size)]:
+            x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+            y, dy, dx = torch.empty_like(x), torch.randn_like(x), torch.empty_like(x)
+            softmax_rows_forward(x, y)
+            nbytes = x.numel() * x.element_size()
+            for direction in ("forward", "backward"):
+                row = {"direction": direction, "dtype": str(dtype).replace("torch.", ""), "N": n_cols}
+                for label, split in (("online", {}), ("split", None)):
+                    if direction == "forward":
+                        kernel = forward_launch(x, y, split=split)[0]
+                        ms, moved = bench(lambda: softmax_rows_forward(x, y, split=split)), 2 * nbytes
+                    else:
+                        kernel = backward_launch(y, dy, dx, split=split)[0]
+                        ms, moved = bench(lambda: softmax_rows_backward(y, dy, dx, split=split)), 3 * nbytes
+                    row[f"{label}: kernel"] = KERNEL_NAMES[kernel]
+                    row[f"{label}: GB/s"] = moved / ms * 1e-6
+                rows.append(row)
+            del x, y, dy, dx
+    return pd.DataFrame(rows).set_index(["direction", "dtype", "N"])
+
+
+split_vs_online = split_table()
+for (direction, dtype, n_cols), row in split_vs_online.iterrows():
+    if row["split: kernel"] == "split":
+        print(f"{direction}, {dtype}, N = {n_cols}: the split kernel runs at "
+              f"{row['split: GB/s'] / row['online: GB/s']:.2f}x the speed of the online kernel")
+    else:
+        print(f"{direction}, {dtype}, N = {n_cols}: not split here (SPLIT has no entry, or a group does not fit)")
+split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.endswith("GB/s")})
+
+# %%
 # Going further
 # -------------
-# * **Long rows without a second read.** The online kernels read each row twice; once the second read
-#   misses L2 they are capped at 2/3 of the copy (forward) and 3/5 (backward). quack keeps a whole row
-#   on chip by splitting it over a *cluster* of thread blocks on neighbouring SMs that read each other's
-#   shared memory (Hopper's distributed shared memory), so every element is read once. Triton exposes
-#   neither clusters nor distributed shared memory today; doing it here would mean CuTe-DSL or CUDA C++,
-#   or a split of each row over several programs with a grid-wide handshake (one program per chunk,
-#   partial (max, sum) pairs exchanged through global memory, all programs resident at once).
+# * **Long rows.** The split kernels read a long row once, and pay one wait per row: a round trip
+#   through L2 that the prefetch of the next row covers only if the group's programs run in step.
+#   quack gets the same single read with less waiting from the hardware: a *cluster* of thread blocks
+#   is guaranteed to run at once on neighbouring SMs, and they exchange their partial statistics
+#   through each other's shared memory (Hopper's distributed shared memory) behind a cluster barrier,
+#   not through L2. Triton exposes neither today; CuTe-DSL or CUDA C++ do. Exercise: change ``SPLIT``
+#   (the slice width, the warps, the way to wait) and rerun the table above; a lookahead of two rows
+#   (publish row :math:`i+1`'s shares before waiting for row :math:`i`'s) is the next thing to try.
 # * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
 #   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
 #   the parallel-reduction tutorial shows the pattern.
