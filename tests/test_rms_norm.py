@@ -109,33 +109,48 @@ def test_chunked_kernels_forced(tut):
     assert torch.equal(dx2, dx)
 
 
+@pytest.mark.parametrize("n", [300, 301])
 @pytest.mark.parametrize("flag_words", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_split_kernel_forced(tut, flag_words, dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_split_kernel_forced(tut, flag_words, dtype, n):
     """The wide-row (split) backward on small rows, both ways of waiting, two rows per block with a
-    padded last block, several groups, with and without dw; outputs poisoned first. (Under the
-    interpreter a row has one slice: programs run one at a time and must not wait for each other.)"""
-    m, n = 7, 300
+    padded last block, several groups (more blocks than two per group: the lookahead's loads past the
+    end), with and without dw; outputs poisoned first. 16-bit rows of even length are loaded as 32-bit
+    words (PACK), odd ones not. (Under the interpreter a row has one slice: programs run one at a time
+    and must not wait for each other.)"""
+    m = 19
     x = (2 * torch.randn(m, n, device=DEVICE)).to(dtype)
     w = torch.randn(n, device=DEVICE).to(dtype)
     dy = torch.randn(m, n, device=DEVICE).to(dtype)
     rstd, y = torch.empty(m, device=DEVICE), torch.empty_like(x)
     tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
     # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
-    split = {size: dict(MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1) for size in (2, 4)}
+    split = dict(TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1)
     config = dict(tut["BWD"], MAX_FUSED_N=64, SPLIT=split)
-    kernel, grid, meta = tut["backward_launch"](m, n, x.element_size(), True, True, config=config, dtype=dtype)
-    assert kernel is tut["rms_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
-    assert meta["BLOCK_M"] == 2 and grid // meta["SLICES"] > 1
-    dx_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=dtype)
+    # dx with a padded row stride of the same parity as n: the padding is a guard that must stay NaN
+    dx_store = torch.full((m, n + 4), float("nan"), device=DEVICE, dtype=dtype)
     dx, dw = dx_store[:, :n], torch.full_like(w, float("nan"))
+    kernel, grid, meta = tut["backward_launch"](m, n, x.element_size(), True, True, config=config, dtype=dtype,
+                                                tensors=(x, w, rstd, dy, dx))
+    assert kernel is tut["rms_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
+    assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0), meta
+    assert meta["BLOCK_M"] == 2 and grid // meta["SLICES"] > 1
+    assert triton_cdiv(m, meta["BLOCK_M"]) > 2 * (grid // meta["SLICES"]), "some group should do 3 blocks or more"
     tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, config=config)
     assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
     _, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
-    assert rel(dx, dx64) <= TOL[dtype] and rel(dw, dw64) <= TOL[dtype]
+    assert rel(dx, dx64) <= TOL[dtype] and rel(dw, dw64) <= TOL[dtype], (rel(dx, dx64), rel(dw, dw64))
     dx2 = torch.full_like(x, float("nan"))
     tut["rms_norm_rows_backward"](x, w, rstd, dy, dx2, None, config=config)  # dx only
     assert torch.equal(dx2, dx)
+    dx3 = torch.full_like(x, float("nan"))  # no weight: g = dy
+    tut["rms_norm_rows_backward"](x, None, rstd, dy, dx3, None, config=config)
+    _, dx64, _ = reference(x, (n,), None, 1e-6, dy)
+    assert rel(dx3, dx64) <= TOL[dtype]
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])

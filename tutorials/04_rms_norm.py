@@ -20,6 +20,8 @@ and the incoming gradient once and produces both gradients, and you measure it a
 * how to fuse two reductions of different loop orders (*mix-order reduction*) into one kernel, with
   the weight gradient kept in fp32 registers, one partial per program, and summed in a fixed order so
   that it is bitwise deterministic;
+* how programs that share a wide row exchange partial sums through global memory without waiting on
+  the exchange: publish one block ahead, and keep 16-bit values packed two to a register;
 * where the dtype matters: bf16 in memory, fp32 for every statistic and partial sum.
 
 **Prerequisites**: the fused-softmax tutorial of this site (row reductions, block sizes, persistent
@@ -362,8 +364,7 @@ def rms_norm_bwd_chunked_kernel(
 # compute alone is :math:`c = \frac{1}{N}\sum_j g_j \hat{x}_j`, a sum over the whole row. So each program
 # publishes its share of the sum in global memory, waits until the other slices of the row have
 # published theirs, and adds the ``SLICES`` shares in a fixed order (the same bits in every program and
-# on every run). Then it writes its slice of :math:`dx`. The loads of the next block are issued before
-# the wait, so the memory keeps working while the programs of a group wait for each other.
+# on every run). Then it writes its slice of :math:`dx`.
 #
 # Waiting for another program is only safe if that program is running: the grid must fit on the GPU at
 # once, or a waiting program could hold the SM that the program it waits for needs. The launcher sizes
@@ -371,25 +372,121 @@ def rms_norm_bwd_chunked_kernel(
 # to the chunked kernel when a group cannot fit. Another kernel that holds SMs forever while this one
 # runs (on another stream) could still stall it; the kernels on this page never do.
 #
-# How a program waits costs more than it seems: it happens once per block of rows, and a round trip to
-# the L2 cache takes about a microsecond, as long as an H100 SM takes to stream a few tens of KB. Two
-# ways, both measured (``dev/split_bwd_gpu.py`` in the repository):
+# **Hiding the wait.** A wait costs more than it seems: a share goes to the L2 cache and comes back to
+# another SM, a round trip of about a microsecond, as long as an H100 SM takes to stream a few tens of
+# KB. A program that publishes a block's share and then waits for the shares of that same block stalls
+# for a round trip on every block, and with one block of loads in flight the memory idles with it. So
+# the kernel runs its exchange one block ahead (software pipelining):
+#
+# * it keeps **two blocks of loads in flight**, the next block and the one after;
+# * before it waits for the shares of this block, it computes and **publishes its share of the next
+#   block**. The other slices did the same one step earlier, so when a program asks for this block's
+#   shares they are usually there already: the wait is one read, and the memory works meanwhile.
+#
+# Keeping two blocks in flight without the lookahead does not help: the program still stalls on every
+# block, with more loads idle behind it (``dev/rms_lookahead_gpu.py`` in the repository measures both).
+#
+# **Registers.** Three blocks are alive at once (this one, the next, the one after). A 16-bit element
+# loaded into registers takes a whole 32-bit register, so a bf16 block costs as many registers as an
+# fp32 block of the same length, for half the bytes in flight. With ``PACK``, the kernel loads 16-bit
+# rows as 32-bit words of two elements, keeps them packed while they wait in registers, and unpacks them
+# only to compute (for bf16, a shift: its bits are the top half of an fp32); :math:`dx` is packed again
+# to be stored. That needs rows of an even length, even strides and 4-byte aligned tensors, else the
+# launcher turns ``PACK`` off. The launcher also caps each thread's registers (``maxnreg``) at the share
+# of the register file that lets ``WARPS_PER_SM`` warps live on an SM together: two bf16 programs of 8
+# warps per SM instead of one, twice the bytes in flight.
+#
+# **Two ways to wait**, both measured (``dev/split_bwd_gpu.py``):
 #
 # * **flag words** (``FLAG_WORDS=True``): each share is written as one 64-bit word, a "written" bit above
 #   the fp32 bits of the value, into a buffer cleared before the launch. A program reads the words of its
-#   row until every bit is set: one round trip when the others are done. This is the faster way for
-#   programs of up to 16 warps (bf16 rows here).
+#   rows until every bit is set: one round trip when the others are done. This is the faster way for
+#   programs of up to 16 warps, which every split configuration below uses.
 # * **a counter** per block of rows: shares are plain stores, then a barrier (so that every thread's
 #   store is issued before the counter moves) and an atomic add with *release* semantics; one thread
 #   polls the counter with *acquire* semantics, and the shares are then read past the L1 cache
 #   (``cache_modifier=".cg"``: another SM wrote them). Three round trips, but only one thread polls;
 #   with 32 warps, where 1024 threads reading the flag words would each take part in every poll, this
-#   measured faster (fp32 rows here).
+#   measured faster (before the lookahead), so the launcher keeps it for programs of 32 warps.
 #
-# The buffers are cleared by a ``torch.zeros`` per call (a few KB), so nothing carries over from one
-# call to the next. Under Triton's interpreter, programs run one after another, never at the same time:
-# a program waiting for the next one would wait forever, so there the launcher gives each row one slice
-# (the same kernel, which then never waits).
+# The buffers are cleared by a ``torch.zeros`` per call (8 bytes per row and slice), so nothing carries
+# over from one call to the next. Under Triton's interpreter, programs run one after another, never at
+# the same time: a program waiting for the next one would wait forever, so there the launcher gives each
+# row one slice (the same kernel, whose only shares are then its own, published one step before it
+# reads them).
+
+
+@triton.jit
+def load_tile(ptr, rows, row_stride, units, unit_ok, n_rows, PACK: tl.constexpr):
+    """Rows ``rows`` of a slice (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK the
+    [BLOCK_M, BLOCK_N // 2] 32-bit words that hold them two by two (``units`` count words then)."""
+    ok = (rows < n_rows)[:, None] & unit_ok[None, :]
+    rows = rows.to(tl.int64)
+    if PACK:
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tile = tl.load(words + rows[:, None] * (row_stride // 2) + units[None, :], mask=ok, other=0)
+    else:
+        tile = tl.load(ptr + rows[:, None] * row_stride + units[None, :], mask=ok, other=0.0)
+    return tile
+
+
+@triton.jit
+def tile_to_f32(tile, dtype: tl.constexpr, PACK: tl.constexpr):
+    """A loaded tile as [BLOCK_M, BLOCK_N] fp32 values, in column order."""
+    if PACK:  # the low half of a word is the even column (little-endian)
+        if dtype == tl.bfloat16:  # bf16 is the top half of an fp32
+            lo = (tile << 16).to(tl.float32, bitcast=True)
+            hi = (tile & -65536).to(tl.float32, bitcast=True)
+        else:
+            lo = tile.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            hi = (tile >> 16).to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+        values = tl.reshape(tl.join(lo, hi), [tile.shape[0], 2 * tile.shape[1]])
+    else:
+        values = tile.to(tl.float32)
+    return values
+
+
+@triton.jit
+def store_tile(ptr, rows, row_stride, units, ok, values, PACK: tl.constexpr):
+    """Stores [BLOCK_M, BLOCK_N] values in the dtype of ``ptr``, two by two in 32-bit words with PACK."""
+    values = values.to(ptr.dtype.element_ty)
+    if PACK:
+        lo, hi = tl.split(tl.reshape(values, [values.shape[0], values.shape[1] // 2, 2]))
+        word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tl.store(words + rows[:, None] * (row_stride // 2) + units[None, :], word, mask=ok)
+    else:
+        tl.store(ptr + rows[:, None] * row_stride + units[None, :], values, mask=ok)
+
+
+@triton.jit
+def publish_share(shares_ptr, counter_ptr, block, n_blocks, rows, row_ok, part, share,
+                  SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """This slice's share of each row's sum, for the other slices of the group."""
+    if FLAG_WORDS:  # bit 32 says "written", the low 32 bits hold the fp32 value
+        word = (share.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000
+        tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+    else:
+        tl.store(shares_ptr + rows * SLICES + part, share, mask=row_ok)
+        tl.debug_barrier()  # every thread's store is issued before the counter moves
+        tl.atomic_add(counter_ptr + block, 1, mask=block < n_blocks, sem="release")
+
+
+@triton.jit
+def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """[BLOCK_M, SLICES] shares of the rows of ``block``, once every slice has published them."""
+    slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]
+    if FLAG_WORDS:
+        words = tl.load(slots, volatile=True)
+        while tl.min(words >> 32) == 0:  # some slice has not written yet
+            words = tl.load(slots, volatile=True)
+        shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    else:
+        arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        while arrived < SLICES:
+            arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        shares = tl.load(slots, cache_modifier=".cg")
+    return shares
 
 
 @triton.jit
@@ -397,57 +494,70 @@ def rms_norm_bwd_split_kernel(
     x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, shares_ptr, counter_ptr, n_rows, n_cols,
     x_row_stride, dy_row_stride, dx_row_stride,
     HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N  # what a tile's row holds: words or elements
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    rows = group * BLOCK_M + tl.arange(0, BLOCK_M)
-    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
-    rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-    for block in tl.range(group, tl.cdiv(n_rows, BLOCK_M), n_groups):
-        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+    # The loads of this program's first two blocks, and its share of the first one. (Names used in the
+    # loop are not reused here: Triton would carry them around the loop.)
+    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_this = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
+    second = first + n_groups * BLOCK_M
+    x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
+    first_ok = first < n_rows
+    first = tl.minimum(first, n_rows - 1).to(tl.int64)
+    first_g = tile_to_f32(dy_this, dtype, PACK)
+    if HAS_WEIGHT:
+        first_g = first_g * w[None, :]
+    first_x_hat = tile_to_f32(x_this, dtype, PACK) * tl.load(rstd_ptr + first)[:, None]
+    first_share = tl.sum(first_g * first_x_hat, axis=1)
+    publish_share(shares_ptr, counter_ptr, group, n_blocks, first, first_ok, part, first_share, SLICES, FLAG_WORDS)
+    for block in tl.range(group, n_blocks, n_groups):
+        # the block after next: two blocks of loads in flight while this one is worked on
+        after_rows = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_after = load_tile(x_ptr, after_rows, x_row_stride, units, unit_ok, n_rows, PACK)
+        dy_after = load_tile(dy_ptr, after_rows, dy_row_stride, units, unit_ok, n_rows, PACK)
+        # this block's values (its rstd loaded first: a load issued late stalls the program)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
-        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]
-        next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
         rstd = tl.load(rstd_ptr + rows)
-        x_hat = x * rstd[:, None]
+        x_hat = tile_to_f32(x_this, dtype, PACK) * rstd[:, None]
+        dy = tile_to_f32(dy_this, dtype, PACK)
         g = dy * w[None, :] if HAS_WEIGHT else dy
+        # the next block's share, published before waiting for this block's shares (rows past the end
+        # publish nothing)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        next_ok = next_rows < n_rows
+        next_rows = tl.minimum(next_rows, n_rows - 1).to(tl.int64)
+        next_x_hat = tile_to_f32(x_next, dtype, PACK) * tl.load(rstd_ptr + next_rows)[:, None]
+        next_g = tile_to_f32(dy_next, dtype, PACK)
+        if HAS_WEIGHT:
+            next_g = next_g * w[None, :]
+        publish_share(shares_ptr, counter_ptr, block + n_groups, n_blocks, next_rows, next_ok, part,
+                      tl.sum(next_g * next_x_hat, axis=1), SLICES, FLAG_WORDS)
+        # this block: dw, then dx once the group's shares are in
         if COMPUTE_DW:
             dw_acc += dy * x_hat
-        mine = tl.sum(g * x_hat, axis=1)  # this slice's share of each row's sum
-        slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]  # the row's shares
-        if FLAG_WORDS:
-            word = (mine.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000
-            tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
-            words = tl.load(slots, volatile=True)
-            while tl.min(words >> 32) == 0:  # some slice has not written yet
-                words = tl.load(slots, volatile=True)
-            shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        else:
-            tl.store(shares_ptr + rows * SLICES + part, mine, mask=row_ok)
-            tl.debug_barrier()  # every thread's store is issued before the counter moves
-            arrived = tl.atomic_add(counter_ptr + block, 1, sem="release") + 1
-            while arrived < SLICES:
-                arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
-            shares = tl.load(slots, cache_modifier=".cg")
+        shares = wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES, FLAG_WORDS)
         c = tl.sum(shares, axis=1) / n_cols
         dx = (g - x_hat * c[:, None]) * rstd[:, None]
-        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
+        store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
+        x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
     if COMPUTE_DW:  # one partial row per group; each slice writes its columns of it
         tl.store(dw_partial_ptr + tl.cast(group, tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
 
@@ -459,9 +569,12 @@ def rms_norm_bwd_split_kernel(
 #
 # * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N`` elements (the
 #   forward holds one tile per element, the backward three and two more in flight, so its limit is
-#   lower). Wider backward rows are split into ``SLICES`` slices of at most ``SLICE_N`` columns, at
-#   least ``MIN_SLICES`` of them, with blocks of about ``TILE`` elements: ``SPLIT`` holds these per
-#   element size, as measured fastest on an H100 (``dev/split_bwd_gpu.py``).
+#   lower). Wider backward rows are split into ``SLICES`` slices of at most ``SLICE_N`` columns (a
+#   power of two of them), with blocks of about ``SPLIT["TILE"]`` elements: one row of 4096 columns per
+#   block in both dtypes, as measured fastest on an H100 (``dev/rms_lookahead_gpu.py``). With
+#   ``SPLIT["BYTES_PER_THREAD"]``, that is 8 warps per program in bf16 and 16 in fp32, so that
+#   ``WARPS_PER_SM`` lets two bf16 programs or one fp32 program share an SM, each with its
+#   ``maxnreg`` share of the registers.
 # * ``BLOCK_M`` packs short rows so that each program moves at least ``MIN_ELEMENTS`` elements per
 #   step: enough bytes in flight to hide the memory's latency.
 # * ``num_warps`` comes from bytes, not elements: each thread handles about ``BYTES_PER_THREAD`` bytes
@@ -474,17 +587,16 @@ def rms_norm_bwd_split_kernel(
 # * The forward's grid is one program per block of rows. The backward's grid has as many programs per
 #   SM as fit in ``WARPS_PER_SM`` warps, at least one (``CHUNK_PROGRAMS_PER_SM`` for long rows), and
 #   never more than the compiled kernel's occupancy allows for the split kernel, whose programs wait
-#   for each other. This sets :math:`P`, the number of ``dw_partial`` rows (one per group of slices), kept small so that writing and summing the
-#   partials costs little next to the rows themselves. Each program hides its latency by prefetching,
-#   not by having many neighbours on its SM.
+#   for each other. This sets :math:`P`, the number of ``dw_partial`` rows (one per group of slices),
+#   kept small so that writing and summing the partials costs little next to the rows themselves.
+#   Each program hides its latency by prefetching, not by having many neighbours on its SM.
 
 FWD = dict(MAX_FUSED_N=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=4096)
 BWD = dict(MAX_FUSED_N=8192, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
            WIDE_ROW_BYTES=16384, MAX_SPLIT_N=131072, SLICE_N=4096, CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
-# The split kernel, by element size in bytes: at least MIN_SLICES slices of at most SLICE_N columns,
-# blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
-SPLIT = {2: dict(MIN_SLICES=8, TILE=4096, BYTES_PER_THREAD=32),
-         4: dict(MIN_SLICES=4, TILE=8192, BYTES_PER_THREAD=16)}
+# The split kernel: slices of at most SLICE_N columns (BWD), blocks of about TILE elements per
+# program, BYTES_PER_THREAD of each tile per thread (the same for every dtype).
+SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
@@ -560,20 +672,29 @@ def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
             x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
 
 
-def split_plan(n_cols, dtype, has_weight, compute_dw, config=None):
-    """meta-parameters of the split backward for rows of n_cols."""
+def split_plan(n_cols, dtype, has_weight, compute_dw, config=None, tensors=None):
+    """meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if
+    given: whether their 16-bit rows can be loaded as 32-bit words)."""
     cfg = config or BWD
     element_size = torch.empty((), dtype=dtype).element_size()
-    split = cfg.get("SPLIT", SPLIT)[min(element_size, 4)]
+    split = cfg.get("SPLIT", SPLIT)
     slices = 1  # the interpreter runs one program at a time: a program must never wait for another
     if ON_GPU:
-        slices = min(cfg["MAX_SPLIT_N"] // cfg["SLICE_N"],
-                     max(split["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))))
+        slices = min(cfg["MAX_SPLIT_N"] // cfg["SLICE_N"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])))
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, split["TILE"] // block_n)
     num_warps = warps_for(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
-    return dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
-                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # two 16-bit elements per 32-bit word: even rows, even strides, 4-byte aligned tensors
+    pack = element_size == 2 and n_cols % 2 == 0 and all(
+        t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in (tensors or ()))
+    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
+                PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # Each thread's share of the registers when WARPS_PER_SM warps live on an SM. Unpacked 16-bit rows
+    # need more than that: they run with fewer programs per SM rather than spill their loads.
+    if ON_GPU and (pack or element_size == 4):
+        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+        meta["maxnreg"] = min(255, regs // (32 * max(cfg["WARPS_PER_SM"], num_warps)) // 8 * 8)
+    return meta
 
 
 def split_grid(x2d, w, rstd, dy2d, dx2d, meta, config=None, n_rows=None):
@@ -606,11 +727,12 @@ def backward_launch(n_rows, n_cols, element_size, has_weight, compute_dw, chunk_
     else:
         if chunk_n is None and n_cols <= cfg["MAX_SPLIT_N"]:
             dtype = dtype or {2: torch.bfloat16, 4: torch.float32}.get(element_size, torch.float32)
-            meta = split_plan(n_cols, dtype, has_weight, compute_dw, cfg)
             if tensors is None:  # a few contiguous rows: the version Triton compiles for such rows
                 x = torch.empty((16, n_cols), device=DEVICE, dtype=dtype)
                 r = torch.empty(16, device=DEVICE, dtype=torch.float32)
                 tensors = (x, x, r, x, x)
+            x2d, _, _, dy2d, dx2d = tensors
+            meta = split_plan(n_cols, dtype, has_weight, compute_dw, cfg, (x2d, dy2d, dx2d))
             grid = split_grid(*tensors, meta, cfg, n_rows)  # its programs wait for each other: all fit
             if grid > 0:
                 return rms_norm_bwd_split_kernel, grid, meta
@@ -1121,13 +1243,14 @@ two_pass_table()
 # %%
 # Going further
 # -------------
-# * **Long rows.** The split backward shares a row between programs through global memory, and pays
-#   one L2 round trip or more per block of rows for it; the bf16 rows, whose blocks hold fewer bytes,
-#   feel it most. quack spreads a row over a *cluster* of thread blocks that read each other's shared
+# * **Long rows.** The split backward shares a row between programs through global memory; it hides
+#   the L2 round trip of each exchange behind a block of work, at the price of a third block of
+#   registers. quack spreads a row over a *cluster* of thread blocks that read each other's shared
 #   memory (Hopper's distributed shared memory), a much shorter trip, which Triton does not expose
-#   today. Past ``MAX_SPLIT_N`` columns, the chunked kernels read each row twice and keep
-#   ``dw_partial`` in global memory. The forward at long rows could use the split too, with the sum of
-#   squares as the shared value.
+#   today. A row length just past a power of two of ``SLICE_N`` leaves its last slices nearly empty:
+#   slices of a size that divides the row would waste no programs. Past ``MAX_SPLIT_N`` columns, the
+#   chunked kernels read each row twice and keep ``dw_partial`` in global memory. The forward at long
+#   rows could use the split too, with the sum of squares as the shared value.
 # * **The size of** :math:`P`. Each program of the backward writes one fp32 row of ``dw_partial``, and
 #   the final pass reads them all: :math:`8PN` bytes next to the :math:`3MN \times` (element size) of
 #   the model. When :math:`M` is small (few tokens, a wide model) that is no longer negligible: try a
