@@ -146,14 +146,16 @@ def test_chunked_kernels_match_float64(ln, dtype):
 
 
 @pytest.mark.parametrize("flag_words", [True, False], ids=["flag-words", "counter"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-def test_split_kernel_forced(ln, flag_words, dtype):
-    """The wide-row (split) backward on small rows, both ways of waiting, two rows per block with a padded
-    last block, several groups, with and without dw and db; outputs poisoned first, rows padded so that
-    a write past a row's end shows. (Under the interpreter a row has one slice: programs run one at a
-    time there and must not wait for each other.)"""
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", [300, 301], ids=["even", "odd"])
+def test_split_kernel_forced(ln, flag_words, dtype, n):
+    """The wide-row (split) backward on small rows, both ways of waiting, 16-bit rows packed in 32-bit
+    words (even n) or not (odd n), two rows per block with a padded last block, several groups doing
+    several blocks each, with and without dw and db; outputs poisoned first, rows padded so that a write
+    past a row's end shows. (Under the interpreter a row has one slice: programs run one at a time there
+    and must not wait for each other.)"""
     torch.manual_seed(8)
-    m, n = 7, 300
+    m = 11
     x = (torch.randn(m, n, device=DEVICE) * 2 + 30).to(dtype)
     w, b = torch.randn(n, device=DEVICE).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
     dy = torch.randn(m, n, device=DEVICE).to(dtype)
@@ -163,11 +165,13 @@ def test_split_kernel_forced(ln, flag_words, dtype):
     split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1)
              for size in (2, 4)}
     nan = float("nan")
-    dx_store = torch.full((m, n + 3), nan, device=DEVICE, dtype=dtype)
+    dx_store = torch.full((m, n + 4), nan, device=DEVICE, dtype=dtype)  # an even stride: packable
     dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)
     plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=3, max_fused_n=64, split=split)
-    assert plan["kernel"] is ln["layer_norm_bwd_split_kernel"] and plan["meta"]["FLAG_WORDS"] == flag_words
-    assert plan["block_m"] == 2 and plan["lines"] == 2 and plan["rows_per_program"] == 4
+    meta = plan["meta"]
+    assert plan["kernel"] is ln["layer_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
+    assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0)
+    assert plan["block_m"] == 2 and plan["lines"] == 3  # 6 blocks: 2 per group
     assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
     ins = [t.double().requires_grad_(True) for t in (x, w, b)]
     g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5), ins, dy.double())

@@ -384,10 +384,11 @@ def layer_norm_bwd_kernel(
 # For wide rows the accumulators do not fit: at :math:`N` columns a program needs :math:`2N` fp32
 # accumulators next to the row of :math:`x` and :math:`dy` it is working on, and past
 # ``MAX_BWD_FUSED_N`` columns that exceeds the registers of one program (they would spill to local
-# memory). The chunked version below streams each row twice, like the forward: a first pass for the
-# two dot products, a second (backwards, for L2 hits) that writes :math:`dx` and adds into the
-# program's own line of the partial buffer, in memory rather than registers. Still one writer per
-# line: lock-free and deterministic, but the partial line is read and written once per row.
+# memory). The simplest way out, the chunked version below, streams each row twice, like the forward:
+# a first pass for the two dot products, a second (backwards, for L2 hits) that writes :math:`dx` and
+# adds into the program's own line of the partial buffer, in memory rather than registers. Still one
+# writer per line: lock-free and deterministic, but the partial line is read and written once per row.
+# It is the fallback; the next section splits the row instead.
 
 
 @triton.jit
@@ -478,77 +479,162 @@ def layer_norm_bwd_chunked_kernel(
 
 
 @triton.jit
+def load_tile(ptr, rows, row_stride, units, unit_ok, n_rows, PACK: tl.constexpr):
+    """Rows ``rows`` of a slice (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK the
+    [BLOCK_M, BLOCK_N // 2] 32-bit words that hold them two by two (``units`` count words then)."""
+    ok = (rows < n_rows)[:, None] & unit_ok[None, :]
+    rows = rows.to(tl.int64)
+    if PACK:
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tile = tl.load(words + rows[:, None] * (row_stride // 2) + units[None, :], mask=ok, other=0)
+    else:
+        tile = tl.load(ptr + rows[:, None] * row_stride + units[None, :], mask=ok, other=0.0)
+    return tile
+
+
+@triton.jit
+def unpack(tile, dtype: tl.constexpr, PACK: tl.constexpr):
+    """A loaded tile as [BLOCK_M, BLOCK_N] fp32 values, in column order."""
+    if PACK:  # the low half of a word is the even column (little-endian)
+        if dtype == tl.bfloat16:  # a bf16 is the top half of an fp32
+            lo = (tile << 16).to(tl.float32, bitcast=True)
+            hi = (tile & -65536).to(tl.float32, bitcast=True)
+        else:
+            lo = tile.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            hi = (tile >> 16).to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+        values = tl.reshape(tl.join(lo, hi), [tile.shape[0], 2 * tile.shape[1]])
+    else:
+        values = tile.to(tl.float32)
+    return values
+
+
+@triton.jit
+def store_tile(ptr, rows, row_stride, units, ok, values, PACK: tl.constexpr):
+    """Stores [BLOCK_M, BLOCK_N] values in the dtype of ``ptr``, two by two in 32-bit words with PACK."""
+    values = values.to(ptr.dtype.element_ty)
+    if PACK:
+        lo, hi = tl.split(tl.reshape(values, [values.shape[0], values.shape[1] // 2, 2]))
+        word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tl.store(words + rows[:, None] * (row_stride // 2) + units[None, :], word, mask=ok)
+    else:
+        tl.store(ptr + rows[:, None] * row_stride + units[None, :], values, mask=ok)
+
+
+@triton.jit
+def publish_shares(shares_ptr, counter_ptr, block, n_blocks, n_rows, rows, row_ok, part, s1, s2,
+                   SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """This slice's shares of each row's two sums, for the other slices of the group."""
+    if FLAG_WORDS:  # one word: s1's bits above s2's; all ones means "not written"
+        hi = s1.to(tl.int32, bitcast=True)
+        hi = tl.where(hi == -1, 0x7FC00000, hi)  # the one NaN whose bits are all ones -> the quiet NaN
+        word = (hi.to(tl.int64) << 32) | (s2.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+    else:
+        tl.store(shares_ptr + rows * SLICES + part, s1, mask=row_ok)
+        tl.store(shares_ptr + (n_rows + rows) * SLICES + part, s2, mask=row_ok)
+        tl.debug_barrier()  # every thread's stores are issued before the counter moves
+        tl.atomic_add(counter_ptr + block, 1, mask=block < n_blocks, sem="release")
+
+
+@triton.jit
+def wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.constexpr, SLOTS: tl.constexpr,
+                    FLAG_WORDS: tl.constexpr):
+    """The two row sums of the rows of ``block``, once every slice has published its shares, added in
+    slice order (SLOTS: SLICES rounded up to a power of two; the extra slots read as zeros)."""
+    slot = tl.arange(0, SLOTS)
+    slots = shares_ptr + rows[:, None] * SLICES + slot[None, :]
+    mine = (slot < SLICES)[None, :]
+    if FLAG_WORDS:
+        words = tl.load(slots, mask=mine, other=0, volatile=True)
+        while tl.max((words == -1).to(tl.int32)) > 0:  # some slice has not written yet
+            words = tl.load(slots, mask=mine, other=0, volatile=True)
+        t1 = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        t2 = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    else:
+        arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        while arrived < SLICES:
+            arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        t1 = tl.load(slots, mask=mine, other=0.0, cache_modifier=".cg")
+        t2 = tl.load(slots + n_rows * SLICES, mask=mine, other=0.0, cache_modifier=".cg")
+    return tl.sum(t1, axis=1), tl.sum(t2, axis=1)
+
+
+@triton.jit
 def layer_norm_bwd_split_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUM_ROWS: tl.constexpr,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr,
+    FLAG_WORDS: tl.constexpr, PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups).
-    SUM_ROWS: dw and db are summed over the block's rows at every step (one accumulator per column, not
-    per row and column: fewer registers; cheap only when each thread holds all the rows of its columns)."""
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N  # a tile's row holds words, or elements
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    acc_rows: tl.constexpr = 1 if SUM_ROWS else BLOCK_M
-    dw_acc = tl.zeros([acc_rows, BLOCK_N], tl.float32)
-    db_acc = tl.zeros([acc_rows, BLOCK_N], tl.float32)
-    rows = group * BLOCK_M + tl.arange(0, BLOCK_M)
-    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
-    rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-    for block in tl.range(group, tl.cdiv(n_rows, BLOCK_M), n_groups):
-        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    # The loads of this program's first two blocks, and its shares of the first one. (The loop's names
+    # are not used here: Triton would carry them around the loop.)
+    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_this = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
+    second = first + n_groups * BLOCK_M
+    x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
+    first_ok = first < n_rows
+    first = tl.minimum(first, n_rows - 1).to(tl.int64)
+    first_hat = tl.where(col_ok[None, :], unpack(x_this, dtype, PACK) - tl.load(mean_ptr + first)[:, None], 0.0)
+    first_hat = first_hat * tl.load(rstd_ptr + first)[:, None]
+    first_g = unpack(dy_this, dtype, PACK)
+    if HAS_W:
+        first_g = first_g * w[None, :]
+    publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, first, first_ok, part,
+                   tl.sum(first_hat * first_g, axis=1), tl.sum(first_g, axis=1), SLICES, FLAG_WORDS)
+    for block in tl.range(group, n_blocks, n_groups):
+        # the block after next: two blocks of loads in flight while this one is worked on
+        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
+        dy_after = load_tile(dy_ptr, after, dy_row_stride, units, unit_ok, n_rows, PACK)
+        # this block's values (its statistics loaded first: a load issued late stalls the program)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # a padded row waits on the block's last row
-        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
-        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]
-        next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
         mean = tl.load(mean_ptr + rows)
         rstd = tl.load(rstd_ptr + rows)
-        x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        next_ok = next_rows < n_rows
+        next_rows = tl.minimum(next_rows, n_rows - 1).to(tl.int64)
+        next_mean = tl.load(mean_ptr + next_rows)
+        next_rstd = tl.load(rstd_ptr + next_rows)
+        x_hat = tl.where(col_ok[None, :], unpack(x_this, dtype, PACK) - mean[:, None], 0.0) * rstd[:, None]
+        dy = unpack(dy_this, dtype, PACK)
         g = dy * w[None, :] if HAS_W else dy
-        if COMPUTE_DWDB and SUM_ROWS:
-            dw_acc += tl.sum(dy * x_hat, axis=0, keep_dims=True)
-            db_acc += tl.sum(dy, axis=0, keep_dims=True)
-        elif COMPUTE_DWDB:
+        # the next block's shares, published before waiting for this block's (rows past the end
+        # publish nothing)
+        next_hat = tl.where(col_ok[None, :], unpack(x_next, dtype, PACK) - next_mean[:, None], 0.0)
+        next_hat = next_hat * next_rstd[:, None]
+        next_g = unpack(dy_next, dtype, PACK)
+        if HAS_W:
+            next_g = next_g * w[None, :]
+        publish_shares(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows, next_rows, next_ok, part,
+                       tl.sum(next_hat * next_g, axis=1), tl.sum(next_g, axis=1), SLICES, FLAG_WORDS)
+        # this block: dw and db, then dx once the group's shares are in
+        if COMPUTE_DWDB:
             dw_acc += dy * x_hat
             db_acc += dy
-        s1 = tl.sum(x_hat * g, axis=1)  # this slice's shares of the row's two sums
-        s2 = tl.sum(g, axis=1)
-        slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]
-        if FLAG_WORDS:
-            hi = s1.to(tl.int32, bitcast=True)
-            hi = tl.where(hi == -1, 0x7FC00000, hi)  # 0xFFFFFFFF -> the quiet NaN: never all ones
-            word = (hi.to(tl.int64) << 32) | (s2.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-            tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
-            words = tl.load(slots, volatile=True)
-            while tl.max((words == -1).to(tl.int32)) > 0:  # some slice has not written yet
-                words = tl.load(slots, volatile=True)
-            t1 = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-            t2 = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        else:
-            tl.store(shares_ptr + rows * SLICES + part, s1, mask=row_ok)
-            tl.store(shares_ptr + (n_rows + rows) * SLICES + part, s2, mask=row_ok)
-            tl.debug_barrier()  # every thread's stores are issued before the counter moves
-            arrived = tl.atomic_add(counter_ptr + block, 1, sem="release") + 1
-            while arrived < SLICES:
-                arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
-            t1 = tl.load(slots, cache_modifier=".cg")
-            t2 = tl.load(slots + n_rows * SLICES, cache_modifier=".cg")
-        c1 = tl.sum(t1, axis=1) / n_cols
-        c2 = tl.sum(t2, axis=1) / n_cols
-        dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
+        c1, c2 = wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES, SLOTS, FLAG_WORDS)
+        dx = (g - (x_hat * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd[:, None]
+        store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
+        x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
     if COMPUTE_DWDB:  # one partial line per group; each slice writes its columns of it
         offs = tl.cast(group, tl.int64) * n_cols + cols
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
@@ -589,7 +675,10 @@ def sum_partials_kernel(
 # * ``BLOCK_N`` is the row length rounded up to a power of two. The forward holds one row of
 #   :math:`x` per program and stays fused up to ``MAX_FUSED_N`` columns. The backward holds
 #   :math:`x`, :math:`dy` and the two accumulators, four values per column, so it stays fused only up to
-#   ``MAX_BWD_FUSED_N``; past that the chunked kernels stream ``CHUNK_N`` columns at a time.
+#   ``MAX_BWD_FUSED_N``. Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
+#   columns (``SPLIT``, per element size, as measured fastest on an H100 by
+#   ``dev/ln_split_gpu2.py`` in the repository); past that, and for the forward past
+#   ``MAX_FUSED_N``, the chunked kernels stream ``CHUNK_N`` columns at a time.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements, enough bytes in flight to hide the memory's latency.
 # * ``num_warps`` gives each thread about ``*_BYTES_PER_THREAD`` bytes of each tile as stored, so a
@@ -606,9 +695,10 @@ def sum_partials_kernel(
 #   elements of the main traffic, and give each program more rows to amortize its final store over.
 #   Each program hides its latency by prefetching, so a few per SM suffice: as many as fit in
 #   ``BWD_WARPS_PER_SM`` warps (at least one, and no more than the compiled kernel's occupancy
-#   allows), times the number of SMs, and never more than there are blocks of rows. Each program then
-#   visits about ``rows_per_program`` rows: every :math:`P`-th block for the fused kernel, a contiguous
-#   run for the chunked one.
+#   allows), times the number of SMs, and never more than there are blocks of rows. For the split
+#   kernel, whole groups of ``SLICES`` programs, one partial line per group. Each program then
+#   visits about ``rows_per_program`` rows: every :math:`P`-th block for the fused and split kernels,
+#   a contiguous run for the chunked one.
 
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
 MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay in registers
@@ -621,8 +711,8 @@ BWD_WARPS_PER_SM = 16  # backward: programs per SM are as many as fit in this ma
 MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
 # The split backward, by element size in bytes: slices of at most SLICE_N columns, at least MIN_SLICES
 # of them, blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
-SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64),
-         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=8192, BYTES_PER_THREAD=64)}
+SPLIT = {2: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32),
+         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -697,21 +787,28 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     return grid
 
 
-def split_config(n_cols, dtype, has_w, compute_dwdb, split=None):
-    """meta-parameters of the split backward for rows of n_cols."""
+def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
+    """meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if
+    given: whether their 16-bit rows can be loaded as 32-bit words)."""
     element_size = torch.empty((), dtype=dtype).element_size()
     cfg = (split or SPLIT)[min(element_size, 4)]
     slices = 1  # the interpreter runs one program at a time: a program must never wait for another
     if ON_GPU:
-        slices = max(cfg["MIN_SLICES"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])))
+        slices = max(cfg["MIN_SLICES"], triton.cdiv(n_cols, cfg["SLICE_N"]))
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, cfg["TILE"] // block_n)
     num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
-    # Does a thread hold every row of its columns? Triton spreads a warp's 32 threads, 16 bytes each,
-    # along the row, and the warps too while the row is long enough; past that, warps split the rows.
-    sum_rows = block_m == 1 or block_n * element_size >= num_warps * 32 * 16
-    return dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, FLAG_WORDS=num_warps <= 16,
-                BLOCK_M=block_m, BLOCK_N=block_n, SUM_ROWS=sum_rows, num_warps=num_warps)
+    # two 16-bit elements per 32-bit word: rows of even length, even strides, 4-byte aligned tensors
+    pack = element_size == 2 and n_cols % 2 == 0 and all(
+        t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
+    meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
+                FLAG_WORDS=num_warps <= 16, PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # Each thread's share of the registers when BWD_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
+    # rows need more than that: they run with fewer programs per SM rather than spill their loads.
+    if ON_GPU and (pack or element_size == 4):
+        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+        meta["maxnreg"] = min(255, regs // (32 * max(BWD_WARPS_PER_SM, num_warps)) // 8 * 8)
+    return meta
 
 
 def split_buffers(n_rows, meta, device, launch=True):
@@ -761,7 +858,8 @@ def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_spli
         kernel = layer_norm_bwd_kernel
         meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     elif n_cols <= (MAX_SPLIT_N if max_split_n is None else max_split_n):
-        kernel, meta = layer_norm_bwd_split_kernel, split_config(n_cols, x2d.dtype, has_w, compute_dwdb, split)
+        kernel = layer_norm_bwd_split_kernel
+        meta = split_config(n_cols, x2d.dtype, has_w, compute_dwdb, split, (x2d, dy2d, dx2d))
         block_m, slices = meta["BLOCK_M"], meta["SLICES"]
     else:
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
@@ -1121,11 +1219,11 @@ def plan_table(dtype=torch.bfloat16):
         n_rows = max(1, TOTAL_ELEMENTS // n_cols)
         x = torch.empty((n_rows, n_cols), device=DEVICE, dtype=dtype)
         plan = bwd_plan(x, True, True)
-        fused = plan["kernel"] is layer_norm_bwd_kernel
-        partial_bytes = 2 * 2 * 4 * plan["programs"] * n_cols
+        kind = {layer_norm_bwd_kernel: "fused", layer_norm_bwd_split_kernel: "split"}.get(plan["kernel"], "chunked")
+        partial_bytes = 2 * 2 * 4 * plan["lines"] * n_cols
         rows.append({
             "N": n_cols, "M": n_rows, "forward": "fused" if n_cols <= MAX_FUSED_N else "chunked",
-            "backward": "fused" if fused else "chunked",
+            "backward": kind, "slices": plan["meta"].get("SLICES", 1),
             "BLOCK_M": plan["block_m"], "BLOCK_N": plan["meta"].get("BLOCK_N", CHUNK_N),
             "num_warps": plan["meta"]["num_warps"],
             "registers / thread": plan["n_regs"] if ON_GPU else "-",
@@ -1376,15 +1474,13 @@ summary()
 # %%
 # What still limits the kernel, and what to try
 # ---------------------------------------------
-# * **Wide rows in the backward.** Past ``MAX_BWD_FUSED_N`` columns the :math:`dw` and :math:`db`
-#   accumulators of a whole row no longer fit in one program's registers, and the chunked kernel pays
-#   for it twice: each row is read twice (the second time from L2 when it is still there), and the
-#   program's partial line goes through memory once per row instead of once per program. The way out
-#   is to split each row over several programs, each owning a slice of the columns and its slice of
-#   the accumulators, exchanging the two per-row dot products through global memory (or, on Hopper,
-#   a thread-block cluster's distributed shared memory, which Triton does not expose today). Each
-#   program must then wait for its siblings, so all of them must be resident at once: a persistent grid
-#   is a precondition.
+# * **Wide rows in the backward.** The split kernel reads each row once, but every block of rows
+#   costs a wait: a round trip to L2 for the shares, during which the program has only its prefetched
+#   block in flight. In bf16 a block holds half the bytes of an fp32 block of the same registers, so
+#   bf16 suffers most (compare the two dtypes in the table above). What could hide the wait: publish
+#   the next block's shares before waiting for this one's (a deeper pipeline, at the price of registers
+#   for one more block), or exchange the shares through a thread-block cluster's distributed shared
+#   memory (Hopper's hardware for exactly this, which Triton does not expose today; quack uses it).
 # * **Few, wide rows.** At a fixed :math:`MN`, wide rows mean few of them: each program gets few rows
 #   to amortize its partial line over, and the partial buffer grows relative to the main traffic (the
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
