@@ -991,9 +991,11 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in (" y", "dx
 #
 # GB/s counts the bytes a perfect kernel must move: forward, :math:`x` read and :math:`y` written;
 # backward, :math:`x` and :math:`dy` read and :math:`dx` written. The weight, its gradient, :math:`r` and
-# our ``dw_partial`` are not counted: whoever moves them pays for it in time. The backward is timed as
-# ``torch.autograd.grad`` of :math:`y` with respect to both :math:`x` and :math:`w`, so every provider
-# produces both gradients. torch.compile compiles one kernel per shape with its default settings, under
+# our ``dw_partial`` are not counted: whoever moves them pays for it in time. Both directions are timed
+# as in training, on an :math:`x` and :math:`w` that require gradients (a forward then saves what its
+# backward needs); the backward is ``torch.autograd.grad`` of :math:`y` with respect to both, so every
+# provider produces both gradients. torch.compile compiles the forward and backward of each shape once,
+# together, with its default settings, under
 # which Inductor may apply its mix-order reduction (the setting is shown below the tables). Liger-Kernel
 # runs without its in-place option, which would overwrite :math:`dy`.
 
@@ -1076,19 +1078,18 @@ def run_sweep():
             out = torch.empty_like(x)
             copy_ms = bench(lambda: out.copy_(x), graph=False)
             reference = F.rms_norm(x.float(), (n_cols,), w.float(), EPS)
+            xg, wg = x.requires_grad_(True), w.requires_grad_(True)  # both directions as in training
             for name, fn in fns.items():
                 for direction in ("forward", "backward"):
                     rec = {"direction": direction, "dtype": str(dtype).replace("torch.", ""),
                            "N": n_cols, "provider": name,
                            "speed of light GB/s": 2 * nbytes / copy_ms * 1e-6}
                     try:
+                        y = fn(xg, wg)
                         if direction == "forward":
-                            y = fn(x, w)
                             torch.testing.assert_close(y.float(), reference, atol=5e-2, rtol=2e-2)
-                            ms, moved = bench(lambda: fn(x, w)), 2 * nbytes
+                            ms, moved = bench(lambda: fn(xg, wg)), 2 * nbytes
                         else:
-                            xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
-                            y = fn(xg, wg)
                             ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
                             moved = 3 * nbytes
                         rec["GB/s"] = moved / ms * 1e-6
@@ -1100,7 +1101,7 @@ def run_sweep():
                     rec["% of speed of light"] = 100 * rec["GB/s"] / rec["speed of light GB/s"]
                     records.append(rec)
                     y = None
-            del x, dy, out, reference
+            del x, w, xg, wg, dy, out, reference
             if ON_GPU:
                 torch.cuda.empty_cache()
     return pd.DataFrame(records)
