@@ -549,6 +549,11 @@ def wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.con
         words = tl.load(slots, mask=mine, other=0, volatile=True)
         while tl.max((words == -1).to(tl.int32)) > 0:  # some slice has not written yet
             words = tl.load(slots, mask=mine, other=0, volatile=True)
+        # A tile smaller than the program is held in several copies, one per group of warps, and the
+        # test above may be decided on another warp's copy: a copy still unwritten here (it was loaded
+        # before that slice wrote) is read again, once. Measured: without this, dx had NaNs at 2 x 32 slots.
+        stale = mine & (words == -1)
+        words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
         t1 = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         t2 = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     else:
@@ -680,7 +685,10 @@ def sum_partials_kernel(
 #   ``dev/ln_split_gpu2.py`` in the repository); past that, and for the forward past
 #   ``MAX_FUSED_N``, the chunked kernels stream ``CHUNK_N`` columns at a time.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
-#   ``MIN_ELEMENTS`` elements, enough bytes in flight to hide the memory's latency.
+#   ``MIN_ELEMENTS`` elements, enough bytes in flight to hide the memory's latency. In the forward,
+#   where a wide row's program takes so many registers that few fit on an SM, the compiled kernel's
+#   occupancy decides: if the programs one SM holds carry fewer than ``FWD_MIN_BYTES_PER_SM`` bytes of
+#   :math:`x`, each program takes twice the rows.
 # * ``num_warps`` gives each thread about ``*_BYTES_PER_THREAD`` bytes of each tile as stored, so a
 #   bf16 row gets half the warps of an fp32 row and, in the backward, twice the programs per SM: the
 #   same bytes in flight per SM in both dtypes. The backward holds several tiles per element
@@ -704,6 +712,7 @@ MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
 MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay in registers
 MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
+FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
 CHUNK_WARPS = 16
@@ -711,8 +720,8 @@ BWD_WARPS_PER_SM = 16  # backward: programs per SM are as many as fit in this ma
 MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
 # The split backward, by element size in bytes: slices of at most SLICE_N columns, at least MIN_SLICES
 # of them, blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
-SPLIT = {2: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32),
-         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64)}
+SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=16),
+         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -776,6 +785,12 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     if fused:
         block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), FWD_BYTES_PER_THREAD)
         kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        # Too few bytes on their way to an SM when few programs fit on it (a wide row takes many
+        # registers): then each program takes twice the rows, with the same warps.
+        if ON_GPU and n_rows > block_m:
+            per_sm = programs_per_sm(kernel, args, meta)[0]
+            if per_sm * block_m * block_n * x2d.element_size() < FWD_MIN_BYTES_PER_SM:
+                meta["BLOCK_M"] = block_m = 2 * block_m
         n_tasks = triton.cdiv(n_rows, block_m)
     else:
         kernel, meta = layer_norm_fwd_chunked_kernel, dict(flags, CHUNK_N=CHUNK_N, num_warps=CHUNK_WARPS)

@@ -480,6 +480,11 @@ def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, 
         words = tl.load(slots, volatile=True)
         while tl.min(words >> 32) == 0:  # some slice has not written yet
             words = tl.load(slots, volatile=True)
+        # A tile smaller than the program is held in several copies, one per group of warps, and the
+        # test above may be decided on another warp's copy: a copy still unwritten here (loaded before
+        # that slice wrote) is read again, once, instead of adding a share of 0.
+        stale = (words >> 32) == 0
+        words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
         shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     else:
         arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
