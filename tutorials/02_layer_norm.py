@@ -571,8 +571,10 @@ def layer_norm_bwd_split_kernel(
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr,
     FLAG_WORDS: tl.constexpr, PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DEEP: tl.constexpr,
 ):
-    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups).
+    DEEP: three blocks of loads in flight instead of two (cheap in registers for packed 16-bit rows)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
@@ -595,6 +597,10 @@ def layer_norm_bwd_split_kernel(
     second = first + n_groups * BLOCK_M
     x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
     dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
+    if DEEP:
+        third = second + n_groups * BLOCK_M
+        x_then = load_tile(x_ptr, third, x_row_stride, units, unit_ok, n_rows, PACK)
+        dy_then = load_tile(dy_ptr, third, dy_row_stride, units, unit_ok, n_rows, PACK)
     first_ok = first < n_rows
     first = tl.minimum(first, n_rows - 1).to(tl.int64)
     first_hat = tl.where(col_ok[None, :], unpack(x_this, dtype, PACK) - tl.load(mean_ptr + first)[:, None], 0.0)
@@ -605,8 +611,9 @@ def layer_norm_bwd_split_kernel(
     publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, first, first_ok, part,
                    tl.sum(first_hat * first_g, axis=1), tl.sum(first_g, axis=1), SLICES, FLAG_WORDS)
     for block in tl.range(group, n_blocks, n_groups):
-        # the block after next: two blocks of loads in flight while this one is worked on
-        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        # the block after next (DEEP: the one after that): two (three) blocks of loads in flight while
+        # this one is worked on
+        after = (block + (3 if DEEP else 2) * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
         x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
         dy_after = load_tile(dy_ptr, after, dy_row_stride, units, unit_ok, n_rows, PACK)
         # this block's values (its statistics loaded first: a load issued late stalls the program)
@@ -639,7 +646,10 @@ def layer_norm_bwd_split_kernel(
         c1, c2 = wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES, SLOTS, FLAG_WORDS)
         dx = (g - (x_hat * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd[:, None]
         store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
-        x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
+        if DEEP:
+            x_this, dy_this, x_next, dy_next, x_then, dy_then = x_next, dy_next, x_then, dy_then, x_after, dy_after
+        else:
+            x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
     if COMPUTE_DWDB:  # one partial line per group; each slice writes its columns of it
         offs = tl.cast(group, tl.int64) * n_cols + cols
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
@@ -817,7 +827,8 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
     pack = element_size == 2 and n_cols % 2 == 0 and all(
         t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
     meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
-                FLAG_WORDS=num_warps <= 16, PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+                FLAG_WORDS=num_warps <= 16, PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n,
+                DEEP=pack and cfg.get("DEEP", False), num_warps=num_warps)
     # Each thread's share of the registers when BWD_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
     # rows need more than that: they run with fewer programs per SM rather than spill their loads.
     if ON_GPU and (pack or element_size == 4):
