@@ -48,13 +48,11 @@ def rel(a, b):
 print(torch.cuda.get_device_name(0), torch.__version__, triton.__version__, flush=True)
 CANDS = {
     torch.bfloat16: [("page", None, 16),
-                     ("2048/2048/16 deep", dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=16, DEEP=True), 16),
-                     ("4096/4096/32 deep", dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, DEEP=True), 16),
+                     ("4096/4096/32", dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32), 16),
                      ("4096/4096/16", dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=16), 16),
-                     ("4096/4096/16 deep", dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=16, DEEP=True), 16),
-                     ("2048/2048/16 deep wps24", dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=16, DEEP=True), 24),
-                     ("2048/2048/32 deep", dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, DEEP=True), 16)],
-    torch.float32: [("page", None, 16)],
+                     ("2048/4096/32", dict(SLICE_N=2048, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32), 16),
+                     ("8192/8192/32", dict(SLICE_N=8192, MIN_SLICES=2, TILE=8192, BYTES_PER_THREAD=32), 16)],
+    torch.float32: [("page", None, 16), ("2048/2048/32", dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32), 16)],
 }
 recs = []
 for dtype in (torch.bfloat16, torch.float32):

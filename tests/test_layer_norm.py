@@ -147,7 +147,7 @@ def test_chunked_kernels_match_float64(ln, dtype):
 
 @pytest.mark.parametrize("flag_words", [True, False], ids=["flag-words", "counter"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("n", [300, 301], ids=["even", "odd"])
+@pytest.mark.parametrize("n", [300, 301, 512], ids=["even", "odd", "exact"])
 def test_split_kernel_forced(ln, flag_words, dtype, n):
     """The wide-row (split) backward on small rows, both ways of waiting, 16-bit rows packed in 32-bit
     words (even n) or not (odd n), two rows per block with a padded last block, several groups doing
@@ -162,15 +162,15 @@ def test_split_kernel_forced(ln, flag_words, dtype, n):
     y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
     ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
     # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
-    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1,
-                        DEEP=flag_words) for size in (2, 4)}  # DEEP: three blocks in flight, packed rows only
+    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1)
+             for size in (2, 4)}
     nan = float("nan")
     dx_store = torch.full((m, n + 4), nan, device=DEVICE, dtype=dtype)  # an even stride: packable
     dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)
     plan = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=3, max_fused_n=64, split=split)
     meta = plan["meta"]
     assert plan["kernel"] is ln["layer_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
-    assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0) and meta["DEEP"] == (meta["PACK"] and flag_words)
+    assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0) and meta["EVEN"] == (n == 512)
     assert plan["block_m"] == 2 and plan["lines"] == 3  # 6 blocks: 2 per group
     assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
     ins = [t.double().requires_grad_(True) for t in (x, w, b)]

@@ -570,11 +570,11 @@ def layer_norm_bwd_split_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr,
-    FLAG_WORDS: tl.constexpr, PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    DEEP: tl.constexpr,
+    FLAG_WORDS: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups).
-    DEEP: three blocks of loads in flight instead of two (cheap in registers for packed 16-bit rows)."""
+    EVEN: the slices cover the row exactly (no padding columns to zero)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
@@ -589,67 +589,61 @@ def layer_norm_bwd_split_kernel(
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # The loads of this program's first two blocks, and its shares of the first one. (The loop's names
-    # are not used here: Triton would carry them around the loop.)
+    # The first block: its x_hat and dy, kept for the next step, and its shares, published now; the
+    # second block's rows and statistics, loaded. (The loop's names are not used here: Triton would
+    # carry them around the loop.)
     first = group * BLOCK_M + tl.arange(0, BLOCK_M)
-    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
-    dy_this = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
+    x_first = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_first = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
     second = first + n_groups * BLOCK_M
     x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
     dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
-    if DEEP:
-        third = second + n_groups * BLOCK_M
-        x_then = load_tile(x_ptr, third, x_row_stride, units, unit_ok, n_rows, PACK)
-        dy_then = load_tile(dy_ptr, third, dy_row_stride, units, unit_ok, n_rows, PACK)
+    second = tl.minimum(second, n_rows - 1).to(tl.int64)
+    mean_next, rstd_next = tl.load(mean_ptr + second), tl.load(rstd_ptr + second)
     first_ok = first < n_rows
     first = tl.minimum(first, n_rows - 1).to(tl.int64)
-    first_hat = tl.where(col_ok[None, :], unpack(x_this, dtype, PACK) - tl.load(mean_ptr + first)[:, None], 0.0)
-    first_hat = first_hat * tl.load(rstd_ptr + first)[:, None]
-    first_g = unpack(dy_this, dtype, PACK)
-    if HAS_W:
-        first_g = first_g * w[None, :]
+    rstd_this = tl.load(rstd_ptr + first)
+    shift = tl.load(mean_ptr + first) * rstd_this
+    hat_this = unpack(x_first, dtype, PACK) * rstd_this[:, None] - shift[:, None]  # (x - mean) * rstd
+    if not EVEN:
+        hat_this = tl.where(col_ok[None, :], hat_this, 0.0)
+    dy_this = unpack(dy_first, dtype, PACK)
+    g = dy_this * w[None, :] if HAS_W else dy_this
     publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, first, first_ok, part,
-                   tl.sum(first_hat * first_g, axis=1), tl.sum(first_g, axis=1), SLICES, FLAG_WORDS)
+                   tl.sum(hat_this * g, axis=1), tl.sum(g, axis=1), SLICES, FLAG_WORDS)
     for block in tl.range(group, n_blocks, n_groups):
-        # the block after next (DEEP: the one after that): two (three) blocks of loads in flight while
-        # this one is worked on
-        after = (block + (3 if DEEP else 2) * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        # the block after next, its rows and statistics: loads in flight while this step works (a load
+        # whose result is needed in the same step would stall the program)
+        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
         x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
         dy_after = load_tile(dy_ptr, after, dy_row_stride, units, unit_ok, n_rows, PACK)
-        # this block's values (its statistics loaded first: a load issued late stalls the program)
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # a padded row waits on the block's last row
-        mean = tl.load(mean_ptr + rows)
-        rstd = tl.load(rstd_ptr + rows)
+        after = tl.minimum(after, n_rows - 1).to(tl.int64)
+        mean_after, rstd_after = tl.load(mean_ptr + after), tl.load(rstd_ptr + after)
+        # the next block: its x_hat and dy (kept for the next step), its shares published before this
+        # block's are awaited (rows past the end publish nothing)
         next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
         next_ok = next_rows < n_rows
         next_rows = tl.minimum(next_rows, n_rows - 1).to(tl.int64)
-        next_mean = tl.load(mean_ptr + next_rows)
-        next_rstd = tl.load(rstd_ptr + next_rows)
-        x_hat = tl.where(col_ok[None, :], unpack(x_this, dtype, PACK) - mean[:, None], 0.0) * rstd[:, None]
-        dy = unpack(dy_this, dtype, PACK)
-        g = dy * w[None, :] if HAS_W else dy
-        # the next block's shares, published before waiting for this block's (rows past the end
-        # publish nothing)
-        next_hat = tl.where(col_ok[None, :], unpack(x_next, dtype, PACK) - next_mean[:, None], 0.0)
-        next_hat = next_hat * next_rstd[:, None]
-        next_g = unpack(dy_next, dtype, PACK)
-        if HAS_W:
-            next_g = next_g * w[None, :]
+        hat_next = unpack(x_next, dtype, PACK) * rstd_next[:, None] - (mean_next * rstd_next)[:, None]
+        if not EVEN:
+            hat_next = tl.where(col_ok[None, :], hat_next, 0.0)
+        dy_next = unpack(dy_next, dtype, PACK)
+        g = dy_next * w[None, :] if HAS_W else dy_next
         publish_shares(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows, next_rows, next_ok, part,
-                       tl.sum(next_hat * next_g, axis=1), tl.sum(next_g, axis=1), SLICES, FLAG_WORDS)
+                       tl.sum(hat_next * g, axis=1), tl.sum(g, axis=1), SLICES, FLAG_WORDS)
         # this block: dw and db, then dx once the group's shares are in
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # a padded row waits on the block's last row
         if COMPUTE_DWDB:
-            dw_acc += dy * x_hat
-            db_acc += dy
+            dw_acc += dy_this * hat_this
+            db_acc += dy_this
         c1, c2 = wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES, SLOTS, FLAG_WORDS)
-        dx = (g - (x_hat * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd[:, None]
+        g = dy_this * w[None, :] if HAS_W else dy_this
+        dx = (g - (hat_this * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd_this[:, None]
         store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
-        if DEEP:
-            x_this, dy_this, x_next, dy_next, x_then, dy_then = x_next, dy_next, x_then, dy_then, x_after, dy_after
-        else:
-            x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
+        hat_this, dy_this, rstd_this = hat_next, dy_next, rstd_next
+        x_next, dy_next, mean_next, rstd_next = x_after, dy_after, mean_after, rstd_after
     if COMPUTE_DWDB:  # one partial line per group; each slice writes its columns of it
         offs = tl.cast(group, tl.int64) * n_cols + cols
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
@@ -827,8 +821,8 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
     pack = element_size == 2 and n_cols % 2 == 0 and all(
         t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
     meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
-                FLAG_WORDS=num_warps <= 16, PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n,
-                DEEP=pack and cfg.get("DEEP", False), num_warps=num_warps)
+                FLAG_WORDS=num_warps <= 16, PACK=pack, EVEN=n_cols == slices * block_n, BLOCK_M=block_m,
+                BLOCK_N=block_n, num_warps=num_warps)
     # Each thread's share of the registers when BWD_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
     # rows need more than that: they run with fewer programs per SM rather than spill their loads.
     if ON_GPU and (pack or element_size == 4):
