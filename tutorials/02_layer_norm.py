@@ -454,8 +454,23 @@ def layer_norm_bwd_chunked_kernel(
 # compute alone are the two sums along the row, :math:`\sum_j g_j \hat{x}_j` and :math:`\sum_j g_j`. Each
 # program publishes its two shares in global memory, waits until every slice of its rows has published,
 # adds the ``SLICES`` shares in a fixed order (the same bits in every program of the group, on every
-# run) and writes its slice of :math:`dx`. The loads of the next block are issued before the wait, so
-# the memory keeps working while the programs of a group wait for one another.
+# run) and writes its slice of :math:`dx`.
+#
+# A wait costs a round trip to the L2 cache per block, as long as an SM takes to stream tens of KB, so
+# the kernel is arranged so that it rarely waits at all (tutorial 04 measures each step):
+#
+# * **one block ahead.** Before it waits for the shares of this block, a program computes and
+#   publishes its shares of the *next* block; the other slices did the same one step earlier, so this
+#   block's shares are usually there already. Each block's :math:`\hat{x}` and :math:`dy` are computed
+#   once, when its shares are, and kept for the next step.
+# * **two blocks of loads in flight**, the next one and the one after, with their mean and ``rstd``:
+#   nothing a step needs is loaded in that step.
+# * **packed 16-bit rows** (``PACK``). A bf16 element loaded into a register takes all of its 32 bits,
+#   so the kernel loads 16-bit rows as 32-bit words of two elements and unpacks them only to compute
+#   (a bf16 is the top half of an fp32: a shift); :math:`dx` is packed again to be stored. That needs
+#   rows of even length, even strides and 4-byte aligned tensors, else ``PACK`` is off.
+# * **a register budget** (``maxnreg``): each thread gets the share of the register file that lets
+#   ``BWD_WARPS_PER_SM`` warps live on an SM together.
 #
 # Waiting for another program is only safe if that program is running too: the whole grid must fit on
 # the GPU at once. The launcher sizes it from the occupancy of the kernel Triton compiles for these
@@ -469,6 +484,10 @@ def layer_norm_bwd_chunked_kernel(
 #   L2 cache once the others are done. A written word can never be all ones, because its high half
 #   would then be the bits ``0xFFFFFFFF``, a NaN, and the kernel replaces that one pattern by the
 #   ordinary quiet NaN before it writes: the sum is still NaN, and the "not written" mark stays unique.
+#   One subtlety, found the hard way: when the words of a block are fewer than the program's threads,
+#   Triton keeps a copy per group of warps, and the loop's test may be decided on another warp's copy.
+#   A warp whose own copy was loaded a moment too early would add a share it never saw (here, a NaN).
+#   So after the loop, any copy that still reads "not written" is loaded once more.
 # * **a counter per block of rows** (32 warps): plain stores of the shares, a barrier so that every
 #   thread's store is issued, an atomic add with *release* semantics; one thread polls the counter with
 #   *acquire* semantics, then the shares are read from L2 (``cache_modifier=".cg"``). With 1024 threads
@@ -1494,13 +1513,16 @@ summary()
 # %%
 # What still limits the kernel, and what to try
 # ---------------------------------------------
-# * **Wide rows in the backward.** The split kernel reads each row once, but every block of rows
-#   costs a wait: a round trip to L2 for the shares, during which the program has only its prefetched
-#   block in flight. In bf16 a block holds half the bytes of an fp32 block of the same registers, so
-#   bf16 suffers most (compare the two dtypes in the table above). What could hide the wait: publish
-#   the next block's shares before waiting for this one's (a deeper pipeline, at the price of registers
-#   for one more block), or exchange the shares through a thread-block cluster's distributed shared
-#   memory (Hopper's hardware for exactly this, which Triton does not expose today; quack uses it).
+# * **Wide bf16 rows in the backward.** The split kernel reads each row once and rarely waits, and in
+#   fp32 it runs near the copy; in bf16 it falls short (compare the dtypes in the table above). A bf16
+#   byte carries twice the elements of an fp32 byte, and every element goes through the same long
+#   chain of instructions (unpack, :math:`\hat{x}`, :math:`g`, two shares, :math:`dw`, :math:`db`,
+#   :math:`dx`, pack). The likely limit is the SM's instruction issue, not the memory: on an H100,
+#   computing each block's :math:`\hat{x}` once instead of twice gained a few points, while a third
+#   block of loads in flight gained nothing (``dev/ln_lookahead_gpu.py``). What could help: fewer
+#   instructions per element (paired bf16x2 arithmetic, the weight folded into the shares), or
+#   :math:`dw` and :math:`db` moved to a pass of their own, at the price of reading :math:`x` and
+#   :math:`dy` twice.
 # * **Few, wide rows.** At a fixed :math:`MN`, wide rows mean few of them: each program gets few rows
 #   to amortize its partial line over, and the partial buffer grows relative to the main traffic (the
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
