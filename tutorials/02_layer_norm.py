@@ -1205,8 +1205,12 @@ def determinism_table(runs=DETERMINISM_RUNS):
                 for name, t in (("dx", dx), ("dw", dw), ("db", db)):
                     results[name].append(t)
             row = {"design": design, "dtype": str(dtype).replace("torch.", ""), "runs": runs}
-            for name, ts in results.items():
-                row[f"distinct {name}"] = len({t.view(torch.uint8).cpu().numpy().tobytes() for t in ts})
+            for name, ts in results.items():  # distinct bit patterns, compared on the device
+                distinct = []
+                for t in ts:
+                    if not any(torch.equal(t.view(torch.uint8), d.view(torch.uint8)) for d in distinct):
+                        distinct.append(t)
+                row[f"distinct {name}"] = len(distinct)
             dws = torch.stack([t.float() for t in results["dw"]])
             row["max dw spread / max |dw|"] = ((dws.max(0).values - dws.min(0).values).max()
                                                / dws.abs().max()).item()
