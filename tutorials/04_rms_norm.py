@@ -254,7 +254,10 @@ def dw_reduce_kernel(
 # ---------------------------
 # A program holds at most a few tens of thousands of fp32 values in registers, and the backward needs
 # three row-sized tiles at once (:math:`x`, :math:`dy`, ``dw_partial``), two more while it prefetches.
-# Past ``MAX_FUSED_N`` columns (forward: ``FWD``, backward: ``BWD``), the forward streams each row
+# Past ``MAX_FUSED_N`` columns (forward: ``FWD``, backward: ``BWD``), and in the forward past rows of
+# ``MAX_FUSED_BYTES`` (an fp32 row of 32768 columns, whose program fills an SM alone and cannot
+# overlap its loads with its stores: the two-pass kernel measured faster there on an H100,
+# ``dev/fwd_wide_gpu.py``), the kernels stream each row
 # in chunks of ``CHUNK_N``: a first pass reduces it (sum of squares forward, dot product
 # backward), a second pass walks it backwards and writes the output. The first pass asks the cache to
 # keep what it reads (``eviction_policy="evict_last"``), the second reads the row's last chunks first
@@ -596,7 +599,8 @@ def rms_norm_bwd_split_kernel(
 #   kept small so that writing and summing the partials costs little next to the rows themselves.
 #   Each program hides its latency by prefetching, not by having many neighbours on its SM.
 
-FWD = dict(MAX_FUSED_N=32768, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=4096)
+FWD = dict(MAX_FUSED_N=32768, MAX_FUSED_BYTES=65536, MIN_ELEMENTS=4096, BYTES_PER_THREAD=64, CHUNK_N=8192,
+           CHUNK_BYTES_PER_THREAD=16)
 BWD = dict(MAX_FUSED_N=8192, MIN_ELEMENTS=4096, BYTES_PER_THREAD=32, WARPS_PER_SM=16,
            WIDE_ROW_BYTES=16384, MAX_SPLIT_N=131072, SLICE_N=4096, CHUNK_N=8192, CHUNK_PROGRAMS_PER_SM=1)
 # The split kernel: slices of at most SLICE_N columns (BWD), blocks of about TILE elements per
@@ -652,12 +656,13 @@ def programs_per_sm(kernel, args, meta):
 def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, config=None):
     """(kernel, grid, meta) of the forward for these sizes."""
     cfg = config or FWD
-    if chunk_n is None and n_cols <= cfg["MAX_FUSED_N"]:
+    if chunk_n is None and n_cols <= cfg["MAX_FUSED_N"] and n_cols * element_size <= cfg["MAX_FUSED_BYTES"]:
         block_m, block_n, num_warps = fused_config(n_cols, element_size, **cfg)
         meta = dict(HAS_WEIGHT=has_weight, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         return rms_norm_fwd_kernel, triton.cdiv(n_rows, block_m), meta
     chunk = chunk_n or cfg["CHUNK_N"]
-    meta = dict(HAS_WEIGHT=has_weight, CHUNK_N=chunk, num_warps=warps_for(chunk, element_size, cfg["BYTES_PER_THREAD"]))
+    meta = dict(HAS_WEIGHT=has_weight, CHUNK_N=chunk,
+                num_warps=warps_for(chunk, element_size, cfg["CHUNK_BYTES_PER_THREAD"]))
     return rms_norm_fwd_chunked_kernel, n_rows, meta  # one program per row
 
 
