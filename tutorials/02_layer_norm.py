@@ -180,8 +180,13 @@ def layer_norm_fwd_kernel(
 #
 # Shifting by a value from the row keeps the two sums small when the mean is large against the spread,
 # which is what makes :math:`E[x^2] - \mu^2` lose digits. The second pass walks the row backwards (its
-# last chunks are the most likely to still be in L2) and writes :math:`y`. That is 3 row-sized
-# transfers instead of 2: at most 2/3 of the speed of light once the second read misses the cache.
+# last chunks are the most likely to still be in L2) and writes :math:`y`. Each pass issues the loads of
+# its next chunk before it works on this one; the first asks L2 to keep the row
+# (``eviction_policy="evict_last"``), the second lets it go, and :math:`y` is written with streaming
+# stores. When the second read hits L2 this costs little: an fp32 row of 32768 columns (128 KB, a
+# program that fills an SM alone and cannot overlap its loads with its stores) measured faster this
+# way than fused, so the forward streams rows of more than ``FWD_MAX_FUSED_BYTES``. Once the second
+# read misses the cache, 3 row-sized transfers instead of 2: at most 2/3 of the speed of light.
 
 
 @triton.jit
@@ -199,9 +204,14 @@ def layer_norm_fwd_chunked_kernel(
         shift = tl.load(x_row).to(tl.float32)
         s1 = tl.zeros([CHUNK_N], tl.float32)
         s2 = tl.zeros([CHUNK_N], tl.float32)
+        # each pass issues the loads of its next chunk before it works on this one; the first asks L2
+        # to keep the row, the second reads it backwards and lets it go
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
         for chunk in range(0, n_chunks):
             offs = chunk * CHUNK_N + cols
-            x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
+                             eviction_policy="evict_last")
             d = tl.where(offs < n_cols, x - shift, 0.0)
             s1 += d
             s2 += d * d
@@ -209,16 +219,20 @@ def layer_norm_fwd_chunked_kernel(
         var = tl.maximum(tl.sum(s2, axis=0) / n_cols - m1 * m1, 0.0)
         mean = shift + m1
         rstd = 1.0 / tl.sqrt(var + eps)
+        last = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
             offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
             ok = offs < n_cols
-            x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
+                             eviction_policy="evict_first")
             y = (x - mean) * rstd
             if HAS_W:
                 y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
             if HAS_B:
                 y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok)
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
 
@@ -718,8 +732,7 @@ def sum_partials_kernel(
 #   (:math:`x`, :math:`dy`, the next block's :math:`x` and :math:`dy`, two fp32 accumulators), so each
 #   thread gets fewer bytes than in the forward.
 # * The forward grid is one program per block of rows, or, with ``persistent=True``, the number of
-#   programs the GPU holds at once (tutorial 01 measures both; here the forward uses the plain grid
-#   for fused rows and the persistent one for chunked rows, whose second read wants few rows in flight).
+#   programs the GPU holds at once (tutorial 01 measures both; the plain grid is the default here).
 # * The backward grid is persistent by design: its size is the number of partial lines. More programs
 #   keep more loads in flight; fewer make the partial buffer (written once and read once by the second
 #   pass, :math:`2 \times 2 \times 4` bytes per program and column) smaller next to the :math:`3MN`
@@ -736,6 +749,8 @@ MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay i
 MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
+FWD_MAX_FUSED_BYTES = 65536  # forward: longer rows (fp32 32768) take the two-pass kernel, measured faster
+FWD_CHUNK_N, FWD_CHUNK_WARPS = 8192, 32  # forward's chunked kernel, one program per row
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
 CHUNK_WARPS = 16
@@ -800,8 +815,11 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
-    fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
-    persistent = (not fused) if persistent is None else persistent
+    if max_fused_n is None:
+        fused = n_cols <= MAX_FUSED_N and n_cols * x2d.element_size() <= FWD_MAX_FUSED_BYTES
+    else:
+        fused = n_cols <= max_fused_n
+    persistent = bool(persistent)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
@@ -816,7 +834,7 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
                 meta["BLOCK_M"] = block_m = 2 * block_m
         n_tasks = triton.cdiv(n_rows, block_m)
     else:
-        kernel, meta = layer_norm_fwd_chunked_kernel, dict(flags, CHUNK_N=CHUNK_N, num_warps=CHUNK_WARPS)
+        kernel, meta = layer_norm_fwd_chunked_kernel, dict(flags, CHUNK_N=FWD_CHUNK_N, num_warps=FWD_CHUNK_WARPS)
         n_tasks = n_rows
     grid = n_tasks
     if persistent:
@@ -1265,7 +1283,9 @@ def plan_table(dtype=torch.bfloat16):
         kind = {layer_norm_bwd_kernel: "fused", layer_norm_bwd_split_kernel: "split"}.get(plan["kernel"], "chunked")
         partial_bytes = 2 * 2 * 4 * plan["lines"] * n_cols
         rows.append({
-            "N": n_cols, "M": n_rows, "forward": "fused" if n_cols <= MAX_FUSED_N else "chunked",
+            "N": n_cols, "M": n_rows,
+            "forward": "fused" if n_cols <= MAX_FUSED_N and n_cols * x.element_size() <= FWD_MAX_FUSED_BYTES
+            else "chunked",
             "backward": kind, "slices": plan["meta"].get("SLICES", 1),
             "BLOCK_M": plan["block_m"], "BLOCK_N": plan["meta"].get("BLOCK_N", CHUNK_N),
             "num_warps": plan["meta"]["num_warps"],
