@@ -1,0 +1,90 @@
+"""Dev only: layer-norm fused kernels' launch knobs (tutorial 02 globals) at the sizes that sit just
+under the targets: backward fp32 N = 1024, 2048 and bf16 8192 (MIN_ELEMENTS, BWD_BYTES_PER_THREAD,
+BWD_WARPS_PER_SM); forward bf16 16384, 32768 (FWD_BYTES_PER_THREAD, FWD_MIN_BYTES_PER_SM).
+Kernel-only CUDA-graph timings with do_bench, % of an eager copy, M x N = 2^26.
+
+PYTHONUNBUFFERED=1 python3 dev/ln_fused_cfg_gpu.py
+"""
+import itertools
+import os
+import time
+
+import pandas as pd
+import torch
+import triton
+
+T0 = time.time()
+pd.set_option("display.width", 250)
+pd.set_option("display.max_rows", 500)
+
+
+def load(path):
+    src = open(path).read()
+    g = {"__name__": "dev_" + os.path.basename(path)[:2]}
+    exec(compile(src[: src.index("# %%\n# Correctness")], os.path.abspath(path), "exec"), g)
+    return g
+
+
+torch.cuda.set_stream(torch.cuda.Stream())
+ln = load("tutorials/02_layer_norm.py")
+DEFAULTS = {k: ln[k] for k in ("MIN_ELEMENTS", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM", "FWD_BYTES_PER_THREAD",
+                               "FWD_MIN_BYTES_PER_SM")}
+
+
+def bench(fn, graph=True):
+    fn()
+    torch.cuda.synchronize()
+    if not graph:
+        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
+        fn()
+    return triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median")
+
+
+print(torch.cuda.get_device_name(0), DEFAULTS, flush=True)
+recs = []
+for direction, dtype, n in (("bwd", torch.float32, 1024), ("bwd", torch.float32, 2048), ("bwd", torch.bfloat16, 8192),
+                            ("bwd", torch.bfloat16, 512), ("fwd", torch.bfloat16, 16384), ("fwd", torch.bfloat16, 32768)):
+    m = 2**26 // n
+    x = torch.randn(m, n, device="cuda", dtype=dtype) * 2 + 1
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    y, mean, rstd = torch.empty_like(x), torch.empty(m, device="cuda"), torch.empty(m, device="cuda")
+    ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+    nb = x.numel() * x.element_size()
+    copy = 2 * nb / bench(lambda: y.copy_(x), graph=False) * 1e-6
+    dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+    if direction == "bwd":
+        grid = itertools.product((2048, 4096, 8192), (16, 32, 64), (16, 32))
+        keys = ("MIN_ELEMENTS", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM")
+        fn = lambda: ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db)
+        moved = 3 * nb
+    else:
+        grid = itertools.product((4096,), (32, 64, 128), (40960, 98304))
+        keys = ("MIN_ELEMENTS", "FWD_BYTES_PER_THREAD", "FWD_MIN_BYTES_PER_SM")
+        fn = lambda: ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+        moved = 2 * nb
+    for values in grid:
+        for k, v in zip(keys, values):
+            ln[k] = v
+        try:
+            out = fn()
+            t = bench(fn)
+            rec = dict(direction=direction, dtype=str(dtype)[6:], N=n, **dict(zip(keys, values)),
+                       pct=100 * moved / t * 1e-6 / copy)
+            if isinstance(out, dict):
+                rec.update(warps=out["meta"]["num_warps"], bm=out["block_m"], regs=out["n_regs"], per_sm=out["per_sm"])
+        except Exception as exc:  # noqa: BLE001
+            rec = dict(direction=direction, dtype=str(dtype)[6:], N=n, **dict(zip(keys, values)), err=repr(exc)[:80])
+        recs.append(rec)
+        print(rec, flush=True)
+        for k, v in DEFAULTS.items():
+            ln[k] = v
+    del x, dy, dx, y
+    torch.cuda.empty_cache()
+df = pd.DataFrame(recs)
+print(df.sort_values(["direction", "dtype", "N", "pct"], ascending=False).groupby(["direction", "dtype", "N"]).head(5)
+      .to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+print(f"total {time.time() - T0:.0f} s")
