@@ -747,6 +747,7 @@ def sum_partials_kernel(
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
 MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay in registers
 MIN_ELEMENTS = 4096  # fewest elements in one block of rows
+BWD_MIN_ELEMENTS = 4096  # the same for the fused backward
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
 FWD_MAX_FUSED_BYTES = 131072  # forward: rows of more bytes take the two-pass kernel
@@ -764,10 +765,11 @@ SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
 
-def fused_config(n_cols, bytes_per_element, bytes_per_thread):
-    """(BLOCK_M, BLOCK_N, num_warps): blocks of at least MIN_ELEMENTS, bytes_per_thread per thread."""
+def fused_config(n_cols, bytes_per_element, bytes_per_thread, min_elements=None):
+    """(BLOCK_M, BLOCK_N, num_warps): blocks of at least min_elements (MIN_ELEMENTS), bytes_per_thread
+    per thread."""
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
+    block_m = max(1, (min_elements or MIN_ELEMENTS) // block_n)
     num_warps = min(32, max(4, block_m * block_n * bytes_per_element // (32 * bytes_per_thread)))
     return block_m, block_n, num_warps
 
@@ -911,7 +913,8 @@ def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_spli
     dy2d, dx2d, weight, mean, rstd = tensors
     slices = 1
     if n_cols <= (MAX_BWD_FUSED_N if max_fused_n is None else max_fused_n):
-        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), BWD_BYTES_PER_THREAD)
+        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), BWD_BYTES_PER_THREAD,
+                                                   BWD_MIN_ELEMENTS)
         kernel = layer_norm_bwd_kernel
         meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     elif n_cols <= (MAX_SPLIT_N if max_split_n is None else max_split_n):
