@@ -484,7 +484,7 @@ def layer_norm_bwd_chunked_kernel(
 #   (a bf16 is the top half of an fp32: a shift); :math:`dx` is packed again to be stored. That needs
 #   rows of even length, even strides and 4-byte aligned tensors, else ``PACK`` is off.
 # * **a register budget** (``maxnreg``): each thread gets the share of the register file that lets
-#   ``BWD_WARPS_PER_SM`` warps live on an SM together.
+#   ``SPLIT_WARPS_PER_SM`` warps live on an SM together.
 #
 # Waiting for another program is only safe if that program is running too: the whole grid must fit on
 # the GPU at once. The launcher sizes it from the occupancy of the kernel Triton compiles for these
@@ -722,7 +722,9 @@ def sum_partials_kernel(
 #   ``dev/ln_split_gpu2.py`` in the repository); past that, and for the forward past
 #   ``MAX_FUSED_N``, the chunked kernels stream ``CHUNK_N`` columns at a time.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
-#   ``MIN_ELEMENTS`` elements, enough bytes in flight to hide the memory's latency. In the forward,
+#   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
+#   the same bytes in both dtypes, measured best on an H100 by ``dev/ln_fused_cfg_gpu.py``), enough
+#   bytes in flight to hide the memory's latency. In the forward,
 #   where a wide row's program takes so many registers that few fit on an SM, the compiled kernel's
 #   occupancy decides: if the programs one SM holds carry fewer than ``FWD_MIN_BYTES_PER_SM`` bytes of
 #   :math:`x`, each program takes twice the rows.
@@ -740,14 +742,15 @@ def sum_partials_kernel(
 #   Each program hides its latency by prefetching, so a few per SM suffice: as many as fit in
 #   ``BWD_WARPS_PER_SM`` warps (at least one, and no more than the compiled kernel's occupancy
 #   allows), times the number of SMs, and never more than there are blocks of rows. For the split
-#   kernel, whole groups of ``SLICES`` programs, one partial line per group. Each program then
+#   kernel, whole groups of ``SLICES`` programs, one partial line per group, and as many as fit in
+#   ``SPLIT_WARPS_PER_SM`` warps (which also sets its register budget). Each program then
 #   visits about ``rows_per_program`` rows: every :math:`P`-th block for the fused and split kernels,
 #   a contiguous run for the chunked one.
 
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
 MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay in registers
 MIN_ELEMENTS = 4096  # fewest elements in one block of rows
-BWD_MIN_ELEMENTS = 4096  # the same for the fused backward
+BWD_MIN_BYTES = 8192  # fused backward: fewest bytes of x in one block of rows (bf16 4096 elements, fp32 2048)
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
 FWD_MAX_FUSED_BYTES = 131072  # forward: rows of more bytes take the two-pass kernel
@@ -755,7 +758,8 @@ FWD_CHUNK_N, FWD_CHUNK_WARPS = 8192, 32  # forward's chunked kernel, one program
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
 CHUNK_WARPS = 16
-BWD_WARPS_PER_SM = 16  # backward: programs per SM are as many as fit in this many warps, at least 1
+BWD_WARPS_PER_SM = 32  # backward: programs per SM are as many as fit in this many warps, at least 1
+SPLIT_WARPS_PER_SM = 16  # the same for the split backward, whose register budget it also sets
 MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
 # The split backward, by element size in bytes: slices of at most SLICE_N columns, at least MIN_SLICES
 # of them, blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
@@ -862,11 +866,11 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
     meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
                 FLAG_WORDS=num_warps <= 16, PACK=pack, EVEN=n_cols == slices * block_n, BLOCK_M=block_m,
                 BLOCK_N=block_n, num_warps=num_warps)
-    # Each thread's share of the registers when BWD_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
+    # Each thread's share of the registers when SPLIT_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
     # rows need more than that: they run with fewer programs per SM rather than spill their loads.
     if ON_GPU and (pack or element_size == 4):
         regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
-        meta["maxnreg"] = min(255, regs // (32 * max(BWD_WARPS_PER_SM, num_warps)) // 8 * 8)
+        meta["maxnreg"] = min(255, regs // (32 * max(SPLIT_WARPS_PER_SM, num_warps)) // 8 * 8)
     return meta
 
 
@@ -914,7 +918,7 @@ def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_spli
     slices = 1
     if n_cols <= (MAX_BWD_FUSED_N if max_fused_n is None else max_fused_n):
         block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), BWD_BYTES_PER_THREAD,
-                                                   BWD_MIN_ELEMENTS)
+                                                   BWD_MIN_BYTES // x2d.element_size())
         kernel = layer_norm_bwd_kernel
         meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     elif n_cols <= (MAX_SPLIT_N if max_split_n is None else max_split_n):
@@ -927,7 +931,8 @@ def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_spli
     warm_args = bwd_args(kernel, x2d, dy2d, dx2d, weight, mean, rstd, fp32, fp32, meta, 1, launch=False)
     per_sm, limit, n_regs = programs_per_sm(kernel, warm_args, meta)
     n_blocks = triton.cdiv(n_rows, block_m)
-    lines = min(per_sm, max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS // slices
+    warps_per_sm = SPLIT_WARPS_PER_SM if kernel is layer_norm_bwd_split_kernel else BWD_WARPS_PER_SM
+    lines = min(per_sm, max(1, warps_per_sm // meta["num_warps"])) * NUM_SMS // slices
     if kernel is layer_norm_bwd_split_kernel and lines == 0:  # a group cannot be on the GPU at once
         return bwd_plan(x2d, has_w, compute_dwdb, max_fused_n, programs, 0, split, tensors)
     lines = max(1, min(lines if programs is None else programs, n_blocks))
