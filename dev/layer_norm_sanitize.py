@@ -22,7 +22,7 @@ def rel(a, b):
 
 worst = 0.0
 for dtype in (torch.bfloat16, torch.float32):
-    for m, n in ((64, 300), (64, 20000), (33, 20001), (40, 32768)):
+    for m, n in ((64, 300), (64, 20000), (33, 20001), (40, 32768), (9, 40001)):
         x = torch.randn(m, n, device="cuda", dtype=dtype) * 2 + 1
         w = torch.randn(n, device="cuda", dtype=dtype)
         b = torch.randn(n, device="cuda", dtype=dtype)
