@@ -476,28 +476,24 @@ def publish_share(shares_ptr, counter_ptr, block, n_blocks, rows, row_ok, part, 
 
 
 @triton.jit
-def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, SLOTS: tl.constexpr,
-                    FLAG_WORDS: tl.constexpr):
-    """[BLOCK_M, SLOTS] shares of the rows of ``block``, once every slice has published them (SLOTS:
-    SLICES rounded up to a power of two; the extra slots read as written zeros)."""
-    slot = tl.arange(0, SLOTS)
-    slots = shares_ptr + rows[:, None] * SLICES + slot[None, :]
-    mine = (slot < SLICES)[None, :]
+def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """[BLOCK_M, SLICES] shares of the rows of ``block``, once every slice has published them."""
+    slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]
     if FLAG_WORDS:
-        words = tl.load(slots, mask=mine, other=0x100000000, volatile=True)
+        words = tl.load(slots, volatile=True)
         while tl.min(words >> 32) == 0:  # some slice has not written yet
-            words = tl.load(slots, mask=mine, other=0x100000000, volatile=True)
+            words = tl.load(slots, volatile=True)
         # A tile smaller than the program is held in several copies, one per group of warps, and the
         # test above may be decided on another warp's copy: a copy still unwritten here (loaded before
         # that slice wrote) is read again, once, instead of adding a share of 0.
-        stale = mine & ((words >> 32) == 0)
+        stale = (words >> 32) == 0
         words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
         shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     else:
         arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
         while arrived < SLICES:
             arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
-        shares = tl.load(slots, mask=mine, other=0.0, cache_modifier=".cg")
+        shares = tl.load(slots, cache_modifier=".cg")
     return shares
 
 
@@ -505,8 +501,7 @@ def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, 
 def rms_norm_bwd_split_kernel(
     x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, shares_ptr, counter_ptr, n_rows, n_cols,
     x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr,
-    FLAG_WORDS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
     PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
@@ -566,7 +561,7 @@ def rms_norm_bwd_split_kernel(
         # this block: dw, then dx once the group's shares are in
         if COMPUTE_DW:
             dw_acc += dy * x_hat
-        shares = wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES, SLOTS, FLAG_WORDS)
+        shares = wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES, FLAG_WORDS)
         c = tl.sum(shares, axis=1) / n_cols
         dx = (g - x_hat * c[:, None]) * rstd[:, None]
         store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
@@ -582,8 +577,8 @@ def rms_norm_bwd_split_kernel(
 #
 # * ``BLOCK_N`` is the row length rounded up to a power of two, up to ``MAX_FUSED_N`` elements (the
 #   forward holds one tile per element, the backward three and two more in flight, so its limit is
-#   lower). Wider backward rows are split into ``SLICES`` slices of at most ``SLICE_N`` columns (any
-#   number of them: the shares' slots are padded to a power of two, ``SLOTS``), with blocks of about ``SPLIT["TILE"]`` elements: one row of 4096 columns per
+#   lower). Wider backward rows are split into ``SLICES`` slices of at most ``SLICE_N`` columns (a
+#   power of two of them), with blocks of about ``SPLIT["TILE"]`` elements: one row of 4096 columns per
 #   block in both dtypes, as measured fastest on an H100 (``dev/rms_lookahead_gpu.py``). With
 #   ``SPLIT["BYTES_PER_THREAD"]``, that is 8 warps per program in bf16 and 16 in fp32, so that
 #   ``WARPS_PER_SM`` lets two bf16 programs or one fp32 program share an SM, each with its
@@ -695,15 +690,14 @@ def split_plan(n_cols, dtype, has_weight, compute_dw, config=None, tensors=None)
     split = cfg.get("SPLIT", SPLIT)
     slices = 1  # the interpreter runs one program at a time: a program must never wait for another
     if ON_GPU:
-        slices = min(cfg["MAX_SPLIT_N"] // cfg["SLICE_N"], triton.cdiv(n_cols, cfg["SLICE_N"]))
+        slices = min(cfg["MAX_SPLIT_N"] // cfg["SLICE_N"], triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])))
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, split["TILE"] // block_n)
     num_warps = warps_for(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
     # two 16-bit elements per 32-bit word: even rows, even strides, 4-byte aligned tensors
     pack = element_size == 2 and n_cols % 2 == 0 and all(
         t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in (tensors or ()))
-    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
-                FLAG_WORDS=num_warps <= 16,
+    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
                 PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     # Each thread's share of the registers when WARPS_PER_SM warps live on an SM. Unpacked 16-bit rows
     # need more than that: they run with fewer programs per SM rather than spill their loads.
@@ -1264,8 +1258,8 @@ two_pass_table()
 #   the L2 round trip of each exchange behind a block of work, at the price of a third block of
 #   registers. quack spreads a row over a *cluster* of thread blocks that read each other's shared
 #   memory (Hopper's distributed shared memory), a much shorter trip, which Triton does not expose
-#   today. A row length just past a multiple of ``SLICE_N`` leaves its last slice nearly empty:
-#   slices of a size that divides the row would waste less. Past ``MAX_SPLIT_N`` columns, the
+#   today. A row length just past a power of two of ``SLICE_N`` leaves its last slices nearly empty:
+#   slices of a size that divides the row would waste no programs. Past ``MAX_SPLIT_N`` columns, the
 #   chunked kernels read each row twice and keep ``dw_partial`` in global memory. The forward at long
 #   rows could use the split too, with the sum of squares as the shared value.
 # * **The size of** :math:`P`. Each program of the backward writes one fp32 row of ``dw_partial``, and
