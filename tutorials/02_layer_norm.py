@@ -1562,7 +1562,11 @@ summary()
 #   sums them, found with one atomic counter) would save a launch.
 # * **Long rows in the forward.** The chunked forward reads each row twice; once the second read misses
 #   L2 it is capped at 2/3 of the copy. Welford's algorithm does not remove the second read (:math:`y`
-#   needs the statistics of the whole row), only a row kept on chip does.
+#   needs the statistics of the whole row), only a row kept on chip does. The widest fused rows have
+#   the opposite problem: one program fills an SM, so its loads and its stores never overlap (see fp32
+#   at :math:`N = 32768` in the table). Both would gain from the forward split of tutorial 01's
+#   softmax: a row shared by several programs that exchange their partial statistics (here the count,
+#   mean and sum of squared deviations of each slice, which combine exactly, as in Welford's method).
 # * **Exercises.** Change ``BWD_WARPS_PER_SM`` and ``BWD_BYTES_PER_THREAD`` and rerun the plan
 #   table and the benchmark: which widths move, and why? Turn the kernels into RMSNorm (no mean, no
 #   bias): what changes in the backward formula, and in the speed?
