@@ -479,7 +479,7 @@ def layer_norm_bwd_chunked_kernel(
 #   once, when its shares are, and kept for the next step.
 # * **two blocks of loads in flight**, the next one and the one after, with their mean and ``rstd``:
 #   nothing a step needs is loaded in that step.
-# * **packed 16-bit rows** (``PACK``). A bf16 element loaded into a register takes all of its 32 bits,
+# * **packed 16-bit rows** (``PACK``). A bf16 element loaded on its own takes a whole 32-bit register,
 #   so the kernel loads 16-bit rows as 32-bit words of two elements and unpacks them only to compute
 #   (a bf16 is the top half of an fp32: a shift); :math:`dx` is packed again to be stored. That needs
 #   rows of even length, even strides and 4-byte aligned tensors, else ``PACK`` is off.
