@@ -186,7 +186,7 @@ def layer_norm_fwd_kernel(
 # stores. That is 3 row-sized transfers instead of 2: at most 2/3 of the speed of light once the second
 # read misses the cache. (RMSNorm's forward, tutorial 04, streams fp32 rows of 32768 columns this way,
 # faster than fused there; here, with a bias to read too, the fused kernel measured faster at that
-# width on an H100, so the forward streams only rows of more than ``FWD_MAX_FUSED_BYTES``.)
+# width on an H100, so the forward streams only rows of more than ``MAX_FUSED_N`` columns.)
 
 
 @triton.jit
@@ -719,8 +719,8 @@ def sum_partials_kernel(
 #   :math:`x`, :math:`dy` and the two accumulators, four values per column, so it stays fused only up to
 #   ``MAX_BWD_FUSED_N``. Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
 #   columns (``SPLIT``, per element size, as measured fastest on an H100 by
-#   ``dev/ln_split_gpu2.py`` in the repository); past that, and for the forward past
-#   ``MAX_FUSED_N``, the chunked kernels stream ``CHUNK_N`` columns at a time.
+#   ``dev/ln_lookahead_gpu.py`` in the repository); past that the chunked kernel streams ``CHUNK_N``
+#   columns at a time, and so does the forward past ``MAX_FUSED_N``, in chunks of ``FWD_CHUNK_N``.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
 #   the same bytes in both dtypes, measured best on an H100 by ``dev/ln_fused_cfg_gpu.py``), enough
@@ -753,7 +753,6 @@ MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 BWD_MIN_BYTES = 8192  # fused backward: fewest bytes of x in one block of rows (bf16 4096 elements, fp32 2048)
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
-FWD_MAX_FUSED_BYTES = 131072  # forward: rows of more bytes take the two-pass kernel
 FWD_CHUNK_N, FWD_CHUNK_WARPS = 8192, 32  # forward's chunked kernel, one program per row
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
@@ -814,18 +813,14 @@ def programs_per_sm(kernel, args, meta):
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
-def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=None, max_fused_n=None):
+def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=False, max_fused_n=None):
     """y2d = layer_norm(x2d) along dim 1; mean, rstd (fp32, one per row) are written too.
 
     x2d and y2d are 2-D with unit stride along the row; weight and bias 1-D contiguous, or None.
     Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
-    if max_fused_n is None:
-        fused = n_cols <= MAX_FUSED_N and n_cols * x2d.element_size() <= FWD_MAX_FUSED_BYTES
-    else:
-        fused = n_cols <= max_fused_n
-    persistent = bool(persistent)
+    fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
@@ -1292,8 +1287,7 @@ def plan_table(dtype=torch.bfloat16):
         partial_bytes = 2 * 2 * 4 * plan["lines"] * n_cols
         rows.append({
             "N": n_cols, "M": n_rows,
-            "forward": "fused" if n_cols <= MAX_FUSED_N and n_cols * x.element_size() <= FWD_MAX_FUSED_BYTES
-            else "chunked",
+            "forward": "fused" if n_cols <= MAX_FUSED_N else "chunked",
             "backward": kind, "slices": plan["meta"].get("SLICES", 1),
             "BLOCK_M": plan["block_m"], "BLOCK_N": plan["meta"].get("BLOCK_N", CHUNK_N),
             "num_warps": plan["meta"]["num_warps"],
