@@ -4,39 +4,20 @@ and layer norm (fused vs chunked). Kernel-only CUDA-graph timings with do_bench,
 
 PYTHONUNBUFFERED=1 python3 dev/fwd_wide_gpu.py
 """
-import os
 import time
 
 import pandas as pd
 import torch
-import triton
+from gpu_common import load, bench
 
 T0 = time.time()
 pd.set_option("display.width", 250)
 pd.set_option("display.max_rows", 500)
 
 
-def load(path):
-    src = open(path).read()
-    g = {"__name__": "dev_" + os.path.basename(path)[:2]}
-    exec(compile(src[: src.index("# %%\n# Correctness")], os.path.abspath(path), "exec"), g)
-    return g
-
-
 torch.cuda.set_stream(torch.cuda.Stream())
 ln = load("tutorials/02_layer_norm.py")
 rms = load("tutorials/04_rms_norm.py")
-
-
-def bench(fn, graph=True):
-    fn()
-    torch.cuda.synchronize()
-    if not graph:
-        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median")
 
 
 print(torch.cuda.get_device_name(0), flush=True)
@@ -54,7 +35,7 @@ for dtype, n in ((torch.float32, 32768), (torch.bfloat16, 32768), (torch.float32
     for chunk in (2048, 4096, 8192):
         for bpt in (16, 32, 64):
             for grid_cap in (None, 1, 2, 4):
-                cands.append((f"rms chunked {chunk}/{bpt}/cap{grid_cap}", dict(chunk_n=chunk, config=dict(rms["FWD"], BYTES_PER_THREAD=bpt)), grid_cap))
+                cands.append((f"rms chunked {chunk}/{bpt}/cap{grid_cap}", dict(chunk_n=chunk, config=dict(rms["FWD"], CHUNK_BYTES_PER_THREAD=bpt)), grid_cap))
     for name, kw, cap in cands:
         kernel, grid, meta = rms["forward_launch"](m, n, x.element_size(), True, **kw)
         if cap is not None:

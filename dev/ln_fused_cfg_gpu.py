@@ -1,44 +1,25 @@
 """Dev only: layer-norm fused kernels' launch knobs (tutorial 02 globals) at the sizes that sit just
-under the targets: backward fp32 N = 1024, 2048 and bf16 8192 (MIN_ELEMENTS, BWD_BYTES_PER_THREAD,
+under the targets: backward at every fused N (BWD_MIN_BYTES, BWD_BYTES_PER_THREAD,
 BWD_WARPS_PER_SM); forward bf16 16384, 32768 (FWD_BYTES_PER_THREAD, FWD_MIN_BYTES_PER_SM).
 Kernel-only CUDA-graph timings with do_bench, % of an eager copy, M x N = 2^26.
 
 PYTHONUNBUFFERED=1 python3 dev/ln_fused_cfg_gpu.py
 """
-import os
 import time
 
 import pandas as pd
 import torch
-import triton
+from gpu_common import load, bench
 
 T0 = time.time()
 pd.set_option("display.width", 250)
 pd.set_option("display.max_rows", 500)
 
 
-def load(path):
-    src = open(path).read()
-    g = {"__name__": "dev_" + os.path.basename(path)[:2]}
-    exec(compile(src[: src.index("# %%\n# Correctness")], os.path.abspath(path), "exec"), g)
-    return g
-
-
 torch.cuda.set_stream(torch.cuda.Stream())
 ln = load("tutorials/02_layer_norm.py")
-DEFAULTS = {k: ln[k] for k in ("MIN_ELEMENTS", "BWD_MIN_ELEMENTS", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM", "FWD_BYTES_PER_THREAD",
+DEFAULTS = {k: ln[k] for k in ("MIN_ELEMENTS", "BWD_MIN_BYTES", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM", "FWD_BYTES_PER_THREAD",
                                "FWD_MIN_BYTES_PER_SM")}
-
-
-def bench(fn, graph=True):
-    fn()
-    torch.cuda.synchronize()
-    if not graph:
-        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median")
 
 
 print(torch.cuda.get_device_name(0), DEFAULTS, flush=True)
@@ -57,8 +38,8 @@ for direction, dtype, n in CASES:
     copy = 2 * nb / bench(lambda: y.copy_(x), graph=False) * 1e-6
     dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
     if direction == "bwd":
-        grid = [(4096, 32, 16), (2048, 32, 32), (2048, 64, 32), (2048, 32, 16)]
-        keys = ("BWD_MIN_ELEMENTS", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM")
+        grid = [(8192, 32, 32), (16384, 32, 16), (8192, 64, 32), (8192, 32, 16)]  # the first is the page's choice
+        keys = ("BWD_MIN_BYTES", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM")
         fn = lambda: ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db)
         moved = 3 * nb
     else:
@@ -85,7 +66,7 @@ for direction, dtype, n in CASES:
     del x, dy, dx, y
     torch.cuda.empty_cache()
 df = pd.DataFrame(recs)
-keys = [c for c in ("BWD_MIN_ELEMENTS", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM", "FWD_BYTES_PER_THREAD") if c in df]
-df["cfg"] = df[keys].astype(str).agg("/".join, axis=1)
+keys = [c for c in ("BWD_MIN_BYTES", "BWD_BYTES_PER_THREAD", "BWD_WARPS_PER_SM", "FWD_BYTES_PER_THREAD") if c in df]
+df["cfg"] = df[keys].fillna(0).astype(int).astype(str).agg("/".join, axis=1)
 print(df.pivot_table(index=["direction", "dtype", "N"], columns="cfg", values="pct").to_string(float_format=lambda v: f"{v:.1f}"), flush=True)
 print(f"total {time.time() - T0:.0f} s")

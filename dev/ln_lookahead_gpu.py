@@ -10,6 +10,7 @@ import time
 import pandas as pd
 import torch
 import triton
+from gpu_common import load, bench, rel
 
 T0 = time.time()
 BUDGET = float(os.environ.get("BUDGET", "240"))
@@ -19,30 +20,8 @@ pd.set_option("display.max_rows", 500)
 OUT = os.environ.get("OUT", "/tmp")
 
 
-def load(path):
-    src = open(path).read()
-    g = {"__name__": "dev_" + os.path.basename(path)[:2]}
-    exec(compile(src[: src.index("# %%\n# Correctness")], os.path.abspath(path), "exec"), g)
-    return g
-
-
 torch.cuda.set_stream(torch.cuda.Stream())
 ln = load("tutorials/02_layer_norm.py")
-
-
-def bench(fn, graph=True):
-    fn()
-    torch.cuda.synchronize()
-    if not graph:
-        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median")
-
-
-def rel(a, b):
-    return ((a.double() - b).norm() / b.norm()).item()
 
 
 print(torch.cuda.get_device_name(0), torch.__version__, triton.__version__, flush=True)

@@ -10,6 +10,7 @@ import time
 import pandas as pd
 import torch
 import triton
+from gpu_common import load, bench
 
 T0 = time.time()
 BUDGET = float(os.environ.get("BUDGET", "500"))
@@ -18,25 +19,7 @@ pd.set_option("display.max_columns", 40)
 parts = sys.argv[1:] or ["sfwd", "sbwd", "lnfwd", "lnbwd", "rms"]
 
 
-def load(path):
-    src = open(path).read()
-    g = {"__name__": "dev_" + os.path.basename(path)[:2]}
-    exec(compile(src[: src.index("# %%\n# Correctness")], os.path.abspath(path), "exec"), g)
-    return g
-
-
 torch.cuda.set_stream(torch.cuda.Stream())
-
-
-def bench(fn, graph=True):
-    fn()
-    torch.cuda.synchronize()
-    if not graph:
-        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=torch.cuda.current_stream()):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median")
 
 
 PART = {"start": time.time()}
