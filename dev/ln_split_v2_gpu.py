@@ -266,7 +266,9 @@ for dtype in (torch.bfloat16, torch.float32):
                 meta = plan["meta"]
                 wa = ln["bwd_args"](plan["kernel"], x, dy, dx, w, mean, rstd, dw, db, meta, plan["rows_per_program"],
                                     launch=False)
-                spills = plan["kernel"].warmup(*wa, grid=(1,), **meta).n_spills
+                compiled = plan["kernel"].warmup(*wa, grid=(1,), **meta)
+                compiled._init_handles()
+                spills = getattr(compiled, "n_spills", "?")
                 recs.append(dict(dtype=str(dtype)[6:], N=n, cand=name, pct=100 * 3 * nb / t * 1e-6 / copy,
                                  slices=meta.get("SLICES", 1), bm=plan["block_m"], bn=meta.get("BLOCK_N"),
                                  warps=meta["num_warps"], maxnreg=meta.get("maxnreg", ""),
