@@ -158,6 +158,51 @@ def ln_bwd_split_v2(
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 
+@triton.jit
+def ln_bwd_split_v3(
+    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
+    counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr,
+    FLAG_WORDS: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr = 3, RELOAD_W: tl.constexpr = 0,
+):
+    """The next block's loads are in the loop, used in the same step: Triton's pipeliner (NUM_STAGES)
+    issues them steps ahead into shared memory, so only this block's packed tiles live in registers."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    Q = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    w = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_W and not RELOAD_W:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    xa, da, ma, ra = load_block(x_ptr, dy_ptr, mean_ptr, rstd_ptr, group, n_rows, x_row_stride, dy_row_stride,
+                                units, unit_ok, PACK, BLOCK_M)
+    publish_block(shares_ptr, counter_ptr, group, n_blocks, n_rows, part, xa, da, ma, ra, w_ptr, w, cols, col_ok,
+                  dtype, HAS_W, RELOAD_W, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
+    for block in tl.range(group, n_blocks, Q, num_stages=NUM_STAGES):
+        xb, db_, mb, rb = load_block(x_ptr, dy_ptr, mean_ptr, rstd_ptr, block + Q, n_rows, x_row_stride,
+                                     dy_row_stride, units, unit_ok, PACK, BLOCK_M)
+        publish_block(shares_ptr, counter_ptr, block + Q, n_blocks, n_rows, part, xb, db_, mb, rb, w_ptr, w,
+                      cols, col_ok, dtype, HAS_W, RELOAD_W, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
+        dw_acc, db_acc = finish_block(dx_ptr, shares_ptr, counter_ptr, block, n_rows, n_cols, dx_row_stride,
+                                      units, unit_ok, xa, da, ma, ra, w_ptr, w, cols, col_ok, dw_acc, db_acc,
+                                      dtype, HAS_W, RELOAD_W, COMPUTE_DWDB, SLICES, SLOTS, FLAG_WORDS, PACK,
+                                      EVEN, BLOCK_M)
+        xa, da, ma, ra = xb, db_, mb, rb
+    if COMPUTE_DWDB:
+        offs = tl.cast(group, tl.int64) * n_cols + cols
+        tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
+        tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
+
+
 PAGE_KERNEL = ln["layer_norm_bwd_split_kernel"]
 PAGE_SPLIT_CONFIG = ln["split_config"]
 EXTRA = {}
@@ -174,7 +219,7 @@ def use(kernel, extra=None, warps_per_sm=16):
     ln["layer_norm_bwd_split_kernel"] = kernel
     EXTRA.clear()
     EXTRA.update(extra or {})
-    ln["split_config"] = split_config_v2 if kernel is ln_bwd_split_v2 else PAGE_SPLIT_CONFIG
+    ln["split_config"] = split_config_v2 if kernel in (ln_bwd_split_v2, ln_bwd_split_v3) else PAGE_SPLIT_CONFIG
     ln["SPLIT_WARPS_PER_SM"] = warps_per_sm
 
 
@@ -225,9 +270,23 @@ CANDS = [  # name, kernel, SPLIT config, extra meta, warps per SM; max_fused_n f
     ("v2 2048 lag1 24/SM", V2, cfg(2048, 2048, 16), dict(LAG=1, RELOAD_W=1), 24),
     ("v2 4096/16w lag1 32/SM", V2, cfg(4096, 4096, 16), dict(LAG=1, RELOAD_W=1), 32),
 ]
+if os.environ.get("SWEEP") == "2":  # programs per SM: smaller programs
+    P = PAGE_KERNEL
+    CANDS = [
+        ("page", P, None, {}, 16),
+        ("page 1024/4w", P, cfg(1024, 1024, 16), {}, 16),
+        ("page 1024/4w 20/SM", P, cfg(1024, 1024, 16), {}, 20),
+        ("page 2048/4w", P, cfg(2048, 2048, 32), {}, 16),
+        ("page 2x1024/8w", P, cfg(1024, 2048, 16), {}, 16),
+        ("v2 1024/4w", V2, cfg(1024, 1024, 16), dict(LAG=1), 16),
+        ("v2 1024/4w 24/SM", V2, cfg(1024, 1024, 16), dict(LAG=1), 24),
+        ("v2 1024/4w lag2", V2, cfg(1024, 1024, 16), dict(LAG=2), 16),
+        ("v2 2048/4w", V2, cfg(2048, 2048, 32), dict(LAG=1), 16),
+        ("v2 2048/8w 24/SM w", V2, cfg(2048, 2048, 16), dict(LAG=1), 24),
+    ]
 recs = []
 for dtype in (torch.bfloat16, torch.float32):
-    for n in ((8192, 16384, 32768, 65536) if dtype == torch.bfloat16 else (16384, 32768)):
+    for n in ((8192, 16384, 32768, 65536) if dtype == torch.bfloat16 else (16384, 32768) if os.environ.get('SWEEP') != '2' else ()):
         if time.time() - T0 > BUDGET:
             break
         m = 2**26 // n
@@ -246,6 +305,8 @@ for dtype in (torch.bfloat16, torch.float32):
         cands = CANDS if dtype == torch.bfloat16 else CANDS[:1] + CANDS[3:5]
         if n == 8192:
             cands = [("fused", PAGE_KERNEL, None, {}, 16)] + CANDS[3:7]
+        if os.environ.get("SWEEP") == "2":
+            cands = CANDS if n > 8192 else [("fused", PAGE_KERNEL, None, {}, 16)] + CANDS[1:]
         for name, kernel, scfg, extra, wps in cands:
             if time.time() - T0 > BUDGET:
                 break
