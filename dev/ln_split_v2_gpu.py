@@ -219,7 +219,7 @@ def use(kernel, extra=None, warps_per_sm=16):
     ln["layer_norm_bwd_split_kernel"] = kernel
     EXTRA.clear()
     EXTRA.update(extra or {})
-    ln["split_config"] = split_config_v2 if kernel in (ln_bwd_split_v2, ln_bwd_split_v3) else PAGE_SPLIT_CONFIG
+    ln["split_config"] = split_config_v2
     ln["SPLIT_WARPS_PER_SM"] = warps_per_sm
 
 
@@ -284,9 +284,24 @@ if os.environ.get("SWEEP") == "2":  # programs per SM: smaller programs
         ("v2 2048/4w", V2, cfg(2048, 2048, 32), dict(LAG=1), 16),
         ("v2 2048/8w 24/SM w", V2, cfg(2048, 2048, 16), dict(LAG=1), 24),
     ]
+if os.environ.get("SWEEP") == "3":  # 4-warp programs without spills: slots padded, w reloaded
+    P = PAGE_KERNEL
+    CANDS = [
+        ("page", P, None, {}, 16),
+        ("v2 2048/4w", V2, cfg(2048, 2048, 32), dict(LAG=1), 16),
+        ("v2 2048/4w s32", V2, cfg(2048, 2048, 32), dict(LAG=1, SLOTS=32), 16),
+        ("v2 2048/4w s64", V2, cfg(2048, 2048, 32), dict(LAG=1, SLOTS=64), 16),
+        ("v2 2048/4w rw", V2, cfg(2048, 2048, 32), dict(LAG=1, RELOAD_W=1), 16),
+        ("v2 2048/4w rw s32", V2, cfg(2048, 2048, 32), dict(LAG=1, RELOAD_W=1, SLOTS=32), 16),
+        ("page 2048/4w s32", P, cfg(2048, 2048, 32), dict(SLOTS=32), 16),
+        ("v2 1024/4w 24/SM s32", V2, cfg(1024, 1024, 16), dict(LAG=1, SLOTS=32), 24),
+        ("v2 1024/4w 24/SM s64", V2, cfg(1024, 1024, 16), dict(LAG=1, SLOTS=64), 24),
+        ("v2 1024/4w 24/SM rw", V2, cfg(1024, 1024, 16), dict(LAG=1, RELOAD_W=1), 24),
+        ("v2 1024/4w 20/SM", V2, cfg(1024, 1024, 16), dict(LAG=1), 20),
+    ]
 recs = []
 for dtype in (torch.bfloat16, torch.float32):
-    for n in ((8192, 16384, 32768, 65536) if dtype == torch.bfloat16 else (16384, 32768) if os.environ.get('SWEEP') != '2' else ()):
+    for n in ((8192, 16384, 32768, 65536) if dtype == torch.bfloat16 else (16384, 32768) if os.environ.get('SWEEP') not in ('2', '3') else (16384, 32768)):
         if time.time() - T0 > BUDGET:
             break
         m = 2**26 // n
@@ -305,7 +320,7 @@ for dtype in (torch.bfloat16, torch.float32):
         cands = CANDS if dtype == torch.bfloat16 else CANDS[:1] + CANDS[3:5]
         if n == 8192:
             cands = [("fused", PAGE_KERNEL, None, {}, 16)] + CANDS[3:7]
-        if os.environ.get("SWEEP") == "2":
+        if os.environ.get("SWEEP") in ("2", "3"):
             cands = CANDS if n > 8192 else [("fused", PAGE_KERNEL, None, {}, 16)] + CANDS[1:]
         for name, kernel, scfg, extra, wps in cands:
             if time.time() - T0 > BUDGET:
