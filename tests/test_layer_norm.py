@@ -162,8 +162,9 @@ def test_split_kernel_forced(ln, flag_words, dtype, n):
     y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
     ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
     # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
-    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1)
-             for size in (2, 4)}
+    # the shares are read as a tile of MIN_SLOTS words, padded past the row's slices (read as zeros)
+    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1,
+                        MIN_SLOTS=32 if flag_words else 4) for size in (2, 4)}
     nan = float("nan")
     dx_store = torch.full((m, n + 4), nan, device=DEVICE, dtype=dtype)  # an even stride: packable
     dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)
@@ -172,6 +173,7 @@ def test_split_kernel_forced(ln, flag_words, dtype, n):
     assert plan["kernel"] is ln["layer_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
     assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0) and meta["EVEN"] == (n == 512)
     assert plan["block_m"] == 2 and plan["lines"] == 3  # 6 blocks: 2 per group
+    assert meta["SLOTS"] == (32 if flag_words else 4)
     assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
     ins = [t.double().requires_grad_(True) for t in (x, w, b)]
     g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5), ins, dy.double())

@@ -475,8 +475,7 @@ def layer_norm_bwd_chunked_kernel(
 #
 # * **one block ahead.** Before it waits for the shares of this block, a program computes and
 #   publishes its shares of the *next* block; the other slices did the same one step earlier, so this
-#   block's shares are usually there already. Each block's :math:`\hat{x}` and :math:`dy` are computed
-#   once, when its shares are, and kept for the next step.
+#   block's shares are usually there already.
 # * **two blocks of loads in flight**, the next one and the one after, with their mean and ``rstd``:
 #   nothing a step needs is loaded in that step.
 # * **packed 16-bit rows** (``PACK``). A bf16 element loaded on its own takes a whole 32-bit register,
@@ -485,6 +484,14 @@ def layer_norm_bwd_chunked_kernel(
 #   rows of even length, even strides and 4-byte aligned tensors, else ``PACK`` is off.
 # * **a register budget** (``maxnreg``): each thread gets the share of the register file that lets
 #   ``SPLIT_WARPS_PER_SM`` warps live on an SM together.
+# * **small programs, several per SM.** While a program waits for its group, the other programs on its
+#   SM go on loading and storing, so the more programs an SM holds, the less a wait costs. A 16-bit row
+#   is cut into slices of 2048 columns for programs of 4 warps, four to an SM within the budget above.
+#   For that, a step keeps nothing in registers but the tiles *as loaded* (this block's and the next
+#   one's, still packed) with their statistics: :math:`\hat{x}` and :math:`dy` are recomputed from them
+#   where they are used, a few instructions per element, rather than held as fp32 values. Held, they
+#   pushed a 4-warp program past its 128 registers, and a program that spills to local memory is much
+#   slower than one that recomputes (``dev/ln_split_v2_gpu.py`` times both).
 #
 # Waiting for another program is only safe if that program is running too: the whole grid must fit on
 # the GPU at once. The launcher sizes it from the occupancy of the kernel Triton compiles for these
@@ -501,7 +508,10 @@ def layer_norm_bwd_chunked_kernel(
 #   One subtlety, found the hard way: when the words of a block are fewer than the program's threads,
 #   Triton keeps a copy per group of warps, and the loop's test may be decided on another warp's copy.
 #   A warp whose own copy was loaded a moment too early would add a share it never saw (here, a NaN).
-#   So after the loop, any copy that still reads "not written" is loaded once more.
+#   So after the loop, any copy that still reads "not written" is loaded once more. And the words are
+#   read as a tile of at least ``MIN_SLOTS`` (32 for 16-bit rows: one per lane of a warp; the padding
+#   slots read as zeros): with a tile of 8 or 16 words, the layout Triton chose for it cost the 4-warp
+#   program enough registers to spill.
 # * **a counter per block of rows** (32 warps): plain stores of the shares, a barrier so that every
 #   thread's store is issued, an atomic add with *release* semantics; one thread polls the counter with
 #   *acquire* semantics, then the shares are read from L2 (``cache_modifier=".cg"``). With 1024 threads
@@ -599,6 +609,26 @@ def wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.con
 
 
 @triton.jit
+def load_block(x_ptr, dy_ptr, mean_ptr, rstd_ptr, block, n_rows, x_row_stride, dy_row_stride, units, unit_ok,
+               PACK: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A block's tiles of x and dy (as loaded: packed or not) and its rows' mean and rstd."""
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    x = load_tile(x_ptr, rows, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy = load_tile(dy_ptr, rows, dy_row_stride, units, unit_ok, n_rows, PACK)
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    return x, dy, tl.load(mean_ptr + rows), tl.load(rstd_ptr + rows)
+
+
+@triton.jit
+def x_hat_and_dy(x, dy, mean, rstd, col_ok, dtype: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr):
+    """A block's x_hat = (x - mean) * rstd (zero in padding columns) and dy, in fp32."""
+    x_hat = unpack(x, dtype, PACK) * rstd[:, None] - (mean * rstd)[:, None]
+    if not EVEN:
+        x_hat = tl.where(col_ok[None, :], x_hat, 0.0)
+    return x_hat, unpack(dy, dtype, PACK)
+
+
+@triton.jit
 def layer_norm_bwd_split_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
@@ -618,64 +648,53 @@ def layer_norm_bwd_split_kernel(
     unit_ok = units < (n_cols // 2 if PACK else n_cols)
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
+    w = tl.full([BLOCK_N], 1.0, tl.float32)
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # The first block: its x_hat and dy, kept for the next step, and its shares, published now; the
-    # second block's rows and statistics, loaded. (The loop's names are not used here: Triton would
-    # carry them around the loop.)
+    # Only the tiles as loaded live from step to step: this block's and the next one's (x_hat and dy
+    # are recomputed from them where they are used, a few instructions, rather than held in registers).
+    # First: both blocks loaded, the shares of this program's first block published.
+    x_this, dy_this, mean_this, rstd_this = load_block(
+        x_ptr, dy_ptr, mean_ptr, rstd_ptr, group, n_rows, x_row_stride, dy_row_stride, units, unit_ok,
+        PACK, BLOCK_M)
+    x_next, dy_next, mean_next, rstd_next = load_block(
+        x_ptr, dy_ptr, mean_ptr, rstd_ptr, group + n_groups, n_rows, x_row_stride, dy_row_stride, units,
+        unit_ok, PACK, BLOCK_M)
+    # (The names used in the loop are not used out here: Triton would carry them around the loop.)
+    first_hat, first_g = x_hat_and_dy(x_this, dy_this, mean_this, rstd_this, col_ok, dtype, PACK, EVEN)
+    first_g = first_g * w[None, :]
     first = group * BLOCK_M + tl.arange(0, BLOCK_M)
-    x_first = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
-    dy_first = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
-    second = first + n_groups * BLOCK_M
-    x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
-    dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
-    second = tl.minimum(second, n_rows - 1).to(tl.int64)
-    mean_next, rstd_next = tl.load(mean_ptr + second), tl.load(rstd_ptr + second)
-    first_ok = first < n_rows
-    first = tl.minimum(first, n_rows - 1).to(tl.int64)
-    rstd_this = tl.load(rstd_ptr + first)
-    shift = tl.load(mean_ptr + first) * rstd_this
-    hat_this = unpack(x_first, dtype, PACK) * rstd_this[:, None] - shift[:, None]  # (x - mean) * rstd
-    if not EVEN:
-        hat_this = tl.where(col_ok[None, :], hat_this, 0.0)
-    dy_this = unpack(dy_first, dtype, PACK)
-    g = dy_this * w[None, :] if HAS_W else dy_this
-    publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, first, first_ok, part,
-                   tl.sum(hat_this * g, axis=1), tl.sum(g, axis=1), SLICES, FLAG_WORDS)
+    publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, tl.minimum(first, n_rows - 1).to(tl.int64),
+                   first < n_rows, part, tl.sum(first_hat * first_g, axis=1), tl.sum(first_g, axis=1), SLICES,
+                   FLAG_WORDS)
     for block in tl.range(group, n_blocks, n_groups):
-        # the block after next, its rows and statistics: loads in flight while this step works (a load
-        # whose result is needed in the same step would stall the program)
-        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
-        x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
-        dy_after = load_tile(dy_ptr, after, dy_row_stride, units, unit_ok, n_rows, PACK)
-        after = tl.minimum(after, n_rows - 1).to(tl.int64)
-        mean_after, rstd_after = tl.load(mean_ptr + after), tl.load(rstd_ptr + after)
-        # the next block: its x_hat and dy (kept for the next step), its shares published before this
-        # block's are awaited (rows past the end publish nothing)
+        # the block after next: its loads are in flight while this step works (a load whose result is
+        # needed in the same step would stall the program)
+        x_after, dy_after, mean_after, rstd_after = load_block(
+            x_ptr, dy_ptr, mean_ptr, rstd_ptr, block + 2 * n_groups, n_rows, x_row_stride, dy_row_stride,
+            units, unit_ok, PACK, BLOCK_M)
+        # the next block's shares, published before this block's are awaited (rows past the end publish
+        # nothing)
+        next_hat, next_g = x_hat_and_dy(x_next, dy_next, mean_next, rstd_next, col_ok, dtype, PACK, EVEN)
+        next_g = next_g * w[None, :]
         next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
-        next_ok = next_rows < n_rows
-        next_rows = tl.minimum(next_rows, n_rows - 1).to(tl.int64)
-        hat_next = unpack(x_next, dtype, PACK) * rstd_next[:, None] - (mean_next * rstd_next)[:, None]
-        if not EVEN:
-            hat_next = tl.where(col_ok[None, :], hat_next, 0.0)
-        dy_next = unpack(dy_next, dtype, PACK)
-        g = dy_next * w[None, :] if HAS_W else dy_next
-        publish_shares(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows, next_rows, next_ok, part,
-                       tl.sum(hat_next * g, axis=1), tl.sum(g, axis=1), SLICES, FLAG_WORDS)
+        publish_shares(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows,
+                       tl.minimum(next_rows, n_rows - 1).to(tl.int64), next_rows < n_rows, part,
+                       tl.sum(next_hat * next_g, axis=1), tl.sum(next_g, axis=1), SLICES, FLAG_WORDS)
         # this block: dw and db, then dx once the group's shares are in
+        x_hat, dy = x_hat_and_dy(x_this, dy_this, mean_this, rstd_this, col_ok, dtype, PACK, EVEN)
+        if COMPUTE_DWDB:
+            dw_acc += dy * x_hat
+            db_acc += dy
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # a padded row waits on the block's last row
-        if COMPUTE_DWDB:
-            dw_acc += dy_this * hat_this
-            db_acc += dy_this
         c1, c2 = wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES, SLOTS, FLAG_WORDS)
-        g = dy_this * w[None, :] if HAS_W else dy_this
-        dx = (g - (hat_this * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd_this[:, None]
+        dx = (dy * w[None, :] - (x_hat * (c1 / n_cols)[:, None] + (c2 / n_cols)[:, None])) * rstd_this[:, None]
         store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
-        hat_this, dy_this, rstd_this = hat_next, dy_next, rstd_next
+        x_this, dy_this, mean_this, rstd_this = x_next, dy_next, mean_next, rstd_next
         x_next, dy_next, mean_next, rstd_next = x_after, dy_after, mean_after, rstd_after
     if COMPUTE_DWDB:  # one partial line per group; each slice writes its columns of it
         offs = tl.cast(group, tl.int64) * n_cols + cols
@@ -717,9 +736,10 @@ def sum_partials_kernel(
 # * ``BLOCK_N`` is the row length rounded up to a power of two. The forward holds one row of
 #   :math:`x` per program and stays fused up to ``MAX_FUSED_N`` columns. The backward holds
 #   :math:`x`, :math:`dy` and the two accumulators, four values per column, so it stays fused only up to
-#   ``MAX_BWD_FUSED_N``. Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
+#   ``MAX_BWD_FUSED_N`` (per element size: a 16-bit row of 8192 columns already runs faster split).
+#   Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
 #   columns (``SPLIT``, per element size, as measured fastest on an H100 by
-#   ``dev/ln_lookahead_gpu.py`` in the repository); past that the chunked kernel streams ``CHUNK_N``
+#   ``dev/ln_lookahead_gpu.py`` and ``dev/ln_split_v2_gpu.py`` in the repository); past that the chunked kernel streams ``CHUNK_N``
 #   columns at a time, and so does the forward past ``MAX_FUSED_N``, in chunks of ``FWD_CHUNK_N``.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
@@ -748,7 +768,7 @@ def sum_partials_kernel(
 #   a contiguous run for the chunked one.
 
 MAX_FUSED_N = 32768  # forward: longest row kept whole in registers
-MAX_BWD_FUSED_N = 8192  # backward: longest row whose dw, db accumulators stay in registers
+MAX_BWD_FUSED_N = {2: 4096, 4: 8192}  # backward, by element size: longest row kept whole in one program
 MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 BWD_MIN_BYTES = 8192  # fused backward: fewest bytes of x in one block of rows (bf16 4096 elements, fp32 2048)
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
@@ -762,8 +782,9 @@ SPLIT_WARPS_PER_SM = 16  # the same for the split backward, whose register budge
 MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; past it, chunked
 # The split backward, by element size in bytes: slices of at most SLICE_N columns, at least MIN_SLICES
 # of them, blocks of about TILE elements per program, BYTES_PER_THREAD of each tile per thread.
-SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=16),
-         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32)}
+# MIN_SLOTS: the flag words are read as a tile of at least that many (padded slots read as zeros).
+SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, MIN_SLOTS=32),
+         4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=1)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -858,7 +879,8 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
     # two 16-bit elements per 32-bit word: rows of even length, even strides, 4-byte aligned tensors
     pack = element_size == 2 and n_cols % 2 == 0 and all(
         t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
-    meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=triton.next_power_of_2(slices),
+    slots = max(cfg.get("MIN_SLOTS", 1), triton.next_power_of_2(slices))
+    meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=slots,
                 FLAG_WORDS=num_warps <= 16, PACK=pack, EVEN=n_cols == slices * block_n, BLOCK_M=block_m,
                 BLOCK_N=block_n, num_warps=num_warps)
     # Each thread's share of the registers when SPLIT_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
@@ -911,7 +933,7 @@ def bwd_plan(x2d, has_w, compute_dwdb, max_fused_n=None, programs=None, max_spli
         tensors = (x2d, x2d, x2d if has_w else None, fp32, fp32)
     dy2d, dx2d, weight, mean, rstd = tensors
     slices = 1
-    if n_cols <= (MAX_BWD_FUSED_N if max_fused_n is None else max_fused_n):
+    if n_cols <= (MAX_BWD_FUSED_N[min(x2d.element_size(), 4)] if max_fused_n is None else max_fused_n):
         block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), BWD_BYTES_PER_THREAD,
                                                    BWD_MIN_BYTES // x2d.element_size())
         kernel = layer_norm_bwd_kernel
@@ -1539,16 +1561,14 @@ summary()
 # %%
 # What still limits the kernel, and what to try
 # ---------------------------------------------
-# * **Wide bf16 rows in the backward.** The split kernel reads each row once and rarely waits, and in
-#   fp32 it runs near the copy; in bf16 it falls short (compare the dtypes in the table above). A bf16
-#   byte carries twice the elements of an fp32 byte, and every element goes through the same long
-#   chain of instructions (unpack, :math:`\hat{x}`, :math:`g`, two shares, :math:`dw`, :math:`db`,
-#   :math:`dx`, pack). The likely limit is the SM's instruction issue, not the memory: on an H100,
-#   computing each block's :math:`\hat{x}` once instead of twice gained a few points, while a third
-#   block of loads in flight gained nothing (``dev/ln_lookahead_gpu.py``). What could help: fewer
-#   instructions per element (paired bf16x2 arithmetic, the weight folded into the shares), or
-#   :math:`dw` and :math:`db` moved to a pass of their own, at the price of reading :math:`x` and
-#   :math:`dy` twice.
+# * **Wide bf16 rows in the backward.** The split kernel reads each row once and rarely waits; in
+#   fp32 it runs near the copy, in bf16 a few points further from it (compare the dtypes in the table
+#   above). What set the bf16 speed, on an H100, was how many programs share an SM: two 8-warp programs
+#   per SM, three, four 4-warp programs measured better at each step, as long as nothing spilled
+#   (``dev/ln_split_v2_gpu.py``). The register budget is now the wall: 128 registers for four programs of
+#   4 warps. Fewer registers per element would let more in: paired bf16x2 arithmetic, :math:`dw` and
+#   :math:`db` kept in shared memory instead of registers, or :math:`dw` and :math:`db` moved to a pass
+#   of their own, at the price of reading :math:`x` and :math:`dy` twice.
 # * **Few, wide rows.** At a fixed :math:`MN`, wide rows mean few of them: each program gets few rows
 #   to amortize its partial line over, and the partial buffer grows relative to the main traffic (the
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
