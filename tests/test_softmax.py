@@ -170,24 +170,30 @@ def test_bad_inputs_raise_clear_errors():
         softmax(torch.randn(4, 4, device=other))
 
 
-def split_config(min_n=64, per_sm=None):
-    """Force the split kernels on rows of min_n columns or more, both directions and element sizes."""
-    cfg = dict(MIN_N=min_n, SLICE_N=128, num_warps=4, PER_SM=per_sm)
+def split_config(min_n=64, per_sm=None, lookahead=False):
+    """Force the split kernels on rows of min_n columns or more, both directions and element sizes;
+    the forward's lookahead kernel where lookahead is set."""
+    cfg = dict(MIN_N=min_n, SLICE_N=128, num_warps=4, PER_SM=per_sm, LOOKAHEAD=lookahead)
     return {(direction, size): cfg for direction in ("forward", "backward") for size in (2, 4)}
 
 
+def forward_split_kernel(lookahead):
+    return T["softmax_fwd_lookahead_kernel" if lookahead else "softmax_fwd_split_kernel"]
+
+
+@pytest.mark.parametrize("lookahead", [False, True], ids=["plain", "lookahead"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(13, 300), (3, 128), (9, 1000)])
-def test_split_kernels_forced(shape, dtype):
+def test_split_kernels_forced(shape, dtype, lookahead):
     """The long-row (split) kernels on small rows: a padded slice (300 of 512 columns), rows walked by
     several groups, outputs poisoned with NaN first; against float64. Under the interpreter each row
     has one slice (programs run one at a time and must never wait for another)."""
-    split = split_config()
+    split = split_config(lookahead=lookahead)
     torch.manual_seed(shape[1])
     x = torch.randn(shape, device=DEVICE, dtype=dtype) * 4
     y = torch.full_like(x, math.nan)
     kernel, grid, _, meta = T["forward_launch"](x, y, split=split)
-    assert kernel is T["softmax_fwd_split_kernel"]
+    assert kernel is forward_split_kernel(lookahead)
     assert grid // meta["SLICES"] > 1, "several groups, each walking several rows"
     T["softmax_rows_forward"](x, y, split=split)
     dy = torch.randn_like(x)
@@ -204,10 +210,11 @@ def test_split_kernels_forced(shape, dtype):
     assert torch.equal(dx, first)
 
 
-def test_split_kernels_special_values():
+@pytest.mark.parametrize("lookahead", [False, True], ids=["plain", "lookahead"])
+def test_split_kernels_special_values(lookahead):
     """NaN and +-inf rows through the split kernels behave as torch.softmax, NaNs whose bits are all
     ones too (the forward flag words' "not written" pattern: a published word must never look like it)."""
-    split = split_config()
+    split = split_config(lookahead=lookahead)
     x = torch.randn(7, 200, device=DEVICE)
     x[0, 1] = math.nan
     x[1, 2] = math.inf
@@ -255,12 +262,45 @@ def test_split_groups_walk_equal_numbers_of_rows():
 
 
 def test_long_rows_take_the_split_kernels_and_match_float64():
-    """softmax() on rows of SPLIT's MIN_N columns and more picks the split kernels by itself."""
+    """softmax() on rows of SPLIT's MIN_N columns and more picks the split kernels by itself (the
+    forward's lookahead kernel where its SPLIT entry says so)."""
     for size, dtype in ((4, torch.float32), (2, torch.bfloat16)):
         n = max(T["SPLIT"][("forward", size)]["MIN_N"], T["SPLIT"][("backward", size)]["MIN_N"]) + 33
         x = torch.randn(2, n, device=DEVICE, dtype=dtype)
-        assert T["forward_launch"](x, x)[0] is T["softmax_fwd_split_kernel"]
+        lookahead = T["SPLIT"][("forward", size)].get("LOOKAHEAD", False)
+        assert T["forward_launch"](x, x)[0] is forward_split_kernel(lookahead)
         assert T["backward_launch"](x, x, x)[0] is T["softmax_bwd_split_kernel"]
         check(x, -1, dtype)
         first = softmax(x)
         assert torch.equal(softmax(x), first)
+
+
+@pytest.mark.parametrize("n_sms", [1, 2, 4])
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 7, 16, 31])
+def test_lookahead_every_row_count(n_rows, n_sms, monkeypatch):
+    """The lookahead forward publishes each row's shares one row early and loads two rows ahead: the
+    first row, the last, a group of one row, fewer rows than groups, odd counts and a single group
+    walking every row must all come out whole (outputs poisoned with NaN) and bitwise repeatable."""
+    monkeypatch.setitem(T["split_grid"].__globals__, "NUM_SMS", n_sms)  # the page's own globals
+    split = split_config(lookahead=True)
+    torch.manual_seed(n_rows)
+    x = torch.randn(n_rows, 300, device=DEVICE) * 4
+    y = torch.full_like(x, math.nan)
+    kernel, grid, _, meta = T["forward_launch"](x, y, split=split)
+    assert kernel is T["softmax_fwd_lookahead_kernel"]
+    assert grid // meta["SLICES"] == min(n_rows, math.ceil(n_rows / math.ceil(n_rows / n_sms)))
+    T["softmax_rows_forward"](x, y, split=split)
+    assert not y.isnan().any(), "a row the lookahead kernel never wrote"
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    again = torch.full_like(x, math.nan)
+    T["softmax_rows_forward"](x, again, split=split)
+    assert torch.equal(again, y)
+
+
+def test_lookahead_matches_the_plain_split_kernel():
+    """Both forward split kernels combine the same shares in the same order: the same bits."""
+    x = torch.randn(11, 700, device=DEVICE, dtype=torch.bfloat16) * 4
+    plain, ahead = torch.empty_like(x), torch.empty_like(x)
+    T["softmax_rows_forward"](x, plain, split=split_config(lookahead=False))
+    T["softmax_rows_forward"](x, ahead, split=split_config(lookahead=True))
+    assert torch.equal(plain, ahead)

@@ -14,8 +14,8 @@ Liger-Kernel on the GPU that built this page.
 * how to count the bytes a kernel must move, and predict its speed before measuring it;
 * how to fuse a row reduction into one pass, and how to choose the block size, the warps and the grid;
 * how *online softmax* handles rows too long to hold on chip, and what that costs;
-* how to share one long row among several programs that wait for each other, and what makes that
-  safe (all of them on the GPU at once);
+* how to share one long row among several programs that wait for each other, what makes that safe
+  (all of them on the GPU at once), and how publishing one row ahead shortens the wait;
 * how to write the backward pass and wrap both in ``torch.autograd.Function``.
 
 **Prerequisites**: PyTorch, and the first two official Triton tutorials (vector add, the idea of a
@@ -424,6 +424,104 @@ def softmax_bwd_split_kernel(
 
 
 # %%
+# Waiting less: a lookahead of one row
+# ------------------------------------
+# In the kernels above a program publishes its share of a row and at once waits for the other slices'
+# shares of *the same row*. Each row therefore costs a round trip through L2: the slowest slice of the
+# group publishes, and only then can every other slice read the words and write its part of the row.
+# The prefetched next row keeps the memory busy meanwhile, and so do the other programs on the SM, but
+# a program that waits issues nothing new.
+#
+# The lookahead moves the publishing one row ahead. A program computes and publishes its shares of the
+# group's *next* row (whose loads it issued one row earlier) before it waits for this row's, which the
+# other slices published, the same way, one row earlier. By the time a program reads the words, they
+# are usually written: the round trip overlaps a whole row of work instead of sitting in front of the
+# store. The order of the combination does not change, so the result keeps the same bits.
+#
+# The price is registers. A program now holds two rows' exponentials in fp32 (this row's, waiting to be
+# scaled, and the next row's, just summed) and the loads of the row after next, where the kernel above
+# holds one row in fp32 and the next in its own dtype. At the same slice width fewer programs fit on an
+# SM, and programs per SM are what hide each wait in the kernel above. Which of the two wins depends on
+# the dtype and the row: ``SPLIT`` turns the lookahead on (``LOOKAHEAD``) only where it measured faster
+# (``dev/softmax_lookahead_gpu.py`` in the repository), and the split table further down times it next
+# to the same slices without it. Recomputing :math:`e^{x - m}` from the raw :math:`x` at the store
+# instead of holding it saved no registers and measured slower.
+#
+# One more detail of the wait: a tile smaller than the program (here the ``SLICES`` flag words) is held
+# in several copies, one per group of threads, and each loads its own. The lookahead kernel re-reads,
+# once, any copy still unwritten after the loop, so that no thread can combine a word it loaded before
+# its slice wrote it, whichever copy decided that the loop was over.
+
+
+@triton.jit
+def slice_shares(x):
+    """A slice's exponentials and its flag word: its maximum m_k (a NaN as the one canonical NaN, never
+    all ones) in the upper half, its sum s_k of exp(x - m_k) in the lower half."""
+    m = tl.max(x, axis=0)
+    shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
+    e = tl.exp(x - shift)
+    s = tl.sum(e, axis=0)
+    m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))
+    word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    return m, e, word
+
+
+@triton.jit
+def load_slice(x_ptr, row, n_rows, x_row_stride, cols, n_cols):
+    """This slice of a row, in its own dtype; past the last row nothing is loaded (cols < 0 masks all)."""
+    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + cols,
+                   mask=cols < tl.where(row < n_rows, n_cols, 0), other=-float("inf"))
+
+
+@triton.jit
+def softmax_fwd_lookahead_kernel(
+    x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    SLICES: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group g does rows g, g + G, ... (G groups).
+    Each program publishes its shares of the group's *next* row before it waits for this row's."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    # The first row's shares, published before the loop; the second row's loads in flight. (Names used
+    # in the loop are not reused here: Triton would carry them around the loop.)
+    x_first = load_slice(x_ptr, group, n_rows, x_row_stride, cols, n_cols)
+    m_first, e_first, word = slice_shares(x_first.to(tl.float32))
+    x_next = load_slice(x_ptr, group + n_groups, n_rows, x_row_stride, cols, n_cols)
+    tl.atomic_xchg(flags_ptr + group * SLICES + part, word, mask=group < n_rows, sem="relaxed")
+    m, e = m_first, e_first
+    for row in tl.range(group, n_rows, n_groups):
+        # the row after next: its loads are in flight while this row waits and is written
+        x_after = load_slice(x_ptr, row + 2 * n_groups, n_rows, x_row_stride, cols, n_cols)
+        # the next row's shares, published before waiting for this row's (which the group's other
+        # programs published one row earlier, so the wait is mostly over before it starts)
+        next_row = row + n_groups
+        m_next, e_next, word = slice_shares(x_next.to(tl.float32))
+        tl.atomic_xchg(flags_ptr + next_row * SLICES + part, word, mask=next_row < n_rows, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        # The test above may have been decided on another warp's copy of the words (a tile smaller than
+        # the program is held once per group of threads): a copy still unwritten is read again, once.
+        stale = words == -1
+        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale, other=-1, volatile=True),
+                         words)
+        m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        row_max = tl.max(m_k, axis=0)
+        row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+        row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
+        # y = exp(x - row_max) / row_sum, from the exp(x - m) this slice holds: e * exp(m - row_max) <= 1
+        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty),
+                 mask=col_ok)
+        m, e, x_next = m_next, e_next, x_after
+
+
+# %%
 # Block size, warps and grid
 # --------------------------
 # These choices live in one place, apart from the kernels:
@@ -437,12 +535,15 @@ def softmax_bwd_split_kernel(
 #   split kernels where ``SPLIT`` has an entry and the row has at least its ``MIN_N`` columns.
 # * ``SPLIT`` sets the split kernels per direction and element size: the shortest row they take
 #   (``MIN_N``), slices of ``SLICE_N`` columns (``SLICES`` is the row length over that, rounded up to a
-#   power of two) and ``num_warps``. Small programs won the sweep on an H100 (``dev/softmax_split_gpu.py``
-#   in the repository): 4 warps, each thread holding 32 to 64 values of each row, and as many programs
-#   per SM as the registers allow. While one program of an SM waits for its group, the others load
-#   and store; a few large programs per SM leave it idle during each wait. For bf16 that holds from
+#   power of two) and ``num_warps``. Small programs won the sweep on an H100
+#   (``dev/softmax_split_gpu.py`` in the repository): 2 to 4 warps, each thread holding 32 to 64 values
+#   of each row, and as many programs per SM as the registers allow. While one program of an SM waits
+#   for its group, the others load and store; a few large programs per SM leave it idle during each
+#   wait. For bf16 that holds from
 #   rows of 32 K on, where the fused kernel's one 32-warp program per SM cannot overlap its load and
-#   store phases.
+#   store phases. ``LOOKAHEAD`` picks the lookahead kernel: on for the fp32 forward, whose slices of
+#   2048 columns in 2 warps measured fastest with it (``dev/softmax_lookahead_gpu.py``); off for bf16,
+#   where the kernel without it, with more programs per SM, stayed ahead at every slice width tried.
 # * The split grid is as many whole groups as the GPU holds at once, and no more than needed for the
 #   fewest rows per group: 1024 rows with room for 33 groups take 32 groups of 32 rows, rather than 33
 #   groups of which one walks a 32nd row alone at the end.
@@ -469,10 +570,11 @@ ONLINE_BLOCK_N = 16384  # columns per chunk of the online kernels
 ONLINE_NUM_WARPS = 32
 # The split kernels, by direction and element size (2 = fp16/bf16, 4 = fp32): rows of MIN_N columns or
 # more are cut into slices of about SLICE_N columns, each a program of num_warps warps; as many programs
-# per SM as fit (or at most PER_SM, where an entry sets it). A missing entry keeps the other kernels.
+# per SM as fit (or at most PER_SM, where an entry sets it); LOOKAHEAD=True takes the lookahead kernel
+# (forward only). A missing entry keeps the other kernels.
 SPLIT = {
     ("forward", 2): dict(MIN_N=32768, SLICE_N=8192, num_warps=4),
-    ("forward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
+    ("forward", 4): dict(MIN_N=65536, SLICE_N=2048, num_warps=2, LOOKAHEAD=True),
     ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
     ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
 }
@@ -557,7 +659,8 @@ def backward_plan(n_cols):
 
 
 def split_plan(direction, n_cols, element_size, split=None):
-    """(meta-parameters, programs per SM wanted) of the split kernel, or None where it is not used."""
+    """(meta-parameters, programs per SM wanted, lookahead or not) of the split kernel, or None where
+    it is not used."""
     cfg = (SPLIT if split is None else split).get((direction, min(element_size, 4)))
     if cfg is None or n_cols < cfg["MIN_N"]:
         return None
@@ -566,7 +669,9 @@ def split_plan(direction, n_cols, element_size, split=None):
         slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))
     meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
                 num_warps=cfg["num_warps"])
-    return meta, cfg.get("PER_SM")
+    if cfg.get("maxnreg"):  # a cap on registers per thread, for one more program per SM
+        meta["maxnreg"] = cfg["maxnreg"]
+    return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
 
 
 def split_flags(direction, n_rows, meta, device):
@@ -597,12 +702,13 @@ def forward_launch(x2d, y2d, persistent=False, split=None, n_rows=None):
     sizes = (x2d.shape[0], n_cols, x2d.stride(0), y2d.stride(0))
     plan = split_plan("forward", n_cols, x2d.element_size(), split)
     if plan is not None:
-        meta, per_sm = plan
+        meta, per_sm, lookahead = plan
+        kernel = softmax_fwd_lookahead_kernel if lookahead else softmax_fwd_split_kernel
         stand_in = split_flags("forward", 1, meta, x2d.device)  # compiled the same as the real ones
-        grid = split_grid(softmax_fwd_split_kernel, (x2d, y2d, stand_in, *sizes), meta, per_sm, n_rows)
+        grid = split_grid(kernel, (x2d, y2d, stand_in, *sizes), meta, per_sm, n_rows)
         if grid > 0:
             flags = split_flags("forward", x2d.shape[0], meta, x2d.device)
-            return softmax_fwd_split_kernel, grid, (x2d, y2d, flags, *sizes), meta
+            return kernel, grid, (x2d, y2d, flags, *sizes), meta
     kernel, meta, block_m = forward_plan(n_cols, x2d.element_size())
     grid = triton.cdiv(n_rows, block_m)
     if persistent:
@@ -617,7 +723,7 @@ def backward_launch(y2d, dy2d, dx2d, persistent=False, split=None, n_rows=None):
     sizes = (y2d.shape[0], n_cols, y2d.stride(0), dy2d.stride(0), dx2d.stride(0))
     plan = split_plan("backward", n_cols, y2d.element_size(), split)
     if plan is not None:
-        meta, per_sm = plan
+        meta, per_sm, _ = plan  # the backward has no lookahead version
         stand_in = split_flags("backward", 1, meta, y2d.device)
         grid = split_grid(softmax_bwd_split_kernel, (y2d, dy2d, dx2d, stand_in, *sizes), meta, per_sm, n_rows)
         if grid > 0:
@@ -650,7 +756,8 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False, split=None):
 
 KERNEL_NAMES = {softmax_fwd_kernel: "fused", softmax_bwd_kernel: "fused",
                 softmax_fwd_online_kernel: "online", softmax_bwd_online_kernel: "online",
-                softmax_fwd_split_kernel: "split", softmax_bwd_split_kernel: "split"}
+                softmax_fwd_split_kernel: "split", softmax_bwd_split_kernel: "split",
+                softmax_fwd_lookahead_kernel: "split, lookahead"}
 
 
 def config_table():
@@ -1063,7 +1170,10 @@ persistence.style.format("{:.0f}")
 # The longest rows, forward and backward, through the split kernels and through the online kernels
 # they replace (``split={}`` forces the latter), timed as above. The split reads each row once but
 # waits once per row; the online kernels never wait but read each row twice, the second time mostly
-# from L2.
+# from L2. Where ``SPLIT`` turns the lookahead on, the same slices are also timed without it.
+
+NO_LOOKAHEAD = {key: dict(cfg, LOOKAHEAD=False) for key, cfg in SPLIT.items()}
+
 
 def split_table():
     rows = []
@@ -1076,7 +1186,9 @@ def split_table():
             nbytes = x.numel() * x.element_size()
             for direction in ("forward", "backward"):
                 row = {"direction": direction, "dtype": str(dtype).replace("torch.", ""), "N": n_cols}
-                for label, split in (("online", {}), ("split", None)):
+                for label, split in (("online", {}), ("split", None), ("no lookahead", NO_LOOKAHEAD)):
+                    if label == "no lookahead" and row["split: kernel"] != "split, lookahead":
+                        continue  # the lookahead is off here: the same kernel as "split"
                     if direction == "forward":
                         kernel = forward_launch(x, y, split=split)[0]
                         ms, moved = bench(lambda: softmax_rows_forward(x, y, split=split)), 2 * nbytes
@@ -1092,12 +1204,15 @@ def split_table():
 
 split_vs_online = split_table()
 for (direction, dtype, n_cols), row in split_vs_online.iterrows():
-    if row["split: kernel"] == "split":
+    if row["split: kernel"].startswith("split"):
         print(f"{direction}, {dtype}, N = {n_cols}: the split kernel runs at "
               f"{row['split: GB/s'] / row['online: GB/s']:.2f}x the speed of the online kernel")
+        if row["split: kernel"] == "split, lookahead":
+            print(f"    with its lookahead, {row['split: GB/s'] / row['no lookahead: GB/s']:.2f}x the speed of "
+                  f"the same slices without it")
     else:
         print(f"{direction}, {dtype}, N = {n_cols}: not split here (SPLIT has no entry, or a group does not fit)")
-split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.endswith("GB/s")})
+split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.endswith("GB/s")}, na_rep="-")
 
 # %%
 # Going further
@@ -1108,8 +1223,11 @@ split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.
 #   is guaranteed to run at once on neighbouring SMs, and they exchange their partial statistics
 #   through each other's shared memory (Hopper's distributed shared memory) behind a cluster barrier,
 #   not through L2. Triton exposes neither today; CuTe-DSL or CUDA C++ do. Exercise: change ``SPLIT``
-#   (the slice width, the warps, the way to wait) and rerun the table above; a lookahead of two rows
-#   (publish row :math:`i+1`'s shares before waiting for row :math:`i`'s) is the next thing to try.
+#   (the slice width, the warps, ``LOOKAHEAD``) and rerun the table above. The lookahead pays in fp32
+#   but not in bf16, where holding two rows of fp32 exponentials costs the programs per SM that hide
+#   the wait: can you hold the next row in 16 bits until its share is published, and keep the programs
+#   per SM of the kernel without lookahead? A lookahead backward is the same change, with one share
+#   per slice.
 # * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
 #   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
 #   the parallel-reduction tutorial shows the pattern.
