@@ -232,8 +232,11 @@ def test_backward_writes_every_element(ln, design, monkeypatch):
             assert torch.isfinite(t).all(), f"{design}, {m} x {n}, programs={programs}: {name} not all written"
         ins = [t.double().requires_grad_(True) for t in (x, w)]
         g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], None, 1e-5), ins, dy.double())
-        assert rel_error(dx, g64[0]) <= 1e-5 and rel_error(dw, g64[1]) <= 1e-5
-        assert rel_error(db, dy.double().sum(0)) <= 1e-5
+        # dx's error against the size of its terms, rstd * dy * w: with one column the exact dx is 0 and a
+        # GPU's fused multiply-add leaves the rounding error of dy * w (times rstd = 1 / sqrt(eps)) there
+        terms = (dy.double() * w.double() * rstd.double()[:, None]).norm()
+        assert (dx.double() - g64[0]).norm() <= 1e-5 * max(g64[0].norm(), terms), f"{m} x {n}: dx"
+        assert rel_error(dw, g64[1]) <= 1e-5 and rel_error(db, dy.double().sum(0)) <= 1e-5
 
 
 @pytest.mark.parametrize("n", [300, 20_000])
