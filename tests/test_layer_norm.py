@@ -187,6 +187,36 @@ def test_split_kernel_forced(ln, flag_words, dtype, n):
     assert rel_error(dx2, g64[0]) <= TOL[dtype], "split dx without a weight"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", [300, 301, 512], ids=["even", "odd", "exact"])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_split_forward_forced(ln, dtype, n, affine):
+    """The wide-row (split) forward on small rows: 16-bit rows packed (even n) or not (odd n), two rows
+    per block with a padded last block, several groups doing several blocks each, with and without
+    weight and bias, a large mean against the spread; y, mean and rstd poisoned first, y's rows padded
+    so that a write past a row's end shows. (Under the interpreter a row has one slice.)"""
+    torch.manual_seed(9)
+    m = 11
+    x = (torch.randn(m, n, device=DEVICE) * 2 + 30).to(dtype)
+    w = torch.randn(n, device=DEVICE).to(dtype) if affine else None
+    b = torch.randn(n, device=DEVICE).to(dtype) if affine else None
+    split = {size: dict(MIN_N=1, SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64, MIN_SLOTS=32)
+             for size in (2, 4)}
+    nan = float("nan")
+    y_store = torch.full((m, n + 4), nan, device=DEVICE, dtype=dtype)  # an even stride: packable
+    y = y_store[:, :n]
+    mean, rstd = torch.full((m,), nan, device=DEVICE), torch.full((m,), nan, device=DEVICE)
+    grid = ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, split=split)
+    assert grid == 4  # 6 blocks of 2 rows over 4 groups of one slice (the interpreter's 4 "SMs")
+    assert y_store[:, n:].isnan().all(), "the split forward wrote past the end of a row"
+    ref = ref_layer_norm(x.double(), (n,), None if w is None else w.double(), None if b is None else b.double(), 1e-5)
+    assert torch.isfinite(y).all(), "split forward: some elements were never written"
+    assert rel_error(y, ref) <= TOL[dtype], f"split y: error {rel_error(y, ref):.2e}"
+    xf = x.double()
+    assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-6), "split mean"
+    assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), "split rstd"
+
+
 @pytest.mark.parametrize("shape", [(37, 100), (5, 1), (3, 5000), (1, 3)])
 def test_forward_writes_every_element(ln, shape):
     """Outputs poisoned with NaN beforehand; the low-level launch must overwrite all of them."""

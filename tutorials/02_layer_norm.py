@@ -585,6 +585,14 @@ def wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.con
                     FLAG_WORDS: tl.constexpr):
     """The two row sums of the rows of ``block``, once every slice has published its shares, added in
     slice order (SLOTS: SLICES rounded up to a power of two; the extra slots read as zeros)."""
+    t1, t2 = wait_for_slices(shares_ptr, counter_ptr, block, n_rows, rows, SLICES, SLOTS, FLAG_WORDS)
+    return tl.sum(t1, axis=1), tl.sum(t2, axis=1)
+
+
+@triton.jit
+def wait_for_slices(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.constexpr, SLOTS: tl.constexpr,
+                    FLAG_WORDS: tl.constexpr):
+    """Every slice's two shares of the rows of ``block``, as two [BLOCK_M, SLOTS] tiles, once all are in."""
     slot = tl.arange(0, SLOTS)
     slots = shares_ptr + rows[:, None] * SLICES + slot[None, :]
     mine = (slot < SLICES)[None, :]
@@ -605,7 +613,7 @@ def wait_for_shares(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.con
             arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
         t1 = tl.load(slots, mask=mine, other=0.0, cache_modifier=".cg")
         t2 = tl.load(slots + n_rows * SLICES, mask=mine, other=0.0, cache_modifier=".cg")
-    return tl.sum(t1, axis=1), tl.sum(t2, axis=1)
+    return t1, t2
 
 
 @triton.jit
@@ -703,6 +711,95 @@ def layer_norm_bwd_split_kernel(
 
 
 # %%
+# The same split for the forward
+# -------------------------------
+# The forward has the opposite problem at its widest fused rows: one program of 32 warps fills an SM, so
+# its loads and its stores take turns, and every row reads :math:`w` and :math:`b` again, as many bytes
+# as the row itself, from L2. Split the row and both go away: each program keeps its slice of
+# :math:`w` and :math:`b` in registers for every row it visits, and an SM holds several programs, one
+# loading while another stores. What a slice cannot compute alone are the row's mean and variance.
+# Each slice publishes its own mean :math:`m_k` and sum of squared deviations :math:`q_k` over its
+# :math:`n_k` columns, in one flag word as in the backward, and every program of the group combines them
+# in slice order (Chan's formula, exact and stable):
+#
+# .. math::
+#
+#    \mu = \frac{1}{N} \sum_k n_k m_k, \qquad
+#    \sigma^2 = \frac{1}{N} \Big( \sum_k q_k + \sum_k n_k (m_k - \mu)^2 \Big).
+#
+# The same lookahead applies: a program publishes the next block's statistics before it waits for this
+# block's, with two blocks of loads in flight. Slice 0 stores the mean and ``rstd`` for the backward.
+
+
+@triton.jit
+def publish_stats(shares_ptr, rows, n_rows, part, tile, count, col_ok, dtype: tl.constexpr,
+                  SLICES: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr):
+    """This slice's mean and sum of squared deviations of each row of ``rows``, over its ``count``
+    columns, published in its flag word (rows past the end publish nothing)."""
+    x = unpack(tile, dtype, PACK)
+    m = tl.sum(x, axis=1) / tl.maximum(count, 1.0)  # padding columns load as 0; an empty slice: 0, 0
+    d = x - m[:, None]
+    if not EVEN:
+        d = tl.where(col_ok[None, :], d, 0.0)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    publish_shares(shares_ptr, shares_ptr, 0, 0, n_rows, rows, row_ok, part, m, tl.sum(d * d, axis=1),
+                   SLICES, True)
+
+
+@triton.jit
+def layer_norm_fwd_split_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, shares_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr, PACK: tl.constexpr,
+    EVEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    w = tl.full([BLOCK_N], 1.0, tl.float32)
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_B:
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    count = tl.minimum(tl.maximum(n_cols - part * BLOCK_N, 0), BLOCK_N).to(tl.float32)  # this slice's columns
+    slot = tl.arange(0, SLOTS)
+    counts = tl.minimum(tl.maximum(n_cols - slot * BLOCK_N, 0), BLOCK_N).to(tl.float32)  # every slice's
+    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    x_next = load_tile(x_ptr, first + n_groups * BLOCK_M, x_row_stride, units, unit_ok, n_rows, PACK)
+    publish_stats(shares_ptr, first, n_rows, part, x_this, count, col_ok, dtype, SLICES, PACK, EVEN)
+    for block in tl.range(group, n_blocks, n_groups):
+        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        publish_stats(shares_ptr, next_rows, n_rows, part, x_next, count, col_ok, dtype, SLICES, PACK, EVEN)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        m_k, q_k = wait_for_slices(shares_ptr, shares_ptr, block, n_rows, rows, SLICES, SLOTS, True)
+        mean = tl.sum(counts[None, :] * m_k, axis=1) / n_cols
+        d = m_k - mean[:, None]
+        var = (tl.sum(q_k, axis=1) + tl.sum(counts[None, :] * d * d, axis=1)) / n_cols
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = (unpack(x_this, dtype, PACK) - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+        store_tile(y_ptr, rows, y_row_stride, units, row_ok[:, None] & unit_ok[None, :], y, PACK)
+        if part == 0:
+            tl.store(mean_ptr + rows, mean, mask=row_ok)
+            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+        x_this, x_next = x_next, x_after
+
+
+# %%
 # The second pass, shared by both designs: each program owns ``BLOCK_C`` columns and adds the lines of
 # the partial buffers top to bottom, ``BLOCK_P`` lines at a time, in fp32, then writes :math:`dw` and
 # :math:`db` in the weight's dtype. Its order of additions is fixed, so it adds no non-determinism of
@@ -785,6 +882,11 @@ MAX_SPLIT_N = 131072  # backward: longest row split over a group of programs; pa
 # MIN_SLOTS: the flag words are read as a tile of at least that many (padded slots read as zeros).
 SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, MIN_SLOTS=32),
          4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=1)}
+# The split forward, by element size: rows of MIN_N to MAX_SPLIT_N columns, the rest as SPLIT above;
+# as many programs per SM as fit in FWD_SPLIT_WARPS_PER_SM warps, which also sets the register budget.
+FWD_SPLIT = {2: dict(MIN_N=32768, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=32),
+             4: dict(MIN_N=32768, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=32)}
+FWD_SPLIT_WARPS_PER_SM = 32
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -834,17 +936,48 @@ def programs_per_sm(kernel, args, meta):
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
 
-def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=False, max_fused_n=None):
+def fwd_split_plan(x2d, y2d, args, flags, cfg):
+    """(meta-parameters, groups) of the split forward for these tensors, or None if a group cannot be
+    on the GPU at once. ``args`` are the fused kernel's; the flag words go after mean and rstd."""
+    n_rows, n_cols = x2d.shape
+    element_size = x2d.element_size()
+    slices = max(cfg["MIN_SLICES"], triton.cdiv(n_cols, cfg["SLICE_N"])) if ON_GPU else 1  # see the backward
+    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
+    block_m = max(1, cfg["TILE"] // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
+    pack = element_size == 2 and n_cols % 2 == 0 and all(
+        t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in (x2d, y2d))
+    meta = dict(flags, SLICES=slices, SLOTS=max(cfg["MIN_SLOTS"], triton.next_power_of_2(slices)), PACK=pack,
+                EVEN=n_cols == slices * block_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    if ON_GPU and (pack or element_size == 4):
+        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+        meta["maxnreg"] = min(255, regs // (32 * max(FWD_SPLIT_WARPS_PER_SM, num_warps)) // 8 * 8)
+    stand_in = torch.full((1,), -1, device=x2d.device, dtype=torch.int64)  # compiles the same as the real one
+    per_sm = programs_per_sm(layer_norm_fwd_split_kernel, args[:6] + (stand_in,) + args[6:], meta)[0]
+    per_sm = min(per_sm, max(1, FWD_SPLIT_WARPS_PER_SM // num_warps))
+    groups = min(per_sm * NUM_SMS // slices, triton.cdiv(n_rows, block_m))
+    return (meta, groups) if groups > 0 else None
+
+
+def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=False, max_fused_n=None,
+                            split=None):
     """y2d = layer_norm(x2d) along dim 1; mean, rstd (fp32, one per row) are written too.
 
     x2d and y2d are 2-D with unit stride along the row; weight and bias 1-D contiguous, or None.
-    Returns the number of programs launched.
+    ``split`` overrides ``FWD_SPLIT`` (``{}``: never split). Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
     fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
+    cfg = (FWD_SPLIT if split is None else split).get(min(x2d.element_size(), 4))
+    plan = fwd_split_plan(x2d, y2d, args, flags, cfg) if cfg and cfg["MIN_N"] <= n_cols <= MAX_SPLIT_N else None
+    if plan is not None:
+        meta, groups = plan
+        shares = torch.full((n_rows * meta["SLICES"],), -1, device=x2d.device, dtype=torch.int64)
+        layer_norm_fwd_split_kernel[(groups * meta["SLICES"],)](*args[:6], shares, *args[6:], **meta)
+        return groups * meta["SLICES"]
     if fused:
         block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), FWD_BYTES_PER_THREAD)
         kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
