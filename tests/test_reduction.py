@@ -151,6 +151,40 @@ def test_split_and_second_pass_are_exercised(tut):
     assert tut["sum_vector"](x, torch.empty(1, device=DEVICE), "persistent") > 1
 
 
+@pytest.mark.parametrize("n_programs", [1, 3, 7, 10, 16, 17, 33, 1000])
+@pytest.mark.parametrize("reduced_len", [1, 63, 64, 1000, 40_009])
+def test_split_never_overfills_the_gpu(tut, n_programs, reduced_len):
+    """The split is rounded down: at most WAVES programs per SM (unless one piece each is already more), every
+    piece a multiple of the step, together covering the reduced axis exactly once."""
+    step = 64
+    split, per_split = tut["choose_split"](n_programs, reduced_len, step)
+    room = tut["WAVES"] * tut["NUM_SMS"]
+    assert split >= 1 and per_split % step == 0
+    assert n_programs * split <= max(room, n_programs), f"{n_programs} x {split} programs for {room} slots"
+    assert (split - 1) * per_split < reduced_len <= split * per_split, f"{split} pieces of {per_split}"
+    # the row kernel's rounding: at least WAVES programs per SM where the pieces allow it
+    up, per_up = tut["choose_split"](n_programs, reduced_len, step, round_up=True)
+    assert up >= split and per_up % step == 0
+    assert (up - 1) * per_up < reduced_len <= up * per_up, f"{up} pieces of {per_up}"
+    if reduced_len // (step * tut["MIN_STEPS"]) >= -(-room // n_programs):  # the pieces would be long enough
+        assert n_programs * up >= room, f"round_up: {n_programs} x {up} programs for {room} slots"
+
+
+def test_strips_that_fill_the_gpu_are_not_split(tut):
+    """A matrix with enough column strips to fill the grid gets no split and no second pass, and its sums are
+    right; one with a few strips more than a full grid's worth still is not split."""
+    room = tut["WAVES"] * tut["NUM_SMS"]
+    for dtype in (torch.float32, torch.bfloat16):
+        block_n = tut["tile_config"](4096, 4096, dtype, "cols")[1]
+        for strips in (room, room // 2 + 1, room - 1):
+            x = _input((1024, strips * block_n - 3), dtype, seed=strips)
+            out = torch.full((x.shape[1],), float("nan"), device=DEVICE, dtype=dtype)
+            config = tut["sum_cols"](x, out)
+            assert config["SPLIT"] == 1, f"{tuple(x.shape)} {dtype}: {config}"
+            err = _rel_error(out, x.double().sum(0))
+            assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} {dtype}: relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_col_tiles_are_counted_in_bytes(tut, dtype):
     """The column kernel's tile holds COL_TILE_BYTES whatever the dtype, COL_BYTES_PER_THREAD per thread."""

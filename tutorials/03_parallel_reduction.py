@@ -368,9 +368,13 @@ def col_sum_kernel(
 # product only when its ``num_stages`` is given.)
 #
 # Then the split. Each program should walk at least ``MIN_STEPS`` tiles (or the partial sums it
-# writes begin to count against the bytes it reads), and the grid should hold about ``WAVES`` programs
+# writes begin to count against the bytes it reads), and the grid should hold up to ``WAVES`` programs
 # per SM, so that the last programs do not leave the GPU idle. ``SPLIT`` is the number of pieces of
-# the reduced axis that gets there, within those bounds. As for the 1-D kernels, these values were
+# the reduced axis that gets there, within those bounds. For the column kernel it is rounded *down*:
+# a grid a little over ``WAVES`` programs per SM timed slower than one just under it (its last few
+# programs run when the others are done, on an otherwise idle GPU), and a matrix whose column strips
+# alone nearly fill the GPU gains nothing from a split but a second pass. The row kernel's split is
+# rounded up, which timed faster for its longest rows. As for the 1-D kernels, these values were
 # picked by timing a few combinations on an H100.
 
 TILE = 4096  # elements per tile of the row kernel
@@ -402,10 +406,14 @@ def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     return block_m, block_n, num_warps
 
 
-def choose_split(n_programs, reduced_len, step):
-    """Pieces of the reduced axis (each a multiple of ``step`` long) for a grid of n_programs * pieces."""
+def choose_split(n_programs, reduced_len, step, round_up=False):
+    """Pieces of the reduced axis (each a multiple of ``step`` long) for a grid of n_programs * pieces.
+
+    The grid holds at most WAVES programs per SM, or with ``round_up`` at least that many.
+    """
     most = max(1, reduced_len // (step * MIN_STEPS))  # every piece walks at least MIN_STEPS tiles
-    wanted = triton.cdiv(WAVES * NUM_SMS, n_programs)
+    slots = WAVES * NUM_SMS
+    wanted = triton.cdiv(slots, n_programs) if round_up else slots // n_programs
     split = max(1, min(most, wanted, 65535))
     per_split = triton.cdiv(triton.cdiv(reduced_len, split), step) * step
     return triton.cdiv(reduced_len, per_split), per_split
@@ -416,7 +424,7 @@ def sum_rows(x2d, out, block_n=None, tile=None):
     n_rows, n_cols = x2d.shape
     block_m, block_n, num_warps = tile_config(n_rows, n_cols, x2d.dtype, "rows", block_n, tile)
     n_blocks = triton.cdiv(n_rows, block_m)
-    split, per_split = choose_split(n_blocks, n_cols, block_n)
+    split, per_split = choose_split(n_blocks, n_cols, block_n, round_up=True)
     target = out if split == 1 else torch.empty((split, n_rows), device=x2d.device, dtype=torch.float32)
     row_sum_kernel[(n_blocks, split)](x2d, target, n_rows, n_cols, x2d.stride(0), x2d.stride(1), per_split,
                                       BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
@@ -958,6 +966,15 @@ summary()
 #   a counter with ``tl.atomic_add``; the one that sees the count reach the grid size sums the partials
 #   in their fixed order. The order of additions no longer depends on timing, only the choice of which
 #   program does them. This is what CUB's single-pass reductions and PyTorch's own reduction kernel do.
+# * **What holds the bf16 column sums back.** A bf16 sum of the same number of elements takes half
+#   the time of an fp32 one, so every fixed cost of a call weighs twice as much. ``do_bench`` empties
+#   the L2 cache by writing zeros over a buffer larger than it, and the lines it leaves dirty are
+#   written back to memory during the next timed call; the split grid adds a second launch. Things
+#   that did not beat the kernel above on an H100, for the curious: Hopper's TMA loads
+#   (``TensorDescriptor``), a persistent grid walking the strips, wider strips or tiles, more warps,
+#   bf16 pairs loaded as 32-bit words, and eviction hints on the loads (``evict_first``, streaming
+#   loads), which did not keep the dirty lines in the cache. The single-launch design of the first
+#   bullet removes the second launch.
 # * **Wider accumulation.** fp32 running sums lose digits too, only much later: a lane that adds
 #   :math:`10^8` values has the same problem as a bf16 lane adding :math:`10^3`. Kahan (compensated)
 #   summation keeps a second fp32 number per lane with the rounding error of each addition; it costs
@@ -968,7 +985,9 @@ summary()
 #   ``COL_BYTES_PER_THREAD`` and ``COL_BLOCK_BYTES`` and rerun the benchmark: which sizes move, and
 #   why? The row kernel's bf16 tile of ``TILE`` elements holds half the bytes of an fp32 one, where
 #   the column kernel counts its tile in bytes: does counting the row tile in bytes change the bf16
-#   row sums? Drop ``num_stages=2`` from the column kernel: what does each dtype lose?
+#   row sums? Drop ``num_stages=2`` from the column kernel: what does each dtype lose? Round the
+#   column kernel's split up (pass ``round_up=True`` to ``choose_split`` in ``sum_cols``): which
+#   widths :math:`N` change?
 #
 # References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; the CUB library's device-wide
 # reductions; the layer-norm backward of the Triton tutorials, which sums weight gradients with
