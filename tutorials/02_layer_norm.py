@@ -186,7 +186,9 @@ def layer_norm_fwd_kernel(
 # stores. That is 3 row-sized transfers instead of 2: at most 2/3 of the speed of light once the second
 # read misses the cache. (RMSNorm's forward, tutorial 04, streams fp32 rows of 32768 columns this way,
 # faster than fused there; here, with a bias to read too, the fused kernel measured faster at that
-# width on an H100, so the forward streams only rows of more than ``MAX_FUSED_N`` columns.)
+# width on an H100, so the forward streams only rows of more than ``MAX_FUSED_N`` columns: 16-bit ones,
+# and any past ``MAX_SPLIT_N``. Longer fp32 rows are split over several programs, as shown after the
+# backward.)
 
 
 @triton.jit
@@ -713,11 +715,10 @@ def layer_norm_bwd_split_kernel(
 # %%
 # The same split for the forward
 # -------------------------------
-# The forward has the opposite problem at its widest fused rows: one program of 32 warps fills an SM, so
-# its loads and its stores take turns, and every row reads :math:`w` and :math:`b` again, as many bytes
-# as the row itself, from L2. Split the row and both go away: each program keeps its slice of
-# :math:`w` and :math:`b` in registers for every row it visits, and an SM holds several programs, one
-# loading while another stores. What a slice cannot compute alone are the row's mean and variance.
+# Past ``MAX_FUSED_N`` the forward's chunked kernel reads each row twice. Split the row instead and it is
+# read once: each program keeps its slice of :math:`w` and :math:`b` in registers for every row it
+# visits, and an SM holds several programs, one loading while another stores. What a slice cannot
+# compute alone are the row's mean and variance.
 # Each slice publishes its own mean :math:`m_k` and sum of squared deviations :math:`q_k` over its
 # :math:`n_k` columns, in one flag word as in the backward, and every program of the group combines them
 # in slice order (Chan's formula, exact and stable):
@@ -729,6 +730,12 @@ def layer_norm_bwd_split_kernel(
 #
 # The same lookahead applies: a program publishes the next block's statistics before it waits for this
 # block's, with two blocks of loads in flight. Slice 0 stores the mean and ``rstd`` for the backward.
+#
+# Measured on an H100 (``dev/ln_fwd_split_gpu.py``), the split pays for fp32 rows longer than
+# ``MAX_FUSED_N``, and only there. Every row costs each program an exchange with its group, whatever
+# its bytes; a 16-bit slice moves half the bytes of an fp32 slice per exchange, and the 16-bit split
+# ran no faster than the chunked kernel. At :math:`N \le` ``MAX_FUSED_N`` the fused kernel, with no
+# exchange at all, was faster in both dtypes.
 
 
 @triton.jit
@@ -835,9 +842,11 @@ def sum_partials_kernel(
 #   :math:`x`, :math:`dy` and the two accumulators, four values per column, so it stays fused only up to
 #   ``MAX_BWD_FUSED_N`` (per element size: a 16-bit row of 8192 columns already runs faster split).
 #   Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
-#   columns (``SPLIT``, per element size, as measured fastest on an H100 by
-#   ``dev/ln_lookahead_gpu.py`` and ``dev/ln_split_v2_gpu.py`` in the repository); past that the chunked kernel streams ``CHUNK_N``
-#   columns at a time, and so does the forward past ``MAX_FUSED_N``, in chunks of ``FWD_CHUNK_N``.
+#   columns (``SPLIT``, per element size, as measured fastest on an H100 by ``dev/ln_lookahead_gpu.py``
+#   and ``dev/ln_split_v2_gpu.py`` in the repository); past that the chunked kernel streams
+#   ``CHUNK_N`` columns at a time. The forward past ``MAX_FUSED_N`` splits fp32 rows (``FWD_SPLIT``,
+#   with as many programs per SM as fit in ``FWD_SPLIT_WARPS_PER_SM`` warps) and streams the others in
+#   chunks of ``FWD_CHUNK_N``.
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
 #   the same bytes in both dtypes, measured best on an H100 by ``dev/ln_fused_cfg_gpu.py``), enough
@@ -884,9 +893,10 @@ SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, MIN
          4: dict(SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=1)}
 # The split forward, by element size: rows of MIN_N to MAX_SPLIT_N columns, the rest as SPLIT above;
 # as many programs per SM as fit in FWD_SPLIT_WARPS_PER_SM warps, which also sets the register budget.
-FWD_SPLIT = {2: dict(MIN_N=32768, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=32),
-             4: dict(MIN_N=32768, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=32, MIN_SLOTS=32)}
-FWD_SPLIT_WARPS_PER_SM = 32
+# fp32 only: for 16-bit rows it measured no faster than the chunked kernel (dev/ln_fwd_split_gpu.py).
+FWD_SPLIT = {4: dict(MIN_N=MAX_FUSED_N + 1, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64,
+                     MIN_SLOTS=32)}
+FWD_SPLIT_WARPS_PER_SM = 16
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -1707,13 +1717,19 @@ summary()
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
 #   bandwidth; a reduction of the partial lines inside the backward kernel (the last program to finish
 #   sums them, found with one atomic counter) would save a launch.
-# * **Long rows in the forward.** The chunked forward reads each row twice; once the second read misses
-#   L2 it is capped at 2/3 of the copy. Welford's algorithm does not remove the second read (:math:`y`
-#   needs the statistics of the whole row), only a row kept on chip does. The widest fused rows have
-#   the opposite problem: one program fills an SM, so its loads and its stores never overlap (see fp32
-#   at :math:`N = 32768` in the table). Both would gain from the forward split of tutorial 01's
-#   softmax: a row shared by several programs that exchange their partial statistics (here the count,
-#   mean and sum of squared deviations of each slice, which combine exactly, as in Welford's method).
+# * **The widest fused rows in the forward.** At :math:`N = 32768` one program fills an SM, and every
+#   row reads :math:`w` and :math:`b` again from L2 (as many bytes as the row, in fp32 twice as many),
+#   loaded after the statistics so that they do not hold registers across the reductions: their
+#   latency sits between the reductions and the store. The same kernel without weight and bias runs
+#   within a few points of the copy on an H100 (``dev/ln_fwd_variants_gpu.py``), so that is what the
+#   gap in the table costs. Tried there without success: L2 eviction hints, :math:`x` loaded past L1 so
+#   that :math:`w` and :math:`b` stay in it, a persistent grid, one Welford reduction instead of two,
+#   the split above, the chunked kernel with smaller chunks. What could work: :math:`w` and :math:`b`
+#   kept in shared memory by a persistent program (Triton does not expose shared memory directly;
+#   Gluon, Triton's lower-level dialect, does).
+# * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
+#   misses L2 it is capped at 2/3 of the copy. The split above reads it once, but its exchange per row
+#   costs a 16-bit slice as much as an fp32 one for half the bytes.
 # * **Exercises.** Change ``BWD_WARPS_PER_SM`` and ``BWD_BYTES_PER_THREAD`` and rerun the plan
 #   table and the benchmark: which widths move, and why? Turn the kernels into RMSNorm (no mean, no
 #   bias): what changes in the backward formula, and in the speed?
