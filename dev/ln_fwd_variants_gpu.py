@@ -89,6 +89,54 @@ def fwd_variant(
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
 
+load_tile, unpack, store_tile = ln["load_tile"], ln["unpack"], ln["store_tile"]
+
+
+@triton.jit
+def fwd_early(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PACK: tl.constexpr, EARLY: tl.constexpr,
+):
+    """w and b loaded before the statistics (EARLY=1: both, 2: w only), as loaded (16-bit pairs packed
+    in 32-bit words with PACK), so that their latency overlaps the reductions."""
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N
+    units = tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    one = tl.zeros([1], tl.int32)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    tile = load_tile(x_ptr, rows, x_row_stride, units, unit_ok, n_rows, PACK)
+    if EARLY >= 1:
+        w_t = load_tile(w_ptr, one, 0, units, unit_ok, 1, PACK)
+    if EARLY == 1:
+        b_t = load_tile(b_ptr, one, 0, units, unit_ok, 1, PACK)
+    x = unpack(tile, dtype, PACK)
+    mean = tl.sum(x, axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / n_cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    if EARLY == 0:
+        w_t = load_tile(w_ptr, one, 0, units, unit_ok, 1, PACK)
+    if EARLY != 1:
+        b_t = load_tile(b_ptr, one, 0, units, unit_ok, 1, PACK)
+    y = xc * rstd[:, None] * unpack(w_t, dtype, PACK) + unpack(b_t, dtype, PACK)
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    store_tile(y_ptr, rows, y_row_stride, units, row_ok[:, None] & unit_ok[None, :], y, PACK)
+    tl.store(mean_ptr + rows, mean, mask=row_ok)
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+def early(x, y, w, b, mean, rstd, early=1, pack=True):
+    m, n = x.shape
+    bm, bn, warps = ln["fused_config"](n, x.element_size(), ln["FWD_BYTES_PER_THREAD"])
+    pack = pack and x.element_size() == 2 and n % 2 == 0 and x.stride(0) % 2 == 0
+    fwd_early[(triton.cdiv(m, bm),)](x, y, w, b, mean, rstd, m, n, x.stride(0), y.stride(0), 1e-5, BLOCK_M=bm,
+                                     BLOCK_N=bn, PACK=pack, EARLY=early, num_warps=warps)
+
+
 def variant(x, y, w, b, mean, rstd, hints=0, welford=0, stages=1, persistent=False):
     m, n = x.shape
     bm, bn, warps = ln["fused_config"](n, x.element_size(), ln["FWD_BYTES_PER_THREAD"])
@@ -108,6 +156,10 @@ CANDS = [
     ("no w/b", lambda x, y, w, b, mu, rs: ln["layer_norm_rows_forward"](x, y, None, None, mu, rs, 1e-5, split={})),
     ("variant plain", lambda *a: variant(*a)),
     ("hints", lambda *a: variant(*a, hints=1)),
+    ("packed, w/b late", lambda *a: early(*a, early=0)),
+    ("packed, w/b early", lambda *a: early(*a, early=1)),
+    ("packed, w early", lambda *a: early(*a, early=2)),
+    ("unpacked, w/b early", lambda *a: early(*a, early=1, pack=False)),
     ("x .cg", lambda *a: variant(*a, hints=2)),
     ("x .cg, w/b .ca", lambda *a: variant(*a, hints=3)),
     ("x .cg persistent", lambda *a: variant(*a, hints=2, persistent=True)),
