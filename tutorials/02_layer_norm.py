@@ -1722,9 +1722,10 @@ summary()
 #   loaded after the statistics so that they do not hold registers across the reductions: their
 #   latency sits between the reductions and the store. The same kernel without weight and bias runs
 #   within a few points of the copy on an H100 (``dev/ln_fwd_variants_gpu.py``), so that is what the
-#   gap in the table costs. Tried there without success: L2 eviction hints, :math:`x` loaded past L1 so
-#   that :math:`w` and :math:`b` stay in it, a persistent grid, one Welford reduction instead of two,
-#   the split above, the chunked kernel with smaller chunks. What could work: :math:`w` and :math:`b`
+#   gap in the table costs. Tried there without success: :math:`w` and :math:`b` loaded before the
+#   statistics (packed, for 16-bit rows: the program then spills), L2 eviction hints, :math:`x` loaded
+#   past L1 so that :math:`w` and :math:`b` stay in it, a persistent grid, one Welford reduction
+#   instead of two, the split above, the chunked kernel with smaller chunks. What could work: :math:`w` and :math:`b`
 #   kept in shared memory by a persistent program (Triton does not expose shared memory directly;
 #   Gluon, Triton's lower-level dialect, does).
 # * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
