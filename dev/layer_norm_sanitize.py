@@ -1,5 +1,6 @@
-"""Scratch: small calls of every layer-norm backward (fused, split with flag words and with a counter,
-packed and unpacked rows, chunked, classic), for compute-sanitizer; checks dx, dw, db against float64.
+"""Scratch: small calls of every layer-norm forward (fused, split, chunked) and backward (fused, split with
+flag words and with a counter, packed and unpacked rows, chunked, classic), for compute-sanitizer;
+checks y, dx, dw, db against float64.
 
 compute-sanitizer --tool memcheck python3 dev/layer_norm_sanitize.py
 """
@@ -22,13 +23,22 @@ def rel(a, b):
 
 worst = 0.0
 for dtype in (torch.bfloat16, torch.float32):
-    for m, n in ((64, 300), (64, 20000), (33, 20001), (40, 32768), (9, 40001)):
+    for m, n in ((64, 300), (64, 8192), (64, 20000), (33, 20001), (40, 32768), (9, 40001), (17, 65536)):
         x = torch.randn(m, n, device="cuda", dtype=dtype) * 2 + 1
         w = torch.randn(n, device="cuda", dtype=dtype)
         b = torch.randn(n, device="cuda", dtype=dtype)
         dy = torch.randn(m, n, device="cuda", dtype=dtype)
         y, mean, rstd = torch.empty_like(x), torch.empty(m, device="cuda"), torch.empty(m, device="cuda")
-        g["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+        for fw, fb in ((w, b), (None, None)):  # the split forward for fp32 rows past MAX_FUSED_N
+            y = torch.full_like(x, float("nan"))
+            grid = g["layer_norm_rows_forward"](x, y, fw, fb, mean, rstd, 1e-5)
+            xd = x.double()
+            y64 = (xd - xd.mean(1, keepdim=True)) / (xd.var(1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+            if fw is not None:
+                y64 = y64 * w.double() + b.double()
+            e = rel(y, y64)
+            worst = max(worst, e if dtype == torch.float32 else e / 100)
+            print(dtype, m, n, "forward", "affine" if fw is not None else "plain", grid, f"err {e:.2e}", flush=True)
         xh = (x.double() - mean.double()[:, None]) * rstd.double()[:, None]
         gg = dy.double() * w.double()
         dx64 = (gg - xh * (gg * xh).mean(1, keepdim=True) - gg.mean(1, keepdim=True)) * rstd.double()[:, None]
