@@ -726,7 +726,7 @@ def layer_norm_bwd_split_kernel(
 # .. math::
 #
 #    \mu = \frac{1}{N} \sum_k n_k m_k, \qquad
-#    \sigma^2 = \frac{1}{N} \Big( \sum_k q_k + \sum_k n_k (m_k - \mu)^2 \Big).
+#    \sigma^2 = \frac{1}{N} \left( \sum_k q_k + \sum_k n_k (m_k - \mu)^2 \right).
 #
 # The same lookahead applies: a program publishes the next block's statistics before it waits for this
 # block's, with two blocks of loads in flight. Slice 0 stores the mean and ``rstd`` for the backward.
