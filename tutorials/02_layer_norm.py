@@ -713,6 +713,32 @@ def layer_norm_bwd_split_kernel(
 
 
 # %%
+# The second pass, shared by both designs: each program owns ``BLOCK_C`` columns and adds the lines of
+# the partial buffers top to bottom, ``BLOCK_P`` lines at a time, in fp32, then writes :math:`dw` and
+# :math:`db` in the weight's dtype. Its order of additions is fixed, so it adds no non-determinism of
+# its own.
+
+
+@triton.jit
+def sum_partials_kernel(
+    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < n_cols
+    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    for first in range(0, n_partials, BLOCK_P):
+        lines = first + tl.arange(0, BLOCK_P)
+        ok = (lines < n_partials)[:, None] & col_ok[None, :]
+        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
+        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
+
+
+# %%
 # The same split for the forward
 # -------------------------------
 # Past ``MAX_FUSED_N`` the forward's chunked kernel reads each row twice. Split the row instead and it is
@@ -804,32 +830,6 @@ def layer_norm_fwd_split_kernel(
             tl.store(mean_ptr + rows, mean, mask=row_ok)
             tl.store(rstd_ptr + rows, rstd, mask=row_ok)
         x_this, x_next = x_next, x_after
-
-
-# %%
-# The second pass, shared by both designs: each program owns ``BLOCK_C`` columns and adds the lines of
-# the partial buffers top to bottom, ``BLOCK_P`` lines at a time, in fp32, then writes :math:`dw` and
-# :math:`db` in the weight's dtype. Its order of additions is fixed, so it adds no non-determinism of
-# its own.
-
-
-@triton.jit
-def sum_partials_kernel(
-    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    for first in range(0, n_partials, BLOCK_P):
-        lines = first + tl.arange(0, BLOCK_P)
-        ok = (lines < n_partials)[:, None] & col_ok[None, :]
-        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
-        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
 
 
 # %%
