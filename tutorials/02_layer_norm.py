@@ -147,8 +147,9 @@ def layer_norm_fwd_kernel(
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0).to(tl.float32)
+                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
         xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
         var = tl.sum(xc * xc, axis=1) / n_cols
@@ -1722,10 +1723,11 @@ summary()
 #   loaded after the statistics so that they do not hold registers across the reductions: their
 #   latency sits between the reductions and the store. The same kernel without weight and bias runs
 #   within a few points of the copy on an H100 (``dev/ln_fwd_variants_gpu.py``), so that is what the
-#   gap in the table costs. Tried there without success: :math:`w` and :math:`b` loaded before the
-#   statistics (packed, for 16-bit rows: the program then spills), L2 eviction hints, :math:`x` loaded
-#   past L1 so that :math:`w` and :math:`b` stay in it, a persistent grid, one Welford reduction
-#   instead of two, the split above, the chunked kernel with smaller chunks. What could work: :math:`w` and :math:`b`
+#   gap in the table costs. Loading :math:`x` past L1, so that :math:`w` and :math:`b` can stay there,
+#   won about a point (the kernel does it). Tried without success: :math:`w` and :math:`b` loaded
+#   before the statistics (packed, for 16-bit rows: the program then spills), L2 eviction hints, a
+#   persistent grid, one Welford reduction instead of two, the split above, the chunked kernel with
+#   smaller chunks. What could work: :math:`w` and :math:`b`
 #   kept in shared memory by a persistent program (Triton does not expose shared memory directly;
 #   Gluon, Triton's lower-level dialect, does).
 # * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
