@@ -1724,7 +1724,8 @@ summary()
 #   latency sits between the reductions and the store. The same kernel without weight and bias runs
 #   within a few points of the copy on an H100 (``dev/ln_fwd_variants_gpu.py``), so that is what the
 #   gap in the table costs. Loading :math:`x` past L1, so that :math:`w` and :math:`b` can stay there,
-#   won about a point (the kernel does it). Tried without success: :math:`w` and :math:`b` loaded
+#   gained a few tenths of a point in fp32 and nothing in bf16 (the kernel does it). Tried without
+#   success: :math:`w` and :math:`b` loaded
 #   before the statistics (packed, for 16-bit rows: the program then spills), L2 eviction hints, a
 #   persistent grid, one Welford reduction instead of two, the split above, the chunked kernel with
 #   smaller chunks. What could work: :math:`w` and :math:`b`
