@@ -640,6 +640,19 @@ def x_hat_and_dy(x, dy, mean, rstd, col_ok, dtype: tl.constexpr, PACK: tl.conste
 
 
 @triton.jit
+def publish_block(shares_ptr, counter_ptr, block, n_blocks, n_rows, part, x, dy, mean, rstd, w, col_ok,
+                  dtype: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr, PACK: tl.constexpr,
+                  EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+    """This slice's shares of the rows of ``block``, sum(g * x_hat) and sum(g) with g = dy * w, from the
+    block's tiles as loaded (rows past the end publish nothing)."""
+    x_hat, g = x_hat_and_dy(x, dy, mean, rstd, col_ok, dtype, PACK, EVEN)
+    g = g * w[None, :]
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    publish_shares(shares_ptr, counter_ptr, block, n_blocks, n_rows, tl.minimum(rows, n_rows - 1).to(tl.int64),
+                   rows < n_rows, part, tl.sum(x_hat * g, axis=1), tl.sum(g, axis=1), SLICES, FLAG_WORDS)
+
+
+@triton.jit
 def layer_norm_bwd_split_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, shares_ptr,
     counter_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
@@ -673,13 +686,8 @@ def layer_norm_bwd_split_kernel(
     x_next, dy_next, mean_next, rstd_next = load_block(
         x_ptr, dy_ptr, mean_ptr, rstd_ptr, group + n_groups, n_rows, x_row_stride, dy_row_stride, units,
         unit_ok, PACK, BLOCK_M)
-    # (The names used in the loop are not used out here: Triton would carry them around the loop.)
-    first_hat, first_g = x_hat_and_dy(x_this, dy_this, mean_this, rstd_this, col_ok, dtype, PACK, EVEN)
-    first_g = first_g * w[None, :]
-    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
-    publish_shares(shares_ptr, counter_ptr, group, n_blocks, n_rows, tl.minimum(first, n_rows - 1).to(tl.int64),
-                   first < n_rows, part, tl.sum(first_hat * first_g, axis=1), tl.sum(first_g, axis=1), SLICES,
-                   FLAG_WORDS)
+    publish_block(shares_ptr, counter_ptr, group, n_blocks, n_rows, part, x_this, dy_this, mean_this, rstd_this,
+                  w, col_ok, dtype, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
     for block in tl.range(group, n_blocks, n_groups):
         # the block after next: its loads are in flight while this step works (a load whose result is
         # needed in the same step would stall the program)
@@ -688,12 +696,8 @@ def layer_norm_bwd_split_kernel(
             units, unit_ok, PACK, BLOCK_M)
         # the next block's shares, published before this block's are awaited (rows past the end publish
         # nothing)
-        next_hat, next_g = x_hat_and_dy(x_next, dy_next, mean_next, rstd_next, col_ok, dtype, PACK, EVEN)
-        next_g = next_g * w[None, :]
-        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
-        publish_shares(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows,
-                       tl.minimum(next_rows, n_rows - 1).to(tl.int64), next_rows < n_rows, part,
-                       tl.sum(next_hat * next_g, axis=1), tl.sum(next_g, axis=1), SLICES, FLAG_WORDS)
+        publish_block(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows, part, x_next, dy_next,
+                      mean_next, rstd_next, w, col_ok, dtype, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
         # this block: dw and db, then dx once the group's shares are in
         x_hat, dy = x_hat_and_dy(x_this, dy_this, mean_this, rstd_this, col_ok, dtype, PACK, EVEN)
         if COMPUTE_DWDB:
@@ -950,23 +954,11 @@ NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_G
 def fwd_split_plan(x2d, y2d, args, flags, cfg):
     """(meta-parameters, groups) of the split forward for these tensors, or None if a group cannot be
     on the GPU at once. ``args`` are the fused kernel's; the flag words go after mean and rstd."""
-    n_rows, n_cols = x2d.shape
-    element_size = x2d.element_size()
-    slices = max(cfg["MIN_SLICES"], triton.cdiv(n_cols, cfg["SLICE_N"])) if ON_GPU else 1  # see the backward
-    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
-    block_m = max(1, cfg["TILE"] // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
-    pack = element_size == 2 and n_cols % 2 == 0 and all(
-        t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in (x2d, y2d))
-    meta = dict(flags, SLICES=slices, SLOTS=max(cfg["MIN_SLOTS"], triton.next_power_of_2(slices)), PACK=pack,
-                EVEN=n_cols == slices * block_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    if ON_GPU and (pack or element_size == 4):
-        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
-        meta["maxnreg"] = min(255, regs // (32 * max(FWD_SPLIT_WARPS_PER_SM, num_warps)) // 8 * 8)
+    meta = dict(flags, **slice_meta(x2d.shape[1], x2d.element_size(), cfg, (x2d, y2d), FWD_SPLIT_WARPS_PER_SM))
     stand_in = torch.full((1,), -1, device=x2d.device, dtype=torch.int64)  # compiles the same as the real one
     per_sm = programs_per_sm(layer_norm_fwd_split_kernel, args[:6] + (stand_in,) + args[6:], meta)[0]
-    per_sm = min(per_sm, max(1, FWD_SPLIT_WARPS_PER_SM // num_warps))
-    groups = min(per_sm * NUM_SMS // slices, triton.cdiv(n_rows, block_m))
+    per_sm = min(per_sm, max(1, FWD_SPLIT_WARPS_PER_SM // meta["num_warps"]))
+    groups = min(per_sm * NUM_SMS // meta["SLICES"], triton.cdiv(x2d.shape[0], meta["BLOCK_M"]))
     return (meta, groups) if groups > 0 else None
 
 
@@ -1009,11 +1001,10 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     return grid
 
 
-def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
-    """meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if
-    given: whether their 16-bit rows can be loaded as 32-bit words)."""
-    element_size = torch.empty((), dtype=dtype).element_size()
-    cfg = (split or SPLIT)[min(element_size, 4)]
+def slice_meta(n_cols, element_size, cfg, tensors, warps_per_sm):
+    """The meta-parameters both split kernels share, for rows of n_cols split as ``cfg`` says (of the
+    ``tensors`` given: whether their 16-bit rows can be loaded as 32-bit words); ``warps_per_sm`` sets
+    the register budget."""
     slices = 1  # the interpreter runs one program at a time: a program must never wait for another
     if ON_GPU:
         slices = max(cfg["MIN_SLICES"], triton.cdiv(n_cols, cfg["SLICE_N"]))
@@ -1023,16 +1014,22 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
     # two 16-bit elements per 32-bit word: rows of even length, even strides, 4-byte aligned tensors
     pack = element_size == 2 and n_cols % 2 == 0 and all(
         t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
-    slots = max(cfg.get("MIN_SLOTS", 1), triton.next_power_of_2(slices))
-    meta = dict(HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, SLICES=slices, SLOTS=slots,
-                FLAG_WORDS=num_warps <= 16, PACK=pack, EVEN=n_cols == slices * block_n, BLOCK_M=block_m,
-                BLOCK_N=block_n, num_warps=num_warps)
-    # Each thread's share of the registers when SPLIT_WARPS_PER_SM warps live on an SM. Unpacked 16-bit
-    # rows need more than that: they run with fewer programs per SM rather than spill their loads.
+    meta = dict(SLICES=slices, SLOTS=max(cfg.get("MIN_SLOTS", 1), triton.next_power_of_2(slices)), PACK=pack,
+                EVEN=n_cols == slices * block_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # Each thread's share of the registers when warps_per_sm warps live on an SM. Unpacked 16-bit rows
+    # need more than that: they run with fewer programs per SM rather than spill their loads.
     if ON_GPU and (pack or element_size == 4):
         regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
-        meta["maxnreg"] = min(255, regs // (32 * max(SPLIT_WARPS_PER_SM, num_warps)) // 8 * 8)
+        meta["maxnreg"] = min(255, regs // (32 * max(warps_per_sm, num_warps)) // 8 * 8)
     return meta
+
+
+def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
+    """meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if
+    given: whether their 16-bit rows can be loaded as 32-bit words)."""
+    element_size = torch.empty((), dtype=dtype).element_size()
+    meta = slice_meta(n_cols, element_size, (split or SPLIT)[min(element_size, 4)], tensors, SPLIT_WARPS_PER_SM)
+    return dict(meta, HAS_W=has_w, COMPUTE_DWDB=compute_dwdb, FLAG_WORDS=meta["num_warps"] <= 16)
 
 
 def split_buffers(n_rows, meta, device, launch=True):
