@@ -350,6 +350,39 @@ def softmax_bwd_online_kernel(
 
 
 @triton.jit
+def slice_shares(x):
+    """A slice's exponentials and its flag word: its maximum m_k (a NaN as the one canonical NaN, never
+    all ones) in the upper half, its sum s_k of exp(x - m_k) in the lower half."""
+    m = tl.max(x, axis=0)
+    shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
+    e = tl.exp(x - shift)
+    s = tl.sum(e, axis=0)
+    m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))
+    word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    return m, e, word
+
+
+@triton.jit
+def load_slice(x_ptr, row, n_rows, x_row_stride, cols, n_cols):
+    """This slice of a row, in its own dtype; past the last row nothing is loaded (cols < 0 masks all)."""
+    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + cols,
+                   mask=cols < tl.where(row < n_rows, n_cols, 0), other=-float("inf"))
+
+
+@triton.jit
+def slice_scale(words, m):
+    """From the group's flag words and this slice's maximum m: the factor that turns the slice's
+    exp(x - m) into y = exp(x - row_max) / row_sum, the slices combined in slice order."""
+    m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    row_max = tl.max(m_k, axis=0)
+    row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
+    # e * exp(m - row_max) <= 1: the exp(x - m) a slice holds, rescaled to the row's maximum
+    return tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
+
+
+@triton.jit
 def softmax_fwd_split_kernel(
     x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
     SLICES: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -361,33 +394,18 @@ def softmax_fwd_split_kernel(
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     slots = tl.arange(0, SLICES)
-    # (cols < a limit of 0 masks the whole slice: past the last row there is nothing to load)
-    x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
-                     mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
+    x_next = load_slice(x_ptr, group, n_rows, x_row_stride, cols, n_cols)
     for row in tl.range(group, n_rows, n_groups):
         x = x_next.to(tl.float32)
         next_row = row + n_groups  # its loads are in flight while this row waits
-        x_next = tl.load(x_ptr + tl.cast(next_row, tl.int64) * x_row_stride + cols,
-                         mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
-        m = tl.max(x, axis=0)  # this slice's shares: its maximum and its sum of exp(x - m)
-        shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
-        e = tl.exp(x - shift)
-        s = tl.sum(e, axis=0)
-        m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))  # one NaN: never all ones
-        word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        x_next = load_slice(x_ptr, next_row, n_rows, x_row_stride, cols, n_cols)
+        m, e, word = slice_shares(x)  # this slice's shares: its maximum and its sum of exp(x - m)
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
         words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
         while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
             words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
-        m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-        s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        row_max = tl.max(m_k, axis=0)
-        row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
-        row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
-        # y = exp(x - row_max) / row_sum, from the exp(x - m) this slice holds: e * exp(m - row_max) <= 1
-        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
-        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty),
-                 mask=col_ok)
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols,
+                 (e * slice_scale(words, m)).to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
@@ -454,26 +472,6 @@ def softmax_bwd_split_kernel(
 
 
 @triton.jit
-def slice_shares(x):
-    """A slice's exponentials and its flag word: its maximum m_k (a NaN as the one canonical NaN, never
-    all ones) in the upper half, its sum s_k of exp(x - m_k) in the lower half."""
-    m = tl.max(x, axis=0)
-    shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
-    e = tl.exp(x - shift)
-    s = tl.sum(e, axis=0)
-    m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))
-    word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-    return m, e, word
-
-
-@triton.jit
-def load_slice(x_ptr, row, n_rows, x_row_stride, cols, n_cols):
-    """This slice of a row, in its own dtype; past the last row nothing is loaded (cols < 0 masks all)."""
-    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + cols,
-                   mask=cols < tl.where(row < n_rows, n_cols, 0), other=-float("inf"))
-
-
-@triton.jit
 def softmax_fwd_lookahead_kernel(
     x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
     SLICES: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -509,15 +507,8 @@ def softmax_fwd_lookahead_kernel(
         stale = words == -1
         words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale, other=-1, volatile=True),
                          words)
-        m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-        s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        row_max = tl.max(m_k, axis=0)
-        row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
-        row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
-        # y = exp(x - row_max) / row_sum, from the exp(x - m) this slice holds: e * exp(m - row_max) <= 1
-        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
-        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty),
-                 mask=col_ok)
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols,
+                 (e * slice_scale(words, m)).to(y_ptr.dtype.element_ty), mask=col_ok)
         m, e, x_next = m_next, e_next, x_after
 
 
