@@ -30,24 +30,8 @@ if not CPU:
 ln = load("tutorials/02_layer_norm.py")
 load_tile, unpack, store_tile = ln["load_tile"], ln["unpack"], ln["store_tile"]
 publish_shares, wait_for_shares = ln["publish_shares"], ln["wait_for_shares"]
-
-
-@triton.jit
-def load_block(x_ptr, dy_ptr, mean_ptr, rstd_ptr, block, n_rows, x_row_stride, dy_row_stride, units, unit_ok,
-               PACK: tl.constexpr, BLOCK_M: tl.constexpr):
-    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    x = load_tile(x_ptr, rows, x_row_stride, units, unit_ok, n_rows, PACK)
-    dy = load_tile(dy_ptr, rows, dy_row_stride, units, unit_ok, n_rows, PACK)
-    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-    return x, dy, tl.load(mean_ptr + rows), tl.load(rstd_ptr + rows)
-
-
-@triton.jit
-def hat_dy(x, dy, mean, rstd, col_ok, dtype: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr):
-    hat = unpack(x, dtype, PACK) * rstd[:, None] - (mean * rstd)[:, None]
-    if not EVEN:
-        hat = tl.where(col_ok[None, :], hat, 0.0)
-    return hat, unpack(dy, dtype, PACK)
+# the page's own: a block's tiles and statistics, and its x_hat and dy from them
+load_block, hat_dy = ln["load_block"], ln["x_hat_and_dy"]
 
 
 @triton.jit
