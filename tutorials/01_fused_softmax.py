@@ -695,7 +695,7 @@ def forward_launch(x2d, y2d, persistent=False, split=None, n_rows=None):
     if plan is not None:
         meta, per_sm, lookahead = plan
         kernel = softmax_fwd_lookahead_kernel if lookahead else softmax_fwd_split_kernel
-        stand_in = split_flags("forward", 1, meta, x2d.device)  # compiled the same as the real ones
+        stand_in = torch.empty(1, dtype=torch.int64, device=x2d.device)  # compiles as the real ones; never read
         grid = split_grid(kernel, (x2d, y2d, stand_in, *sizes), meta, per_sm, n_rows)
         if grid > 0:
             flags = split_flags("forward", x2d.shape[0], meta, x2d.device)
@@ -715,7 +715,7 @@ def backward_launch(y2d, dy2d, dx2d, persistent=False, split=None, n_rows=None):
     plan = split_plan("backward", n_cols, y2d.element_size(), split)
     if plan is not None:
         meta, per_sm, _ = plan  # the backward has no lookahead version
-        stand_in = split_flags("backward", 1, meta, y2d.device)
+        stand_in = torch.empty(1, dtype=torch.int64, device=y2d.device)
         grid = split_grid(softmax_bwd_split_kernel, (y2d, dy2d, dx2d, stand_in, *sizes), meta, per_sm, n_rows)
         if grid > 0:
             flags = split_flags("backward", y2d.shape[0], meta, y2d.device)

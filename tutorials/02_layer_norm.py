@@ -955,7 +955,7 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
     """(meta-parameters, groups) of the split forward for these tensors, or None if a group cannot be
     on the GPU at once. ``args`` are the fused kernel's; the flag words go after mean and rstd."""
     meta = dict(flags, **slice_meta(x2d.shape[1], x2d.element_size(), cfg, (x2d, y2d), FWD_SPLIT_WARPS_PER_SM))
-    stand_in = torch.full((1,), -1, device=x2d.device, dtype=torch.int64)  # compiles the same as the real one
+    stand_in = torch.empty(1, device=x2d.device, dtype=torch.int64)  # compiles as the real one; never read
     per_sm = programs_per_sm(layer_norm_fwd_split_kernel, args[:6] + (stand_in,) + args[6:], meta)[0]
     per_sm = min(per_sm, max(1, FWD_SPLIT_WARPS_PER_SM // meta["num_warps"]))
     groups = min(per_sm * NUM_SMS // meta["SLICES"], triton.cdiv(x2d.shape[0], meta["BLOCK_M"]))
@@ -1034,14 +1034,17 @@ def split_config(n_cols, dtype, has_w, compute_dwdb, split=None, tensors=()):
 
 def split_buffers(n_rows, meta, device, launch=True):
     """The shares' slots (filled with ones when they are flag words) and the counters (zeroed).
-    ``launch=False``: one-element buffers of the same types, enough to compile the kernel."""
-    size = n_rows * meta["SLICES"] if launch else 1
+    ``launch=False``: one-element buffers of the same types, enough to compile the kernel, and left
+    uninitialized (nothing reads them; a fill would be one more kernel on every call)."""
+    if not launch:
+        return (torch.empty(1, device=device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.float32),
+                torch.empty(1, device=device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.int32))
+    size = n_rows * meta["SLICES"]
     if meta["FLAG_WORDS"]:
         shares = counter = torch.full((size,), -1, device=device, dtype=torch.int64)
     else:
         shares = torch.empty(2 * size, device=device, dtype=torch.float32)
-        n_blocks = triton.cdiv(n_rows, meta["BLOCK_M"]) if launch else 1
-        counter = torch.zeros(n_blocks, device=device, dtype=torch.int32)
+        counter = torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=device, dtype=torch.int32)
     return shares, counter
 
 

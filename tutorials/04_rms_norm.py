@@ -669,15 +669,17 @@ def forward_launch(n_rows, n_cols, element_size, has_weight, chunk_n=None, confi
 def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
     """The split kernel's arguments: the tensors, the shares' slots (cleared when they are flag words)
     and the counters (cleared), then the sizes and strides. ``clear=False``: one-element buffers of the
-    same types, enough to compile the kernel."""
+    same types, enough to compile the kernel, and left uninitialized (nothing reads them; a fill would be
+    one more kernel on every call)."""
     n_rows, n_cols = x2d.shape
-    size = (n_rows, meta["SLICES"]) if clear else (1,)
-    if meta["FLAG_WORDS"]:
-        shares = counter = torch.zeros(size, device=x2d.device, dtype=torch.int64)
+    if not clear:
+        shares = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.float32)
+        counter = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.int32)
+    elif meta["FLAG_WORDS"]:
+        shares = counter = torch.zeros((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.int64)
     else:
-        shares = torch.empty(size, device=x2d.device, dtype=torch.float32)
-        n_blocks = triton.cdiv(n_rows, meta["BLOCK_M"]) if clear else 1
-        counter = torch.zeros(n_blocks, device=x2d.device, dtype=torch.int32)
+        shares = torch.empty((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.float32)
+        counter = torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=x2d.device, dtype=torch.int32)
     return (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, shares, counter, n_rows, n_cols,
             x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
 
