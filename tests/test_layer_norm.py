@@ -234,6 +234,32 @@ def test_forward_writes_every_element(ln, shape):
         assert rel_error(y, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_fused_forward_reading_x_twice(ln, dtype):
+    """The fused forward with x read twice (RELOAD, used for wide rows on the GPU) and once, forced on
+    small rows: odd and power-of-two widths, several rows per program, with and without w and b, a
+    padded row stride, poisoned outputs; y, mean and rstd against float64."""
+    torch.manual_seed(11)
+    for m, n in [(9, 100), (4, 256), (3, 1), (17, 33)]:
+        base = (torch.randn(m, n + 7, device=DEVICE) * 3 + 20).to(dtype)
+        x = base[:, :n]  # row stride n + 7
+        w, b = torch.randn(n, device=DEVICE).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
+        for reload in (True, False):
+            for wb in ((w, b), (w, None), (None, None)):
+                y = torch.full_like(x, float("nan"))
+                mean = torch.full((m,), float("nan"), device=DEVICE)
+                rstd = torch.full_like(mean, float("nan"))
+                ln["layer_norm_rows_forward"](x, y, *wb, mean, rstd, 1e-5, reload=reload)
+                what = f"{m}x{n}, reload={reload}, w={wb[0] is not None}, b={wb[1] is not None}"
+                ref = ref_layer_norm(x.double(), (n,), *(t if t is None else t.double() for t in wb), 1e-5)
+                assert torch.isfinite(y).all(), what + ": y not written everywhere"
+                assert rel_error(y, ref) <= TOL[dtype], what
+                xf = x.double()
+                assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-6, atol=1e-6), what + ": mean"
+                ref_rstd = 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt()
+                assert torch.allclose(rstd.double(), ref_rstd, rtol=1e-4), what + ": rstd"
+
+
 @pytest.mark.parametrize("design", ["persistent", "classic"])
 def test_backward_writes_every_element(ln, design, monkeypatch):
     """dx, dw, db and every scratch buffer torch.empty makes are poisoned with NaN before the backward."""

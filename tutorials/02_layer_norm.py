@@ -135,10 +135,19 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
 
 
 @triton.jit
+def load_param(ptr, cols, col_ok, KEEP: tl.constexpr):
+    """w or b as fp32; KEEP asks L2 to keep them (they are read again by every row)."""
+    if KEEP:
+        return tl.load(ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    return tl.load(ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def layer_norm_fwd_kernel(
     x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
     n_rows, n_cols, x_row_stride, y_row_stride, eps,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    RELOAD: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -147,24 +156,51 @@ def layer_norm_fwd_kernel(
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+        x_ptrs = x_ptr + rows[:, None] * x_row_stride + cols[None, :]
+        if RELOAD:  # read twice: the first read asks L2 to keep the row for the second
+            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
+        else:  # read once, past L1 (".cg", L2 only): L1 is left to w and b, read by every row
+            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
         xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
         var = tl.sum(xc * xc, axis=1) / n_cols
         rstd = 1.0 / tl.sqrt(var + eps)
+        if RELOAD:  # the row again, from L2, which may now let it go; x no longer lives across the sums
+            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
+            xc = x - mean[:, None]
         y = xc * rstd[:, None]
         # w and b are loaded here, where they are used, not before the loop: held across the row's
         # reductions they would double the registers a thread needs for a wide row.
         if HAS_W:
-            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            y = y * load_param(w_ptr, cols, col_ok, RELOAD)[None, :]
         if HAS_B:
-            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
+            y = y + load_param(b_ptr, cols, col_ok, RELOAD)[None, :]
+        y_ptrs = y_ptr + rows[:, None] * y_row_stride + cols[None, :]
+        y_ok = row_ok[:, None] & col_ok[None, :]
+        if RELOAD:  # streaming stores: y is not read again here
+            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=y_ok, cache_modifier=".cs")
+        else:
+            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=y_ok)
         tl.store(mean_ptr + rows, mean, mask=row_ok)
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+# %%
+# Reading x twice
+# ---------------
+# From :math:`N = 8192` on, a block is one row, and a program that holds a whole wide row in registers
+# across its two reductions takes so many registers that few programs share an SM; while they reduce,
+# little is on its way from memory. For rows of ``FWD_RELOAD_N`` columns (by element size) the kernel
+# reads :math:`x` twice instead (``RELOAD``): the first read, for the statistics, asks L2 to keep the
+# row (``eviction_policy="evict_last"``, as :math:`w` and :math:`b`); the second, for :math:`y`, finds
+# it there and lets it go (``"evict_first"``), and :math:`y` is written with streaming stores. The
+# second read costs L2 bandwidth, not DRAM bandwidth, as long as the row is still in L2: the rows in
+# flight, one or two per SM, take less than half of an H100's 50 MB L2. :math:`x` no longer has to live in
+# registers from the first read to the store, so each thread takes half the bytes
+# (``FWD_RELOAD_BYTES_PER_THREAD``). ``torch.compile`` generates the same two reads for
+# ``F.layer_norm`` at these widths. On an H100 this measured faster than one read for fp32 rows of
+# 8192 to 32768 columns and 16-bit rows of 8192 and 16384, and slower for 16-bit rows of 32768
+# (``dev/ln_fwd_reload_gpu.py``): those keep the single read.
 
 
 # %%
@@ -884,6 +920,10 @@ MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 BWD_MIN_BYTES = 8192  # fused backward: fewest bytes of x in one block of rows (bf16 4096 elements, fp32 2048)
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
+# forward, by element size: rows of these widths (first, last) read x twice, one row per program,
+# FWD_RELOAD_BYTES_PER_THREAD bytes of it per thread
+FWD_RELOAD_N = {2: (8192, 16384), 4: (8192, 32768)}
+FWD_RELOAD_BYTES_PER_THREAD = 32
 FWD_CHUNK_N, FWD_CHUNK_WARPS = 8192, 32  # forward's chunked kernel, one program per row
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
@@ -962,12 +1002,19 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
     return (meta, groups) if groups > 0 else None
 
 
+def fwd_reads_twice(n_cols, element_size):
+    """Whether the fused forward reads x twice (RELOAD) at this width."""
+    low, high = FWD_RELOAD_N.get(min(element_size, 4), (0, -1))
+    return low <= n_cols <= high
+
+
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=False, max_fused_n=None,
-                            split=None):
+                            split=None, reload=None):
     """y2d = layer_norm(x2d) along dim 1; mean, rstd (fp32, one per row) are written too.
 
     x2d and y2d are 2-D with unit stride along the row; weight and bias 1-D contiguous, or None.
-    ``split`` overrides ``FWD_SPLIT`` (``{}``: never split). Returns the number of programs launched.
+    ``split`` overrides ``FWD_SPLIT`` (``{}``: never split), ``reload`` ``FWD_RELOAD_N`` (True or False:
+    the fused kernel reads x twice, or once, at any width). Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
     fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
@@ -982,11 +1029,15 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
         layer_norm_fwd_split_kernel[(groups * meta["SLICES"],)](*args[:6], shares, *args[6:], **meta)
         return groups * meta["SLICES"]
     if fused:
-        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), FWD_BYTES_PER_THREAD)
-        kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        if reload is None:
+            reload = fwd_reads_twice(n_cols, x2d.element_size())
+        block_m, block_n, num_warps = fused_config(
+            n_cols, x2d.element_size(), FWD_RELOAD_BYTES_PER_THREAD if reload else FWD_BYTES_PER_THREAD)
+        kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+                                                   RELOAD=reload)
         # Too few bytes on their way to an SM when few programs fit on it (a wide row takes many
         # registers): then each program takes twice the rows, with the same warps.
-        if ON_GPU and n_rows > block_m:
+        if ON_GPU and n_rows > block_m and not reload:
             per_sm = programs_per_sm(kernel, args, meta)[0]
             if per_sm * block_m * block_n * x2d.element_size() < FWD_MIN_BYTES_PER_SM:
                 meta["BLOCK_M"] = block_m = 2 * block_m
@@ -1453,7 +1504,8 @@ def plan_table(dtype=torch.bfloat16):
         partial_bytes = 2 * 2 * 4 * plan["lines"] * n_cols
         rows.append({
             "N": n_cols, "M": n_rows,
-            "forward": "fused" if n_cols <= MAX_FUSED_N else "chunked",
+            "forward": ("fused, x read twice" if fwd_reads_twice(n_cols, x.element_size()) else "fused")
+            if n_cols <= MAX_FUSED_N else "chunked",
             "backward": kind, "slices": plan["meta"].get("SLICES", 1),
             "BLOCK_M": plan["block_m"], "BLOCK_N": plan["meta"].get("BLOCK_N", CHUNK_N),
             "num_warps": plan["meta"]["num_warps"],
@@ -1718,19 +1770,15 @@ summary()
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
 #   bandwidth; a reduction of the partial lines inside the backward kernel (the last program to finish
 #   sums them, found with one atomic counter) would save a launch.
-# * **The widest fused rows in the forward.** At :math:`N = 32768` one program fills an SM, and every
-#   row reads :math:`w` and :math:`b` again from L2 (as many bytes as the row, in fp32 twice as many),
-#   loaded after the statistics so that they do not hold registers across the reductions: their
-#   latency sits between the reductions and the store. The same kernel without weight and bias runs
-#   within a few points of the copy on an H100 (``dev/ln_fwd_variants_gpu.py``), so that is what the
-#   gap in the table costs. Loading :math:`x` past L1, so that :math:`w` and :math:`b` can stay there,
-#   gained a few tenths of a point in fp32 and nothing in bf16 (the kernel does it). Tried without
-#   success: :math:`w` and :math:`b` loaded
-#   before the statistics (packed, for 16-bit rows: the program then spills), L2 eviction hints, a
-#   persistent grid, one Welford reduction instead of two, the split above, the chunked kernel with
-#   smaller chunks. What could work: :math:`w` and :math:`b`
-#   kept in shared memory by a persistent program (Triton does not expose shared memory directly;
-#   Gluon, Triton's lower-level dialect, does).
+# * **The widest 16-bit rows in the forward.** At :math:`N = 32768` a bf16 row still keeps its
+#   :math:`x` in registers: the second read measured slower there on an H100, so every row reads
+#   :math:`w` and :math:`b` again from L2 after its statistics, with one program per SM and nothing else
+#   in flight on that SM meanwhile. Tried without success (``dev/ln_fwd_variants_gpu.py``,
+#   ``dev/ln_fwd_reload_gpu.py``): :math:`w` and :math:`b` loaded before the statistics (packed: the
+#   program then spills), L2 eviction hints, a persistent grid, one Welford reduction instead of two,
+#   the split above, the chunked kernel with smaller chunks, :math:`x` read twice with 16 or 32 warps.
+#   What could work: :math:`w` and :math:`b` kept in shared memory by a persistent program (Triton does
+#   not expose shared memory directly; Gluon, Triton's lower-level dialect, does).
 # * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
 #   misses L2 it is capped at 2/3 of the copy. The split above reads it once, but its exchange per row
 #   costs a 16-bit slice as much as an fp32 one for half the bytes.
