@@ -135,19 +135,10 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
 
 
 @triton.jit
-def load_param(ptr, cols, col_ok, KEEP: tl.constexpr):
-    """w or b as fp32; KEEP asks L2 to keep them (they are read again by every row)."""
-    if KEEP:
-        return tl.load(ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    return tl.load(ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-
-
-@triton.jit
 def layer_norm_fwd_kernel(
     x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
     n_rows, n_cols, x_row_stride, y_row_stride, eps,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    RELOAD: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -156,31 +147,22 @@ def layer_norm_fwd_kernel(
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        x_ptrs = x_ptr + rows[:, None] * x_row_stride + cols[None, :]
-        if RELOAD:  # read twice: the first read asks L2 to keep the row for the second
-            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, eviction_policy="evict_last").to(tl.float32)
-        else:  # read once, past L1 (".cg", L2 only): L1 is left to w and b, read by every row
-            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
         xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
         var = tl.sum(xc * xc, axis=1) / n_cols
         rstd = 1.0 / tl.sqrt(var + eps)
-        if RELOAD:  # the row again, from L2, which may now let it go; x no longer lives across the sums
-            x = tl.load(x_ptrs, mask=col_ok[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
-            xc = x - mean[:, None]
         y = xc * rstd[:, None]
         # w and b are loaded here, where they are used, not before the loop: held across the row's
         # reductions they would double the registers a thread needs for a wide row.
         if HAS_W:
-            y = y * load_param(w_ptr, cols, col_ok, RELOAD)[None, :]
+            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_B:
-            y = y + load_param(b_ptr, cols, col_ok, RELOAD)[None, :]
-        y_ptrs = y_ptr + rows[:, None] * y_row_stride + cols[None, :]
-        y_ok = row_ok[:, None] & col_ok[None, :]
-        if RELOAD:  # streaming stores: y is not read again here
-            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=y_ok, cache_modifier=".cs")
-        else:
-            tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=y_ok)
+            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
         tl.store(mean_ptr + rows, mean, mask=row_ok)
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
@@ -188,19 +170,52 @@ def layer_norm_fwd_kernel(
 # %%
 # Reading x twice
 # ---------------
-# From :math:`N = 8192` on, a block is one row, and a program that holds a whole wide row in registers
+# From :math:`N = 4096` on, a block is one row, and a program that holds a whole wide row in registers
 # across its two reductions takes so many registers that few programs share an SM; while they reduce,
-# little is on its way from memory. For rows of ``FWD_RELOAD_N`` columns (by element size) the kernel
-# reads :math:`x` twice instead (``RELOAD``): the first read, for the statistics, asks L2 to keep the
-# row (``eviction_policy="evict_last"``, as :math:`w` and :math:`b`); the second, for :math:`y`, finds
+# little is on its way from memory. For rows of ``FWD_RELOAD_N`` columns (by element size) a second
+# kernel reads :math:`x` twice instead: the first read, for the statistics, asks L2 to keep the row
+# (``eviction_policy="evict_last"``, as for :math:`w` and :math:`b`); the second, for :math:`y`, finds
 # it there and lets it go (``"evict_first"``), and :math:`y` is written with streaming stores. The
 # second read costs L2 bandwidth, not DRAM bandwidth, as long as the row is still in L2: the rows in
-# flight, one or two per SM, take less than half of an H100's 50 MB L2. :math:`x` no longer has to live in
-# registers from the first read to the store, so each thread takes half the bytes
-# (``FWD_RELOAD_BYTES_PER_THREAD``). ``torch.compile`` generates the same two reads for
-# ``F.layer_norm`` at these widths. On an H100 this measured faster than one read for fp32 rows of
-# 8192 to 32768 columns and 16-bit rows of 8192 and 16384, and slower for 16-bit rows of 32768
-# (``dev/ln_fwd_reload_gpu.py``): those keep the single read.
+# flight, one or two per SM, take less than half of an H100's 50 MB L2. ``torch.compile`` generates the
+# same two reads for ``F.layer_norm`` at these widths.
+#
+# The kernel takes one row per program, with no loop, and addresses it from one 64-bit base pointer
+# plus 32-bit offsets. Two earlier versions, a ``RELOAD`` switch in the block kernel above and this
+# kernel walking rows in a loop, measured far slower than one read for 16-bit rows of 16384 columns on
+# an H100, although the loop version's PTX issues the same loads with the same cache hints: a reminder
+# to measure each variant rather than reason about it. On the same H100 (``dev/ln_fwd_reload_gpu.py``,
+# ``dev/ln_reload_page_gpu.py``)
+# this kernel measured faster than one read for fp32 rows of 8192 to 32768 columns and 16-bit rows of
+# 8192 and 16384, and slower for 16-bit rows of 32768: those keep the single read.
+
+
+@triton.jit
+def layer_norm_fwd_twice_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)  # one row per program, no loop (see below)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # one 64-bit base; 32-bit offsets from it
+    y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+    x = tl.load(x_row + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(col_ok, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / n_cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    # the row again, from L2, which may now let it go
+    x = tl.load(x_row + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    y = (x - mean) * rstd
+    if HAS_W:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if HAS_B:
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_ok, cache_modifier=".cs")
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
 
 
 # %%
@@ -920,10 +935,8 @@ MIN_ELEMENTS = 4096  # fewest elements in one block of rows
 BWD_MIN_BYTES = 8192  # fused backward: fewest bytes of x in one block of rows (bf16 4096 elements, fp32 2048)
 FWD_BYTES_PER_THREAD = 64  # forward: bytes of x per thread (16 fp32 or 32 bf16 values)
 FWD_MIN_BYTES_PER_SM = 40960  # forward: fewer bytes of x than this in the programs one SM holds: more rows
-# forward, by element size: rows of these widths (first, last) read x twice, one row per program,
-# FWD_RELOAD_BYTES_PER_THREAD bytes of it per thread
+# forward, by element size: rows of these widths (first, last) read x twice, one row per program
 FWD_RELOAD_N = {2: (8192, 16384), 4: (8192, 32768)}
-FWD_RELOAD_BYTES_PER_THREAD = 32
 FWD_CHUNK_N, FWD_CHUNK_WARPS = 8192, 32  # forward's chunked kernel, one program per row
 BWD_BYTES_PER_THREAD = 32  # backward: bytes of each input tile per thread (8 fp32 or 16 bf16 values)
 CHUNK_N = 4096  # columns per chunk of the chunked kernels
@@ -1014,7 +1027,7 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
 
     x2d and y2d are 2-D with unit stride along the row; weight and bias 1-D contiguous, or None.
     ``split`` overrides ``FWD_SPLIT`` (``{}``: never split), ``reload`` ``FWD_RELOAD_N`` (True or False:
-    the fused kernel reads x twice, or once, at any width). Returns the number of programs launched.
+    rows up to ``max_fused_n`` read x twice, or once, at any width). Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
     fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
@@ -1031,10 +1044,12 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
     if fused:
         if reload is None:
             reload = fwd_reads_twice(n_cols, x2d.element_size())
-        block_m, block_n, num_warps = fused_config(
-            n_cols, x2d.element_size(), FWD_RELOAD_BYTES_PER_THREAD if reload else FWD_BYTES_PER_THREAD)
-        kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
-                                                   RELOAD=reload)
+        block_m, block_n, num_warps = fused_config(n_cols, x2d.element_size(), FWD_BYTES_PER_THREAD)
+        if reload:  # one program per row, persistent or not
+            block_m, persistent = 1, False
+            kernel, meta = layer_norm_fwd_twice_kernel, dict(flags, BLOCK_N=block_n, num_warps=num_warps)
+        else:
+            kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
         # Too few bytes on their way to an SM when few programs fit on it (a wide row takes many
         # registers): then each program takes twice the rows, with the same warps.
         if ON_GPU and n_rows > block_m and not reload:
