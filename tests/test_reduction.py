@@ -1,6 +1,8 @@
 """Tests for tutorials/03_parallel_reduction.py: reduce_sum against float64, the low-level launchers on
 poisoned outputs, bitwise determinism of the designs that promise it, and the bad inputs."""
 
+import functools
+import operator
 import random
 
 import pytest
@@ -194,6 +196,34 @@ def test_col_tiles_are_counted_in_bytes(tut, dtype):
     assert block_m * block_n * size == tut["COL_TILE_BYTES"], f"{dtype}: tile {block_m} x {block_n}"
     per_thread = block_m * block_n * size // (32 * num_warps)
     assert per_thread == tut["COL_BYTES_PER_THREAD"][size], f"{dtype}: {per_thread} bytes per thread"
+
+
+# --- the read-only pass (the page's speed of light) reads every byte ---
+
+def _xor_all(words):
+    return functools.reduce(operator.xor, words.reshape(-1).tolist(), 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [2, 1000, 4098, 65_538, 100_002])  # whole 32-bit words in bf16 too
+def test_read_pass_reads_every_word(tut, dtype, n):
+    """The xor of the words the read-only pass stores equals the xor of all the tensor's 32-bit words: a word
+    skipped (or read twice) changes it. The page's grids, and small blocks so that many programs (and the
+    persistent grid's loop) take part."""
+    x = _input((n,), dtype, seed=n + 3)
+    words = x.view(torch.int32)
+    configs = [*tut["READ_CONFIGS"], dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)]
+    for config in configs:
+        out = tut["read_pass"](x, **config)
+        assert out.dtype == torch.int32 and out.numel() >= 1
+        assert _xor_all(out) == _xor_all(words), f"n={n} {dtype} {config}: the xor of the words read differs"
+
+
+def test_read_pass_refuses_what_it_cannot_read_as_words(tut):
+    with pytest.raises(ValueError, match="contiguous"):
+        tut["read_pass"](torch.zeros(4, 6, device=DEVICE)[:, :4])
+    with pytest.raises(ValueError, match="32-bit words"):
+        tut["read_pass"](torch.zeros(3, device=DEVICE, dtype=torch.bfloat16))
 
 
 # --- determinism ---
