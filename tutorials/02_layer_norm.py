@@ -894,7 +894,8 @@ def layer_norm_fwd_split_kernel(
 # The choices live here, apart from the kernels.
 #
 # * ``BLOCK_N`` is the row length rounded up to a power of two. The forward holds one row of
-#   :math:`x` per program and stays fused up to ``MAX_FUSED_N`` columns. The backward holds
+#   :math:`x` per program and stays fused up to ``MAX_FUSED_N`` columns, reading :math:`x` twice at the
+#   widths of ``FWD_RELOAD_N`` (one row per program, no ``BLOCK_M``). The backward holds
 #   :math:`x`, :math:`dy` and the two accumulators, four values per column, so it stays fused only up to
 #   ``MAX_BWD_FUSED_N`` (per element size: a 16-bit row of 8192 columns already runs faster split).
 #   Up to ``MAX_SPLIT_N`` a row is then split into slices of at most ``SLICE_N``
@@ -906,7 +907,7 @@ def layer_norm_fwd_split_kernel(
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
 #   the same bytes in both dtypes, measured best on an H100 by ``dev/ln_fused_cfg_gpu.py``), enough
-#   bytes in flight to hide the memory's latency. In the forward,
+#   bytes in flight to hide the memory's latency. In the single-read forward,
 #   where a wide row's program takes so many registers that few fit on an SM, the compiled kernel's
 #   occupancy decides: if the programs one SM holds carry fewer than ``FWD_MIN_BYTES_PER_SM`` bytes of
 #   :math:`x`, each program takes twice the rows.
