@@ -1,5 +1,5 @@
 """Dev only: re-time the page's column and row sums (tutorials/03) at the page's sizes, bf16 and fp32,
-5 interleaved repeats, next to the page's read-only pass (speed_of_light) and an eager copy, to tell a
+5 interleaved repeats, next to the page's read-only pass (as its yardsticks()) and an eager copy, to tell a
 build's outlier from a real change. GB/s of bytes read.
 
 PYTHONUNBUFFERED=1 python3 dev/colsum_recheck_gpu.py
@@ -15,7 +15,7 @@ torch.cuda.set_stream(torch.cuda.Stream())
 red = load("tutorials/03_parallel_reduction.py")
 
 
-def speed_of_light(x):  # as the page's speed_of_light (defined after its correctness section)
+def speed_of_light(x):  # the read-only pass as the page's yardsticks() times it (defined after its correctness section)
     nbytes = x.numel() * x.element_size()
     return max(nbytes / bench(lambda c=c: red["read_pass"](x, **c)) * 1e-6 for c in red["READ_CONFIGS"])
 

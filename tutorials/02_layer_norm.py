@@ -1017,7 +1017,7 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
 
 
 def fwd_reads_twice(n_cols, element_size):
-    """Whether the fused forward reads x twice (RELOAD) at this width."""
+    """Whether the fused forward reads x twice (layer_norm_fwd_twice_kernel) at this width."""
     low, high = FWD_RELOAD_N.get(min(element_size, 4), (0, -1))
     return low <= n_cols <= high
 
@@ -1051,12 +1051,12 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=
             kernel, meta = layer_norm_fwd_twice_kernel, dict(flags, BLOCK_N=block_n, num_warps=num_warps)
         else:
             kernel, meta = layer_norm_fwd_kernel, dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        # Too few bytes on their way to an SM when few programs fit on it (a wide row takes many
-        # registers): then each program takes twice the rows, with the same warps.
-        if ON_GPU and n_rows > block_m and not reload:
-            per_sm = programs_per_sm(kernel, args, meta)[0]
-            if per_sm * block_m * block_n * x2d.element_size() < FWD_MIN_BYTES_PER_SM:
-                meta["BLOCK_M"] = block_m = 2 * block_m
+            # Too few bytes on their way to an SM when few programs fit on it (a wide row takes many
+            # registers): then each program takes twice the rows, with the same warps.
+            if ON_GPU and n_rows > block_m:
+                per_sm = programs_per_sm(kernel, args, meta)[0]
+                if per_sm * block_m * block_n * x2d.element_size() < FWD_MIN_BYTES_PER_SM:
+                    meta["BLOCK_M"] = block_m = 2 * block_m
         n_tasks = triton.cdiv(n_rows, block_m)
     else:
         kernel, meta = layer_norm_fwd_chunked_kernel, dict(flags, CHUNK_N=FWD_CHUNK_N, num_warps=FWD_CHUNK_WARPS)

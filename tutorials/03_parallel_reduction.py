@@ -780,23 +780,23 @@ def matrix_providers(along, out):
 LIGHT = "the read-only pass" if ON_GPU else "the copy"
 
 
-def speed_of_light(x):
-    """GB/s of bytes read by the faster configuration (READ_CONFIGS) of the read-only pass on x; on the
-    CPU, the copy's GB/s (bytes read and written)."""
+def yardsticks(x):
+    """(speed of light, copy), GB/s on x: the faster configuration (READ_CONFIGS) of the read-only pass,
+    in bytes read, and the copy, in bytes read and written (timed without a graph, see ``bench``). On
+    the CPU the copy is both."""
     nbytes = x.numel() * x.element_size()
+    copy_out = torch.empty_like(x)
+    copy = 2 * nbytes / bench(lambda: copy_out.copy_(x), graph=False) * 1e-6
+    del copy_out
     if not ON_GPU:
-        out = torch.empty_like(x)
-        return 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-    return max(nbytes / bench(lambda c=c: read_pass(x, **c)) * 1e-6 for c in READ_CONFIGS)
+        return copy, copy
+    return max(nbytes / bench(lambda c=c: read_pass(x, **c)) * 1e-6 for c in READ_CONFIGS), copy
 
 
 def measure(records, x, providers, check, **labels):
     """Time the read-only pass, the copy and every provider on x; append one record per provider."""
     nbytes = x.numel() * x.element_size()
-    light = speed_of_light(x)
-    copy_out = torch.empty_like(x)
-    copy = 2 * nbytes / bench(lambda: copy_out.copy_(x), graph=False) * 1e-6  # reference: read + written
-    del copy_out
+    light, copy = yardsticks(x)
     reference = check()
     for name, fn in providers.items():
         result = fn(x)  # torch's providers return the sum; ours write it to `out`, checked by the caller
@@ -971,10 +971,7 @@ def layout_table():
     x = torch.randn((MATRIX_ELEMENTS // LAYOUT_N, LAYOUT_N), device=DEVICE)
     out = torch.empty(LAYOUT_N, device=DEVICE)
     nbytes = x.numel() * x.element_size()
-    light = speed_of_light(x)
-    copy_out = torch.empty_like(x)
-    copy = 2 * nbytes / bench(lambda: copy_out.copy_(x), graph=False) * 1e-6  # reference: read + written
-    del copy_out
+    light, copy = yardsticks(x)
     rows = [{"variant": f"{LIGHT.removeprefix('the ')} (speed of light)", "(BLOCK_M, BLOCK_N, SPLIT)": "-", "GB/s": light,
              "% of speed of light": 100.0},
             {"variant": "copy (reference, bytes read + written)", "(BLOCK_M, BLOCK_N, SPLIT)": "-", "GB/s": copy,
