@@ -1,0 +1,64 @@
+"""Dev only: where a GPU build's time goes, tutorial by tutorial and cell by cell.
+
+Runs each tutorial in its own process (as sphinx-gallery would, minus Sphinx), timing every "# %%"
+cell, counting Triton compilations made in this process (ours, Liger's, the classic design's; Inductor
+compiles in worker processes) with the seconds they took, and printing torch._dynamo's compile times.
+Each tutorial's `results` DataFrame (when it has one) is written as CSV under $OUT (or /tmp).
+
+PYTHONUNBUFFERED=1 python3 dev/build_profile_gpu.py [01 02 ...]
+"""
+import os
+import subprocess
+import sys
+import time
+
+CHILD = r'''
+import os, sys, time, re
+import triton, triton.compiler as jit  # JITFunction.create_binder imports compile from here
+stats = {"n": 0, "s": 0.0, "by": {}}
+real = jit.compile
+def timed_compile(src, *a, **k):
+    t = time.perf_counter()
+    try:
+        return real(src, *a, **k)
+    finally:
+        dt = time.perf_counter() - t
+        stats["n"] += 1; stats["s"] += dt
+        name = getattr(getattr(src, "fn", None), "__name__", "?")
+        c = stats["by"].setdefault(name, [0, 0.0]); c[0] += 1; c[1] += dt
+jit.compile = timed_compile
+path = sys.argv[1]
+src = open(path).read()
+cells = re.split(r"\n(?=# %%\n)", src)
+g = {"__name__": "__main__", "__file__": os.path.abspath(path)}
+t0 = time.time()
+line = 0
+for cell in cells:
+    padded = "\n" * line + cell  # the file's own line numbers: Triton reads kernels' source through them
+    line += cell.count("\n") + 1
+    head = [l for l in cell.splitlines() if l.startswith("# ") and not l.startswith("# %%")][:1]
+    n0, s0, t = stats["n"], stats["s"], time.time()
+    exec(compile(padded, path, "exec"), g)
+    dt = time.time() - t
+    if dt > 0.5:
+        print(f"  {dt:6.1f}s  compiles {stats['n'] - n0:3d} ({stats['s'] - s0:5.1f}s)  {head[0][2:60] if head else ''}", flush=True)
+print(f"TOTAL {time.time() - t0:.1f}s, Triton compiles in this process {stats['n']} ({stats['s']:.1f}s)")
+for name, (n, s) in sorted(stats["by"].items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"    {name:40s} {n:4d} {s:6.1f}s")
+try:
+    import torch._dynamo.utils as du
+    print(du.compile_times(repr="str", aggregate=True)[:3000])
+except Exception as e:
+    print("no dynamo compile times:", e)
+if "results" in g and hasattr(g["results"], "to_csv"):
+    g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:2] + "_results.csv"))
+'''
+
+names = sys.argv[1:] or ["01", "02", "03", "04"]
+tutorials = sorted(f for f in os.listdir("tutorials") if f[:2] in names and f.endswith(".py"))
+for name in tutorials:
+    t = time.time()
+    print(f"== {name}", flush=True)
+    subprocess.run([sys.executable, "-c", CHILD, os.path.join("tutorials", name)], check=False,
+                   env=dict(os.environ, MPLBACKEND="Agg"))
+    print(f"== {name} wall {time.time() - t:.1f}s", flush=True)
