@@ -1219,6 +1219,16 @@ split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.
 #   the wait: can you hold the next row in 16 bits until its share is published, and keep the programs
 #   per SM of the kernel without lookahead? A lookahead backward is the same change, with one share
 #   per slice.
+# * **The widest bf16 rows.** At :math:`N = 32768` a bf16 row fits one 32-warp program, but that
+#   program then fills an SM's registers alone, and the row's load, its two reductions, its
+#   exponentials and its store take turns on the SM. The split kernel overlaps them with four programs
+#   per SM and pays a wait per row instead; it stays a few points under the copy there (the table
+#   above). Measured slower on an H100 (scripts in the repository's ``dev/``): a persistent program
+#   that copies the next row into shared memory while it works on this one (Gluon, Triton's
+#   lower-level dialect: ``gluon_wide_gpu.py``), two reads of the row in small programs as
+#   torch.compile does (``rowchunk_gpu.py``), one block-wide reduction instead of two
+#   (``onereduce_gpu.py``). A cluster, as above, would let two SMs share the row with a barrier
+#   that costs no trip through L2.
 # * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
 #   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
 #   the parallel-reduction tutorial shows the pattern.

@@ -1793,8 +1793,16 @@ summary()
 #   ``dev/ln_fwd_reload_gpu.py``): :math:`w` and :math:`b` loaded before the statistics (packed: the
 #   program then spills), L2 eviction hints, a persistent grid, one Welford reduction instead of two,
 #   the split above, the chunked kernel with smaller chunks, :math:`x` read twice with 16 or 32 warps.
-#   What could work: :math:`w` and :math:`b` kept in shared memory by a persistent program (Triton does
-#   not expose shared memory directly; Gluon, Triton's lower-level dialect, does).
+#   Two more designs measured slower still (``dev/gluon_wide_gpu.py``, ``dev/rowchunk_gpu.py``): a
+#   persistent program written in Gluon, Triton's lower-level dialect, that keeps :math:`w` and
+#   :math:`b` in shared memory (with or without the next row of :math:`x` copied in behind the current
+#   one), and torch.compile's layout, one small program per row streaming it twice in chunks. Shared
+#   memory is no faster to read than L1, where :math:`w` and :math:`b` already stay: the default L1
+#   size keeps them there, and forcing a larger share of shared memory instead makes the kernel much
+#   slower (``dev/ln_carveout_gpu.py``). Nsight Compute shows the limit: one 1024-thread program per
+#   SM, held there by its registers, so a row's load, its two reductions and its store take turns on
+#   each SM. RMSNorm, with one reduction and no bias, runs closer to the copy at this width
+#   (tutorial 04).
 # * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
 #   misses L2 it is capped at 2/3 of the copy. The split above reads it once, but its exchange per row
 #   costs a 16-bit slice as much as an fp32 one for half the bytes.
