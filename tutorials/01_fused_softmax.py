@@ -660,8 +660,6 @@ def split_plan(direction, n_cols, element_size, split=None):
         slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))
     meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
                 num_warps=cfg["num_warps"])
-    if cfg.get("maxnreg"):  # a cap on registers per thread, for one more program per SM
-        meta["maxnreg"] = cfg["maxnreg"]
     return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
 
 

@@ -1788,8 +1788,8 @@ summary()
 #   sums them, found with one atomic counter) would save a launch.
 # * **The widest 16-bit rows in the forward.** At :math:`N = 32768` a bf16 row still keeps its
 #   :math:`x` in registers: the second read measured slower there on an H100, so every row reads
-#   :math:`w` and :math:`b` again from L2 after its statistics, with one program per SM and nothing else
-#   in flight on that SM meanwhile. Tried without success (``dev/ln_fwd_variants_gpu.py``,
+#   :math:`w` and :math:`b` again after its statistics (from L1, as shown below), with one program per
+#   SM and nothing else in flight on that SM meanwhile. Tried without success (``dev/ln_fwd_variants_gpu.py``,
 #   ``dev/ln_fwd_reload_gpu.py``): :math:`w` and :math:`b` loaded before the statistics (packed: the
 #   program then spills), L2 eviction hints, a persistent grid, one Welford reduction instead of two,
 #   the split above, the chunked kernel with smaller chunks, :math:`x` read twice with 16 or 32 warps.

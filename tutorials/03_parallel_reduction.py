@@ -1010,18 +1010,18 @@ def summary():
     lines = []
     element_size = results.dtype.map({"float32": 4, "bfloat16": 2})
     nbytes = element_size * results["size"].where(results.sweep == "vector", MATRIX_ELEMENTS)
-    big = results[nbytes >= BIG_BYTES]
-    ratio = big["speed of light GB/s"] / big["copy GB/s"]
+    large = results[nbytes >= BIG_BYTES]
+    ratio = large["speed of light GB/s"] / large["copy GB/s"]
     if ON_GPU:  # on the CPU the copy is the speed of light itself
         lines.append(
             f"Speed of light: on inputs of {BIG} and more {LIGHT} read "
-            f"{big['speed of light GB/s'].min():.0f}-{big['speed of light GB/s'].max():.0f} GB/s, "
+            f"{large['speed of light GB/s'].min():.0f}-{large['speed of light GB/s'].max():.0f} GB/s, "
             f"{100 * ratio.min():.3g}-{100 * ratio.max():.3g}% of the copy's "
-            f"{big['copy GB/s'].min():.0f}-{big['copy GB/s'].max():.0f} GB/s (bytes read and written)."
+            f"{large['copy GB/s'].min():.0f}-{large['copy GB/s'].max():.0f} GB/s (bytes read and written)."
         )
     for sweep, provider, what in [("vector", "persistent", "the persistent whole-vector sum"),
                                   ("cols", "ours", "the column sums"), ("rows", "ours", "the row sums")]:
-        part = big[(big.sweep == sweep) & (big.provider == provider)]
+        part = large[(large.sweep == sweep) & (large.provider == provider)]
         lines.append(
             f"On those inputs {what} read at {part['% of speed of light'].min():.3g}-"
             f"{part['% of speed of light'].max():.3g}% of {LIGHT} "
