@@ -48,6 +48,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import triton
 import triton.language as tl
+from triton.experimental import gluon  # Triton's lower-level language: used by one kernel below
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
@@ -513,6 +516,80 @@ def softmax_fwd_lookahead_kernel(
 
 
 # %%
+# Rows that fit in registers only once: stage them in shared memory
+# -----------------------------------------------------------------
+# A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values: half of an SM's
+# 256 KB of registers. The fused kernel's 32-warp program that holds it is therefore alone on its
+# SM, and alone it loads the row, reduces it twice, and stores it, one phase after the other, with
+# nothing from another row to fill the gaps. Two 16-bit rows of 16384 columns, each in its own program
+# on the same SM, do overlap, and that width runs at the copy's speed (the sweep below shows both).
+#
+# Shared memory holds the row in its own dtype, and an H100's 228 KB per SM holds three 64 KB rows.
+# So the kernel below gives each program one row and no more registers than it needs: it copies the
+# row from global into shared memory with asynchronous copies (``cp.async``, which do not go through
+# registers), then reads it back three times in ``CHUNK``-column pieces: the maximum, the sum of
+# exponentials, and :math:`y`. Three programs, three rows, share an SM, limited by shared memory, and
+# while one reduces the others load or store. The row is still read from DRAM once.
+#
+# ``triton.language`` decides by itself what goes through shared memory, so this kernel is written in
+# **Gluon** (``triton.experimental.gluon``), the lower-level language that ships with Triton: every
+# tensor has an explicit *layout* (which thread holds which elements), and a kernel allocates shared
+# memory and issues the copies itself. Three details:
+#
+# * each thread holds runs of 8 (bf16) contiguous elements, 16 bytes, one ``cp.async`` each;
+# * every piece is its own *commit group*, so the first pass starts on piece 0 while the later pieces
+#   are still on their way (``wait_group(k)``: wait until at most ``k`` groups are still in flight);
+# * a thread reads back, with the same layout, exactly the elements its own copies wrote, so the waits
+#   need no barrier between threads.
+#
+# Gluon kernels compile only for a GPU: Triton's interpreter does not run them. Without a GPU the
+# launcher keeps the kernels above, and so it does for rows whose length or stride is not a multiple
+# of 16 elements, or whose address is not 16-byte aligned: a copy moves 16 aligned bytes, and the mask
+# at the row's end must cover whole copies. ``STAGED`` below says which rows take this kernel.
+
+# cp.async from global to shared memory: ``async_copy_global_to_shared`` in Triton 3.6, ``async_load``
+# from 3.7 on (where the old name is deprecated)
+async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+@gluon.jit
+def softmax_fwd_staged_kernel(
+    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+    CHUNKS: gl.constexpr, VEC: gl.constexpr, REP: gl.constexpr, EVEN: gl.constexpr,
+):
+    """One program per row: the row copied into shared memory once, then three passes over it."""
+    # VEC contiguous elements (16 bytes) per thread, 32 threads per warp, the warps side by side; a chunk
+    # is REP such runs per thread
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [gl.num_warps()], [0])
+    CHUNK: gl.constexpr = VEC * 32 * gl.num_warps() * REP
+    if EVEN:  # the row is a whole number of chunks: with a constant length every mask folds away
+        n_cols = CHUNKS * CHUNK
+    row = gl.program_id(0).to(gl.int64)
+    cols = gl.arange(0, CHUNK, layout=layout)
+    x_row = x_ptr + row * x_row_stride
+    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
+        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=c * CHUNK + cols < n_cols)
+        async_copy.commit_group()
+    m = gl.full([CHUNK], -float("inf"), gl.float32, layout)  # running max, per lane
+    for c in gl.static_range(CHUNKS):
+        async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        m = gl.maximum(m, gl.where(c * CHUNK + cols < n_cols, x, -float("inf")))
+    row_max = gl.max(m, axis=0)
+    shift = gl.where(row_max == -float("inf"), 0.0, row_max)  # a row of -inf: y is NaN, as in torch
+    s = gl.zeros([CHUNK], gl.float32, layout)
+    for c in range(CHUNKS):
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        s += gl.where(c * CHUNK + cols < n_cols, gl.exp(x - shift), 0.0)
+    inv_sum = 1.0 / gl.sum(s, axis=0)
+    y_row = y_ptr + row * y_row_stride
+    for c in range(CHUNKS):
+        y = gl.exp(x_smem.index(c).load(layout).to(gl.float32) - shift) * inv_sum
+        gl.store(y_row + c * CHUNK + cols, y.to(y_ptr.dtype.element_ty), mask=c * CHUNK + cols < n_cols)
+
+
+# %%
 # Block size, warps and grid
 # --------------------------
 # These choices live in one place, apart from the kernels:
@@ -569,6 +646,11 @@ SPLIT = {
     ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
     ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
 }
+# The staged kernel (forward, GPU only), by element size: rows of MIN_N to MAX_N columns, copied in
+# pieces of CHUNK_N columns, num_warps warps a program, and registers capped so that PER_SM programs
+# fit on an SM (the shared memory allows that many 64 KB rows). Checked before SPLIT. A missing entry
+# keeps the other kernels.
+STAGED = {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=8, PER_SM=3)}
 
 
 def fused_config(n_cols, element_size):
@@ -663,6 +745,23 @@ def split_plan(direction, n_cols, element_size, split=None):
     return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
 
 
+def staged_plan(x2d, staged=None):
+    """Meta-parameters of the staged kernel for the rows of x2d, or None where it is not used: no GPU,
+    no entry in ``STAGED`` (``staged`` overrides it), a row length outside the entry's range, or rows
+    whose length or stride is not a multiple of 16 elements, or not 16-byte aligned."""
+    cfg = (STAGED if staged is None else staged).get(x2d.element_size())
+    if not ON_GPU or cfg is None or not cfg["MIN_N"] <= x2d.shape[1] <= cfg["MAX_N"]:
+        return None
+    if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
+        return None
+    vec = 16 // x2d.element_size()  # elements per 16-byte copy
+    regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+    return dict(CHUNKS=triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]), VEC=vec,
+                EVEN=x2d.shape[1] % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
 def split_flags(direction, n_rows, meta, device):
     """The flag words of a split launch, one per slice of each row, cleared to "not written": all ones
     in the forward, a clear "written" bit in the backward."""
@@ -683,11 +782,15 @@ def split_grid(kernel, args, meta, per_sm, n_rows):
     return groups * meta["SLICES"]
 
 
-def forward_launch(x2d, y2d, persistent=False, split=None, n_rows=None):
+def forward_launch(x2d, y2d, persistent=False, split=None, n_rows=None, staged=None):
     """(kernel, grid, args, meta) of the forward on these tensors. ``split`` overrides ``SPLIT`` (``{}``:
-    never split); ``n_rows`` sizes the grid for that many rows instead of x2d's (for the table below)."""
+    never split), ``staged`` ``STAGED``; ``n_rows`` sizes the grid for that many rows instead of x2d's
+    (for the table below). The staged kernel takes one program per row, persistent or not."""
     n_rows = x2d.shape[0] if n_rows is None else n_rows
     n_cols = x2d.shape[1]
+    meta = staged_plan(x2d, staged)
+    if meta is not None:
+        return softmax_fwd_staged_kernel, n_rows, (x2d, y2d, n_cols, x2d.stride(0), y2d.stride(0)), meta
     sizes = (x2d.shape[0], n_cols, x2d.stride(0), y2d.stride(0))
     plan = split_plan("forward", n_cols, x2d.element_size(), split)
     if plan is not None:
@@ -725,9 +828,9 @@ def backward_launch(y2d, dy2d, dx2d, persistent=False, split=None, n_rows=None):
     return kernel, grid, (y2d, dy2d, dx2d, *sizes), meta
 
 
-def softmax_rows_forward(x2d, y2d, persistent=False, split=None):
+def softmax_rows_forward(x2d, y2d, persistent=False, split=None, staged=None):
     """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row. Returns the grid size."""
-    kernel, grid, args, meta = forward_launch(x2d, y2d, persistent, split)
+    kernel, grid, args, meta = forward_launch(x2d, y2d, persistent, split, staged=staged)
     kernel[(grid,)](*args, **meta)
     return grid
 
@@ -746,7 +849,7 @@ def softmax_rows_backward(y2d, dy2d, dx2d, persistent=False, split=None):
 KERNEL_NAMES = {softmax_fwd_kernel: "fused", softmax_bwd_kernel: "fused",
                 softmax_fwd_online_kernel: "online", softmax_bwd_online_kernel: "online",
                 softmax_fwd_split_kernel: "split", softmax_bwd_split_kernel: "split",
-                softmax_fwd_lookahead_kernel: "split, lookahead"}
+                softmax_fwd_lookahead_kernel: "split, lookahead", softmax_fwd_staged_kernel: "staged (Gluon)"}
 
 
 def config_table():
@@ -767,7 +870,10 @@ def config_table():
             rows.append({
                 "direction": direction, "dtype": str(dtype).replace("torch.", ""), "N": n_cols,
                 "kernel": KERNEL_NAMES[kernel], "BLOCK_M": meta.get("BLOCK_M", 1),
-                "BLOCK_N": meta["BLOCK_N"], "SLICES": meta.get("SLICES", 1), "num_warps": meta["num_warps"],
+                # the staged kernel: CHUNKS pieces of VEC * 32 * num_warps * REP columns
+                "BLOCK_N": meta.get("BLOCK_N", meta.get("CHUNKS", 0) * meta.get("VEC", 0) * 32 * meta["num_warps"]
+                                    * meta.get("REP", 0)),
+                "SLICES": meta.get("SLICES", 1), "num_warps": meta["num_warps"],
                 "registers / thread": n_regs if ON_GPU else "-",
                 "programs / SM": per_sm if ON_GPU else "-", "limited by": limit,
                 "grid at M x N = 2**26": grid,
@@ -1138,8 +1244,8 @@ def persistence_table():
             nbytes = 2 * x.numel() * x.element_size()
             row = {"dtype": str(dtype).replace("torch.", ""), "N": n_cols}
             for persistent in (False, True):
-                grid = softmax_rows_forward(x, y, persistent=persistent, split={})
-                ms = bench(lambda: softmax_rows_forward(x, y, persistent=persistent, split={}))
+                grid = softmax_rows_forward(x, y, persistent=persistent, split={}, staged={})
+                ms = bench(lambda: softmax_rows_forward(x, y, persistent=persistent, split={}, staged={}))
                 label = "persistent" if persistent else "one program per block"
                 row[f"{label}: programs"] = grid
                 row[f"{label}: GB/s"] = nbytes / ms * 1e-6
@@ -1179,8 +1285,8 @@ def split_table():
                     if label == "no lookahead" and row["split: kernel"] != "split, lookahead":
                         continue  # the lookahead is off here: the same kernel as "split"
                     if direction == "forward":
-                        kernel = forward_launch(x, y, split=split)[0]
-                        ms, moved = bench(lambda: softmax_rows_forward(x, y, split=split)), 2 * nbytes
+                        kernel = forward_launch(x, y, split=split, staged={})[0]
+                        ms, moved = bench(lambda: softmax_rows_forward(x, y, split=split, staged={})), 2 * nbytes
                     else:
                         kernel = backward_launch(y, dy, dx, split=split)[0]
                         ms, moved = bench(lambda: softmax_rows_backward(y, dy, dx, split=split)), 3 * nbytes
@@ -1204,6 +1310,45 @@ for (direction, dtype, n_cols), row in split_vs_online.iterrows():
 split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.endswith("GB/s")}, na_rep="-")
 
 # %%
+# Does staging pay?
+# -----------------
+# 16-bit rows from 16 K to 32 K columns, forward: the staged kernel against what the launcher runs
+# without it (``staged={}``), each timed as above next to a copy of the same bytes. Rows of 16384
+# columns are below ``STAGED``'s range (forced here, for comparison) and 24576 is between the sweep's
+# powers of two. On a machine without a GPU there is nothing to compare: Gluon kernels do not run in
+# Triton's interpreter.
+
+FORCE_STAGED = {size: dict(cfg, MIN_N=1) for size, cfg in STAGED.items()}
+
+
+def staged_table():
+    rows = []
+    for n_cols in (16384, 24576, 32768):
+        x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
+        y, out = torch.empty_like(x), torch.empty_like(x)
+        moved = 2 * x.numel() * x.element_size()
+        row = {"dtype": "bfloat16", "N": n_cols, "copy GB/s": moved / bench(lambda: out.copy_(x), graph=False) * 1e-6}
+        for label, staged in (("staged", FORCE_STAGED), ("without", {})):
+            kernel, _, args, meta = forward_launch(x, y, staged=staged)
+            row[f"{label}: kernel"] = KERNEL_NAMES[kernel]
+            row[f"{label}: programs / SM"] = programs_per_sm(kernel, args, meta)[0]
+            row[f"{label}: % of copy"] = 100 * moved / bench(lambda: softmax_rows_forward(x, y, staged=staged)) \
+                * 1e-6 / row["copy GB/s"]
+        rows.append(row)
+        del x, y, out
+    return pd.DataFrame(rows).set_index(["dtype", "N"])
+
+
+if ON_GPU:
+    staged_vs_registers = staged_table()
+    for (dtype, n_cols), row in staged_vs_registers.iterrows():
+        print(f"{dtype}, N = {n_cols}: staged {row['staged: % of copy']:.1f}% of the copy, "
+              f"{row['without: kernel']} {row['without: % of copy']:.1f}%")
+else:
+    staged_vs_registers = pd.DataFrame({"": ["Gluon kernels need a GPU: nothing measured on this machine"]})
+staged_vs_registers.style.format({c: "{:.1f}" for c in staged_vs_registers.columns if "GB/s" in c or "%" in c})
+
+# %%
 # Going further
 # -------------
 # * **Long rows.** The split kernels read a long row once, and pay one wait per row: a round trip
@@ -1217,16 +1362,16 @@ split_vs_online.style.format({c: "{:.0f}" for c in split_vs_online.columns if c.
 #   the wait: can you hold the next row in 16 bits until its share is published, and keep the programs
 #   per SM of the kernel without lookahead? A lookahead backward is the same change, with one share
 #   per slice.
-# * **The widest bf16 rows.** At :math:`N = 32768` a bf16 row fits one 32-warp program, but that
-#   program then fills an SM's registers alone, and the row's load, its two reductions, its
-#   exponentials and its store take turns on the SM. The split kernel overlaps them with four programs
-#   per SM and pays a wait per row instead; it stays a few points under the copy there (the table
-#   above). Measured slower on an H100 (scripts in the repository's ``dev/``): a persistent program
-#   that copies the next row into shared memory while it works on this one (Gluon, Triton's
-#   lower-level dialect: ``gluon_wide_gpu.py``), two reads of the row in small programs as
+# * **Rows past shared memory.** The staged kernel stops at 64 KB rows, three to an SM. A bf16 row of
+#   65536 columns (128 KB) would leave one program per SM again, the problem the staged kernel solves
+#   at 32 K; the split kernels share such rows among SMs through L2 instead, and a cluster (above)
+#   would share them through distributed shared memory. Before the staged kernel, these designs for
+#   bf16 rows of 32 K all measured slower than the split kernel on an H100 (scripts in the
+#   repository's ``dev/``): a persistent Gluon program that copies the next row into shared memory
+#   while it works on this one (``gluon_wide_gpu.py``), two reads of the row in small programs as
 #   torch.compile does (``rowchunk_gpu.py``), one block-wide reduction instead of two
-#   (``onereduce_gpu.py``). A cluster, as above, would let two SMs share the row with a barrier
-#   that costs no trip through L2.
+#   (``onereduce_gpu.py``); ``gluon_staged_gpu.py`` has the staged kernel's sweep. Exercise: give
+#   ``STAGED`` an entry for fp32 rows of 16 K (64 KB too) and compare it with the fused kernel.
 # * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x`` so that rows are contiguous. A kernel that
 #   reduces down columns (coalesced loads along the rows, one partial per column) would skip that copy:
 #   the parallel-reduction tutorial shows the pattern.

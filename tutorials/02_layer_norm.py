@@ -51,6 +51,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import triton
 import triton.language as tl
+from triton.experimental import gluon  # Triton's lower-level language: used by one kernel below
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
@@ -889,6 +892,82 @@ def layer_norm_fwd_split_kernel(
 
 
 # %%
+# The widest 16-bit rows: stage the row in shared memory
+# ------------------------------------------------------
+# A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values, half of an SM's
+# registers: the fused kernel's program that holds it is alone on its SM, and alone it loads the row,
+# reduces it twice and stores it, one phase after the other. Reading :math:`x` twice does not help at
+# that width (the second read has to wait for L2 as often as the first), and the split above pays an
+# exchange per row.
+#
+# Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three such rows. The
+# kernel below gives each program one row and few registers: it copies the row into shared memory with
+# asynchronous copies (``cp.async``, which do not go through registers), then reads it back in
+# ``CHUNK``-column pieces, three times: the sum, the squared deviations, and :math:`y` (with
+# :math:`w` and :math:`b`, loaded piece by piece as in the fused kernel). Three programs share an SM,
+# and while one reduces, the others load or store. :math:`x` is still read from DRAM once.
+#
+# ``triton.language`` decides by itself what goes through shared memory, so this kernel is written in
+# **Gluon** (``triton.experimental.gluon``), the lower-level language that ships with Triton: every
+# tensor has an explicit layout (which thread holds which elements), and the kernel allocates shared
+# memory and issues the copies itself. Every piece is its own *commit group*, so the first pass
+# starts on piece 0 while the later ones are still on their way; each thread reads back, with the same
+# layout, exactly the elements its own copies wrote, so the waits need no barrier between threads.
+# Gluon kernels compile only for a GPU (Triton's interpreter does not run them), and a copy moves 16
+# aligned bytes, with the mask at the row's end covering whole copies: without a GPU, or for rows whose
+# length or stride is not a multiple of 16 elements or whose address is not 16-byte aligned, the
+# launcher keeps the kernels above. The softmax tutorial stages its widest rows the same way.
+
+# cp.async from global to shared memory: ``async_copy_global_to_shared`` in Triton 3.6, ``async_load``
+# from 3.7 on (where the old name is deprecated)
+async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+@gluon.jit
+def layer_norm_fwd_staged_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: gl.constexpr, HAS_B: gl.constexpr, CHUNKS: gl.constexpr, VEC: gl.constexpr, REP: gl.constexpr, EVEN: gl.constexpr,
+):
+    """One program per row: the row copied into shared memory once, then three passes over it."""
+    # VEC contiguous elements (16 bytes) per thread, 32 threads per warp, the warps side by side; a chunk
+    # is REP such runs per thread
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [gl.num_warps()], [0])
+    CHUNK: gl.constexpr = VEC * 32 * gl.num_warps() * REP
+    if EVEN:  # the row is a whole number of chunks: with a constant length every mask folds away
+        n_cols = CHUNKS * CHUNK
+    row = gl.program_id(0).to(gl.int64)
+    cols = gl.arange(0, CHUNK, layout=layout)
+    x_row = x_ptr + row * x_row_stride
+    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
+        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=c * CHUNK + cols < n_cols)
+        async_copy.commit_group()
+    acc = gl.zeros([CHUNK], gl.float32, layout)
+    for c in gl.static_range(CHUNKS):
+        async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        acc += gl.where(c * CHUNK + cols < n_cols, x, 0.0)
+    mean = gl.sum(acc, axis=0) / n_cols
+    acc = gl.zeros([CHUNK], gl.float32, layout)
+    for c in range(CHUNKS):
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        xc = gl.where(c * CHUNK + cols < n_cols, x - mean, 0.0)
+        acc += xc * xc
+    rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
+    y_row = y_ptr + row * y_row_stride
+    for c in range(CHUNKS):
+        col_ok = c * CHUNK + cols < n_cols
+        y = (x_smem.index(c).load(layout).to(gl.float32) - mean) * rstd
+        if HAS_W:
+            y = y * gl.load(w_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
+        if HAS_B:
+            y = y + gl.load(b_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
+        gl.store(y_row + c * CHUNK + cols, y.to(y_ptr.dtype.element_ty), mask=col_ok)
+    gl.store(mean_ptr + row, mean)
+    gl.store(rstd_ptr + row, rstd)
+
+
+# %%
 # Block size, warps and grid
 # --------------------------
 # The choices live here, apart from the kernels.
@@ -956,6 +1035,10 @@ SPLIT = {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, MIN
 FWD_SPLIT = {4: dict(MIN_N=MAX_FUSED_N + 1, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64,
                      MIN_SLOTS=32)}
 FWD_SPLIT_WARPS_PER_SM = 16
+# The staged forward (GPU only), by element size: rows of MIN_N to MAX_N columns, copied in pieces of
+# CHUNK_N columns, num_warps warps a program, registers capped so that PER_SM programs fit on an SM
+# (the shared memory holds that many 64 KB rows). Checked first. A missing entry keeps the other kernels.
+FWD_STAGED = {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=16, PER_SM=3)}
 SUM_BLOCK_P = 32  # second pass: partial lines summed at a time
 SUM_BLOCK_C = 128 if ON_GPU else 4096  # second pass: columns per program (the interpreter wants few)
 
@@ -1016,6 +1099,23 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
     return (meta, groups) if groups > 0 else None
 
 
+def fwd_staged_plan(x2d, flags, staged=None):
+    """Meta-parameters of the staged forward for the rows of x2d, or None where it is not used: no GPU,
+    no entry in ``FWD_STAGED`` (``staged`` overrides it), a row length outside the entry's range, or
+    rows whose length or stride is not a multiple of 16 elements, or not 16-byte aligned."""
+    cfg = (FWD_STAGED if staged is None else staged).get(x2d.element_size())
+    if not ON_GPU or cfg is None or not cfg["MIN_N"] <= x2d.shape[1] <= cfg["MAX_N"]:
+        return None
+    if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
+        return None
+    vec = 16 // x2d.element_size()  # elements per 16-byte copy
+    regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+    return dict(flags, CHUNKS=triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]), VEC=vec,
+                EVEN=x2d.shape[1] % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
 def fwd_reads_twice(n_cols, element_size):
     """Whether the fused forward reads x twice (layer_norm_fwd_twice_kernel) at this width."""
     low, high = FWD_RELOAD_N.get(min(element_size, 4), (0, -1))
@@ -1023,18 +1123,23 @@ def fwd_reads_twice(n_cols, element_size):
 
 
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, persistent=False, max_fused_n=None,
-                            split=None, reload=None):
+                            split=None, reload=None, staged=None):
     """y2d = layer_norm(x2d) along dim 1; mean, rstd (fp32, one per row) are written too.
 
     x2d and y2d are 2-D with unit stride along the row; weight and bias 1-D contiguous, or None.
     ``split`` overrides ``FWD_SPLIT`` (``{}``: never split), ``reload`` ``FWD_RELOAD_N`` (True or False:
-    rows up to ``max_fused_n`` read x twice, or once, at any width). Returns the number of programs launched.
+    rows up to ``max_fused_n`` read x twice, or once, at any width), ``staged`` ``FWD_STAGED``.
+    Returns the number of programs launched.
     """
     n_rows, n_cols = x2d.shape
     fused = n_cols <= (MAX_FUSED_N if max_fused_n is None else max_fused_n)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
+    meta = fwd_staged_plan(x2d, flags, staged)
+    if meta is not None and n_rows > 0:  # one program per row, persistent or not
+        layer_norm_fwd_staged_kernel[(n_rows,)](*args[:6], *args[7:], **meta)
+        return n_rows
     cfg = (FWD_SPLIT if split is None else split).get(min(x2d.element_size(), 4))
     plan = fwd_split_plan(x2d, y2d, args, flags, cfg) if cfg and cfg["MIN_N"] <= n_cols <= MAX_SPLIT_N else None
     if plan is not None:
@@ -1520,7 +1625,8 @@ def plan_table(dtype=torch.bfloat16):
         partial_bytes = 2 * 2 * 4 * plan["lines"] * n_cols
         rows.append({
             "N": n_cols, "M": n_rows,
-            "forward": ("fused, x read twice" if fwd_reads_twice(n_cols, x.element_size()) else "fused")
+            "forward": "staged (Gluon)" if fwd_staged_plan(x, {}) else
+            ("fused, x read twice" if fwd_reads_twice(n_cols, x.element_size()) else "fused")
             if n_cols <= MAX_FUSED_N else "chunked",
             "backward": kind, "slices": plan["meta"].get("SLICES", 1),
             "BLOCK_M": plan["block_m"], "BLOCK_N": plan["meta"].get("BLOCK_N", CHUNK_N),
@@ -1771,6 +1877,45 @@ def summary():
 summary()
 
 # %%
+# Does staging pay?
+# -----------------
+# 16-bit rows from 16 K to 32 K columns, forward: the staged kernel against what the launcher runs
+# without it (``staged={}``), each timed as above next to a copy of the same bytes. Rows of 16384
+# columns are below ``FWD_STAGED``'s range (forced here, for comparison) and 24576 is between the
+# sweep's powers of two. Without a GPU there is nothing to compare: Gluon kernels do not run in
+# Triton's interpreter.
+
+FORCE_STAGED = {size: dict(cfg, MIN_N=1) for size, cfg in FWD_STAGED.items()}
+
+
+def staged_table():
+    rows = []
+    for n_cols in (16384, 24576, 32768):
+        x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
+        w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
+        y, out = torch.empty_like(x), torch.empty_like(x)
+        mean = torch.empty(x.shape[0], device=DEVICE)
+        rstd = torch.empty_like(mean)
+        moved = 2 * x.numel() * x.element_size()
+        row = {"dtype": "bfloat16", "N": n_cols, "copy GB/s": moved / bench(lambda: out.copy_(x), graph=False) * 1e-6}
+        for label, staged in (("staged", FORCE_STAGED), ("without", {})):
+            ms = bench(lambda: layer_norm_rows_forward(x, y, w, b, mean, rstd, 1e-5, staged=staged))
+            row[f"{label}: % of copy"] = 100 * moved / ms * 1e-6 / row["copy GB/s"]
+        rows.append(row)
+        del x, y, out
+    return pd.DataFrame(rows).set_index(["dtype", "N"])
+
+
+if ON_GPU:
+    staged_vs_registers = staged_table()
+    for (dtype, n_cols), row in staged_vs_registers.iterrows():
+        print(f"{dtype}, N = {n_cols}: staged {row['staged: % of copy']:.1f}% of the copy, "
+              f"without it {row['without: % of copy']:.1f}%")
+else:
+    staged_vs_registers = pd.DataFrame({"": ["Gluon kernels need a GPU: nothing measured on this machine"]})
+staged_vs_registers.style.format({c: "{:.1f}" for c in staged_vs_registers.columns if "GB/s" in c or "%" in c})
+
+# %%
 # What still limits the kernel, and what to try
 # ---------------------------------------------
 # * **Wide bf16 rows in the backward.** The split kernel reads each row once and rarely waits; in
@@ -1786,23 +1931,17 @@ summary()
 #   plan table shows by how much). A grid with fewer programs than SMs would shrink it, at the price of
 #   bandwidth; a reduction of the partial lines inside the backward kernel (the last program to finish
 #   sums them, found with one atomic counter) would save a launch.
-# * **The widest 16-bit rows in the forward.** At :math:`N = 32768` a bf16 row still keeps its
-#   :math:`x` in registers: the second read measured slower there on an H100, so every row reads
-#   :math:`w` and :math:`b` again after its statistics (from L1, as shown below), with one program per
-#   SM and nothing else in flight on that SM meanwhile. Tried without success (``dev/ln_fwd_variants_gpu.py``,
-#   ``dev/ln_fwd_reload_gpu.py``): :math:`w` and :math:`b` loaded before the statistics (packed: the
-#   program then spills), L2 eviction hints, a persistent grid, one Welford reduction instead of two,
-#   the split above, the chunked kernel with smaller chunks, :math:`x` read twice with 16 or 32 warps.
-#   Two more designs measured slower still (``dev/gluon_wide_gpu.py``, ``dev/rowchunk_gpu.py``): a
-#   persistent program written in Gluon, Triton's lower-level dialect, that keeps :math:`w` and
-#   :math:`b` in shared memory (with or without the next row of :math:`x` copied in behind the current
-#   one), and torch.compile's layout, one small program per row streaming it twice in chunks. Shared
-#   memory is no faster to read than L1, where :math:`w` and :math:`b` already stay: the default L1
-#   size keeps them there, and forcing a larger share of shared memory instead makes the kernel much
-#   slower (``dev/ln_carveout_gpu.py``). Nsight Compute shows the limit: one 1024-thread program per
-#   SM, held there by its registers, so a row's load, its two reductions and its store take turns on
-#   each SM. RMSNorm, with one reduction and no bias, runs closer to the copy at this width
-#   (tutorial 04).
+# * **The widest 16-bit rows in the forward.** Before the staged kernel, every design tried for bf16
+#   rows of 32 K stayed a few points under the copy on an H100: :math:`w` and :math:`b` loaded before
+#   the statistics, L2 eviction hints, a persistent grid, one Welford reduction instead of two, the split
+#   above, smaller chunks, :math:`x` read twice (``dev/ln_fwd_variants_gpu.py``,
+#   ``dev/ln_fwd_reload_gpu.py``); a persistent Gluon program with :math:`w` and :math:`b` in shared
+#   memory and the next row copied in behind the current one (``dev/gluon_wide_gpu.py``); torch.compile's
+#   layout, one small program per row streaming it twice (``dev/rowchunk_gpu.py``). Nsight Compute
+#   showed why: one 1024-thread program per SM, held there by its registers. Staging the row in shared
+#   memory (``dev/gluon_staged_gpu.py`` has its sweep) is what put three rows on each SM. Past 64 KB a
+#   row leaves one program per SM again: fp32 rows of 32 K, or 16-bit rows of 64 K. Exercise: give
+#   ``FWD_STAGED`` an entry for fp32 rows of 16 K (64 KB too) and compare it with the fused kernel.
 # * **Long 16-bit rows in the forward.** The chunked forward reads each row twice; once the second read
 #   misses L2 it is capped at 2/3 of the copy. The split above reads it once, but its exchange per row
 #   costs a 16-bit slice as much as an fp32 one for half the bytes.
