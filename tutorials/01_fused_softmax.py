@@ -569,24 +569,24 @@ def softmax_fwd_staged_kernel(
     x_row = x_ptr + row * x_row_stride
     x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
-        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=c * CHUNK + cols < n_cols)
+        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
     m = gl.full([CHUNK], -float("inf"), gl.float32, layout)  # running max, per lane
     for c in gl.static_range(CHUNKS):
         async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
         x = x_smem.index(c).load(layout).to(gl.float32)
-        m = gl.maximum(m, gl.where(c * CHUNK + cols < n_cols, x, -float("inf")))
+        m = gl.maximum(m, gl.where(cols < n_cols - c * CHUNK, x, -float("inf")))
     row_max = gl.max(m, axis=0)
     shift = gl.where(row_max == -float("inf"), 0.0, row_max)  # a row of -inf: y is NaN, as in torch
     s = gl.zeros([CHUNK], gl.float32, layout)
     for c in range(CHUNKS):
         x = x_smem.index(c).load(layout).to(gl.float32)
-        s += gl.where(c * CHUNK + cols < n_cols, gl.exp(x - shift), 0.0)
+        s += gl.where(cols < n_cols - c * CHUNK, gl.exp(x - shift), 0.0)
     inv_sum = 1.0 / gl.sum(s, axis=0)
     y_row = y_ptr + row * y_row_stride
     for c in range(CHUNKS):
         y = gl.exp(x_smem.index(c).load(layout).to(gl.float32) - shift) * inv_sum
-        gl.store(y_row + c * CHUNK + cols, y.to(y_ptr.dtype.element_ty), mask=c * CHUNK + cols < n_cols)
+        gl.store(y_row + c * CHUNK + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols - c * CHUNK)
 
 
 # %%

@@ -940,23 +940,23 @@ def layer_norm_fwd_staged_kernel(
     x_row = x_ptr + row * x_row_stride
     x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
-        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=c * CHUNK + cols < n_cols)
+        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
     acc = gl.zeros([CHUNK], gl.float32, layout)
     for c in gl.static_range(CHUNKS):
         async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
         x = x_smem.index(c).load(layout).to(gl.float32)
-        acc += gl.where(c * CHUNK + cols < n_cols, x, 0.0)
+        acc += gl.where(cols < n_cols - c * CHUNK, x, 0.0)
     mean = gl.sum(acc, axis=0) / n_cols
     acc = gl.zeros([CHUNK], gl.float32, layout)
     for c in range(CHUNKS):
         x = x_smem.index(c).load(layout).to(gl.float32)
-        xc = gl.where(c * CHUNK + cols < n_cols, x - mean, 0.0)
+        xc = gl.where(cols < n_cols - c * CHUNK, x - mean, 0.0)
         acc += xc * xc
     rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
     y_row = y_ptr + row * y_row_stride
     for c in range(CHUNKS):
-        col_ok = c * CHUNK + cols < n_cols
+        col_ok = cols < n_cols - c * CHUNK
         y = (x_smem.index(c).load(layout).to(gl.float32) - mean) * rstd
         if HAS_W:
             y = y * gl.load(w_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
