@@ -16,6 +16,8 @@ Liger-Kernel on the GPU that built this page.
 * how *online softmax* handles rows too long to hold on chip, and what that costs;
 * how to share one long row among several programs that wait for each other, what makes that safe
   (all of them on the GPU at once), and how publishing one row ahead shortens the wait;
+* why a row that fills half the register file runs slower than two half-size rows, and how staging it
+  in shared memory with Gluon (Triton's lower-level language) puts three such rows on each SM;
 * how to write the backward pass and wrap both in ``torch.autograd.Function``.
 
 **Prerequisites**: PyTorch, and the first two official Triton tutorials (vector add, the idea of a
