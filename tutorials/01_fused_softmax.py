@@ -611,9 +611,14 @@ def softmax_fwd_staged_kernel(
 #   for its group, the others load and store; a few large programs per SM leave it idle during each
 #   wait. For bf16 that holds from
 #   rows of 32 K on, where the fused kernel's one 32-warp program per SM cannot overlap its load and
-#   store phases. ``LOOKAHEAD`` picks the lookahead kernel: on for the fp32 forward, whose slices of
+#   store phases (at 32 K the staged kernel comes first, and the split takes the rows it cannot: no
+#   GPU, or rows not aligned to 16 elements). ``LOOKAHEAD`` picks the lookahead kernel: on for the fp32 forward, whose slices of
 #   2048 columns in 2 warps measured fastest with it (``dev/softmax_lookahead_gpu.py``); off for bf16,
 #   where the kernel without it, with more programs per SM, stayed ahead at every slice width tried.
+# * ``STAGED`` sets the staged kernel for 16-bit rows of 16 K to 32 K columns: pieces of ``CHUNK_N``
+#   columns, ``num_warps`` warps, and a register cap that lets ``PER_SM`` programs share an SM (three
+#   64 KB rows fill an H100's shared memory). 8 warps measured fastest for the softmax
+#   (``dev/staged_check_gpu.py``); at 16 K columns the fused kernel, two programs per SM, is as fast.
 # * The split grid is as many whole groups as the GPU holds at once, and no more than needed for the
 #   fewest rows per group: 1024 rows with room for 33 groups take 32 groups of 32 rows, rather than 33
 #   groups of which one walks a 32nd row alone at the end.

@@ -983,7 +983,9 @@ def layer_norm_fwd_staged_kernel(
 #   and ``dev/ln_split_v2_gpu.py`` in the repository); past that the chunked kernel streams
 #   ``CHUNK_N`` columns at a time. The forward past ``MAX_FUSED_N`` splits fp32 rows (``FWD_SPLIT``,
 #   with as many programs per SM as fit in ``FWD_SPLIT_WARPS_PER_SM`` warps) and streams the others in
-#   chunks of ``FWD_CHUNK_N``.
+#   chunks of ``FWD_CHUNK_N``. On a GPU, 16-bit rows of 16 K to 32 K columns go to the staged kernel
+#   first (``FWD_STAGED``: pieces of ``CHUNK_N`` columns, 16 warps, registers capped so that ``PER_SM``
+#   programs share an SM; 16 warps measured fastest, ``dev/staged_check_gpu.py``).
 # * ``BLOCK_M`` packs several short rows into one program so that each block moves at least
 #   ``MIN_ELEMENTS`` elements (in the fused backward, ``BWD_MIN_BYTES`` bytes of :math:`x`: blocks of
 #   the same bytes in both dtypes, measured best on an H100 by ``dev/ln_fused_cfg_gpu.py``), enough
