@@ -917,7 +917,8 @@ def layer_norm_fwd_split_kernel(
 # Gluon kernels compile only for a GPU (Triton's interpreter does not run them), and a copy moves 16
 # aligned bytes, with the mask at the row's end covering whole copies: without a GPU, or for rows whose
 # length or stride is not a multiple of 16 elements or whose address is not 16-byte aligned, the
-# launcher keeps the kernels above. The softmax tutorial stages its widest rows the same way.
+# launcher keeps the kernels above, as it does on GPUs before Ampere (no ``cp.async``) or whose programs
+# cannot have 64 KB of shared memory. The softmax tutorial stages its widest rows the same way.
 
 # cp.async from global to shared memory: ``async_copy_global_to_shared`` in Triton 3.6, ``async_load``
 # from 3.7 on (where the old name is deprecated)
@@ -1105,14 +1106,21 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
 def fwd_staged_plan(x2d, flags, staged=None):
     """Meta-parameters of the staged forward for the rows of x2d, or None where it is not used: no GPU,
     no entry in ``FWD_STAGED`` (``staged`` overrides it), a row length outside the entry's range, or
-    rows whose length or stride is not a multiple of 16 elements, or not 16-byte aligned."""
+    rows whose length or stride is not a multiple of 16 elements, or not 16-byte aligned, or a GPU
+    without ``cp.async`` (before Ampere) or without the shared memory for a row."""
     cfg = (FWD_STAGED if staged is None else staged).get(x2d.element_size())
     if not ON_GPU or cfg is None or not cfg["MIN_N"] <= x2d.shape[1] <= cfg["MAX_N"]:
         return None
     if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
         return None
+    props = torch.cuda.get_device_properties(DEVICE)
+    row_bytes = triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]) * cfg["CHUNK_N"] * x2d.element_size()
+    # cp.async needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer, and the staged row must fit
+    # in one program's shared memory (plus a little for the reductions)
+    if torch.version.hip or props.major < 8 or getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
+        return None
     vec = 16 // x2d.element_size()  # elements per 16-byte copy
-    regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
     return dict(flags, CHUNKS=triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]), VEC=vec,
                 EVEN=x2d.shape[1] % cfg["CHUNK_N"] == 0,
                 REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
