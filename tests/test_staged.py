@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, load_tutorial
 
 ON_GPU = torch.cuda.is_available()
 PAGES = {
@@ -31,7 +31,7 @@ import json, os, re, subprocess, sys, types
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-path, kernel_name, pointers, dtype, metas = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5])
+path, kernel_name, dtype, metas = sys.argv[1], sys.argv[2], sys.argv[4], json.loads(sys.argv[5])
 src = open(path).read()
 start = src.index("# cp.async from global to shared memory")
 end = src.index("# %%", start)
@@ -96,18 +96,14 @@ def compile_for_hopper(page, dtype, metas, tmp_path):
 
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_staged_kernel_compiles_for_hopper(page, tmp_path):
-    """The launcher's own meta-parameters (its STAGED entry, as staged_plan derives them for an H100's
+    """The launcher's own meta-parameters (the page's staged_meta on its STAGED entry, for an H100's
     65536 registers per SM) for rows of 32768 (whole chunks) and 20000 columns (a masked last chunk)."""
     _, table, _ = PAGES[page]
-    src = (ROOT / "tutorials" / f"{page}.py").read_text()
-    line = next(l for l in src.splitlines() if l.startswith(f"{table} = "))
-    cfg = eval(line.split("=", 1)[1], {"dict": dict})[2]  # the 16-bit entry, e.g. {2: dict(MIN_N=..., ...)}
-    vec = 8
-    cap = min(255, 65536 // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8)
+    tutorial = load_tutorial(page)
+    cfg = tutorial[table][2]  # the 16-bit entry
     metas = []
     for n_cols in (32768, 20000):
-        meta = dict(CHUNKS=-(-n_cols // cfg["CHUNK_N"]), VEC=vec, REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]),
-                    EVEN=n_cols % cfg["CHUNK_N"] == 0, num_warps=cfg["num_warps"], maxnreg=cap)
+        meta = tutorial["staged_meta"](n_cols, 2, cfg, 65536)
         if page == "02_layer_norm":
             meta.update(HAS_W=True, HAS_B=True)
         metas.append(meta)
@@ -126,7 +122,6 @@ def test_staged_kernel_compiles_for_hopper(page, tmp_path):
 @pytest.mark.skipif(ON_GPU, reason="checks the interpreter's fallback")
 def test_no_staging_without_a_gpu():
     """Under the interpreter the launchers keep the tl.* kernels (and so the pages still run)."""
-    from conftest import load_tutorial
     sm, ln = load_tutorial("01_fused_softmax"), load_tutorial("02_layer_norm")
     x = torch.randn(4, 32768, dtype=torch.bfloat16)
     assert sm["staged_plan"](x) is None
@@ -145,7 +140,6 @@ def rel_err(out, ref):
 def test_staged_forwards_match_float64(dtype, n_cols, stride, staged):
     """Rows the staged kernels take (whole chunks or a masked last chunk, a row stride past the row) and
     rows they leave to the other kernels (length not a multiple of 16): outputs poisoned with NaN first."""
-    from conftest import load_tutorial
     sm, ln = load_tutorial("01_fused_softmax"), load_tutorial("02_layer_norm")
     torch.manual_seed(n_cols)
     x = (torch.randn(67, stride, device="cuda", dtype=dtype) * 3 + 1)[:, :n_cols]
@@ -172,7 +166,6 @@ def test_staged_forwards_match_float64(dtype, n_cols, stride, staged):
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels need a CUDA GPU (Triton's interpreter does not run them)")
 def test_staged_softmax_special_values_and_determinism():
     """NaN, +inf and -inf rows give what torch gives, and every run gives the same bits."""
-    from conftest import load_tutorial
     sm = load_tutorial("01_fused_softmax")
     x = torch.randn(8, 32768, device="cuda", dtype=torch.bfloat16)
     x[0] = -float("inf")

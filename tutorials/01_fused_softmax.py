@@ -571,7 +571,8 @@ def softmax_fwd_staged_kernel(
     row = gl.program_id(0).to(gl.int64)
     cols = gl.arange(0, CHUNK, layout=layout)
     x_row = x_ptr + row * x_row_stride
-    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK],
+                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
         async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
@@ -614,9 +615,10 @@ def softmax_fwd_staged_kernel(
 #   wait. For bf16 that holds from
 #   rows of 32 K on, where the fused kernel's one 32-warp program per SM cannot overlap its load and
 #   store phases (at 32 K the staged kernel comes first, and the split takes the rows it cannot: no
-#   GPU, or rows not aligned to 16 elements). ``LOOKAHEAD`` picks the lookahead kernel: on for the fp32 forward, whose slices of
-#   2048 columns in 2 warps measured fastest with it (``dev/softmax_lookahead_gpu.py``); off for bf16,
-#   where the kernel without it, with more programs per SM, stayed ahead at every slice width tried.
+#   GPU, or rows not aligned to 16 elements). ``LOOKAHEAD`` picks the lookahead kernel: on for the
+#   fp32 forward, whose slices of 2048 columns in 2 warps measured fastest with it
+#   (``dev/softmax_lookahead_gpu.py``); off for bf16, where the kernel without it, with more programs
+#   per SM, stayed ahead at every slice width tried.
 # * ``STAGED`` sets the staged kernel for 16-bit rows of 16 K to 32 K columns: pieces of ``CHUNK_N``
 #   columns, ``num_warps`` warps, and a register cap that lets ``PER_SM`` programs share an SM (three
 #   64 KB rows fill an H100's shared memory). 8 warps measured fastest for the softmax
@@ -754,6 +756,15 @@ def split_plan(direction, n_cols, element_size, split=None):
     return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
 
 
+def staged_meta(n_cols, element_size, cfg, regs_per_sm):
+    """The staged kernel's meta-parameters for rows of n_cols elements under the ``STAGED`` entry cfg:
+    registers capped so that ``PER_SM`` programs fit in regs_per_sm registers."""
+    vec = 16 // element_size  # elements per 16-byte copy
+    return dict(CHUNKS=triton.cdiv(n_cols, cfg["CHUNK_N"]), VEC=vec, EVEN=n_cols % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs_per_sm // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
 def staged_plan(x2d, staged=None):
     """Meta-parameters of the staged kernel for the rows of x2d, or None where it is not used: no GPU,
     no entry in ``STAGED`` (``staged`` overrides it), a row length outside the entry's range, or rows
@@ -765,17 +776,14 @@ def staged_plan(x2d, staged=None):
     if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
         return None
     props = torch.cuda.get_device_properties(DEVICE)
-    row_bytes = triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]) * cfg["CHUNK_N"] * x2d.element_size()
+    meta = staged_meta(x2d.shape[1], x2d.element_size(), cfg, getattr(props, "regs_per_multiprocessor", 65536))
+    row_bytes = meta["CHUNKS"] * cfg["CHUNK_N"] * x2d.element_size()
     # cp.async needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer, and the staged row must fit
     # in one program's shared memory (plus a little for the reductions)
-    if torch.version.hip or props.major < 8 or getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
+    if torch.version.hip or props.major < 8 or \
+            getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
         return None
-    vec = 16 // x2d.element_size()  # elements per 16-byte copy
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    return dict(CHUNKS=triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]), VEC=vec,
-                EVEN=x2d.shape[1] % cfg["CHUNK_N"] == 0,
-                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
-                maxnreg=min(255, regs // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+    return meta
 
 
 def split_flags(direction, n_rows, meta, device):

@@ -928,7 +928,8 @@ async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_gl
 @gluon.jit
 def layer_norm_fwd_staged_kernel(
     x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_cols, x_row_stride, y_row_stride, eps,
-    HAS_W: gl.constexpr, HAS_B: gl.constexpr, CHUNKS: gl.constexpr, VEC: gl.constexpr, REP: gl.constexpr, EVEN: gl.constexpr,
+    HAS_W: gl.constexpr, HAS_B: gl.constexpr, CHUNKS: gl.constexpr, VEC: gl.constexpr, REP: gl.constexpr,
+    EVEN: gl.constexpr,
 ):
     """One program per row: the row copied into shared memory once, then three passes over it."""
     # VEC contiguous elements (16 bytes) per thread, 32 threads per warp, the warps side by side; a chunk
@@ -940,7 +941,8 @@ def layer_norm_fwd_staged_kernel(
     row = gl.program_id(0).to(gl.int64)
     cols = gl.arange(0, CHUNK, layout=layout)
     x_row = x_ptr + row * x_row_stride
-    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK],
+                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
         async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
@@ -1103,6 +1105,15 @@ def fwd_split_plan(x2d, y2d, args, flags, cfg):
     return (meta, groups) if groups > 0 else None
 
 
+def staged_meta(n_cols, element_size, cfg, regs_per_sm):
+    """The staged forward's meta-parameters for rows of n_cols elements under the ``FWD_STAGED`` entry
+    cfg (HAS_W and HAS_B aside): registers capped so that ``PER_SM`` programs fit in regs_per_sm."""
+    vec = 16 // element_size  # elements per 16-byte copy
+    return dict(CHUNKS=triton.cdiv(n_cols, cfg["CHUNK_N"]), VEC=vec, EVEN=n_cols % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs_per_sm // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
 def fwd_staged_plan(x2d, flags, staged=None):
     """Meta-parameters of the staged forward for the rows of x2d, or None where it is not used: no GPU,
     no entry in ``FWD_STAGED`` (``staged`` overrides it), a row length outside the entry's range, or
@@ -1114,17 +1125,14 @@ def fwd_staged_plan(x2d, flags, staged=None):
     if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
         return None
     props = torch.cuda.get_device_properties(DEVICE)
-    row_bytes = triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]) * cfg["CHUNK_N"] * x2d.element_size()
+    meta = staged_meta(x2d.shape[1], x2d.element_size(), cfg, getattr(props, "regs_per_multiprocessor", 65536))
+    row_bytes = meta["CHUNKS"] * cfg["CHUNK_N"] * x2d.element_size()
     # cp.async needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer, and the staged row must fit
     # in one program's shared memory (plus a little for the reductions)
-    if torch.version.hip or props.major < 8 or getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
+    if torch.version.hip or props.major < 8 or \
+            getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
         return None
-    vec = 16 // x2d.element_size()  # elements per 16-byte copy
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    return dict(flags, CHUNKS=triton.cdiv(x2d.shape[1], cfg["CHUNK_N"]), VEC=vec,
-                EVEN=x2d.shape[1] % cfg["CHUNK_N"] == 0,
-                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
-                maxnreg=min(255, regs // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+    return dict(flags, **meta)
 
 
 def fwd_reads_twice(n_cols, element_size):
