@@ -897,9 +897,9 @@ def layer_norm_fwd_split_kernel(
 # ------------------------------------------------------
 # A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values, half of an SM's
 # registers: the fused kernel's program that holds it is alone on its SM, and alone it loads the row,
-# reduces it twice and stores it, one phase after the other. Reading :math:`x` twice does not help at
-# that width (the second read has to wait for L2 as often as the first), and the split above pays an
-# exchange per row.
+# reduces it twice and stores it, one phase after the other. Reading :math:`x` twice measured slower
+# at that width on an H100 (``dev/ln_fwd_reload_gpu.py``), and the split above pays an exchange per
+# row.
 #
 # Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three such rows. The
 # kernel below gives each program one row and few registers: it copies the row into shared memory with
