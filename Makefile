@@ -40,5 +40,5 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 clean:
-	rm -rf $(BUILD) docs/tutorials docs/sg_execution_times.rst
+	rm -rf $(BUILD) docs/tutorials docs/_generated docs/sg_execution_times.rst
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -36,7 +36,7 @@ extensions = ["sphinx_gallery.gen_gallery"]
 templates_path = ["docs/_templates"]
 html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_generated"]
 # sphinx_gallery_conf holds a function (the GPU-memory reset), so Sphinx cannot cache it between builds.
 suppress_warnings = ["config.cache"]
 
@@ -114,7 +114,48 @@ def _drop_cdn_scripts(app):
             path.write_text(cleaned, encoding="utf-8")
 
 
+_TUTORIALS = pathlib.Path(__file__).parent / "tutorials"
+_WORDS_PER_MINUTE = 230  # reading speed for technical prose; code counts word for word
+
+
+def _page_facts(path):
+    """(title, first sentence, minutes to read) of a gallery script, from its docstring and its words."""
+    text = path.read_text(encoding="utf-8")
+    doc = text.split('"""')[1].strip().splitlines()
+    title = doc[0].strip()
+    first = " ".join(line.strip() for line in doc[2:] if line.strip()).split(". ")[0].rstrip(".") + "."
+    minutes = max(1, round(len(re.findall(r"\w+", text)) / _WORDS_PER_MINUTE))
+    return title, first, minutes
+
+
+def _write_reading_path(app):
+    """The landing page's reading path: the core pages in order with their reading time, then the deep
+    dives grouped under the core page they extend (deep dive NK_ extends core page 0N_)."""
+    cores = sorted(_TUTORIALS.glob("[0-9][0-9]_*.py"))
+    dives = sorted((_TUTORIALS / "deep_dives").glob("[0-9][0-9]_*.py"))
+    lines = ["**First reading**: the core pages, in order. Each teaches one design, end to end.", ""]
+    for i, path in enumerate(cores, 1):
+        title, first, minutes = _page_facts(path)
+        lines.append(f"{i}. :doc:`tutorials/{path.stem}` (about {minutes} min): {first}")
+    lines += ["", "**Deep dives**: one technique each, measured against the core page it extends.", ""]
+    for core in cores:
+        own = [d for d in dives if d.stem[0] == core.stem[1]]
+        if own:
+            lines.append(f"* After :doc:`tutorials/{core.stem}`:")
+            lines.append("")
+            for path in own:
+                title, first, minutes = _page_facts(path)
+                lines.append(f"  * :doc:`tutorials/deep_dives/{path.stem}` (about {minutes} min): {first}")
+            lines.append("")
+    out = pathlib.Path(app.srcdir) / "_generated" / "reading_path.inc"
+    out.parent.mkdir(exist_ok=True)
+    text = "\n".join(lines) + "\n"
+    if not out.exists() or out.read_text(encoding="utf-8") != text:
+        out.write_text(text, encoding="utf-8")
+
+
 def setup(app):
+    app.connect("builder-inited", _write_reading_path)
     app.connect("builder-inited", _drop_cdn_scripts, priority=900)  # after sphinx-gallery wrote them
     app.add_html_math_renderer(
         "mathml", inline_renderers=(_visit_math, None), block_renderers=(_visit_math_block, None)

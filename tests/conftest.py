@@ -14,16 +14,19 @@ if not torch.cuda.is_available():
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
+# core pages in tutorials/, deep dives in tutorials/deep_dives/
+TUTORIALS = sorted((ROOT / "tutorials").rglob("[0-9][0-9]_*.py"), key=lambda p: p.stem)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _loaded = {}
 
 
 def load_tutorial(stem):
-    """Run tutorials/<stem>.py once per test session (as a reader would) and return its globals."""
+    """Run the tutorial <stem>.py (a core page or a deep dive) once per test session, as a reader would,
+    and return its globals."""
     if stem not in _loaded:
-        _loaded[stem] = runpy.run_path(str(ROOT / "tutorials" / f"{stem}.py"), run_name=f"tutorial_{stem}")
+        (path,) = [p for p in TUTORIALS if p.stem == stem]
+        _loaded[stem] = runpy.run_path(str(path), run_name=f"tutorial_{stem}")
     return _loaded[stem]
 
 

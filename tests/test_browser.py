@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from conftest import TUTORIALS
+from conftest import ROOT, TUTORIALS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -63,7 +63,7 @@ def browser():
 
 
 PAGES = ["index.html", "tutorials/index.html", "sg_execution_times.html"] + [
-    f"tutorials/{p.stem}.html" for p in TUTORIALS
+    f"tutorials/{p.relative_to(ROOT / 'tutorials').with_suffix('').as_posix()}.html" for p in TUTORIALS
 ]
 
 
@@ -81,7 +81,7 @@ def test_page_loads_cleanly(browser, served, path, tmp_path):
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )
     assert not broken, f"{path}: images that did not load: {broken}"
-    if path.startswith("tutorials/") and path[len("tutorials/"):][:2].isdigit():
+    if path.rsplit("/", 1)[-1][:2].isdigit():  # a tutorial page, core or deep dive
         assert page.locator(".rendered_html table").count() >= 2, f"{path}: fewer than two tables"
         assert page.locator("img.sphx-glr-single-img, img.sphx-glr-multi-img").count() >= 1, f"{path}: no plot"
         assert page.locator("math").count() >= 1, f"{path}: no math rendered"

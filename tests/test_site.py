@@ -11,19 +11,46 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import TUTORIALS
+from conftest import ROOT, TUTORIALS
 
 STEMS = [p.stem for p in TUTORIALS]
+# where each page sits in the gallery: "01_fused_softmax" or "deep_dives/11_softmax_long_rows"
+WHERE = {p.stem: p.relative_to(ROOT / "tutorials").with_suffix("").as_posix() for p in TUTORIALS}
+CORE = [stem for stem in STEMS if "/" not in WHERE[stem]]
+DIVES = [stem for stem in STEMS if "/" in WHERE[stem]]
 
 
 def page(built_site, stem):
-    path = built_site / "html" / "tutorials" / f"{stem}.html"
+    path = built_site / "html" / "tutorials" / f"{WHERE[stem]}.html"
     assert path.exists(), f"{path} was not built"
     return path.read_text(encoding="utf-8")
 
 
 def test_every_tutorial_has_a_page():
-    assert STEMS, "no tutorials found in tutorials/"
+    assert CORE, "no core pages found in tutorials/"
+    assert DIVES, "no deep dives found in tutorials/deep_dives/"
+    for stem in DIVES:  # a deep dive NK_ extends core page 0N_
+        assert any(core[1] == stem[0] for core in CORE), f"{stem} extends no core page"
+
+
+# One idea a page: a core page is read in one sitting, a deep dive teaches one technique. Past these a
+# page is two pages (issue 17).
+MOST_LINES = {"core": 550, "deep dive": 650}
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_page_length(path):
+    kind = "core" if path.parent.name == "tutorials" else "deep dive"
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MOST_LINES[kind], f"{path.name} has {lines} lines, over the {MOST_LINES[kind]} of a {kind} page"
+
+
+def test_core_pages_name_their_deep_dives():
+    """A reader who wants more than the core design finds each deep dive named on its core page."""
+    for stem in DIVES:
+        (core,) = [c for c in CORE if c[1] == stem[0]]
+        text = (ROOT / "tutorials" / f"{core}.py").read_text(encoding="utf-8")
+        assert f"sphx_glr_tutorials_deep_dives_{stem}.py" in text, f"{core} does not link to {stem}"
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -31,8 +58,9 @@ def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
     text = page(built_site, stem)
     assert '<table class="dataframe' in text or "<table id=" in text, "no HTML table on the page"
     assert re.search(r'<img[^>]+src="[^"]*sphx_glr_' + stem + r'_\d+\.png"', text), "no plot image"
+    up = "../" * WHERE[stem].count("/") + "../"
     for ext in ("py", "ipynb"):
-        link = re.search(rf'href="\.\./(_downloads/[0-9a-f]+/{stem}\.{ext})"', text)
+        link = re.search(rf'href="{re.escape(up)}(_downloads/[0-9a-f]+/{stem}\.{ext})"', text)
         assert link, f"no .{ext} download link"
         assert (built_site / "html" / link.group(1)).stat().st_size > 0, f"the .{ext} download is missing"
     match = re.search(r"Total running time of the script:\s*</strong>\s*\((\d+) minutes ([\d.]+) seconds\)", text)
@@ -40,11 +68,16 @@ def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
     assert int(match.group(1)) * 60 + float(match.group(2)) > 0
     # missing points show as "-", not as raw NaN
     assert not re.search(r"<td[^>]*>\s*nan\s*</td>", text), "a table shows a raw 'nan'"
-    # the environment card is the first output on the page
-    first_output = text.index("rendered_html")
-    assert ">device<" in text[first_output:first_output + 3000], "the page does not open with its environment card"
-    for key in ("driver / CUDA", "torch", "Triton", "built"):
-        assert f">{key}<" in text, f"environment card lacks {key!r}"
+    # a one-line environment card is the first output on the page, the full card is collapsed at the end
+    first_output = text.index("sphx-glr-script-out")
+    card = html.unescape(text[first_output:first_output + 1500])
+    assert re.search(r"Built on .+ · torch \S+ · Triton \S+ · \d{4}-\d\d-\d\d", card), \
+        "the page does not open with its one-line environment card"
+    details = text.find("<details>", text.rfind("rendered_html"))
+    assert details != -1, "the page's last output is not the collapsed full environment card"
+    full = text[details:text.index("</details>", details)]
+    for key in ("device", "driver / CUDA", "torch", "Triton", "built"):
+        assert f">{key}<" in full, f"the collapsed environment card lacks {key!r}"
 
 
 def test_cpu_build_says_timings_are_not_gpu_timings(built_site):
@@ -60,11 +93,23 @@ def test_cpu_build_says_timings_are_not_gpu_timings(built_site):
 def test_index_lists_tutorials_with_thumbnails_and_run_times(built_site):
     index = (built_site / "html" / "tutorials" / "index.html").read_text(encoding="utf-8")
     for stem in STEMS:
-        assert f'href="{stem}.html"' in index, f"{stem} missing from the gallery"
+        assert f'href="{WHERE[stem]}.html"' in index, f"{stem} missing from the gallery"
         assert f"sphx_glr_{stem}_thumb.png" in index, f"{stem} has no thumbnail"
     times = (built_site / "html" / "sg_execution_times.html").read_text(encoding="utf-8")
     for stem in STEMS:
         assert f"{stem}.py" in times, f"{stem} missing from the run-time page"
+
+
+def test_landing_page_shows_the_reading_path(built_site):
+    """The core pages in order with a reading time each, then every deep dive, grouped after them."""
+    landing = html.unescape((built_site / "html" / "index.html").read_text(encoding="utf-8"))
+    landing = landing[landing.index('id="reading-path"'):]  # the section, not the sidebar
+    places = [landing.find(f'href="tutorials/{WHERE[stem]}.html"') for stem in CORE + DIVES]
+    assert -1 not in places, "a page is missing from the reading path"
+    assert places == sorted(places), "the reading path is not in page order, core pages first"
+    for stem in CORE:
+        at = landing.find(f'href="tutorials/{WHERE[stem]}.html"')
+        assert re.search(r"\(about \d+ min\)", landing[at:at + 600]), f"{stem} has no reading time"
 
 
 @pytest.mark.parametrize("stem", STEMS)
