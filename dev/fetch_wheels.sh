@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dev only: fetch the wheels the lent GPU machine lacks (it reaches no registry) into .whl/,
+# Fetch the wheels the lent GPU machine lacks (it reaches no registry) into .whl/,
 # for Python 3.12 on x86-64. Install there with:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 set -euo pipefail

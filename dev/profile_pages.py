@@ -1,12 +1,13 @@
-"""Dev only: where a GPU build's time goes, tutorial by tutorial and cell by cell.
+"""Where a GPU build's time goes, page by page and cell by cell (core pages and deep dives).
 
 Runs each tutorial in its own process (as sphinx-gallery would, minus Sphinx), timing every "# %%"
 cell, counting Triton compilations made in this process (ours, Liger's, the classic design's; Inductor
 compiles in worker processes) with the seconds they took, and printing torch._dynamo's compile times.
 Each tutorial's `results` DataFrame (when it has one) is written as CSV under $OUT (or /tmp).
 
-PYTHONUNBUFFERED=1 python3 dev/build_profile_gpu.py [01 02 ...]
+PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 ...]   (page-number prefixes; all pages by default)
 """
+import glob
 import os
 import subprocess
 import sys
@@ -51,14 +52,17 @@ try:
 except Exception as e:
     print("no dynamo compile times:", e)
 if "results" in g and hasattr(g["results"], "to_csv"):
-    g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:2] + "_results.csv"))
+    g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:-3] + "_results.csv"))
 '''
 
-names = sys.argv[1:] or ["01", "02", "03", "04"]
-tutorials = sorted(f for f in os.listdir("tutorials") if f[:2] in names and f.endswith(".py"))
-for name in tutorials:
+names = sys.argv[1:]
+pages = sorted(glob.glob("tutorials/[0-9][0-9]_*.py") + glob.glob("tutorials/deep_dives/[0-9][0-9]_*.py"),
+               key=os.path.basename)
+for path in pages:
+    name = os.path.basename(path)
+    if names and name[:2] not in names:
+        continue
     t = time.time()
     print(f"== {name}", flush=True)
-    subprocess.run([sys.executable, "-c", CHILD, os.path.join("tutorials", name)], check=False,
-                   env=dict(os.environ, MPLBACKEND="Agg"))
+    subprocess.run([sys.executable, "-c", CHILD, path], check=False, env=dict(os.environ, MPLBACKEND="Agg"))
     print(f"== {name} wall {time.time() - t:.1f}s", flush=True)

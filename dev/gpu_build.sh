@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Build the whole site on a GPU machine that reaches no package registry, then run the kernel tests on
+# that GPU. Run from anywhere; the wheels that dev/fetch_wheels.sh put in .whl/ are installed first.
+#
+#   bash dev/gpu_build.sh            # every page
+#   bash dev/gpu_build.sh 12         # only pages whose file name matches 12 (the others render unrun)
+#   GPU_TESTS=0 bash dev/gpu_build.sh   # the build only
+#
+# Writes into $OUT (or /tmp/sol-out): build.log (ending with the build's wall time), site.tar.gz (the
+# built html: tar xzf site.tar.gz, open html/index.html) and, unless GPU_TESTS=0, tests.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/sol-out}
+mkdir -p "$out"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+start=$(date +%s)
+make html PYTHON=python3 TUTORIAL="${1:-}" 2>&1 | tee "$out/build.log"
+status=$?
+echo "GPU build: $(( $(date +%s) - start )) s, exit $status" | tee -a "$out/build.log"
+tar czf "$out/site.tar.gz" -C _build html
+if [ "${GPU_TESTS:-1}" != 0 ]; then
+    # the kernel tests, on the GPU (the site and browser tests belong to the CPU CI)
+    python3 -m pytest tests -q -x -p no:cacheprovider --ignore=tests/test_site.py --ignore=tests/test_browser.py \
+        2>&1 | tee "$out/tests.log"
+    status=$(( status || $? ))
+fi
+exit $status
