@@ -1,0 +1,619 @@
+"""
+Layer norm, wide rows in the forward: read x twice, or split the row
+====================================================================
+
+The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads
+:math:`x` once; past 32 K columns it streams the row twice, in chunks. **What you will learn** (about
+10 minutes): why reading :math:`x` *twice* can beat reading it once, when the second read hits L2;
+how to split a row over a group of programs that exchange partial statistics (Chan's formula), so a
+row too long for one program is read once; and where each is chosen (``_twice_config``,
+``_split_config``). Both are measured against the core kernel and the peers where they run.
+"""
+
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import triton
+import triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The bytes, and the core kernel we start from
+# --------------------------------------------
+# A forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements, a copy's bytes. Reading
+# :math:`x` twice moves :math:`3MN`, but if L2 serves the second read, memory still sees :math:`2MN`.
+# The core page's kernels, carried so this page runs alone: the fused forward (``BLOCK_M`` whole rows
+# per program, one read) and, past ``MAX_FUSED_N`` columns, the chunked one (the row streamed twice).
+
+@triton.jit
+def layer_norm_fwd_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
+        var = tl.sum(xc * xc, axis=1) / n_cols
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = xc * rstd[:, None]
+        # w and b are loaded here, where they are used, not before the loop: held across the row's
+        # reductions they would double the registers a thread needs for a wide row.
+        if HAS_W:
+            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_B:
+            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+@triton.jit
+def layer_norm_fwd_chunked_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, CHUNK_N)
+    n_chunks = tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        shift = tl.load(x_row).to(tl.float32)
+        s1 = tl.zeros([CHUNK_N], tl.float32)
+        s2 = tl.zeros([CHUNK_N], tl.float32)
+        # each pass issues the loads of its next chunk before it works on this one; the first asks L2
+        # to keep the row, the second reads it backwards and lets it go
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            offs = chunk * CHUNK_N + cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
+                             eviction_policy="evict_last")
+            d = tl.where(offs < n_cols, x - shift, 0.0)
+            s1 += d
+            s2 += d * d
+        m1 = tl.sum(s1, axis=0) / n_cols
+        var = tl.maximum(tl.sum(s2, axis=0) / n_cols - m1 * m1, 0.0)
+        mean = shift + m1
+        rstd = 1.0 / tl.sqrt(var + eps)
+        last = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            ok = offs < n_cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
+                             eviction_policy="evict_first")
+            y = (x - mean) * rstd
+            if HAS_W:
+                y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+
+MAX_FUSED_N = 32768  # the core page: longest row kept whole in registers; longer rows are chunked
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+_occupancy = {}
+
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
+    # one compiled version per dtype, 16-byte alignment of pointers, integers equal to 1 or multiples of 16
+    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
+           tuple(sorted(meta.items())))
+    if key not in _occupancy and not ON_GPU:
+        _occupancy[key] = 1  # the interpreter runs programs one after another: any small grid will do
+    if key not in _occupancy:
+        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        smem = compiled.metadata.shared
+        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,  # threads, registers, smem
+                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
+                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
+    return _occupancy[key]
+
+def _fused_config(n_cols, element_size, bytes_per_thread=64, min_elements=4096):
+    """The core page's fused forward: (BLOCK_M, BLOCK_N, num_warps). BLOCK_N: the row rounded up to a
+    power of two; BLOCK_M: blocks of at least ``min_elements`` elements; about ``bytes_per_thread``
+    bytes of x per thread, 4 to 32 warps (the launcher doubles BLOCK_M where an SM holds < 40 KB of x)."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min_elements // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread)))
+    return block_m, block_n, num_warps
+
+def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
+    """The core page's launcher: fused, one read, up to MAX_FUSED_N columns; chunked past them."""
+    n_rows, n_cols = x2d.shape
+    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
+            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
+    flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
+    if n_cols > MAX_FUSED_N:  # one program per row, chunks of 8192 columns, 32 warps
+        layer_norm_fwd_chunked_kernel[(n_rows,)](*args, **flags, CHUNK_N=8192, num_warps=32)
+        return "chunked (core)", n_rows
+    block_m, block_n, num_warps = _fused_config(n_cols, x2d.element_size())
+    meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # too few bytes on their way to an SM when few programs fit on it: each program takes twice the rows
+    if ON_GPU and n_rows > block_m and \
+            programs_per_sm(layer_norm_fwd_kernel, args, meta) * block_m * block_n * x2d.element_size() < 40960:
+        meta["BLOCK_M"] = block_m = 2 * block_m
+    layer_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](*args, **meta)
+    return "fused, one read (core)", triton.cdiv(n_rows, block_m)
+
+
+# %%
+# Reading x twice
+# ---------------
+# A program holding a wide row across two reductions takes so many registers that few share an SM:
+# while they reduce, little is on its way from memory. This kernel reads :math:`x` twice: first for
+# the statistics, asking L2 to keep the row (``evict_last``), then for :math:`y`, letting it go
+# (``evict_first``; :math:`y` goes out with ``.cs`` streaming stores). The second read costs L2
+# bandwidth, not DRAM's, while the rows in flight fit in L2 (``torch.compile`` does the same). One row
+# per program, no loop: a looping version measured far slower on an H100. ``_twice_config`` says where.
+
+@triton.jit
+def layer_norm_fwd_twice_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)  # one row per program, no loop (see below)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # one 64-bit base; 32-bit offsets from it
+    y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+    x = tl.load(x_row + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(col_ok, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / n_cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+    # the row again, from L2, which may now let it go
+    x = tl.load(x_row + cols, mask=col_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    y = (x - mean) * rstd
+    if HAS_W:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if HAS_B:
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_ok, cache_modifier=".cs")
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+def _twice_config(n_cols, element_size):
+    """(BLOCK_N, num_warps) of the twice-reading kernel, or None where it does not pay: on an H100 it
+    beat one read for fp32 rows of 8192 to 32768 columns and 16-bit rows of 8192 and 16384 (16-bit rows
+    of 32768 measured slower). Change the ranges here. Warps: as the fused kernel's."""
+    low, high = {2: (8192, 16384), 4: (8192, 32768)}.get(min(element_size, 4), (0, -1))
+    if not low <= n_cols <= high:
+        return None
+    _, block_n, num_warps = _fused_config(n_cols, element_size)
+    return block_n, num_warps
+
+# %%
+# The same split for the forward
+# ------------------------------
+# Past ``MAX_FUSED_N`` the core's chunked kernel reads each row twice. Split the row instead and it is
+# read once: ``SLICES`` programs, a *group*, share each block of rows, each owning ``BLOCK_N`` columns
+# and keeping its slice of :math:`w` and :math:`b` in registers; an SM holds several programs, one
+# loading while another stores. A slice cannot compute the row's mean and variance alone: each
+# publishes its mean :math:`m_k` and sum of squared deviations :math:`q_k` over its :math:`n_k`
+# columns, and every program of the group combines them in slice order (Chan's formula):
+#
+# .. math::
+#
+#    \mu = \frac{1}{N} \sum_k n_k m_k, \qquad
+#    \sigma^2 = \frac{1}{N} \left( \sum_k q_k + \sum_k n_k (m_k - \mu)^2 \right).
+#
+# A share is one 64-bit *flag word* (:math:`m_k`'s bits above :math:`q_k`'s) exchanged into a buffer of
+# ones; a program reads its rows' words until none is all ones. It publishes the *next* block's
+# statistics before it waits for this block's, two blocks of loads in flight, so it rarely waits.
+# Waiting is only safe if the whole group runs at once: the grid is sized from the compiled kernel's
+# occupancy, and under the interpreter (one program at a time) a row has a single slice.
+
+@triton.jit
+def load_tile(ptr, rows, row_stride, units, unit_ok, n_rows, PACK: tl.constexpr):
+    """Rows ``rows`` of a slice (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK the
+    [BLOCK_M, BLOCK_N // 2] 32-bit words that hold them two by two (``units`` count words then)."""
+    ok = (rows < n_rows)[:, None] & unit_ok[None, :]
+    rows = rows.to(tl.int64)
+    if PACK:
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tile = tl.load(words + rows[:, None] * (row_stride // 2) + units[None, :], mask=ok, other=0)
+    else:
+        tile = tl.load(ptr + rows[:, None] * row_stride + units[None, :], mask=ok, other=0.0)
+    return tile
+
+@triton.jit
+def unpack(tile, dtype: tl.constexpr, PACK: tl.constexpr):
+    """A loaded tile as [BLOCK_M, BLOCK_N] fp32 values, in column order."""
+    if PACK:  # the low half of a word is the even column (little-endian)
+        if dtype == tl.bfloat16:  # a bf16 is the top half of an fp32
+            lo = (tile << 16).to(tl.float32, bitcast=True)
+            hi = (tile & -65536).to(tl.float32, bitcast=True)
+        else:
+            lo = tile.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            hi = (tile >> 16).to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+        values = tl.reshape(tl.join(lo, hi), [tile.shape[0], 2 * tile.shape[1]])
+    else:
+        values = tile.to(tl.float32)
+    return values
+
+@triton.jit
+def store_tile(ptr, rows, row_stride, units, ok, values, PACK: tl.constexpr):
+    """Stores [BLOCK_M, BLOCK_N] values in the dtype of ``ptr``, two by two in 32-bit words with PACK."""
+    values = values.to(ptr.dtype.element_ty)
+    if PACK:
+        lo, hi = tl.split(tl.reshape(values, [values.shape[0], values.shape[1] // 2, 2]))
+        word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tl.store(words + rows[:, None] * (row_stride // 2) + units[None, :], word, mask=ok)
+    else:
+        tl.store(ptr + rows[:, None] * row_stride + units[None, :], values, mask=ok)
+
+@triton.jit
+def publish_shares(shares_ptr, counter_ptr, block, n_blocks, n_rows, rows, row_ok, part, s1, s2,
+                   SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """This slice's two shares of each row in one flag word (FLAG_WORDS is always True here)."""
+    hi = s1.to(tl.int32, bitcast=True)
+    hi = tl.where(hi == -1, 0x7FC00000, hi)  # the one NaN whose bits are all ones -> the quiet NaN
+    word = (hi.to(tl.int64) << 32) | (s2.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+
+@triton.jit
+def wait_for_slices(shares_ptr, counter_ptr, block, n_rows, rows, SLICES: tl.constexpr, SLOTS: tl.constexpr,
+                    FLAG_WORDS: tl.constexpr):
+    """Every slice's two shares of the rows of ``block``, as two [BLOCK_M, SLOTS] tiles, once all are in."""
+    slot = tl.arange(0, SLOTS)
+    slots = shares_ptr + rows[:, None] * SLICES + slot[None, :]
+    mine = (slot < SLICES)[None, :]
+    words = tl.load(slots, mask=mine, other=0, volatile=True)
+    while tl.max((words == -1).to(tl.int32)) > 0:  # some slice has not written yet
+        words = tl.load(slots, mask=mine, other=0, volatile=True)
+    # A tile smaller than the program is held in several copies, one per group of warps, and the test
+    # above may be decided on another warp's copy: a copy still unwritten here is read again, once.
+    stale = mine & (words == -1)
+    words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
+    t1 = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    t2 = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    return t1, t2
+
+@triton.jit
+def publish_stats(shares_ptr, rows, n_rows, part, tile, count, col_ok, dtype: tl.constexpr,
+                  SLICES: tl.constexpr, PACK: tl.constexpr, EVEN: tl.constexpr):
+    """This slice's mean and sum of squared deviations of each row of ``rows``, over its ``count``
+    columns, published in its flag word (rows past the end publish nothing)."""
+    x = unpack(tile, dtype, PACK)
+    m = tl.sum(x, axis=1) / tl.maximum(count, 1.0)  # padding columns load as 0; an empty slice: 0, 0
+    d = x - m[:, None]
+    if not EVEN:
+        d = tl.where(col_ok[None, :], d, 0.0)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    publish_shares(shares_ptr, shares_ptr, 0, 0, n_rows, rows, row_ok, part, m, tl.sum(d * d, axis=1),
+                   SLICES, True)
+
+
+@triton.jit
+def layer_norm_fwd_split_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, shares_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, SLICES: tl.constexpr, SLOTS: tl.constexpr, PACK: tl.constexpr,
+    EVEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    w = tl.full([BLOCK_N], 1.0, tl.float32)
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.zeros([BLOCK_N], tl.float32)
+    if HAS_B:
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    count = tl.minimum(tl.maximum(n_cols - part * BLOCK_N, 0), BLOCK_N).to(tl.float32)  # this slice's columns
+    slot = tl.arange(0, SLOTS)
+    counts = tl.minimum(tl.maximum(n_cols - slot * BLOCK_N, 0), BLOCK_N).to(tl.float32)  # every slice's
+    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    x_next = load_tile(x_ptr, first + n_groups * BLOCK_M, x_row_stride, units, unit_ok, n_rows, PACK)
+    publish_stats(shares_ptr, first, n_rows, part, x_this, count, col_ok, dtype, SLICES, PACK, EVEN)
+    for block in tl.range(group, n_blocks, n_groups):
+        after = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_after = load_tile(x_ptr, after, x_row_stride, units, unit_ok, n_rows, PACK)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        publish_stats(shares_ptr, next_rows, n_rows, part, x_next, count, col_ok, dtype, SLICES, PACK, EVEN)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        m_k, q_k = wait_for_slices(shares_ptr, shares_ptr, block, n_rows, rows, SLICES, SLOTS, True)
+        mean = tl.sum(counts[None, :] * m_k, axis=1) / n_cols
+        d = m_k - mean[:, None]
+        var = (tl.sum(q_k, axis=1) + tl.sum(counts[None, :] * d * d, axis=1)) / n_cols
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = (unpack(x_this, dtype, PACK) - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+        store_tile(y_ptr, rows, y_row_stride, units, row_ok[:, None] & unit_ok[None, :], y, PACK)
+        if part == 0:
+            tl.store(mean_ptr + rows, mean, mask=row_ok)
+            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+        x_this, x_next = x_next, x_after
+
+
+def _split_config(n_cols, element_size, split=None):
+    """Meta-parameters of the split forward, or None: fp32 rows past MAX_FUSED_N up to 131072 columns
+    (16-bit rows measured no faster split than chunked on an H100); ``split`` replaces the table.
+    Slices of <= SLICE_N columns (>= MIN_SLICES), blocks of ~TILE elements, BYTES_PER_THREAD of x per
+    thread, flag words read as a tile of >= MIN_SLOTS."""
+    cfg = ({4: dict(MIN_N=MAX_FUSED_N + 1, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64,
+                    MIN_SLOTS=32)} if split is None else split).get(min(element_size, 4))
+    if cfg is None or not cfg["MIN_N"] <= n_cols <= 131072:
+        return None
+    slices = max(cfg["MIN_SLICES"], triton.cdiv(n_cols, cfg["SLICE_N"])) if ON_GPU else 1  # interpreter: 1
+    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
+    block_m = max(1, cfg["TILE"] // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * cfg["BYTES_PER_THREAD"])))
+    meta = dict(SLICES=slices, SLOTS=max(cfg["MIN_SLOTS"], triton.next_power_of_2(slices)),
+                EVEN=n_cols == slices * block_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+                WARPS_PER_SM=16)
+    if ON_GPU and element_size == 4:  # each thread's share of the registers when 16 warps share an SM
+        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+        meta["maxnreg"] = min(255, regs // (32 * max(16, num_warps)) // 8 * 8)
+    return meta
+
+# %%
+# The launcher
+# ------------
+# This page's kernels where their config functions take the row, the core page's elsewhere;
+# ``layer_norm_forward`` is the forward-only drop-in for ``F.layer_norm`` over the last dimension.
+
+
+def layer_norm_wide_forward(x2d, y2d, weight, bias, mean, rstd, eps, reload=None, split=None):
+    """y2d = layer_norm(x2d) along dim 1 (unit stride along rows), mean and rstd too; returns (kernel,
+    grid). ``reload`` True / False forces the twice-reading kernel on / off where the fused kernel runs;
+    ``split`` replaces ``_split_config``'s table."""
+    n_rows, n_cols = x2d.shape
+    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
+            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
+    flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
+    meta = _split_config(n_cols, x2d.element_size(), split)
+    if meta is not None:
+        meta = dict(flags, PACK=x2d.element_size() == 2 and n_cols % 2 == 0 and all(
+            t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in (x2d, y2d)), **meta)  # 2 per word
+        per_sm_cap = max(1, meta.pop("WARPS_PER_SM") // meta["num_warps"])
+        stand_in = torch.empty(1, device=x2d.device, dtype=torch.int64)  # compiles as the real one
+        per_sm = min(programs_per_sm(layer_norm_fwd_split_kernel, args[:6] + (stand_in,) + args[6:], meta),
+                     per_sm_cap)
+        groups = min(per_sm * NUM_SMS // meta["SLICES"], triton.cdiv(n_rows, meta["BLOCK_M"]))
+        if groups > 0:  # a whole group must be on the GPU at once, or it would wait forever
+            shares = torch.full((n_rows * meta["SLICES"],), -1, device=x2d.device, dtype=torch.int64)
+            layer_norm_fwd_split_kernel[(groups * meta["SLICES"],)](*args[:6], shares, *args[6:], **meta)
+            return "split", groups * meta["SLICES"]
+    twice = _twice_config(n_cols, x2d.element_size()) if reload is None else None
+    if n_cols <= MAX_FUSED_N and (reload or twice is not None):
+        block_n, num_warps = twice or _fused_config(n_cols, x2d.element_size())[1:]
+        layer_norm_fwd_twice_kernel[(n_rows,)](*args, **flags, BLOCK_N=block_n, num_warps=num_warps)
+        return "x read twice", n_rows
+    return core_forward(x2d, y2d, weight, bias, mean, rstd, eps)
+
+
+def layer_norm_forward(x, weight=None, bias=None, eps=1e-5, launch=layer_norm_wide_forward):
+    """F.layer_norm(x, x.shape[-1:], weight, bias, eps), forward only, float32 / float16 / bfloat16."""
+    x2d = x.reshape(-1, x.shape[-1])
+    x2d = x2d.contiguous() if x2d.shape[1] > 1 and x2d.stride(1) != 1 else x2d
+    y2d = torch.empty(x2d.shape, device=x.device, dtype=x.dtype)
+    mean, rstd = (torch.empty(x2d.shape[0], device=x.device, dtype=torch.float32) for _ in range(2))
+    if y2d.numel():
+        launch(x2d, y2d, *(None if t is None else t.contiguous() for t in (weight, bias)), mean, rstd, eps)
+    return y2d.view(x.shape)
+
+# %%
+# Correctness
+# -----------
+# :math:`\lVert y - y_{64} \rVert / \lVert y_{64} \rVert` against float64 on the same rounded inputs
+# (rows with a mean far from zero), at widths where each kernel runs, next to PyTorch's error.
+
+torch.manual_seed(0)
+CHECK_SHAPES = [(3, 8192), (2, 12_345), (2, 40_000)] if not ON_GPU else \
+    [(64, 8192), (33, 12_345), (16, 32_768), (8, 40_000), (4, 131_072)]
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few units of rounding
+
+def check(shape, dtype):
+    x = (torch.randn(shape, device=DEVICE) * 3 + 10).to(dtype)
+    w, b = (torch.randn(shape[1], device=DEVICE).to(dtype) for _ in range(2))
+    y64 = torch.nn.functional.layer_norm(x.double(), shape[1:], w.double(), b.double())
+    y = torch.empty_like(x)
+    kernel, _ = layer_norm_wide_forward(x, y, w, b, *torch.empty(2, shape[0], device=DEVICE), 1e-5)
+    err = lambda t: ((t.double() - y64).norm() / y64.norm()).item()
+    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "kernel": kernel, "ours y": err(y),
+            "torch y": err(torch.nn.functional.layer_norm(x, shape[1:], w, b))}
+
+errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in CHECK_SHAPES])
+assert (errors["ours y"] <= errors.dtype.map(TOLERANCE)).all(), "errors above tolerance:\n" + errors.to_string()
+errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index")
+
+# %%
+# Benchmark
+# ---------
+# :math:`M N = 2^{26}` elements on a GPU (far past the 50 MB L2), where the launcher picks these
+# kernels; each provider timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a
+# CUDA graph of the call, next to a copy of the same tensor (the speed of light, timed without a graph).
+# GB/s counts :math:`x` read and :math:`y` written; *core* is the core page's launcher; "-": no point.
+
+try:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+except ImportError:  # not installed: no Liger column
+    LigerLayerNormFunction = None
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14  # the interpreter: small tensors, two widths of fp32
+SWEEP = {"float32": [8192, 16384, 32768, 65536, 131072], "bfloat16": [8192, 16384]} if ON_GPU else \
+    {"float32": [8192, 65536], "bfloat16": [8192]}
+
+
+if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+
+def bench(fn, graph=True):
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    fn()  # compile and warm up outside the timing
+    if ON_GPU:
+        torch.cuda.synchronize()
+        timed = fn
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+                fn()
+            timed = captured.replay
+        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+def providers():
+    """name -> fn(x, w, b); peers that cannot run here are left out."""
+    found = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
+                setattr(torch._dynamo.config, knob, 1024)
+        found["torch.compile"] = torch.compile(
+            lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
+        if LigerLayerNormFunction is not None:
+            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    found["core"] = lambda x, w, b: layer_norm_forward(x, w, b, launch=core_forward)
+    found["this page"] = lambda x, w, b: layer_norm_forward(x, w, b)
+    return found
+
+records, fns = [], providers()
+for name_dtype, widths in SWEEP.items():
+    dtype = getattr(torch, name_dtype)
+    for n_cols in widths:
+        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+        w, b = torch.randn(n_cols, device=DEVICE, dtype=dtype), torch.randn(n_cols, device=DEVICE, dtype=dtype)
+        moved, out = 2 * x.numel() * x.element_size(), torch.empty_like(x)
+        light = moved / bench(lambda: out.copy_(x), graph=False) * 1e-6
+        kernel = layer_norm_wide_forward(x, out, w, b, *torch.empty(2, x.shape[0], device=DEVICE), 1e-5)[0]
+        for name, fn in fns.items():
+            try:
+                gbs = moved / bench(lambda: fn(x, w, b)) * 1e-6
+            except Exception as err:  # a peer's limit: the point is missing
+                if name in ("core", "this page"):
+                    raise
+                print(f"{name}, {name_dtype}, N = {n_cols}: {type(err).__name__}")
+                gbs = float("nan")
+            records.append({"dtype": name_dtype, "N": n_cols, "kernel": kernel, "provider": name,
+                            "GB/s": gbs, "speed of light GB/s": light, "% of light": 100 * gbs / light})
+        del x, out
+results = pd.DataFrame(records)
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
+table = table[[p for p in providers() if p in table.columns]]
+table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
+table.insert(0, "this page runs", results.groupby(["dtype", "N"])["kernel"].first())
+table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
+table["this page / core"] = table["this page"] / table["core"]
+table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table.style.format({c: "{:.0f}" for c in table.columns[1:]} | {"this page, % of light": "{:.1f}%",
+                   "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
+for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
+    for (name, line), style in zip(part.groupby("provider", sort=False), ["--", "-.", (0, (3, 1, 1, 1)), ":", "-"][-part.provider.nunique():]):
+        ax.plot(line.N, line["% of light"], linestyle=style, marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set_xscale("log", base=2)
+    ax.set(title=f"forward, {name_dtype}", xlabel="row length N (elements)")
+    ax.grid(True, alpha=0.3)
+axes[0][0].set_ylabel("% of the copy's GB/s")
+axes[0][0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"Layer norm forward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+fig.tight_layout()
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the table above, in this build:
+
+for (name_dtype, kernel), part in table.reset_index().groupby(["dtype", "this page runs"], sort=False):
+    pct, part = part.set_index("N")["this page, % of light"], part.set_index("N")
+    print(f"{name_dtype}, {kernel}: {pct.min():.3g}% to {pct.max():.3g}% of the copy over N = "
+          f"{', '.join(map(str, pct.index))}; {part['this page / core'].min():.3g}x to "
+          f"{part['this page / core'].max():.3g}x the core launcher's speed; against the best peer: "
+          + ", ".join(f"{r:.3g}x" for r in part["this page / best peer"]) + ".")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU: they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# The twice-reading kernel holds a whole row per program; past 32 K columns the split takes over. The
+# split pays an exchange per block whatever its bytes, so a 16-bit slice (half an fp32 one's bytes) ran
+# no faster than the core's chunked kernel on an H100. 16-bit rows of 16 K to 32 K are staged in shared
+# memory instead (:ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`); the backward
+# splits wide rows too (:ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`).
+# Exercise: widen ``_twice_config``'s 16-bit range to 32768, and rerun the benchmark.
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (no nvidia-smi)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+
+environment_card()
