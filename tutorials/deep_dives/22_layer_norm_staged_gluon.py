@@ -1,0 +1,454 @@
+"""
+Layer norm, the widest 16-bit rows: stage the row in shared memory (Gluon)
+==========================================================================
+
+The core page's fused forward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) holds a row in registers.
+A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values, half of an SM's
+registers: the program holding it is alone on its SM, and alone it loads the row, reduces it twice and
+stores it, one phase after the other. **What you will learn** (about 10 minutes): how to keep such a
+row in *shared memory* instead, three rows per SM, so that while one program reduces the others load
+or store; how to write that kernel in **Gluon**, Triton's lower-level language, with explicit layouts
+and asynchronous copies; and where it is chosen (``_staged_config``). Gluon kernels compile only for a
+GPU: without one this page still runs, with the core kernel, and says that nothing was staged.
+"""
+
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import triton
+import triton.language as tl
+from triton.experimental import gluon  # Triton's lower-level language
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The core kernel we start from
+# -----------------------------
+# The forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements: the bytes of a copy, the speed
+# of light. Carried from the core page: its fused kernel (``BLOCK_M`` whole rows per program, the
+# statistics from registers, :math:`x` read once) and its launch, which gives a program twice the rows
+# when the programs one SM holds carry less than 40 KB of :math:`x` (the compiled kernel's occupancy
+# decides).
+
+@triton.jit
+def layer_norm_fwd_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
+        var = tl.sum(xc * xc, axis=1) / n_cols
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = xc * rstd[:, None]
+        # w and b are loaded here, where they are used, not before the loop: held across the row's
+        # reductions they would double the registers a thread needs for a wide row.
+        if HAS_W:
+            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_B:
+            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+_occupancy = {}
+
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
+    # one compiled version per dtype, 16-byte alignment of pointers, integers equal to 1 or multiples of 16
+    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
+           tuple(sorted(meta.items())))
+    if key not in _occupancy and not ON_GPU:
+        _occupancy[key] = 1  # the interpreter runs programs one after another: any small grid will do
+    if key not in _occupancy:
+        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        smem = compiled.metadata.shared
+        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,  # threads, registers, smem
+                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
+                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
+    return _occupancy[key]
+
+
+def _fused_config(n_cols, element_size, bytes_per_thread=64, min_elements=4096):
+    """The core page's fused forward: (BLOCK_M, BLOCK_N, num_warps). BLOCK_N: the row rounded up to a
+    power of two; BLOCK_M: blocks of at least ``min_elements`` elements; about ``bytes_per_thread``
+    bytes of x per thread, 4 to 32 warps."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min_elements // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread)))
+    return block_m, block_n, num_warps
+
+
+def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
+    """The core page's launch of the fused forward (rows of up to 32768 columns)."""
+    n_rows, n_cols = x2d.shape
+    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
+            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
+    block_m, block_n, num_warps = _fused_config(n_cols, x2d.element_size())
+    meta = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # too few bytes on their way to an SM when few programs fit on it: each program takes twice the rows
+    if ON_GPU and n_rows > block_m and \
+            programs_per_sm(layer_norm_fwd_kernel, args, meta) * block_m * block_n * x2d.element_size() < 40960:
+        meta["BLOCK_M"] = block_m = 2 * block_m
+    layer_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](*args, **meta)
+    return "fused (core)"
+
+
+# %%
+# Stage the row in shared memory
+# ------------------------------
+# Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three 64 KB rows. The
+# kernel below gives each program one row and few registers: it copies the row into shared memory with
+# asynchronous copies (``cp.async``, which do not go through registers), then reads it back in
+# ``CHUNK``-column pieces, three times: the sum, the squared deviations, and :math:`y` (with
+# :math:`w` and :math:`b` loaded piece by piece as in the fused kernel). Three programs share an SM,
+# and while one reduces, the others load or store; :math:`x` is still read from DRAM once:
+#
+# .. math::
+#
+#    \mu = \frac{1}{N} \sum_i x_i, \qquad r = \Big(\frac{1}{N} \sum_i (x_i - \mu)^2 + \epsilon\Big)^{-1/2},
+#    \qquad y_i = (x_i - \mu) \, r \, w_i + b_i .
+#
+# ``triton.language`` decides by itself what goes through shared memory, so this kernel is written in
+# **Gluon** (``triton.experimental.gluon``): every tensor has an explicit layout (which thread holds
+# which elements), and the kernel allocates shared memory and issues the copies itself. Every piece is
+# its own *commit group*, so the first pass starts on piece 0 while the later ones are still on their
+# way; each thread reads back, with the same layout, exactly the elements its own copies wrote, so the
+# waits need no barrier between threads. A copy moves 16 aligned bytes, with the mask at the row's end
+# covering whole copies: rows whose length or stride is not a multiple of 16 elements, or whose address
+# is not 16-byte aligned, keep the core kernel, as do GPUs before Ampere (no ``cp.async``) and programs
+# that cannot have 64 KB of shared memory. The softmax pages stage their widest rows the same way.
+
+# cp.async from global to shared memory: ``async_copy_global_to_shared`` in Triton 3.6, ``async_load``
+# from 3.7 on (where the old name is deprecated)
+async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+@gluon.jit
+def layer_norm_fwd_staged_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: gl.constexpr, HAS_B: gl.constexpr, CHUNKS: gl.constexpr, VEC: gl.constexpr, REP: gl.constexpr,
+    EVEN: gl.constexpr,
+):
+    """One program per row: the row copied into shared memory once, then three passes over it."""
+    # VEC contiguous elements (16 bytes) per thread, 32 threads per warp, the warps side by side; a chunk
+    # is REP such runs per thread
+    layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [gl.num_warps()], [0])
+    CHUNK: gl.constexpr = VEC * 32 * gl.num_warps() * REP
+    if EVEN:  # the row is a whole number of chunks: with a constant length every mask folds away
+        n_cols = CHUNKS * CHUNK
+    row = gl.program_id(0).to(gl.int64)
+    cols = gl.arange(0, CHUNK, layout=layout)
+    x_row = x_ptr + row * x_row_stride
+    x_smem = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [CHUNKS, CHUNK],
+                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
+        async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
+        async_copy.commit_group()
+    acc = gl.zeros([CHUNK], gl.float32, layout)
+    for c in gl.static_range(CHUNKS):
+        async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        acc += gl.where(cols < n_cols - c * CHUNK, x, 0.0)
+    mean = gl.sum(acc, axis=0) / n_cols
+    acc = gl.zeros([CHUNK], gl.float32, layout)
+    for c in range(CHUNKS):
+        x = x_smem.index(c).load(layout).to(gl.float32)
+        xc = gl.where(cols < n_cols - c * CHUNK, x - mean, 0.0)
+        acc += xc * xc
+    rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
+    y_row = y_ptr + row * y_row_stride
+    for c in range(CHUNKS):
+        col_ok = cols < n_cols - c * CHUNK
+        y = (x_smem.index(c).load(layout).to(gl.float32) - mean) * rstd
+        if HAS_W:
+            y = y * gl.load(w_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
+        if HAS_B:
+            y = y + gl.load(b_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
+        gl.store(y_row + c * CHUNK + cols, y.to(y_ptr.dtype.element_ty), mask=col_ok)
+    gl.store(mean_ptr + row, mean)
+    gl.store(rstd_ptr + row, rstd)
+
+
+# %%
+# Where it runs, and its launch parameters
+# ----------------------------------------
+# ``_staged_config`` is the one place to change: which rows are staged, the piece size, the warps and
+# how many programs share an SM (which caps the registers per thread, ``maxnreg``).
+
+
+def _staged_config(element_size):
+    """The staged forward's table entry for this element size, or None (fp32: not staged).
+
+    16-bit rows of MIN_N to MAX_N columns (below 16 K the core kernel keeps up; past 32 K a row is over
+    64 KB and one program per SM again), copied in pieces of CHUNK_N columns, 16 warps (measured fastest
+    on an H100; the design record, dev/DESIGN.md in the repository), PER_SM = 3 programs per SM (three
+    64 KB rows in 228 KB)."""
+    return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=16, PER_SM=3)}.get(element_size)
+
+
+def staged_meta(n_cols, element_size, cfg, regs_per_sm):
+    """The staged forward's meta-parameters for rows of n_cols elements under the entry cfg (HAS_W and
+    HAS_B aside): registers capped so that ``PER_SM`` programs fit in regs_per_sm."""
+    vec = 16 // element_size  # elements per 16-byte copy
+    return dict(CHUNKS=triton.cdiv(n_cols, cfg["CHUNK_N"]), VEC=vec, EVEN=n_cols % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs_per_sm // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
+def staged_plan(x2d, flags, cfg=None):
+    """Meta-parameters of the staged forward for the rows of x2d, or None where it is not used: no GPU,
+    no entry (``cfg`` replaces ``_staged_config``'s; ``{}``: none), a row length outside the entry's range, rows whose
+    length or stride is not a multiple of 16 elements or not 16-byte aligned, a GPU without ``cp.async``
+    (before Ampere) or without the shared memory for a row."""
+    cfg = _staged_config(x2d.element_size()) if cfg is None else cfg
+    if not ON_GPU or not cfg or not cfg["MIN_N"] <= x2d.shape[1] <= cfg["MAX_N"]:
+        return None
+    if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # 16-byte runs, masked whole
+        return None
+    props = torch.cuda.get_device_properties(DEVICE)
+    meta = staged_meta(x2d.shape[1], x2d.element_size(), cfg, getattr(props, "regs_per_multiprocessor", 65536))
+    row_bytes = meta["CHUNKS"] * cfg["CHUNK_N"] * x2d.element_size()
+    # the staged row must fit in one program's shared memory (plus a little for the reductions)
+    if torch.version.hip or props.major < 8 or getattr(props, "shared_memory_per_block_optin", 49152) < row_bytes + 1024:
+        return None
+    return dict(flags, **meta)
+
+
+def layer_norm_staged_forward(x2d, y2d, weight, bias, mean, rstd, eps, cfg=None):
+    """y2d = layer_norm(x2d) along dim 1, mean and rstd (fp32) too: staged where ``staged_plan`` says,
+    the core kernel elsewhere. Returns which ran."""
+    meta = staged_plan(x2d, dict(HAS_W=weight is not None, HAS_B=bias is not None), cfg)
+    if meta is None or x2d.shape[0] == 0:
+        return core_forward(x2d, y2d, weight, bias, mean, rstd, eps)
+    layer_norm_fwd_staged_kernel[(x2d.shape[0],)](  # one program per row
+        x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
+        x2d.shape[1], x2d.stride(0), y2d.stride(0), eps, **meta)
+    return "staged (Gluon)"
+
+
+def layer_norm_forward(x, weight=None, bias=None, eps=1e-5, cfg=None):
+    """F.layer_norm(x, x.shape[-1:], weight, bias, eps), forward only, float32 / float16 / bfloat16."""
+    x2d = x.reshape(-1, x.shape[-1])
+    x2d = x2d.contiguous() if x2d.shape[1] > 1 and x2d.stride(1) != 1 else x2d
+    y2d = torch.empty(x2d.shape, device=x.device, dtype=x.dtype)
+    mean, rstd = (torch.empty(x2d.shape[0], device=x.device, dtype=torch.float32) for _ in range(2))
+    if y2d.numel():
+        w, b = (None if t is None else t.contiguous() for t in (weight, bias))
+        layer_norm_staged_forward(x2d, y2d, w, b, mean, rstd, eps, cfg)
+    return y2d.view(x.shape)
+
+
+# %%
+# Correctness
+# -----------
+# :math:`\lVert y - y_{64} \rVert / \lVert y_{64} \rVert` against float64 on the same rounded inputs
+# (rows with a mean far from zero): whole pieces, a masked last piece, a row stride past the row, and a
+# length that is not a multiple of 16 (the core kernel takes it), next to PyTorch's error.
+
+torch.manual_seed(0)
+CHECK = [(67, 32768, 32768), (67, 20000, 20000), (33, 32752, 32784), (9, 16385, 16400)] if ON_GPU else \
+    [(2, 20000, 20000), (1, 16385, 16400)]  # (rows, N, row stride)
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1.6e-2}  # a few units of rounding
+
+
+def check(rows, n, stride, dtype):
+    x = (torch.randn(rows, stride, device=DEVICE) * 3 + 10).to(dtype)[:, :n]
+    w, b = (torch.randn(n, device=DEVICE).to(dtype) for _ in range(2))
+    y64 = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double())
+    y = torch.full_like(x, float("nan"))
+    kernel = layer_norm_staged_forward(x, y, w, b, *torch.empty(2, rows, device=DEVICE), 1e-5)
+    err = lambda t: ((t.double() - y64).norm() / y64.norm()).item()
+    return {"shape": f"{rows} x {n} (stride {stride})", "dtype": str(dtype)[6:], "kernel": kernel,
+            "ours y": err(y), "torch y": err(torch.nn.functional.layer_norm(x, (n,), w, b))}
+
+
+errors = pd.DataFrame([check(*c, d) for d in (torch.bfloat16, torch.float16) for c in CHECK])
+assert (errors["ours y"] <= errors.dtype.map(TOLERANCE)).all(), "errors above tolerance:\n" + errors.to_string()
+errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index")
+
+# %%
+# Does staging pay?
+# -----------------
+# bf16 rows of 16 K to 32 K columns, :math:`M N = 2^{26}` on a GPU (far past the 50 MB L2): the staged
+# kernel against the core's fused kernel and the peers, each timed by :func:`triton.testing.do_bench`
+# (median, L2 flushed) on replays of a CUDA graph of the call, next to a copy of the same tensor (the
+# speed of light, timed without a graph). Rows of 16384 columns are below the staged range (forced
+# here, for comparison; the launcher leaves them to the kernel that reads :math:`x` twice, in
+# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`), and 24576 is not a power of two.
+
+try:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+except ImportError:  # not installed: no Liger column
+    LigerLayerNormFunction = None
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
+WIDTHS = [16384, 24576, 32768] if ON_GPU else [16384]
+FORCE = dict(_staged_config(2), MIN_N=1)  # the staged kernel at 16384 too
+if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+
+def bench(fn, graph=True):
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    fn()  # compile and warm up outside the timing
+    if ON_GPU:
+        torch.cuda.synchronize()
+        timed = fn
+        if graph:
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+                fn()
+            timed = captured.replay
+        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def providers():
+    """name -> fn(x, w, b); peers that cannot run here are left out, and the staged kernel without a GPU."""
+    found = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
+                setattr(torch._dynamo.config, knob, 1024)
+        found["torch.compile"] = torch.compile(
+            lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
+        if LigerLayerNormFunction is not None:
+            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    found["core"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg={})  # {}: no staging
+    if ON_GPU:
+        found["staged"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg=FORCE)
+    return found
+
+
+records, fns = [], providers()
+for n_cols in WIDTHS:
+    x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
+    w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
+    moved, out = 2 * x.numel() * x.element_size(), torch.empty_like(x)
+    light = moved / bench(lambda: out.copy_(x), graph=False) * 1e-6
+    for name, fn in fns.items():
+        try:
+            gbs = moved / bench(lambda: fn(x, w, b)) * 1e-6
+        except Exception as err:  # a peer's limit: the point is missing
+            if name in ("core", "staged"):
+                raise
+            print(f"{name}, N = {n_cols}: {type(err).__name__}")
+            gbs = float("nan")
+        records.append({"dtype": "bfloat16", "N": n_cols, "provider": name, "GB/s": gbs,
+                        "speed of light GB/s": light, "% of light": 100 * gbs / light})
+    del x, out
+results = pd.DataFrame(records)
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
+table = table[[p for p in fns if p in table.columns]]
+table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
+if "staged" not in table:  # no GPU: nothing staged, nothing measured for it
+    table["staged"] = float("nan")
+table["staged, % of light"] = 100 * table["staged"] / table["speed of light"]
+table["core, % of light"] = 100 * table["core"] / table["speed of light"]
+table["staged / core"] = table["staged"] / table["core"]
+table["staged / best peer"] = table["staged"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light": "{:.1f}%", "core, % of light": "{:.1f}%",
+                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-")
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
+for (name, line), style in zip(results.groupby("provider", sort=False), ["--", "-.", (0, (3, 1, 1, 1)), ":", "-"]):
+    ax.plot(line.N, line["% of light"], linestyle=style, marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
+ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
+ax.grid(True, alpha=0.3)
+ax.legend(loc="lower left", fontsize=8)
+ax.set_title(f"Layer norm forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
+fig.tight_layout()
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the table above, in this build:
+
+if ON_GPU:
+    for (_, n_cols), row in table.iterrows():
+        print(f"bf16, N = {n_cols}: staged {row['staged, % of light']:.1f}% of the copy, the core kernel "
+              f"{row['core, % of light']:.1f}% ({row['staged / core']:.3g}x), the best peer "
+              f"{row['staged'] / row['staged / best peer']:.0f} GB/s ({row['staged / best peer']:.3g}x).")
+else:
+    print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
+          "for the staged kernel on this machine; the core and torch columns are interpreter timings on a CPU, "
+          "NOT GPU timings.")
+
+# %%
+# Going further
+# -------------
+# Past 64 KB a row leaves one program per SM again: fp32 rows of 32 K, or 16-bit rows of 64 K (the core
+# page streams those in chunks). Before staging, every design tried for bf16 rows of 32 K on an H100
+# stayed a few points under the copy (loads of :math:`w`, :math:`b` moved, eviction hints, a persistent
+# grid, Welford, a split row, smaller chunks, :math:`x` read twice); Nsight Compute showed one 1024-thread
+# program per SM, held there by its registers. Exercise: give ``_staged_config`` an entry for fp32 rows
+# of 16 K (64 KB too) and compare it with the core kernel. The wide-row deep dives:
+# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (forward) and
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (backward).
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (no nvidia-smi)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+
+environment_card()
