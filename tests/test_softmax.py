@@ -1,4 +1,5 @@
-"""The fused softmax of tutorials/01_fused_softmax.py against float64, on random shapes and layouts.
+"""The core softmax page (tutorials/01_fused_softmax.py: fused and online kernels, the drop-in) against
+float64, on random shapes and layouts.
 
 Without a GPU these run through Triton's interpreter on the CPU (exact, slow: sizes stay small).
 """
@@ -84,26 +85,55 @@ def test_online_kernels_match_float64():
         check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype)
 
 
+def force_online(monkeypatch):
+    """The online kernels on short rows, several chunks each (the page's own globals: T is runpy's copy)."""
+    page = T["softmax_rows_forward"].__globals__
+    monkeypatch.setitem(page, "MAX_FUSED_N", 64)
+    monkeypatch.setitem(page, "MAX_FUSED_BWD_N", 64)
+    monkeypatch.setitem(page, "_online_config", lambda n_cols: dict(BLOCK_N=128, num_warps=4))
+
+
 @pytest.mark.parametrize("kernel", ["fused", "online"])
-@pytest.mark.parametrize("persistent", [False, True])
-def test_every_element_written(kernel, persistent, monkeypatch):
+def test_every_element_written(kernel, monkeypatch):
     """Outputs start as NaN: any element a kernel skips would stay NaN."""
-    if kernel == "online":  # force the online kernels on short rows, several chunks each
-        page = T["forward_plan"].__globals__  # the page's own globals (T is runpy's copy of them)
-        monkeypatch.setitem(page, "MAX_FUSED_N", 64)
-        monkeypatch.setitem(page, "MAX_FUSED_BWD_N", 64)
-        monkeypatch.setitem(page, "ONLINE_BLOCK_N", 128)
-        assert T["forward_launch"](*[torch.empty(1, 1000, device=DEVICE)] * 2)[0] is T["softmax_fwd_online_kernel"]
+    if kernel == "online":
+        force_online(monkeypatch)
     x = torch.randn(13, 1000, device=DEVICE)
     y = torch.full_like(x, math.nan)
-    T["softmax_rows_forward"](x, y, persistent=persistent)
+    assert T["softmax_rows_forward"](x, y) == kernel
     assert not y.isnan().any()
     torch.testing.assert_close(y, torch.softmax(x, -1))
     dy = torch.randn_like(x)
     dx = torch.full_like(x, math.nan)
-    T["softmax_rows_backward"](y, dy, dx, persistent=persistent)
+    assert T["softmax_rows_backward"](y, dy, dx) == kernel
     assert not dx.isnan().any()
     torch.testing.assert_close(dx, y * (dy - (y * dy).sum(-1, keepdim=True)), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_online_kernels_forced_on_odd_rows(dtype, monkeypatch):
+    """The online kernels with a partial last chunk and rows of one element, against float64."""
+    force_online(monkeypatch)
+    for shape in [(5, 1), (3, 300), (2, 1000)]:
+        check(torch.randn(shape, device=DEVICE, dtype=dtype) * 4, -1, dtype)
+
+
+def test_launchers_pick_by_row_length():
+    """Fused up to MAX_FUSED_N (forward) and MAX_FUSED_BWD_N (backward), online past them."""
+    for n, fwd, bwd in [(T["MAX_FUSED_BWD_N"], "fused", "fused"), (T["MAX_FUSED_BWD_N"] + 1, "fused", "online"),
+                        (T["MAX_FUSED_N"], "fused", "online"), (T["MAX_FUSED_N"] + 1, "online", "online")]:
+        x = torch.randn(1, n, device=DEVICE)
+        assert T["softmax_rows_forward"](x, torch.empty_like(x)) == fwd
+        assert T["softmax_rows_backward"](x, x, torch.empty_like(x)) == bwd
+
+
+def test_fused_config_is_todays():
+    """The launch parameters tuned on an H100 (BLOCK_M, BLOCK_N, num_warps) must not move."""
+    cfg = T["_fused_config"]
+    assert cfg(256, 4) == (16, 256, 16) and cfg(256, 2) == (16, 256, 8)
+    assert cfg(1000, 4) == (4, 1024, 16) and cfg(4096, 2) == (1, 4096, 8)
+    assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 32) and cfg(16384, 4) == (1, 16384, 32)
+    assert T["_online_config"](100_000) == dict(BLOCK_N=16384, num_warps=32)
 
 
 def test_writes_stay_inside_the_output():
@@ -168,139 +198,3 @@ def test_bad_inputs_raise_clear_errors():
     other = "cpu" if DEVICE == "cuda" else "meta"
     with pytest.raises(ValueError, match="on (cpu|meta)"):
         softmax(torch.randn(4, 4, device=other))
-
-
-def split_config(min_n=64, per_sm=None, lookahead=False):
-    """Force the split kernels on rows of min_n columns or more, both directions and element sizes;
-    the forward's lookahead kernel where lookahead is set."""
-    cfg = dict(MIN_N=min_n, SLICE_N=128, num_warps=4, PER_SM=per_sm, LOOKAHEAD=lookahead)
-    return {(direction, size): cfg for direction in ("forward", "backward") for size in (2, 4)}
-
-
-def forward_split_kernel(lookahead):
-    return T["softmax_fwd_lookahead_kernel" if lookahead else "softmax_fwd_split_kernel"]
-
-
-@pytest.mark.parametrize("lookahead", [False, True], ids=["plain", "lookahead"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(13, 300), (3, 128), (9, 1000)])
-def test_split_kernels_forced(shape, dtype, lookahead):
-    """The long-row (split) kernels on small rows: a padded slice (300 of 512 columns), rows walked by
-    several groups, outputs poisoned with NaN first; against float64. Under the interpreter each row
-    has one slice (programs run one at a time and must never wait for another)."""
-    split = split_config(lookahead=lookahead)
-    torch.manual_seed(shape[1])
-    x = torch.randn(shape, device=DEVICE, dtype=dtype) * 4
-    y = torch.full_like(x, math.nan)
-    kernel, grid, _, meta = T["forward_launch"](x, y, split=split)
-    assert kernel is forward_split_kernel(lookahead)
-    assert grid // meta["SLICES"] > 1, "several groups, each walking several rows"
-    T["softmax_rows_forward"](x, y, split=split)
-    dy = torch.randn_like(x)
-    y64, _ = reference(x, -1, dy)
-    assert rel_err(y, y64) < TOL[dtype], f"forward error {rel_err(y, y64):.2e} over {TOL[dtype]:.0e}"
-    dx = torch.full_like(x, math.nan)
-    assert T["backward_launch"](y, dy, dx, split=split)[0] is T["softmax_bwd_split_kernel"]
-    T["softmax_rows_backward"](y, dy, dx, split=split)
-    y_, dy_ = y.double(), dy.double()
-    dx64 = y_ * (dy_ - (y_ * dy_).sum(-1, keepdim=True))
-    assert rel_err(dx, dx64) < 2 * TOL[dtype], f"backward error {rel_err(dx, dx64):.2e}"
-    first = dx.clone()
-    T["softmax_rows_backward"](y, dy, dx, split=split)
-    assert torch.equal(dx, first)
-
-
-@pytest.mark.parametrize("lookahead", [False, True], ids=["plain", "lookahead"])
-def test_split_kernels_special_values(lookahead):
-    """NaN and +-inf rows through the split kernels behave as torch.softmax, NaNs whose bits are all
-    ones too (the forward flag words' "not written" pattern: a published word must never look like it)."""
-    split = split_config(lookahead=lookahead)
-    x = torch.randn(7, 200, device=DEVICE)
-    x[0, 1] = math.nan
-    x[1, 2] = math.inf
-    x[2] = -math.inf
-    x[3, :150] = -math.inf
-    x[4, 0], x[4, 1] = math.inf, -math.inf
-    x[5, 7] = torch.tensor(-1, dtype=torch.int32).view(torch.float32)  # NaN, bits 0xFFFFFFFF
-    x[6] = x[5, 7]  # a whole row of it
-    y = torch.full_like(x, 3.0)
-    T["softmax_rows_forward"](x, y, split=split)
-    torch.testing.assert_close(y, torch.softmax(x, -1), equal_nan=True)
-    dy = torch.randn_like(x)
-    dx = torch.full_like(x, 3.0)
-    T["softmax_rows_backward"](y, dy, dx, split=split)
-    torch.testing.assert_close(dx, y * (dy - (y * dy).sum(-1, keepdim=True)), equal_nan=True)
-
-
-def test_split_falls_back_when_a_group_cannot_fit(monkeypatch):
-    """No room for one group (a GPU of 0 SMs here): the launcher takes the one-program kernels
-    instead (for rows this short the fused one; for long rows the online one)."""
-    monkeypatch.setitem(T["split_grid"].__globals__, "NUM_SMS", 0)  # the page's own globals
-    split = split_config()
-    x = torch.randn(5, 300, device=DEVICE)
-    y = torch.full_like(x, math.nan)
-    assert T["forward_launch"](x, y, split=split)[0] is T["forward_plan"](300, 4)[0]
-    assert T["backward_launch"](x, x, y, split=split)[0] is T["backward_plan"](300)[0]
-    T["softmax_rows_forward"](x, y, split=split)
-    torch.testing.assert_close(y, torch.softmax(x, -1))
-
-
-def test_split_groups_walk_equal_numbers_of_rows():
-    """The grid is whole groups, as few as give the fewest rows per group (no group walks one row more
-    alone at the end), and never more programs than fit at once."""
-    meta = dict(SLICES=4, BLOCK_N=128, num_warps=4)
-    x = torch.empty(1, 512, device=DEVICE)
-    args = (x, x, T["split_flags"]("forward", 1, meta, x.device), 1, 512, 512, 512)
-    fit = T["programs_per_sm"](T["softmax_fwd_split_kernel"], args, meta)[0]
-    for per_sm in (None, 2):
-        most = min(fit, per_sm or fit) * T["NUM_SMS"] // 4
-        for n_rows in (1, 2, 7, most, most + 1, 5 * most - 1, 1024):
-            grid = T["split_grid"](T["softmax_fwd_split_kernel"], args, meta, per_sm, n_rows)
-            groups = grid // 4
-            assert grid % 4 == 0 and 1 <= groups <= most
-            assert math.ceil(n_rows / groups) == math.ceil(n_rows / most) and groups <= n_rows
-
-
-def test_long_rows_take_the_split_kernels_and_match_float64():
-    """softmax() on rows of SPLIT's MIN_N columns and more picks the split kernels by itself (the
-    forward's lookahead kernel where its SPLIT entry says so)."""
-    for size, dtype in ((4, torch.float32), (2, torch.bfloat16)):
-        n = max(T["SPLIT"][("forward", size)]["MIN_N"], T["SPLIT"][("backward", size)]["MIN_N"]) + 33
-        x = torch.randn(2, n, device=DEVICE, dtype=dtype)
-        lookahead = T["SPLIT"][("forward", size)].get("LOOKAHEAD", False)
-        assert T["forward_launch"](x, x)[0] is forward_split_kernel(lookahead)
-        assert T["backward_launch"](x, x, x)[0] is T["softmax_bwd_split_kernel"]
-        check(x, -1, dtype)
-        first = softmax(x)
-        assert torch.equal(softmax(x), first)
-
-
-@pytest.mark.parametrize("n_sms", [1, 2, 4])
-@pytest.mark.parametrize("n_rows", [1, 2, 3, 7, 16, 31])
-def test_lookahead_every_row_count(n_rows, n_sms, monkeypatch):
-    """The lookahead forward publishes each row's shares one row early and loads two rows ahead: the
-    first row, the last, a group of one row, fewer rows than groups, odd counts and a single group
-    walking every row must all come out whole (outputs poisoned with NaN) and bitwise repeatable."""
-    monkeypatch.setitem(T["split_grid"].__globals__, "NUM_SMS", n_sms)  # the page's own globals
-    split = split_config(lookahead=True)
-    torch.manual_seed(n_rows)
-    x = torch.randn(n_rows, 300, device=DEVICE) * 4
-    y = torch.full_like(x, math.nan)
-    kernel, grid, _, meta = T["forward_launch"](x, y, split=split)
-    assert kernel is T["softmax_fwd_lookahead_kernel"]
-    assert grid // meta["SLICES"] == min(n_rows, math.ceil(n_rows / math.ceil(n_rows / n_sms)))
-    T["softmax_rows_forward"](x, y, split=split)
-    assert not y.isnan().any(), "a row the lookahead kernel never wrote"
-    torch.testing.assert_close(y, torch.softmax(x, -1))
-    again = torch.full_like(x, math.nan)
-    T["softmax_rows_forward"](x, again, split=split)
-    assert torch.equal(again, y)
-
-
-def test_lookahead_matches_the_plain_split_kernel():
-    """Both forward split kernels combine the same shares in the same order: the same bits."""
-    x = torch.randn(11, 700, device=DEVICE, dtype=torch.bfloat16) * 4
-    plain, ahead = torch.empty_like(x), torch.empty_like(x)
-    T["softmax_rows_forward"](x, plain, split=split_config(lookahead=False))
-    T["softmax_rows_forward"](x, ahead, split=split_config(lookahead=True))
-    assert torch.equal(plain, ahead)
