@@ -1,0 +1,620 @@
+"""
+Softmax, long rows: one row split across programs
+=================================================
+
+Past 32 K columns a row no longer fits in one program's registers, and the core page
+(:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice.
+This page reads it once, shared among programs that wait for each other. **What you will learn**
+(about 15 minutes): how programs exchange partial statistics through flag words without a fence; why
+every program of a group must be on the GPU at once, and how the compiled kernel's occupancy sizes the
+grid to be sure of it; how publishing one row ahead (a *lookahead*) shortens the wait; and where the
+launch parameters live (``_split_config``). Measured against the core page's kernels and the peers
+at N = 32 K to 256 K, forward and backward, fp32 and bf16.
+"""
+
+import datetime, os, platform, statistics, subprocess, timeit, warnings
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import triton
+import triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The core kernels we start from
+# ------------------------------
+# Carried from the core page: the fused forward (rows of up to 32 K in registers) and the online
+# kernels, which keep a running maximum :math:`m` and sum :math:`s`, rescaled as the maximum grows
+# (:math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`), then reread the row from L2.
+
+@triton.jit
+def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                    mask=col_ok[None, :], other=-float("inf")).to(tl.float32)
+        x_max = tl.max(x, axis=1)
+        numerator = tl.exp(x - x_max[:, None])
+        inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, not per element
+        y = numerator * inv_denominator[:, None]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+
+@triton.jit
+def softmax_fwd_online_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                              BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        m = tl.full([BLOCK_N], -float("inf"), tl.float32)  # running max, per lane
+        s = tl.zeros([BLOCK_N], tl.float32)  # running sum of exp(x - m), per lane
+        for chunk in range(0, n_chunks):
+            offs = chunk * BLOCK_N + cols
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"),
+                        eviction_policy="evict_last").to(tl.float32)  # keep it in L2 for pass 2
+            m_new = tl.maximum(m, x)
+            # A lane that has seen only -inf keeps m = -inf; shift by 0 there so that
+            # exp(-inf - (-inf)) = NaN never appears. A real NaN or +inf in the row still gives NaN.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.exp(x - shift)
+            m = m_new
+        row_max = tl.max(m, axis=0)
+        shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+        inv_sum = 1.0 / tl.sum(s * tl.exp(m - shift), axis=0)
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * BLOCK_N + cols  # backwards: the last chunks are in L2
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"),
+                        eviction_policy="evict_first").to(tl.float32)  # last use
+            y = tl.exp(x - shift) * inv_sum
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=offs < n_cols,
+                     cache_modifier=".cs")  # streaming store: do not push rows out of L2
+
+@triton.jit
+def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                              BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        # Pass 1: dot = sum(y * dy). Each iteration issues the loads of the next chunk before it
+        # works on this one, so two chunks are in flight (the last, fully masked load reads nothing).
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        y_next = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            y, dy = y_next, dy_next
+            offs = (chunk + 1) * BLOCK_N + cols
+            y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            acc += y.to(tl.float32) * dy.to(tl.float32)
+        dot = tl.sum(acc, axis=0)
+        # Pass 2, backwards and prefetching the same way: dx = y * (dy - dot).
+        offs = (n_chunks - 1) * BLOCK_N + cols
+        y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            y, dy = y_next, dy_next
+            offs_here = (n_chunks - 1 - chunk) * BLOCK_N + cols
+            offs = offs_here - BLOCK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            y_next = tl.load(y_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
+            tl.store(dx_row + offs_here, dx.to(dx_ptr.dtype.element_ty), mask=offs_here < n_cols,
+                     cache_modifier=".cs")
+
+def core_launch(direction, args, n_rows, n_cols, element_size):
+    """(kernel, grid, meta) of the core page's launch: the fused forward up to 32 K, else online (this
+    page's backward rows are all past the fused backward's 16 K)."""
+    if direction == "forward" and n_cols <= 32768:
+        block_n = triton.next_power_of_2(n_cols)  # the core page's _fused_config
+        block_m = max(1, 4096 // block_n)
+        num_warps = min(32, max(4, block_m * block_n // (32 * (32 // element_size))))
+        return softmax_fwd_kernel, triton.cdiv(n_rows, block_m), dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    online = softmax_fwd_online_kernel if direction == "forward" else softmax_bwd_online_kernel
+    return online, n_rows, dict(BLOCK_N=16384, num_warps=32)  # the core page's _online_config
+
+# %%
+# Long rows read once: one row shared by several programs
+# -------------------------------------------------------
+# ``SLICES`` programs (a *group*) share each row, each owning a slice of ``BLOCK_N`` columns that it
+# loads once and keeps in registers. What a slice cannot know alone is a statistic of the whole row,
+# so each program publishes its share in global memory, waits until every slice of the row has
+# published, and combines the ``SLICES`` shares itself. Forward, two numbers per slice, its maximum
+# :math:`m_k` and its sum :math:`s_k = \sum e^{x - m_k}`, which combine as in the online softmax,
+# across programs instead of across chunks:
+#
+# .. math::
+#
+#    m = \max_k m_k, \qquad s = \sum_k s_k \, e^{m_k - m}, \qquad y = e^{x - m_k} \cdot e^{m_k - m} / s .
+#
+# Backward, one number per slice: its share of :math:`\sum_j y_j \, dy_j`. Every program combines the
+# shares in the same fixed order, so all of them, and every run, get the same bits. A group walks rows
+# ``g``, ``g + G``, ... (``G`` groups), and issues the loads of its next row before it waits.
+#
+# **How a program waits.** Each share is one 64-bit *flag word* in a buffer cleared before the launch,
+# written with an atomic exchange; the waiting program re-reads the row's words (``volatile``: past L1,
+# which would keep returning the stale line) until every one is written. The backward packs a
+# "written" bit above the fp32 bits of its share. The forward packs :math:`m_k` and :math:`s_k` into
+# the two halves of the word, and "not written" is all ones, which no written word can be: its upper
+# half would be a NaN, and a NaN maximum is always written as the canonical ``0x7FC00000``. The value
+# travels in the word that says it is there, so no memory fence is needed. (A counter per row with
+# release/acquire semantics measured slower for every slice width and warp count tried.)
+#
+# **Why every program must be on the GPU at once.** Waiting for another program is only safe if that
+# program is running: with more programs than the GPU holds, a waiting program could occupy the SM
+# that the program it waits for needs, forever. So the launcher sizes the grid from the occupancy of
+# the compiled kernel (the version Triton compiles for the call's own tensors: another dtype or stride
+# can compile to another register count), makes every group fit at once, and falls back to the core
+# kernels when one group cannot. (quack, on Hopper, gets co-residency from the hardware: a *cluster*
+# of thread blocks exchanging statistics through distributed shared memory. Triton exposes neither, so
+# here the barrier is a loop reading words another SM writes, a round trip through L2 once per row.)
+# Under Triton's interpreter programs run one at a time, so each row gets a single slice there.
+
+@triton.jit
+def slice_shares(x):
+    """A slice's exponentials and its flag word: its maximum m_k (a NaN as the one canonical NaN, never
+    all ones) in the upper half, its sum s_k of exp(x - m_k) in the lower half."""
+    m = tl.max(x, axis=0)
+    shift = tl.where(m == -float("inf"), 0.0, m)  # a slice of -inf only: no exp(-inf - (-inf))
+    e = tl.exp(x - shift)
+    s = tl.sum(e, axis=0)
+    m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))
+    word = (m_bits.to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    return m, e, word
+
+@triton.jit
+def load_slice(x_ptr, row, n_rows, x_row_stride, cols, n_cols):
+    """This slice of a row, in its own dtype; past the last row nothing is loaded (cols < 0 masks all)."""
+    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + cols,
+                   mask=cols < tl.where(row < n_rows, n_cols, 0), other=-float("inf"))
+
+@triton.jit
+def slice_scale(words, m):
+    """From the group's flag words and this slice's maximum m: the factor that turns the slice's
+    exp(x - m) into y = exp(x - row_max) / row_sum, the slices combined in slice order."""
+    m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    row_max = tl.max(m_k, axis=0)
+    row_shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    row_sum = tl.sum(s_k * tl.exp(m_k - row_shift), axis=0)  # a NaN or +inf anywhere: NaN, as in torch
+    # e * exp(m - row_max) <= 1: the exp(x - m) a slice holds, rescaled to the row's maximum
+    return tl.where(m == -float("inf"), 0.0, tl.exp(m - row_shift)) / row_sum
+
+@triton.jit
+def softmax_fwd_split_kernel(x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                             SLICES: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program p is slice p % SLICES of group p // SLICES; group g does rows g, g + G, ... (G groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    x_next = load_slice(x_ptr, group, n_rows, x_row_stride, cols, n_cols)
+    for row in tl.range(group, n_rows, n_groups):
+        x = x_next.to(tl.float32)
+        next_row = row + n_groups  # its loads are in flight while this row waits
+        x_next = load_slice(x_ptr, next_row, n_rows, x_row_stride, cols, n_cols)
+        m, e, word = slice_shares(x)  # this slice's shares: its maximum and its sum of exp(x - m)
+        tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols,
+                 (e * slice_scale(words, m)).to(y_ptr.dtype.element_ty), mask=col_ok)
+
+@triton.jit
+def softmax_bwd_split_kernel(y_ptr, dy_ptr, dx_ptr, flags_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                             SLICES: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The backward's groups walk the rows as the forward's do; one share per slice: sum(y * dy)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    first = cols < tl.where(group < n_rows, n_cols, 0)
+    y_next = tl.load(y_ptr + tl.cast(group, tl.int64) * y_row_stride + cols, mask=first, other=0.0)
+    dy_next = tl.load(dy_ptr + tl.cast(group, tl.int64) * dy_row_stride + cols, mask=first, other=0.0)
+    for row in tl.range(group, n_rows, n_groups):
+        y, dy = y_next.to(tl.float32), dy_next.to(tl.float32)
+        next_row = row + n_groups
+        in_range = cols < tl.where(next_row < n_rows, n_cols, 0)
+        y_next = tl.load(y_ptr + tl.cast(next_row, tl.int64) * y_row_stride + cols, mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + tl.cast(next_row, tl.int64) * dy_row_stride + cols, mask=in_range, other=0.0)
+        mine = tl.sum(y * dy, axis=0)  # this slice's share of the row's dot product
+        word = (mine.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000  # "written"
+        tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.min(words >> 32, axis=0) == 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        dot = tl.sum((words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), axis=0)
+        dx = y * (dy - dot)
+        tl.store(dx_ptr + tl.cast(row, tl.int64) * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty),
+                 mask=col_ok)
+
+# %%
+# Waiting less: a lookahead of one row
+# ------------------------------------
+# Above, a program publishes its share of a row and at once waits for the shares of *the same row*:
+# each row costs a round trip through L2, and a waiting program issues nothing new. The lookahead
+# publishes one row ahead: a program computes and publishes its shares of the group's *next* row
+# (loaded one row earlier) before it waits for this row's, which the other slices published one row
+# earlier, so the words are usually written by the time it reads them. The combination order does not
+# change: the same bits. The price is registers (two rows' exponentials in fp32, the loads of the row
+# after next): fewer programs per SM to hide each wait, so ``_split_config`` turns it on only where it
+# measured faster. One detail: the ``SLICES`` flag words, a tile smaller than the program, are held in
+# one copy per group of threads; a copy still unwritten after the loop is read once more.
+
+@triton.jit
+def softmax_fwd_lookahead_kernel(x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                                 SLICES: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program p is slice p % SLICES of group p // SLICES; group g does rows g, g + G, ... (G groups).
+    Each program publishes its shares of the group's *next* row before it waits for this row's."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    slots = tl.arange(0, SLICES)
+    # The first row's shares, published before the loop; the second row's loads in flight. (Names used
+    # in the loop are not reused here: Triton would carry them around the loop.)
+    x_first = load_slice(x_ptr, group, n_rows, x_row_stride, cols, n_cols)
+    m_first, e_first, word = slice_shares(x_first.to(tl.float32))
+    x_next = load_slice(x_ptr, group + n_groups, n_rows, x_row_stride, cols, n_cols)
+    tl.atomic_xchg(flags_ptr + group * SLICES + part, word, mask=group < n_rows, sem="relaxed")
+    m, e = m_first, e_first
+    for row in tl.range(group, n_rows, n_groups):
+        # the row after next: its loads are in flight while this row waits and is written
+        x_after = load_slice(x_ptr, row + 2 * n_groups, n_rows, x_row_stride, cols, n_cols)
+        # the next row's shares, published before waiting for this row's (which the group's other
+        # programs published one row earlier, so the wait is mostly over before it starts)
+        next_row = row + n_groups
+        m_next, e_next, word = slice_shares(x_next.to(tl.float32))
+        tl.atomic_xchg(flags_ptr + next_row * SLICES + part, word, mask=next_row < n_rows, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        # The test above may have been decided on another warp's copy of the words (a tile smaller than
+        # the program is held once per group of threads): a copy still unwritten is read again, once.
+        stale = words == -1
+        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale, other=-1, volatile=True),
+                         words)
+        tl.store(y_ptr + tl.cast(row, tl.int64) * y_row_stride + cols,
+                 (e * slice_scale(words, m)).to(y_ptr.dtype.element_ty), mask=col_ok)
+        m, e, x_next = m_next, e_next, x_after
+
+# %%
+# Launch parameters, and a grid that fits at once
+# -----------------------------------------------
+# ``_split_config`` is the one place to change. Small programs won the sweep on an H100 (the design
+# record, dev/DESIGN.md in the repository): 2 to 4 warps, 32 to 64 values of each row per thread, as
+# many programs per SM as the registers allow, so that while one waits the others load and store. For
+# bf16 that holds from 32 K on, where the core's one 32-warp program per SM cannot overlap its phases
+# (at 32 K a staged kernel, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`, is faster
+# where it can run). The grid is as many whole groups as fit at once, no more than the fewest rows per
+# group needs (1024 rows with room for 33 groups take 32 groups of 32 rows).
+
+def _split_config(direction, element_size):
+    """The split kernels' entry (2: fp16/bf16, 4: fp32), or None: rows of MIN_N columns or more in slices of
+    about SLICE_N columns, num_warps warps each; at most PER_SM programs per SM where set; LOOKAHEAD (forward)."""
+    return {("forward", 2): dict(MIN_N=32768, SLICE_N=8192, num_warps=4),
+            ("forward", 4): dict(MIN_N=65536, SLICE_N=2048, num_warps=2, LOOKAHEAD=True),
+            ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
+            ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4)}.get((direction, min(element_size, 4)))
+
+_occupancy = {}  # (kernel, argument types, meta) -> programs per SM
+def driver_occupancy(compiled, threads, smem):
+    """Programs of this compiled kernel per SM by CUDA's occupancy calculator; None if it cannot say."""
+    try:
+        import ctypes
+        count = ctypes.c_int()
+        error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(threads), ctypes.c_size_t(smem))
+        return count.value if error == 0 else None
+    except (OSError, AttributeError, TypeError):
+        return None
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once, and what limits it."""
+    # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
+    # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
+    key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
+           tuple(sorted(meta.items())))
+    threads = 32 * meta["num_warps"]
+    if key in _occupancy:
+        return _occupancy[key]
+    if not ON_GPU:  # the interpreter runs programs one after another: any small grid will do
+        result = (1, "interpreter", 0)
+    else:
+        props = torch.cuda.get_device_properties(DEVICE)
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        n_regs = max(compiled.n_regs, 1)
+        smem = compiled.metadata.shared
+        # registers are handed out in blocks of 256 per warp
+        regs_per_warp = triton.cdiv(n_regs * 32, 256) * 256
+        limits = {"threads": props.max_threads_per_multi_processor // threads,
+                  "registers": getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // meta["num_warps"],
+                  "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32}
+        limit = min(limits, key=limits.get)
+        fit = limits[limit]
+        driver = driver_occupancy(compiled, threads, smem)  # the driver's own count, where it answers
+        if driver is not None and driver < fit:
+            fit, limit = driver, "driver"
+        result = (max(1, fit), limit, n_regs)
+    _occupancy[key] = result
+    return result
+
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+
+def split_plan(direction, n_cols, element_size, split=None):
+    """(meta-parameters, programs per SM wanted, lookahead or not) of the split kernel, or None where
+    it is not used. ``split`` replaces ``_split_config``: a table {(direction, size): entry}, {} for none."""
+    cfg = _split_config(direction, element_size) if split is None else split.get((direction, min(element_size, 4)))
+    if cfg is None or n_cols < cfg["MIN_N"]:
+        return None
+    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
+    if ON_GPU:
+        slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))
+    meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
+                num_warps=cfg["num_warps"])
+    return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
+
+def split_flags(direction, n_rows, meta, device):
+    """Flag words, one per slice of each row, cleared to "not written" (forward: all ones; backward: 0)."""
+    return torch.full((n_rows * meta["SLICES"],), -1 if direction == "forward" else 0, dtype=torch.int64, device=device)
+
+def split_grid(kernel, args, meta, per_sm, n_rows):
+    """Programs of the split kernel: whole groups, every one on the GPU at once (they wait for each
+    other), sized from the occupancy of the version Triton compiles for these very arguments, and at
+    most per_sm programs per SM unless per_sm is None; 0 when one group cannot fit."""
+    fit, _, _ = programs_per_sm(kernel, args, meta)
+    most = min(fit, per_sm or fit) * NUM_SMS // meta["SLICES"]
+    if most == 0:
+        return 0
+    # as many groups as needed for the fewest rows per group: then every group walks as many rows
+    groups = triton.cdiv(n_rows, triton.cdiv(n_rows, most))
+    return groups * meta["SLICES"]
+
+def launch(direction, tensors, split=None, n_rows=None):
+    """(kernel, grid, args, meta) of y = softmax(x) (tensors x, y) or of dx (y, dy, dx), 2-D, unit-stride
+    rows: split where ``split_plan`` says and a group fits at once, else the core page's kernels."""
+    rows, n_cols = tensors[0].shape
+    n_rows = rows if n_rows is None else n_rows
+    sizes = (rows, n_cols, *(t.stride(0) for t in tensors))
+    plan = split_plan(direction, n_cols, tensors[0].element_size(), split)
+    if plan is not None:
+        meta, per_sm, lookahead = plan
+        kernel = {"forward": softmax_fwd_lookahead_kernel if lookahead else softmax_fwd_split_kernel,
+                  "backward": softmax_bwd_split_kernel}[direction]
+        stand_in = torch.empty(1, dtype=torch.int64, device=tensors[0].device)  # compiles as the real flags
+        grid = split_grid(kernel, (*tensors, stand_in, *sizes), meta, per_sm, n_rows)
+        if grid > 0:
+            return kernel, grid, (*tensors, split_flags(direction, rows, meta, tensors[0].device), *sizes), meta
+    kernel, grid, meta = core_launch(direction, (*tensors, *sizes), n_rows, n_cols, tensors[0].element_size())
+    return kernel, grid, (*tensors, *sizes), meta
+
+KERNEL_NAMES = {softmax_fwd_kernel: "fused (core)", softmax_fwd_online_kernel: "online (core)",
+                softmax_bwd_online_kernel: "online (core)", softmax_fwd_split_kernel: "split",
+                softmax_bwd_split_kernel: "split", softmax_fwd_lookahead_kernel: "split, lookahead"}
+
+def softmax_rows(direction, tensors, split=None):
+    """Forward, tensors (x, y): y = softmax(x) along dim 1; backward, (y, dy, dx): dx = y * (dy - rowsum(y * dy)).
+    Returns the name of the kernel that ran."""
+    kernel, grid, args, meta = launch(direction, tensors, split)
+    kernel[(grid,)](*args, **meta)
+    return KERNEL_NAMES[kernel]
+
+def plan(direction, dtype, n_cols):
+    """What the split launcher runs on rows of n_cols, and what the compiled kernel says (on a GPU)."""
+    x = torch.empty((16, n_cols), device=DEVICE, dtype=getattr(torch, dtype))  # 16 rows compile as the real ones
+    kernel, grid, args, meta = launch(direction, (x,) * (2 if direction == "forward" else 3), n_rows=2**26 // n_cols)
+    per_sm, limit, n_regs = programs_per_sm(kernel, args, meta)
+    return {"kernel": KERNEL_NAMES[kernel], "SLICES": meta.get("SLICES", 1), "num_warps": meta["num_warps"],
+            "registers": n_regs if ON_GPU else "-", "programs / SM": per_sm if ON_GPU else "-", "limited by": limit}
+
+# %%
+# Correctness
+# -----------
+# Against float64: :math:`\lVert out - ref \rVert / \lVert ref \rVert` forward and backward, outputs
+# poisoned with NaN first, run twice (the same bits every run), next to PyTorch's error in the same dtype.
+
+CHECK = [(33, 32768), (16, 65536), (7, 100_003), (4, 262_144)] if ON_GPU else [(2, 32800), (2, 70_001)]
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (bf16: the interpreter truncates)
+
+def check(shape, dtype):
+    torch.manual_seed(shape[1])
+    x, dy = torch.randn(shape, device=DEVICE, dtype=dtype) * 4, torch.randn(shape, device=DEVICE, dtype=dtype)
+    y64 = torch.softmax(x.double(), -1)
+    dx64 = y64 * (dy.double() - (y64 * dy.double()).sum(-1, keepdim=True))
+    y, dx, again = (torch.full_like(x, float("nan")) for _ in range(3))
+    ran = softmax_rows("forward", (x, y)), softmax_rows("backward", (y, dy, dx)), softmax_rows("backward", (y, dy, again))
+    err, ty = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item(), torch.softmax(x, -1)
+    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "forward": ran[0], "backward": ran[1],
+            "ours fwd": err(y, y64), "ours bwd": err(dx, dx64), "torch fwd": err(ty, y64),
+            "torch bwd": err(torch._softmax_backward_data(dy, ty, -1, dtype), dx64), "repeatable": torch.equal(dx, again)}
+
+errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.bfloat16, torch.float16) for s in CHECK])
+assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors.repeatable.all(), errors
+errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
+
+# %%
+# Does the split pay?
+# -------------------
+# :math:`M \times N = 2^{26}` elements on a GPU, where ``_split_config`` splits in either direction,
+# timed as on the core page (CUDA-graph replays, L2 flushed, next to a copy of the same tensor; the
+# peers through autograd, as in training). *core* is the core page's launch (online, or fused up to
+# 32 K), *split* the launcher above, *no lookahead* the same slices without it where it is on. The last
+# columns: what the split launcher ran (the core's kernel where it does not split) and what the
+# compiled kernel reports.
+
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
+WIDTHS = {torch.float32: [65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
+    else {torch.float32: [65536], torch.bfloat16: [32768, 65536]}
+NO_LOOKAHEAD = {(d, s): dict(_split_config(d, s), LOOKAHEAD=False) for d in ("forward", "backward") for s in (2, 4)}
+try:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+except ImportError:  # not installed: no Liger column
+    LigerSoftmaxFunction = None
+if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+def bench(fn, graph=True):
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    fn()  # compile and warm up outside the timing
+    if not ON_GPU:
+        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
+    torch.cuda.synchronize()
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+            fn()
+        fn = captured.replay
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+
+def providers():
+    """name -> softmax along the last dim; peers that cannot run here are left out."""
+    found = {"torch": lambda t: torch.softmax(t, dim=-1)}
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+        warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
+        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+        found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
+        if LigerSoftmaxFunction is not None:
+            found["Liger"] = LigerSoftmaxFunction.apply
+    return found
+
+OURS = {"core": {}, "split": None, "no lookahead": NO_LOOKAHEAD}  # the split table each launch is given
+
+records, fns = [], providers()
+for dtype, widths in WIDTHS.items():
+    for n_cols in widths:
+        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+        reference = torch.softmax(x.float(), dim=-1)
+        xg, y_ref = x.detach().requires_grad_(True), reference.to(dtype)  # peers: both directions as in training
+        lookahead = {d: (split_plan(d, n_cols, x.element_size()) or (0, 0, False))[2] for d in ("forward", "backward")}
+        for name, fn in [*fns.items(), *dict.fromkeys(OURS).items()]:
+            for direction, moved in (("forward", 2 * nbytes), ("backward", 3 * nbytes)):
+                if name == "no lookahead" and not lookahead[direction]:
+                    continue  # the lookahead is off here: the same kernel as "split"
+                try:
+                    if name in OURS:  # the launcher itself, on the tensors an autograd wrapper would give it
+                        tensors = (x, out) if direction == "forward" else (y_ref, dy, out)
+                        call = lambda: softmax_rows(direction, tensors, OURS[name])
+                    else:
+                        y = fn(xg)
+                        call = (lambda: fn(xg)) if direction == "forward" else \
+                            (lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))
+                    gbs = moved / bench(call) * 1e-6
+                    if direction == "forward":
+                        torch.testing.assert_close((out if name in OURS else y).float(), reference, atol=1e-2, rtol=1e-2)
+                except RuntimeError as err:  # a peer's documented limit (Liger stops at 65536): the point is missing
+                    if name in OURS or "exceeds" not in str(err):
+                        raise
+                    print(f"{name}, {str(dtype)[6:]}, N = {n_cols}: {type(err).__name__}, not measured")
+                    gbs = float("nan")
+                records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                                "GB/s": gbs, "speed of light GB/s": light, "% of light": 100 * gbs / light})
+                y = None
+        del x, xg, dy, out, reference, y_ref
+results = pd.DataFrame(records)
+keys = ["direction", "dtype", "N"]
+table = results.set_index(keys + ["provider"])["GB/s"].unstack("provider").reindex(["forward", "backward"], level=0)
+table = table[[p for p in [*fns, *OURS] if p in table.columns]]
+table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
+table["split, % of light"] = 100 * table["split"] / table["speed of light"]
+table["split / core"] = table["split"] / table["core"]
+table["split / best peer"] = table["split"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table = table.join(pd.DataFrame([plan(*key) for key in table.index], index=table.index))
+table.style.format({c: "{:.0f}" for c in table.columns[:-6]} | {"split, % of light": "{:.1f}%",
+                   "split / core": "{:.2f}", "split / best peer": "{:.2f}"}, na_rep="-")
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white")
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "core": ":", "split": "-", "no lookahead": (0, (1, 1))}
+for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
+    ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
+    for name, line in part.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", markersize=3,
+                linewidth=2.5 if name == "split" else 1.5, label=name)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set_xscale("log", base=2)
+    ax.grid(True, alpha=0.3)
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if j == 0 else None,
+           xlabel="row length N (elements)" if i == 1 else None)
+axes[1][1].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"Softmax, long rows, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+fig.tight_layout()
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the table above, in this build:
+
+for (direction, dtype, n_cols), row in table.iterrows():
+    text = (f"{direction}, {dtype}, N = {n_cols}: {row['kernel']} at {row['split, % of light']:.1f}% of the copy, "
+            f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
+    print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
+                  if pd.notna(row.get("no lookahead")) else "."))
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# One wait per row remains; a cluster (quack, in CuTe-DSL) waits on a hardware barrier instead.
+# **Exercise:** change ``_split_config`` and rerun the benchmark. Where the lookahead is off (bf16: two
+# rows of fp32 exponentials cost programs per SM), can you hold the next row in 16 bits until its share
+# is published? Programs per SM: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (no nvidia-smi)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+environment_card()
