@@ -198,3 +198,46 @@ def test_bad_inputs_raise_clear_errors():
     other = "cpu" if DEVICE == "cuda" else "meta"
     with pytest.raises(ValueError, match="on (cpu|meta)"):
         softmax(torch.randn(4, 4, device=other))
+
+
+# Deep dive 13 (tutorials/deep_dives/13_launch_heuristics.py): the carried kernels under both grids.
+H = load_tutorial("13_launch_heuristics")
+
+
+def test_launch_heuristics_page_carries_the_core_config():
+    """Deep dive 13 explains and measures the core page's launch parameters: they must be the same."""
+    for n in (1, 7, 256, 1000, 4096, 16384, 32768):
+        for size in (2, 4):
+            assert H["_fused_config"](n, size) == T["_fused_config"](n, size)
+    assert H["_online_config"](10**5) == T["_online_config"](10**5)
+    assert (H["MAX_FUSED_N"], H["MAX_FUSED_BWD_N"]) == (T["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"])
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["plain", "persistent"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_persistent_and_plain_grids_write_every_element(persistent, dtype, monkeypatch):
+    """A persistent grid (fewer programs than blocks: each walks several) and the plain one give the
+    same bits, fused forward and backward and the online forward (forced on short rows, several chunks)."""
+    x = torch.randn(37, 1000, device=DEVICE, dtype=dtype) * 3
+    for online in (False, True):
+        if online:
+            monkeypatch.setitem(H["launch"].__globals__, "MAX_FUSED_N", 64)
+            monkeypatch.setitem(H["launch"].__globals__, "_online_config", lambda n: dict(BLOCK_N=128, num_warps=4))
+        y = torch.full_like(x, math.nan)
+        grid = H["run"]("forward", (x, y), persistent)
+        blocks = triton_cdiv(37, 1 if online else H["_fused_config"](1000, x.element_size())[0])
+        assert (grid < blocks) == persistent or grid == blocks
+        assert not y.isnan().any()
+        plain = torch.empty_like(x)
+        H["run"]("forward", (x, plain), False)
+        assert torch.equal(y, plain)
+        y64 = torch.softmax(x.double(), -1)
+        assert rel_err(y, y64) < TOL[dtype]
+    dy, dx = torch.randn_like(x), torch.full_like(x, math.nan)
+    H["run"]("backward", (y, dy, dx), persistent)
+    y_, dy_ = y.double(), dy.double()
+    assert rel_err(dx, y_ * (dy_ - (y_ * dy_).sum(-1, keepdim=True))) < 2 * TOL[dtype]
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
