@@ -462,7 +462,7 @@ for direction, longest_fused in (("forward", MAX_FUSED_N), ("backward", MAX_FUSE
               f"{ours['% of speed of light'].max():.3g}% of the copy over N = {min(SWEEP_N)}..{max(SWEEP_N)}; "
               f"against the best peer at each N, from {ratio.min():.3g}x (N = {ratio.idxmin()}) to "
               f"{ratio.max():.3g}x (N = {ratio.idxmax()}).")
-    print(f"    {direction}: the online kernel ran at N = {[n for n in SWEEP_N if n > longest_fused] or 'none'}")
+    print(f"    {direction}: the online kernel ran at {[n for n in SWEEP_N if n > longest_fused] or 'no N: fused throughout'}")
 fwd = results[(results.direction == "forward") & (results.dtype == "float32")].set_index(["N", "provider"])["GB/s"]
 n_mid = SWEEP_N[len(SWEEP_N) // 2]
 print(f"Fusion: at N = {n_mid} in fp32, the fused kernel is {fwd[(n_mid, 'ours')] / fwd[(n_mid, 'naive')]:.3g}x "
