@@ -36,9 +36,14 @@ def test_every_tutorial_has_a_page():
 # One idea a page: a core page is read in one sitting, a deep dive teaches one technique. Past these a
 # page is two pages (issue 17).
 MOST_LINES = {"core": 550, "deep dive": 650}
+# Core pages not yet split into a core page and deep dives (issue 17 stays open for them). The mark is
+# strict: once such a page is short enough, this test fails until its name leaves the set.
+NOT_YET_SPLIT = {"02_layer_norm", "03_parallel_reduction", "04_rms_norm"}
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="not yet split (issue 17)"))
+    if p.stem in NOT_YET_SPLIT else p for p in TUTORIALS], ids=lambda p: p.stem)
 def test_page_length(path):
     kind = "core" if path.parent.name == "tutorials" else "deep dive"
     lines = len(path.read_text(encoding="utf-8").splitlines())

@@ -27,8 +27,8 @@ script still runs: its kernels go through Triton's interpreter on the CPU, with 
 """
 
 # %%
-# Where this page was made
-# ------------------------
+# Setup
+# -----
 # Every number below was measured when this page was built, on the machine described here. Without a
 # CUDA GPU, Triton's interpreter runs the kernels on the CPU; it must be switched on before Triton is
 # imported.
@@ -54,43 +54,9 @@ ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
 
-def environment_card():
-    """The facts a reader needs to judge the numbers on this page."""
-    if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
-            driver = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10, check=True,
-            ).stdout.split("\n")[0].strip()
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (nvidia-smi not available)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-        mode = "CUDA GPU: real kernels at full size"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
-        mode = "interpreter on the CPU, small sizes: the timings are NOT GPU timings"
-    card = {
-        "device": device,
-        "driver / CUDA": runtime,
-        "mode": mode,
-        "torch": torch.__version__,
-        "Triton": triton.__version__,
-        "Python": platform.python_version(),
-        "built": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    return pd.DataFrame({"": list(card.values())}, index=list(card.keys()))
-
-
-if not ON_GPU:
-    print(
-        "No CUDA GPU was found. Every kernel on this page ran through Triton's interpreter on the CPU,\n"
-        "with small tensors. The timings below measure the interpreter, not a GPU: they say nothing\n"
-        "about how fast these kernels are. Run this script on a CUDA GPU for real numbers."
-    )
-environment_card()
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
 # The bytes model
@@ -1105,3 +1071,41 @@ summary()
 # References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; the CUB library's device-wide
 # reductions; the layer-norm backward of the Triton tutorials, which sums weight gradients with
 # atomics and a lock.
+
+# %%
+# Where this page was made
+# ------------------------
+# The full environment card of the build that measured every number above.
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.split("\n")[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (nvidia-smi not available)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+        mode = "CUDA GPU: real kernels at full size"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
+        mode = "interpreter on the CPU, small sizes: the timings are NOT GPU timings"
+    card = {
+        "device": device,
+        "driver / CUDA": runtime,
+        "mode": mode,
+        "torch": torch.__version__,
+        "Triton": triton.__version__,
+        "Python": platform.python_version(),
+        "built": BUILT,
+    }
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+
+environment_card()

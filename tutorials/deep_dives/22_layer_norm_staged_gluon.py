@@ -139,7 +139,7 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 #
 # .. math::
 #
-#    \mu = \frac{1}{N} \sum_i x_i, \qquad r = \Big(\frac{1}{N} \sum_i (x_i - \mu)^2 + \epsilon\Big)^{-1/2},
+#    \mu = \frac{1}{N} \sum_i x_i, \qquad r = \left(\frac{1}{N} \sum_i (x_i - \mu)^2 + \epsilon\right)^{-1/2},
 #    \qquad y_i = (x_i - \mu) \, r \, w_i + b_i .
 #
 # ``triton.language`` decides by itself what goes through shared memory, so this kernel is written in
