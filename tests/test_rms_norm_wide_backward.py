@@ -1,0 +1,96 @@
+"""Deep dive 41 (RMSNorm, wide backward): the split kernel forced on small rows (both ways of waiting,
+packed and not, poisoned outputs, dx only, no weight), its config, the carried core chunked kernel,
+determinism, and the page's own checks and measurements."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICE, load_tutorial
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def dive():
+    return load_tutorial("41_rms_norm_wide_backward")
+
+
+def rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def reference(x, w, dy, eps=1e-6):
+    x64 = x.double().requires_grad_(True)
+    w64 = None if w is None else w.double().requires_grad_(True)
+    grads = torch.autograd.grad(F.rms_norm(x64, x.shape[-1:], w64, eps), [x64] + ([] if w is None else [w64]), dy.double())
+    return grads[0], (grads[1] if w is not None else None)
+
+
+@pytest.mark.parametrize("n", [300, 301])
+@pytest.mark.parametrize("flag_words", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_split_kernel_forced(dive, flag_words, dtype, n):
+    """The split backward on small rows, both ways of waiting, two rows per block with a padded last
+    block, several groups (more blocks than two per group: the lookahead's loads past the end), with and
+    without dw; outputs poisoned first. 16-bit rows of even length are loaded as 32-bit words (PACK), odd
+    ones not. (Under the interpreter a row has one slice: programs run one at a time.)"""
+    m = 19
+    x = (2 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    w = torch.randn(n, device=DEVICE).to(dtype)
+    dy = torch.randn(m, n, device=DEVICE).to(dtype)
+    rstd = dive["rstd_of"](x)
+    # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags)
+    options = dict(split_from=64, split=dict(TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1))
+    # dx with a padded row stride of the same parity as n: the padding is a guard that must stay NaN
+    dx_store = torch.full((m, n + 4), float("nan"), device=DEVICE, dtype=dtype)
+    dx, dw = dx_store[:, :n], torch.full_like(w, float("nan"))
+    kernel, meta, grid, _ = dive["rms_norm_wide_backward"](x, w, rstd, dy, dx, dw, **options)
+    assert kernel is dive["rms_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
+    assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0), meta
+    assert meta["BLOCK_M"] == 2 and grid // meta["SLICES"] > 1
+    assert -(-m // meta["BLOCK_M"]) > 2 * (grid // meta["SLICES"]), "some group should do 3 blocks or more"
+    assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
+    dx64, dw64 = reference(x, w, dy)
+    assert rel(dx, dx64) <= TOL[dtype] and rel(dw, dw64) <= TOL[dtype], (rel(dx, dx64), rel(dw, dw64))
+    dx2 = torch.full_like(x, float("nan"))
+    dive["rms_norm_wide_backward"](x, w, rstd, dy, dx2, None, **options)  # dx only
+    assert torch.equal(dx2, dx)
+    dx3 = torch.full_like(x, float("nan"))  # no weight: g = dy
+    dive["rms_norm_wide_backward"](x, None, rstd, dy, dx3, None, **options)
+    assert rel(dx3, reference(x, None, dy)[0]) <= TOL[dtype]
+
+
+def test_carried_core_kernel_and_determinism(dive):
+    """split_from=inf runs the core page's chunked kernel (the 'core' column); both are bitwise repeatable."""
+    x, w = torch.randn(5, 9000, device=DEVICE), torch.randn(9000, device=DEVICE)
+    dy = torch.randn(5, 9000, device=DEVICE)
+    rstd = dive["rstd_of"](x)
+    dx64, dw64 = reference(x, w, dy)
+    for split_from in (8192, float("inf")):
+        kernel = dive["backward_plan"](x, w, rstd, dy, x, True, split_from)[0]
+        assert kernel is dive["rms_norm_bwd_split_kernel" if split_from == 8192 else "rms_norm_bwd_chunked_kernel"]
+        runs = [dive["rms_norm_backward"](x, w, rstd, dy, split_from) for _ in range(2)]
+        assert rel(runs[0][0], dx64) <= 1e-5 and rel(runs[0][1], dw64) <= 1e-5
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_split_config_keeps_todays_parameters(dive):
+    """The launch parameters tuned on an H100, moved unchanged into _split_config (slices only on a GPU)."""
+    cfg = dive["_split_config"]
+    gpu = DEVICE == "cuda"
+    m = cfg(16384, torch.bfloat16, True, True)
+    assert (m["SLICES"], m["BLOCK_M"], m["BLOCK_N"], m["num_warps"], m["FLAG_WORDS"]) == \
+        ((4, 1, 4096, 8, True) if gpu else (1, 1, 16384, 32, False))
+    m = cfg(65536, torch.float32, True, True)
+    assert (m["SLICES"], m["BLOCK_N"], m["num_warps"]) == ((16, 4096, 16) if gpu else (1, 65536, 32))
+    assert dive["MAX_FUSED_N"] == 8192 and dive["MAX_SPLIT_N"] == 131072 and dive["WARPS_PER_SM"] == 16
+    assert dive["_chunked_config"](100, 20000, 2) == (dict(CHUNK_N=8192, num_warps=16), min(100, dive["NUM_SMS"]))
+
+
+def test_page_checked_and_measured(dive):
+    errors, results = dive["errors"], dive["results"]
+    assert len(errors) == 3 * len(dive["CHECK_SHAPES"]) and errors["same bits"].all()
+    for name in ("core", "this page"):
+        ours = results[results.provider == name]
+        assert len(ours) == 2 * len(dive["SWEEP_N"]) and (ours["GB/s"] > 0).all()

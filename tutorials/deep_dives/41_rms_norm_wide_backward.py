@@ -1,0 +1,620 @@
+"""
+RMSNorm, wide rows in the backward: one row shared by several programs
+======================================================================
+
+The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
+gradient in registers up to 8 K columns; past that its chunked kernel reads each row twice and adds
+into a ``dw_partial`` row in memory for every row. **What you will learn** (about 12 minutes): how to
+*split* a wide row over a group of programs that exchange their partial row sums through global
+memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
+rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
+"""
+
+import datetime, math, os, platform, statistics, subprocess, timeit
+
+import torch
+import torch.nn.functional as F
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The backward, and the core kernel it replaces
+# ---------------------------------------------
+# With :math:`r` the reciprocal root mean square of a row, :math:`\hat{x} = r x` and :math:`g = dy \odot w`,
+#
+# .. math::
+#
+#    dx = r \left( g - \hat{x} \, \frac{1}{N} \sum_j g_j \hat{x}_j \right), \qquad
+#    dw_j = \sum_{\text{rows}} dy_j \, \hat{x}_j .
+#
+# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Carried from
+# the core page: its chunked kernel, which it runs past 8 K columns (a pass for the row's dot product,
+# a second, backwards, writing :math:`dx` and adding into the program's fp32 ``dw_partial`` row), and
+# the fixed-order sum of the partials.
+
+@triton.jit
+def rms_norm_bwd_chunked_kernel(
+    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
+    x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, CHUNK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, CHUNK_N)
+    n_chunks = tl.cdiv(n_cols, CHUNK_N)
+    dw_row = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols  # this program's partial
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
+        dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        rstd = tl.load(rstd_ptr + row)
+        # Pass 1: the dot product of g = dy * w and x, two chunks in flight.
+        acc = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = chunk * CHUNK_N + cols
+            offs = here + CHUNK_N
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            if HAS_WEIGHT:
+                dy = dy * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            acc += dy * x
+        c = tl.sum(acc, axis=0) * rstd / n_cols  # (1/N) sum g * x_hat
+        # Pass 2, backwards: dx, and dw_partial += dy * x_hat.
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols
+            offs = here - CHUNK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            x_next = tl.load(x_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            ok = here < n_cols
+            x_hat = x * rstd
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(w_ptr + here, mask=ok, other=0.0).to(tl.float32)
+            if COMPUTE_DW:  # the program's first row starts its partial: no buffer needs clearing
+                dw = tl.load(dw_row + here, mask=ok & (here * 0 + row > pid), other=0.0)
+                tl.store(dw_row + here, dw + dy * x_hat, mask=ok)
+            tl.store(dx_row + here, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok,
+                     cache_modifier=".cs")
+
+@triton.jit
+def dw_reduce_kernel(
+    dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+    for start in range(0, n_partials, BLOCK_P):
+        p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
+        acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
+                       mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+
+def _warps(n_elements, element_size, bytes_per_thread):
+    """Warps such that each thread handles about bytes_per_thread bytes of a tile (4 to 32 warps)."""
+    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
+
+def _chunked_config(n_rows, n_cols, element_size):
+    """The core page's: (meta, grid) of the chunked kernel, one program per SM, 32 bytes a thread."""
+    return dict(CHUNK_N=8192, num_warps=_warps(8192, element_size, 32)), max(1, min(n_rows, NUM_SMS))
+
+# %%
+# Wide rows: one row shared by several programs
+# ---------------------------------------------
+# Split the row instead. ``SLICES`` programs (a *group*) share each row, each owning a slice of
+# ``BLOCK_N`` columns: it loads its slice of :math:`x` and :math:`dy` once and keeps :math:`dw` for
+# those columns in fp32 registers, as the core's fused kernel does. The one thing a slice cannot compute
+# alone is :math:`c = \frac{1}{N}\sum_j g_j \hat{x}_j`, a sum over the whole row. So each program
+# publishes its share of the sum in global memory, waits until the other slices of the row have
+# published theirs, and adds the ``SLICES`` shares in a fixed order (the same bits in every program and
+# on every run). Then it writes its slice of :math:`dx`.
+#
+# Waiting for another program is only safe if that program is running: the grid must fit on the GPU at
+# once, or a waiting program could hold the SM that the program it waits for needs. The launcher sizes
+# the grid from the compiled kernel's occupancy (``programs_per_sm``), and falls back to the chunked
+# kernel when a group cannot fit. Another kernel that holds SMs forever while this one runs (on
+# another stream) could still stall it; the kernels on this site never do.
+#
+# **Hiding the wait.** A share goes to the L2 cache and comes back to another SM, a round trip of about
+# a microsecond, as long as an SM takes to stream a few tens of KB. A program that publishes a block's
+# share and then waits for the shares of that same block stalls for a round trip on every block. So the
+# kernel runs its exchange one block ahead (software pipelining):
+#
+# * it keeps **two blocks of loads in flight**, the next block and the one after;
+# * before it waits for the shares of this block, it computes and **publishes its share of the next
+#   block**. The other slices did the same one step earlier, so when a program asks for this block's
+#   shares they are usually there already: the wait is one read, and the memory works meanwhile.
+#
+# Keeping two blocks in flight without the lookahead does not help: the program still stalls on every
+# block, with more loads idle behind it (the design record, dev/DESIGN.md in the repository).
+#
+# **Registers.** Three blocks are alive at once. A 16-bit element loaded into registers takes a whole
+# 32-bit register, so a bf16 block costs as many registers as an fp32 block of the same length, for half
+# the bytes in flight. With ``PACK``, the kernel loads 16-bit rows as 32-bit words of two elements, keeps
+# them packed while they wait, and unpacks them only to compute (for bf16, a shift: its bits are the top
+# half of an fp32); :math:`dx` is packed again to be stored. That needs rows of an even length, even
+# strides and 4-byte aligned tensors, else ``PACK`` is off. The launcher also caps each thread's
+# registers (``maxnreg``) at the share of the register file that lets ``WARPS_PER_SM`` warps live on an
+# SM together: two bf16 programs of 8 warps per SM instead of one, twice the bytes in flight.
+#
+# **Two ways to wait**, both measured on an H100:
+#
+# * **flag words** (``FLAG_WORDS=True``): each share is one 64-bit word, a "written" bit above the fp32
+#   bits of the value, in a buffer cleared before the launch. A program reads the words of its rows
+#   until every bit is set: one round trip when the others are done. Faster for programs of up to 16
+#   warps, which every split configuration here uses.
+# * **a counter** per block of rows: shares are plain stores, then a barrier (every thread's store is
+#   issued before the counter moves) and an atomic add with *release* semantics; one thread polls the
+#   counter with *acquire* semantics, and the shares are read past the L1 cache (``.cg``). Three round
+#   trips, but one thread polls: with 32 warps it measured faster, so it is kept for them.
+#
+# The buffers are cleared by a ``torch.zeros`` per call (8 bytes per row and slice). Under Triton's
+# interpreter programs run one after another: a program waiting for the next would wait forever, so
+# there each row has one slice (the same kernel, whose only shares are its own).
+
+@triton.jit
+def load_tile(ptr, rows, row_stride, units, unit_ok, n_rows, PACK: tl.constexpr):
+    """Rows ``rows`` of a slice (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK the
+    [BLOCK_M, BLOCK_N // 2] 32-bit words that hold them two by two (``units`` count words then)."""
+    ok = (rows < n_rows)[:, None] & unit_ok[None, :]
+    rows = rows.to(tl.int64)
+    if PACK:
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tile = tl.load(words + rows[:, None] * (row_stride // 2) + units[None, :], mask=ok, other=0)
+    else:
+        tile = tl.load(ptr + rows[:, None] * row_stride + units[None, :], mask=ok, other=0.0)
+    return tile
+
+@triton.jit
+def tile_to_f32(tile, dtype: tl.constexpr, PACK: tl.constexpr):
+    """A loaded tile as [BLOCK_M, BLOCK_N] fp32 values, in column order."""
+    if PACK:  # the low half of a word is the even column (little-endian)
+        if dtype == tl.bfloat16:  # bf16 is the top half of an fp32
+            lo = (tile << 16).to(tl.float32, bitcast=True)
+            hi = (tile & -65536).to(tl.float32, bitcast=True)
+        else:
+            lo = tile.to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+            hi = (tile >> 16).to(tl.int16).to(dtype, bitcast=True).to(tl.float32)
+        values = tl.reshape(tl.join(lo, hi), [tile.shape[0], 2 * tile.shape[1]])
+    else:
+        values = tile.to(tl.float32)
+    return values
+
+@triton.jit
+def store_tile(ptr, rows, row_stride, units, ok, values, PACK: tl.constexpr):
+    """Stores [BLOCK_M, BLOCK_N] values in the dtype of ``ptr``, two by two in 32-bit words with PACK."""
+    values = values.to(ptr.dtype.element_ty)
+    if PACK:
+        lo, hi = tl.split(tl.reshape(values, [values.shape[0], values.shape[1] // 2, 2]))
+        word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 65535) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+        words = ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+        tl.store(words + rows[:, None] * (row_stride // 2) + units[None, :], word, mask=ok)
+    else:
+        tl.store(ptr + rows[:, None] * row_stride + units[None, :], values, mask=ok)
+
+@triton.jit
+def publish_share(shares_ptr, counter_ptr, block, n_blocks, rows, row_ok, part, share,
+                  SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """This slice's share of each row's sum, for the other slices of the group."""
+    if FLAG_WORDS:  # bit 32 says "written", the low 32 bits hold the fp32 value
+        word = (share.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000
+        tl.atomic_xchg(shares_ptr + rows * SLICES + part, word, mask=row_ok, sem="relaxed")
+    else:
+        tl.store(shares_ptr + rows * SLICES + part, share, mask=row_ok)
+        tl.debug_barrier()  # every thread's store is issued before the counter moves
+        tl.atomic_add(counter_ptr + block, 1, mask=block < n_blocks, sem="release")
+
+@triton.jit
+def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr):
+    """[BLOCK_M, SLICES] shares of the rows of ``block``, once every slice has published them."""
+    slots = shares_ptr + rows[:, None] * SLICES + tl.arange(0, SLICES)[None, :]
+    if FLAG_WORDS:
+        words = tl.load(slots, volatile=True)
+        while tl.min(words >> 32) == 0:  # some slice has not written yet
+            words = tl.load(slots, volatile=True)
+        # A tile smaller than the program is held in several copies, one per group of warps, and the
+        # test above may be decided on another warp's copy: a copy still unwritten here (loaded before
+        # that slice wrote) is read again, once, instead of adding a share of 0.
+        stale = (words >> 32) == 0
+        words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
+        shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    else:
+        arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        while arrived < SLICES:
+            arrived = tl.atomic_add(counter_ptr + block, 0, sem="acquire")
+        shares = tl.load(slots, cache_modifier=".cg")
+    return shares
+
+@triton.jit
+def rms_norm_bwd_split_kernel(
+    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, shares_ptr, counter_ptr, n_rows, n_cols,
+    x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, SLICES: tl.constexpr, FLAG_WORDS: tl.constexpr,
+    PACK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program p is slice p % SLICES of group p // SLICES; group q does blocks q, q + Q, ... (Q groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    dtype = x_ptr.dtype.element_ty
+    UNITS: tl.constexpr = BLOCK_N // 2 if PACK else BLOCK_N  # what a tile's row holds: words or elements
+    units = part * UNITS + tl.arange(0, UNITS)
+    unit_ok = units < (n_cols // 2 if PACK else n_cols)
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    # The loads of this program's first two blocks, and its share of the first one. (Names used in the
+    # loop are not reused here: Triton would carry them around the loop.)
+    first = group * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_this = load_tile(x_ptr, first, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_this = load_tile(dy_ptr, first, dy_row_stride, units, unit_ok, n_rows, PACK)
+    second = first + n_groups * BLOCK_M
+    x_next = load_tile(x_ptr, second, x_row_stride, units, unit_ok, n_rows, PACK)
+    dy_next = load_tile(dy_ptr, second, dy_row_stride, units, unit_ok, n_rows, PACK)
+    first_ok = first < n_rows
+    first = tl.minimum(first, n_rows - 1).to(tl.int64)
+    first_g = tile_to_f32(dy_this, dtype, PACK)
+    if HAS_WEIGHT:
+        first_g = first_g * w[None, :]
+    first_x_hat = tile_to_f32(x_this, dtype, PACK) * tl.load(rstd_ptr + first)[:, None]
+    first_share = tl.sum(first_g * first_x_hat, axis=1)
+    publish_share(shares_ptr, counter_ptr, group, n_blocks, first, first_ok, part, first_share, SLICES, FLAG_WORDS)
+    for block in tl.range(group, n_blocks, n_groups):
+        # the block after next: two blocks of loads in flight while this one is worked on
+        after_rows = (block + 2 * n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        x_after = load_tile(x_ptr, after_rows, x_row_stride, units, unit_ok, n_rows, PACK)
+        dy_after = load_tile(dy_ptr, after_rows, dy_row_stride, units, unit_ok, n_rows, PACK)
+        # this block's values (its rstd loaded first: a load issued late stalls the program)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        rstd = tl.load(rstd_ptr + rows)
+        x_hat = tile_to_f32(x_this, dtype, PACK) * rstd[:, None]
+        dy = tile_to_f32(dy_this, dtype, PACK)
+        g = dy * w[None, :] if HAS_WEIGHT else dy
+        # the next block's share, published before waiting for this block's shares (rows past the end
+        # publish nothing)
+        next_rows = (block + n_groups) * BLOCK_M + tl.arange(0, BLOCK_M)
+        next_ok = next_rows < n_rows
+        next_rows = tl.minimum(next_rows, n_rows - 1).to(tl.int64)
+        next_x_hat = tile_to_f32(x_next, dtype, PACK) * tl.load(rstd_ptr + next_rows)[:, None]
+        next_g = tile_to_f32(dy_next, dtype, PACK)
+        if HAS_WEIGHT:
+            next_g = next_g * w[None, :]
+        publish_share(shares_ptr, counter_ptr, block + n_groups, n_blocks, next_rows, next_ok, part,
+                      tl.sum(next_g * next_x_hat, axis=1), SLICES, FLAG_WORDS)
+        # this block: dw, then dx once the group's shares are in
+        if COMPUTE_DW:
+            dw_acc += dy * x_hat
+        shares = wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES, FLAG_WORDS)
+        c = tl.sum(shares, axis=1) / n_cols
+        dx = (g - x_hat * c[:, None]) * rstd[:, None]
+        store_tile(dx_ptr, rows, dx_row_stride, units, row_ok[:, None] & unit_ok[None, :], dx, PACK)
+        x_this, dy_this, x_next, dy_next = x_next, dy_next, x_after, dy_after
+    if COMPUTE_DW:  # one partial row per group; each slice writes its columns of it
+        tl.store(dw_partial_ptr + tl.cast(group, tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+
+# %%
+# Launch parameters
+# -----------------
+# ``_split_config`` chooses the slices, the block and the warps; change them there. The grid comes from
+# the compiled kernel's occupancy: whole groups, all on the GPU at once.
+
+MAX_FUSED_N, MAX_SPLIT_N = 8192, 131072  # split past the core's fused kernel, up to 32 slices of SLICE_N
+SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on an H100
+WARPS_PER_SM = 16  # two bf16 programs (8 warps) or one fp32 program (16) per SM, each with its maxnreg share
+SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)  # elements per block, bytes of each tile per thread (any dtype)
+
+def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None):
+    """Meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if given:
+    whether their 16-bit rows can be loaded as 32-bit words). ``split`` replaces SPLIT."""
+    element_size, split = torch.empty((), dtype=dtype).element_size(), split or SPLIT
+    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
+    if ON_GPU:
+        slices = min(MAX_SPLIT_N // SLICE_N, triton.next_power_of_2(triton.cdiv(n_cols, SLICE_N)))
+    block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
+    block_m = max(1, split["TILE"] // block_n)
+    num_warps = _warps(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
+    # two 16-bit elements per 32-bit word: even rows, even strides, 4-byte aligned tensors
+    pack = element_size == 2 and n_cols % 2 == 0 and all(t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0 for t in tensors)
+    meta = dict(HAS_WEIGHT=has_weight, COMPUTE_DW=compute_dw, SLICES=slices, FLAG_WORDS=num_warps <= 16,
+                PACK=pack, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    # Each thread's share of the registers when WARPS_PER_SM warps live on an SM. Unpacked 16-bit rows
+    # need more than that: they run with fewer programs per SM rather than spill their loads.
+    if ON_GPU and (pack or element_size == 4):
+        regs = getattr(torch.cuda.get_device_properties(DEVICE), "regs_per_multiprocessor", 65536)
+        meta["maxnreg"] = min(255, regs // (32 * max(WARPS_PER_SM, num_warps)) // 8 * 8)
+    return meta
+
+_occupancy = {}
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once, what limits it, and its registers."""
+    # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
+    # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
+    key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
+           tuple(sorted(meta.items())))
+    if key in _occupancy:
+        return _occupancy[key]
+    threads = 32 * meta["num_warps"]
+    if not ON_GPU:  # nothing is compiled under the interpreter
+        result = (1, "interpreter", 0)
+    else:
+        props = torch.cuda.get_device_properties(DEVICE)
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        n_regs = max(compiled.n_regs, 1)
+        smem = compiled.metadata.shared
+        limits = {
+            "threads": props.max_threads_per_multi_processor // threads,
+            "registers": getattr(props, "regs_per_multiprocessor", 65536) // (n_regs * threads),
+            "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32,
+        }
+        limit = min(limits, key=limits.get)
+        result = (max(1, limits[limit]), limit, n_regs)
+    _occupancy[key] = result
+    return result
+
+def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
+    """The split kernel's arguments: the tensors, the shares' slots (cleared when they are flag words)
+    and the counters (cleared), then the sizes and strides. ``clear=False``: one-element buffers of the
+    same types, enough to compile the kernel, and left uninitialized (nothing reads them)."""
+    n_rows, n_cols = x2d.shape
+    if not clear:
+        shares = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.float32)
+        counter = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.int32)
+    elif meta["FLAG_WORDS"]:
+        shares = counter = torch.zeros((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.int64)
+    else:
+        shares = torch.empty((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.float32)
+        counter = torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=x2d.device, dtype=torch.int32)
+    return (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, shares, counter, n_rows, n_cols,
+            x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+
+def backward_plan(x2d, w, rstd, dy2d, dx2d, compute_dw, split_from=MAX_FUSED_N, split=None):
+    """(kernel, meta, grid, (programs per SM, limit, registers)) of the backward for these very tensors
+    (the split kernel's occupancy is that of the version Triton compiles for them): split from
+    ``split_from`` to MAX_SPLIT_N columns when a group fits on the GPU, else the core's chunked kernel."""
+    n_rows, n_cols = x2d.shape
+    if split_from < n_cols <= MAX_SPLIT_N:
+        meta = _split_config(n_cols, x2d.dtype, w is not None, compute_dw, (x2d, dy2d, dx2d), split)
+        fit = programs_per_sm(rms_norm_bwd_split_kernel, split_args(x2d, w, rstd, dy2d, dx2d, rstd, meta, clear=False), meta)
+        per_sm = min(fit[0], max(1, WARPS_PER_SM // meta["num_warps"]))
+        groups = min(triton.cdiv(n_rows, meta["BLOCK_M"]), per_sm * NUM_SMS // meta["SLICES"])
+        if groups > 0:  # its programs wait for each other: all of them must fit
+            return rms_norm_bwd_split_kernel, meta, groups * meta["SLICES"], fit
+    meta, grid = _chunked_config(n_rows, n_cols, x2d.element_size())
+    return rms_norm_bwd_chunked_kernel, dict(meta, HAS_WEIGHT=w is not None, COMPUTE_DW=compute_dw), grid, None
+
+def rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from=MAX_FUSED_N, split=None):
+    """dx2d and (when dw is not None) dw from x2d, w, rstd and dy2d, rows of unit stride. Returns the plan."""
+    (n_rows, n_cols), compute_dw = x2d.shape, w is not None and dw is not None
+    kernel, meta, grid, fit = backward_plan(x2d, w, rstd, dy2d, dx2d, compute_dw, split_from, split)
+    n_partials = grid // meta.get("SLICES", 1)  # one partial row per group of slices
+    # every program writes its whole partial row: no buffer needs clearing
+    dw_partial = torch.empty((n_partials, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
+    if kernel is rms_norm_bwd_split_kernel:
+        args = split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta)
+    else:
+        args = (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
+                x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    kernel[(grid,)](*args, **meta)
+    if compute_dw:  # the core's: narrow strips of columns, each summing all partials in order
+        block_n = 16 if n_cols <= 4096 else 32
+        dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](dw_partial, dw, n_partials, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
+    return kernel, meta, grid, fit
+
+def rms_norm_backward(x2d, w, rstd, dy2d, split_from=MAX_FUSED_N):
+    """(dx, dw) of RMSNorm over x2d's rows; ``split_from=math.inf``: the core's chunked kernel."""
+    dx2d, dw = torch.empty_like(x2d), torch.empty(x2d.shape[1], device=x2d.device, dtype=w.dtype)
+    rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from)
+    return dx2d, dw
+
+def rstd_of(x2d, eps=1e-6):
+    """1 / rms of each row in fp32, as the forward saves it for its backward."""
+    return torch.rsqrt(x2d.float().pow(2).mean(dim=1) + eps)
+
+# %%
+# Correctness
+# -----------
+# :math:`dx` and :math:`dw` against float64 autograd on the same rounded inputs, next to PyTorch's own
+# error in the same dtype: ours should be no worse, and the same bits on a second run.
+
+CHECK_SHAPES = [(63, 16384), (64, 30000), (16, 100_003), (8, 131072)] if ON_GPU else [(3, 9000), (2, 12_345)]
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few units of rounding
+
+def check(shape, dtype):
+    torch.manual_seed(shape[1])
+    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype)
+    w = (1 + 0.5 * torch.randn(shape[1], device=DEVICE)).to(dtype)
+    dy = torch.randn(shape, device=DEVICE, dtype=dtype)
+    x64, w64 = (t.double().requires_grad_(True) for t in (x, w))
+    refs = torch.autograd.grad(F.rms_norm(x64, shape[1:], w64, 1e-6), (x64, w64), dy.double())
+    xt, wt = (t.clone().requires_grad_(True) for t in (x, w))
+    theirs = torch.autograd.grad(F.rms_norm(xt, shape[1:], wt, 1e-6), (xt, wt), dy)
+    ours = rms_norm_backward(x, w, rstd_of(x), dy)
+    kernel = backward_plan(x, w, rstd_of(x), dy, x, True)[0]
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "kernel": kernel.__name__[13:-7]}
+    for name, grads in (("ours", ours), ("torch", theirs)):
+        row |= {f"{name} {q}": ((g.double() - ref).norm() / ref.norm()).item() for q, g, ref in zip(("dx", "dw"), grads, refs)}
+    again = rms_norm_backward(x, w, rstd_of(x), dy)
+    row["same bits"] = all(torch.equal(a, b) for a, b in zip(ours, again))
+    return row
+
+errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in CHECK_SHAPES])
+for q in ("dx", "dw"):
+    assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors.to_string()
+assert errors["same bits"].all(), errors.to_string()
+errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw")}).hide(axis="index")
+
+# %%
+# Benchmark
+# ---------
+# Where the launcher splits, :math:`MN = 2^{26}` elements on a GPU, with what it chose (the compiled
+# kernel's registers and programs per SM, and what limits them). A peer's backward is ``autograd.grad``
+# of :math:`x` and :math:`w` after its own forward; ours the launcher with its allocations, on the
+# :math:`r` a forward saved; *core* is the core page's chunked kernel on the same rows. Each is a CUDA
+# graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy of :math:`x` (the
+# speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written.
+
+EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
+SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
+try:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+except ImportError:  # not installed: no Liger column
+    LigerRMSNormFunction = None
+if ON_GPU:  # a graph cannot be captured on the default stream; autograd runs a backward on its forward's
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+def bench(fn, graph=True):
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    fn()  # compile and warm up outside the timing
+    if not ON_GPU:
+        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
+    torch.cuda.synchronize()
+    timed = fn
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+            fn()
+        timed = captured.replay
+    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+
+def providers():
+    """name -> f(x, w) of a peer's forward (its backward is timed); peers that cannot run here are left out."""
+    found = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+        found["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
+        if LigerRMSNormFunction is not None:
+            found["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+    return found
+
+records, plans, fns = [], [], providers()
+for dtype in (torch.float32, torch.bfloat16):
+    for n_cols in SWEEP_N:
+        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+        w = (1 + 0.1 * torch.randn(n_cols, device=DEVICE)).to(dtype)
+        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+        rstd = rstd_of(x, EPS)
+        kernel, meta, grid, fit = backward_plan(x, w, rstd, dy, x, True)
+        plans.append({"dtype": str(dtype)[6:], "N": n_cols, "M": x.shape[0], "slices": meta.get("SLICES", "-"),
+                      "tile": f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" if "BLOCK_M" in meta else f"chunks of {meta['CHUNK_N']}",
+                      "warps": meta["num_warps"], "wait": ("flag words" if meta["FLAG_WORDS"] else "counter") if "SLICES" in meta else "-",
+                      "PACK": meta.get("PACK", "-"), "grid": grid, "registers": fit[2] if fit and ON_GPU else "-",
+                      "programs / SM": fit[0] if fit and ON_GPU else "-", "limited by": fit[1] if fit else "-"})
+        xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        timed = {"core": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
+                 "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
+        for name, fn in fns.items():
+            try:  # autograd.grad of x and w: every kernel the peer launches for them
+                y = fn(xg, wg)
+                ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
+            except (RuntimeError, ValueError) as err:  # a peer's limit: the point is missing
+                print(f"{name}, {dtype}, N = {n_cols}: not measured ({str(err)[:120]})")
+                ms = float("nan")
+            y = None
+            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6, "light": light})
+        for name, fn in timed.items():
+            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / bench(fn) * 1e-6, "light": light})
+        del x, w, xg, wg, dy, out, rstd
+        torch.cuda.empty_cache() if ON_GPU else None
+results = pd.DataFrame(records)
+results["% of light"] = 100 * results["GB/s"] / results.light
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
+table = table[[p for p in [*fns, "core", "this page"] if p in table.columns]]
+table.insert(0, "speed of light", results.groupby(["dtype", "N"]).light.first())
+table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
+table["this page / core"] = table["this page"] / table["core"]
+table["this page / best peer"] = table["this page"] / table[[p for p in fns if p in table]].max(axis=1)
+table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
+table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "core", "this page"] if c in table}
+                   | {"this page, % of light": "{:.1f}%", "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "core": ":", "this page": "-"}
+for ax, dtype in zip(axes, ("float32", "bfloat16")):
+    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set_xscale("log", base=2)
+    ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)")
+    ax.grid(True, alpha=0.3)
+axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"RMSNorm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+fig.tight_layout()
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the table above, in this build:
+
+for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
+    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / core"], part["this page / best peer"]
+    print(f"{dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
+          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
+          f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
+    print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# The exchange goes through L2. quack spreads a row over a *cluster* of thread blocks that read each
+# other's shared memory (Hopper's distributed shared memory), a much shorter trip, which Triton does not
+# expose today. A row just past a power of two of ``SLICE_N`` leaves its last slices nearly empty:
+# slices of a size that divides the row would waste no programs. Past ``MAX_SPLIT_N`` columns the core's
+# chunked kernels take over. The forward at long rows could split the same way, with the sum of squares
+# as the shared value. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64 and rerun on a GPU: which
+# widths change their way of waiting or their registers, and what does it do to GB/s?
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (no nvidia-smi)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+environment_card()
