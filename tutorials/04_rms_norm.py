@@ -234,8 +234,8 @@ def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_parti
 # %%
 # Launch parameters
 # -----------------
-# Each kernel's block sizes, warps and grid come from its config function: change them there. Why each
-# number, with measurements: :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_launch_config.py`.
+# Each kernel's block sizes, warps and grid come from its config function: change them there. Each
+# number was measured fastest on an H100 (the design record, dev/DESIGN.md in the repository).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # longest row a program holds (backward: 3 tiles + 2 in flight)
@@ -545,7 +545,7 @@ for (direction, dtype), part in results.groupby(["direction", "dtype"], sort=Fal
         print(f"    the chunked kernel ran at N = {[n for n in ours.index if _fwd_config(1, n, 4 if dtype == 'float32' else 2)[0] is rms_norm_fwd_chunked_kernel] or 'no N'}")
     else:
         saving = ours["GB/s"] / part[part.provider == "dx, then dw"].set_index("N")["GB/s"]
-        print(f"    one kernel for both gradients is {saving.min():.3g}x to {saving.max():.3g}x faster than dx, then dw")
+        print(f"    one kernel for both gradients runs at {saving.min():.3g}x to {saving.max():.3g}x the speed of dx, then dw")
 fwd = results[(results.direction == "forward") & (results.dtype == "float32")].set_index(["N", "provider"])["GB/s"]
 n_mid = SWEEP_N["forward"][len(SWEEP_N["forward"]) // 2]
 print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd[(n_mid, 'ours')] / fwd[(n_mid, 'naive')]:.3g}x "
@@ -566,8 +566,7 @@ else:
 # * **forward**: fused (this page) up to ``MAX_FUSED_N``, chunked (this page) past it;
 # * **backward**: fused (this page) up to 8 K; 8 K to 128 K, one row shared by several programs that
 #   exchange row sums without waiting, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`;
-#   chunked (this page) past 128 K. Launch parameters measured:
-#   :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_launch_config.py`.
+#   chunked (this page) past 128 K.
 #
 # Next: the :math:`8PN` bytes of partials weigh on few, wide rows (split the columns too); short bf16
 # rows through autograd wait for the CPU (CUDA graphs remove it); fusing the residual add before
