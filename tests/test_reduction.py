@@ -1,5 +1,6 @@
-"""Tests for tutorials/03_parallel_reduction.py: reduce_sum against float64, the low-level launchers on
-poisoned outputs, bitwise determinism of the designs that promise it, and the bad inputs."""
+"""Tests for the core page tutorials/03_parallel_reduction.py: reduce_sum against float64, the low-level
+launchers on poisoned outputs, the read-only pass, bitwise determinism of the designs that promise it, and
+the bad inputs. The split row kernel and the column kernel of deep dive 31: tests/test_reduction_rows_and_columns.py."""
 
 import functools
 import operator
@@ -128,74 +129,36 @@ def test_sum_vector_designs(tut, design, dtype, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129),
-                                   (40_009, 3), (3, 40_009)])  # the last two need SPLIT > 1
-@pytest.mark.parametrize("along", ["rows", "cols"])
+                                   (40_009, 3), (3, 40_009)])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_row_and_col_kernels_write_every_output(tut, dtype, shape, along, transposed):
+def test_row_kernel_writes_every_output(tut, dtype, shape, transposed):
+    """The core row kernel, one program per BLOCK_M rows and one split covering each row, on a poisoned
+    output; transposed, it is the core page's column sum (strided rows)."""
     x = _input(shape, dtype, seed=sum(shape))
     if transposed:
         x = x.t()
-    dim = 1 if along == "rows" else 0
-    out = torch.full((x.shape[1 - dim],), float("nan"), device=DEVICE, dtype=dtype)
-    config = (tut["sum_rows"] if along == "rows" else tut["sum_cols"])(x, out)
-    assert not out.isnan().any(), f"{along} {tuple(x.shape)} {config}: {int(out.isnan().sum())} outputs unwritten"
-    err = _rel_error(out, x.double().sum(dim))
-    assert err <= TOLERANCE[dtype], f"{along} {tuple(x.shape)} {config}: relative error {err:.2e}"
+    out = torch.full((x.shape[0],), float("nan"), device=DEVICE, dtype=dtype)
+    tut["sum_rows"](x, out)
+    assert not out.isnan().any(), f"{tuple(x.shape)}: {int(out.isnan().sum())} outputs unwritten"
+    err = _rel_error(out, x.double().sum(1))
+    assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} strides {x.stride()}: relative error {err:.2e}"
 
 
-def test_split_and_second_pass_are_exercised(tut):
-    """The shapes above must reach the split path (SPLIT > 1), or its second pass goes untested."""
-    x = torch.zeros((40_009, 3), device=DEVICE)
-    assert tut["sum_cols"](x, torch.empty(3, device=DEVICE))["SPLIT"] > 1
-    x = torch.zeros((3, 40_009), device=DEVICE)
-    assert tut["sum_rows"](x, torch.empty(3, device=DEVICE))["SPLIT"] > 1
+def test_persistent_second_pass_is_exercised(tut):
+    """The vector sizes above must reach the persistent design's second pass, or it goes untested."""
     x = torch.zeros(100_003, device=DEVICE)
     assert tut["sum_vector"](x, torch.empty(1, device=DEVICE), "persistent") > 1
 
 
-@pytest.mark.parametrize("n_programs", [1, 3, 7, 10, 16, 17, 33, 1000])
-@pytest.mark.parametrize("reduced_len", [1, 63, 64, 1000, 40_009])
-def test_split_never_overfills_the_gpu(tut, n_programs, reduced_len):
-    """The split is rounded down: at most WAVES programs per SM (unless one piece each is already more), every
-    piece a multiple of the step, together covering the reduced axis exactly once."""
-    step = 64
-    split, per_split = tut["choose_split"](n_programs, reduced_len, step)
-    room = tut["WAVES"] * tut["NUM_SMS"]
-    assert split >= 1 and per_split % step == 0
-    assert n_programs * split <= max(room, n_programs), f"{n_programs} x {split} programs for {room} slots"
-    assert (split - 1) * per_split < reduced_len <= split * per_split, f"{split} pieces of {per_split}"
-    # the row kernel's rounding: at least WAVES programs per SM where the pieces allow it
-    up, per_up = tut["choose_split"](n_programs, reduced_len, step, round_up=True)
-    assert up >= split and per_up % step == 0
-    assert (up - 1) * per_up < reduced_len <= up * per_up, f"{up} pieces of {per_up}"
-    if reduced_len // (step * tut["MIN_STEPS"]) >= -(-room // n_programs):  # the pieces would be long enough
-        assert n_programs * up >= room, f"round_up: {n_programs} x {up} programs for {room} slots"
-
-
-def test_strips_that_fill_the_gpu_are_not_split(tut):
-    """A matrix with enough column strips to fill the grid gets no split and no second pass, and its sums are
-    right; one with a few strips more than a full grid's worth still is not split."""
-    room = tut["WAVES"] * tut["NUM_SMS"]
-    for dtype in (torch.float32, torch.bfloat16):
-        block_n = tut["tile_config"](4096, 4096, dtype, "cols")[1]
-        for strips in (room, room // 2 + 1, room - 1):
-            x = _input((1024, strips * block_n - 3), dtype, seed=strips)
-            out = torch.full((x.shape[1],), float("nan"), device=DEVICE, dtype=dtype)
-            config = tut["sum_cols"](x, out)
-            assert config["SPLIT"] == 1, f"{tuple(x.shape)} {dtype}: {config}"
-            err = _rel_error(out, x.double().sum(0))
-            assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} {dtype}: relative error {err:.2e}"
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_col_tiles_are_counted_in_bytes(tut, dtype):
-    """The column kernel's tile holds COL_TILE_BYTES whatever the dtype, COL_BYTES_PER_THREAD per thread."""
-    size = torch.empty((), dtype=dtype).element_size()
-    block_m, block_n, num_warps = tut["tile_config"](2**20, 4096, dtype, "cols")
-    assert block_n * size == tut["COL_BLOCK_BYTES"], f"{dtype}: strip of {block_n} columns"
-    assert block_m * block_n * size == tut["COL_TILE_BYTES"], f"{dtype}: tile {block_m} x {block_n}"
-    per_thread = block_m * block_n * size // (32 * num_warps)
-    assert per_thread == tut["COL_BYTES_PER_THREAD"][size], f"{dtype}: {per_thread} bytes per thread"
+@pytest.mark.parametrize("n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16),
+                                           (64, 4096), (2, 2**20)])
+def test_row_config_is_a_tile_of_4096_elements(tut, n_rows, n_cols):
+    """_row_config: BLOCK_N the row rounded up to a power of two, at most 2048; BLOCK_M fills a tile of 4096
+    elements (no more rows than the matrix has); 16 elements per thread, 4 to 16 warps."""
+    block_m, block_n, num_warps = tut["_row_config"](n_rows, n_cols)
+    assert block_n == min(2048, 1 << (n_cols - 1).bit_length()), (n_rows, n_cols, block_n)
+    assert block_m == max(1, min(4096 // block_n, 1 << (n_rows - 1).bit_length())), (n_rows, n_cols, block_m)
+    assert num_warps == min(16, max(4, block_m * block_n // 512)), (n_rows, n_cols, num_warps)
 
 
 # --- the read-only pass (the page's speed of light) reads every byte ---
@@ -228,7 +191,7 @@ def test_read_pass_refuses_what_it_cannot_read_as_words(tut):
 
 # --- determinism ---
 
-@pytest.mark.parametrize("case", ["two-pass", "persistent", "reduce_sum", "cols", "rows"])
+@pytest.mark.parametrize("case", ["two-pass", "persistent", "reduce_sum", "reduce_sum dim=0", "rows"])
 def test_deterministic_designs_give_identical_bits(tut, case):
     x = _input((70_001,), torch.float32, seed=9)
     xm = x[:70_000].view(700, 100)
@@ -238,7 +201,7 @@ def test_deterministic_designs_give_identical_bits(tut, case):
         "two-pass": lambda: (tut["sum_vector"](x, out, "two-pass"), out.clone())[1],
         "persistent": lambda: (tut["sum_vector"](x, out, "persistent"), out.clone())[1],
         "reduce_sum": lambda: tut["reduce_sum"](x),
-        "cols": lambda: (tut["sum_cols"](xm, col_out), col_out.clone())[1],
+        "reduce_sum dim=0": lambda: tut["reduce_sum"](xm, 0),
         "rows": lambda: (tut["sum_rows"](xm.t(), col_out), col_out.clone())[1],
     }[case]
     first = run()
@@ -249,7 +212,7 @@ def test_deterministic_designs_give_identical_bits(tut, case):
 
 def test_determinism_table_says_what_it_measured(tut):
     table = tut["determinism"]
-    for design in ("sum_vector, two-pass", "sum_vector, persistent", "sum_cols (dim=0)"):
+    for design in ("sum_vector, two-pass", "sum_vector, persistent", "reduce_sum(dim=0)"):
         assert table.loc[design, "distinct results"] == 1, f"{design} was not reproducible:\n{table}"
 
 
