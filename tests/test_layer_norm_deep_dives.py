@@ -238,3 +238,41 @@ def test_backward_page_checks_passed(bwd):
     worst = errors[["ours dx", "ours dw", "ours db"]].max(axis=1)
     assert (worst <= errors.dtype.map(bwd["TOLERANCE"])).all()
     assert "split" in set(errors.kernel), "the page's check did not reach the split kernel"
+
+
+# ---- what the deep dives carry from the core page must be the core page's ----
+
+def test_carried_core_kernels_are_the_core_pages():
+    """21, 22 and 23 are measured against the core page's kernels and limits; the copies they carry (so
+    that each runs alone as a notebook) must not drift from tutorial 02."""
+    import inspect
+    core = load_tutorial("02_layer_norm")
+    source = lambda page, name: inspect.getsource(page[name].fn)  # noqa: E731
+    carried = {"21_layer_norm_wide_forward": ["layer_norm_fwd_kernel", "layer_norm_fwd_chunked_kernel"],
+               "22_layer_norm_staged_gluon": ["layer_norm_fwd_kernel"],
+               "23_layer_norm_wide_backward": ["layer_norm_bwd_chunked_kernel", "sum_partials_kernel"]}
+    for stem, names in carried.items():
+        page = load_tutorial(stem)
+        for name in names:
+            assert source(page, name) == source(core, name), f"{stem} carries a {name} unlike tutorial 02's"
+    fwd, bwd = load_tutorial("21_layer_norm_wide_forward"), load_tutorial("23_layer_norm_wide_backward")
+    assert fwd["MAX_FUSED_N"] == core["MAX_FUSED_N"]
+    assert bwd["MAX_BWD_FUSED_N"] == core["MAX_BWD_FUSED_N"] and bwd["CHUNK_N"] == core["CHUNK_N"]["backward"]
+    assert bwd["CHUNK_WARPS_PER_SM"] == core["BWD_WARPS_PER_SM"]
+
+
+@pytest.mark.parametrize("n", [100, 4096, 40_000], ids=["short", "fused", "chunked"])
+def test_carried_core_forward_is_the_core_pages(fwd, n):
+    """Deep dive 21's core_forward launches what tutorial 02's forward launcher does: the same bits."""
+    core = load_tutorial("02_layer_norm")
+    torch.manual_seed(12)
+    m = 3 if n > 10_000 else 9
+    x = torch.randn(m, n, device=DEVICE) * 2 + 5
+    w, b = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    outs = []
+    for launch in (fwd["core_forward"], core["layer_norm_rows_forward"]):
+        y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
+        launch(x, y, w, b, mean, rstd, 1e-5)
+        outs.append((y, mean, rstd))
+    for name, a, b_ in zip(("y", "mean", "rstd"), *outs):
+        assert torch.equal(a, b_), f"N = {n}: {name} differs between deep dive 21's core_forward and tutorial 02"
