@@ -138,8 +138,11 @@ def _write_reading_path(app):
         title, first, minutes = _page_facts(path)
         lines.append(f"{i}. :doc:`tutorials/{path.stem}` (about {minutes} min): {first}")
     lines += ["", "**Deep dives**: one technique each, measured against the core page it extends.", ""]
+    firsts = {}  # the first core page of each number (layer norm, 02, has two): its deep dives go there
     for core in cores:
-        own = [d for d in dives if d.stem[0] == core.stem[1]]
+        firsts.setdefault(core.stem[:2], core)
+    for core in cores:
+        own = [d for d in dives if d.stem[0] == core.stem[1]] if firsts[core.stem[:2]] == core else []
         if own:
             lines.append(f"* After :doc:`tutorials/{core.stem}`:")
             lines.append("")

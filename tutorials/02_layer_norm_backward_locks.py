@@ -1,0 +1,473 @@
+"""
+Layer norm backward: a spin lock or a persistent grid
+=====================================================
+
+The gradients of a layer norm's weight and bias, :math:`dw` and :math:`db`, are sums over *all rows*,
+so the programs that handle the rows must add up what each found. Triton's own layer-norm tutorial,
+and Apex before it, does that under spin locks. This page builds that classic design, shows the race
+hidden in it and its fix, and measures it against the persistent, lock-free design of
+:ref:`sphx_glr_tutorials_02_layer_norm.py`, whose kernels it carries so that it runs alone: which is
+faster, and which gives the same bits on every run.
+
+**What you will learn** (about 10 minutes): how a spin lock is built from atomics in Triton; why
+releasing it right after the stores loses rows, and what a barrier changes; why even the fixed design
+gives a different :math:`dw` on every run; and what a persistent grid with one partial line per
+program buys instead. Prerequisites: the layer-norm page above (its backward formula).
+"""
+
+import datetime, math, os, platform, statistics, subprocess, timeit
+
+import torch
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The sums over rows
+# ------------------
+# With :math:`\hat{x}` a row normalized by its mean and ``rstd`` :math:`r` (saved by the forward) and
+# :math:`g = dy \odot w`,
+#
+# .. math::
+#
+#    dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
+#    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
+#
+# :math:`dx` needs only its own row. :math:`dw` and :math:`db` need every row: each program sums the
+# rows it handles, and the programs' sums must then be added. A perfect kernel moves :math:`x` and
+# :math:`dy` in and :math:`dx` out, :math:`3MN` elements; whatever the sum across programs costs on top
+# is its price. Here the forward's statistics come from PyTorch, in fp32, as a forward saves them.
+
+def row_statistics(x2d, eps=1e-5):
+    """The mean and rstd of each row, in fp32, as the forward saves them for its backward."""
+    var, mean = torch.var_mean(x2d.float(), dim=1, correction=0)
+    return mean, torch.rsqrt(var + eps)
+
+# %%
+# Design 1: a spin lock per group of rows (the classic)
+# -----------------------------------------------------
+# One program per row writes :math:`dx`, then adds its :math:`dy \odot \hat{x}` and :math:`dy` into
+# buffer :math:`i \bmod G` of ``GROUP_SIZE_M`` buffers of width :math:`N`, holding that buffer's lock
+# for the read-add-write; a second kernel sums the buffers. The lock is a word in memory: a program
+# takes it when ``atomic_cas`` turns its 0 into 1, and gives it back with ``atomic_xchg``. Two details:
+#
+# * **The race.** One thread of the program takes and releases the lock, but all its threads write the
+#   buffer. Released as soon as the stores are *issued*, the lock can pass to the next program before
+#   some warps of this one have written; the next program reads old values there and a row is lost.
+#   The fix is a barrier before the release (:func:`triton.language.debug_barrier`,
+#   ``__syncthreads()`` in CUDA): every warp's stores come first, and the release's memory order makes
+#   them visible GPU-wide. The buffer is read past L1 (``.cg``), which may hold an older copy.
+# * **The precision.** The official tutorial keeps the buffers in the input's dtype: in bf16 each
+#   addition rounds to 8 bits of mantissa, :math:`M/G` times. Here they are fp32.
+#
+# Even fixed, programs queue on the locks, and rows reach a buffer in the order programs win its lock:
+# the fp32 additions change order on every run, and so do the last bits of :math:`dw` and :math:`db`.
+
+@triton.jit
+def layer_norm_bwd_classic_kernel(
+    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_buf_ptr, db_buf_ptr, lock_ptr,
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+    GROUP_SIZE_M: tl.constexpr, HAS_W: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    row64 = tl.cast(row, tl.int64)
+    x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=col_ok, other=0.0).to(tl.float32)
+    mean = tl.load(mean_ptr + row)
+    rstd = tl.load(rstd_ptr + row)
+    x_hat = tl.where(col_ok, (x - mean) * rstd, 0.0)
+    g = dy
+    if HAS_W:
+        g = dy * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    c1 = tl.sum(x_hat * g, axis=0) / n_cols
+    c2 = tl.sum(g, axis=0) / n_cols
+    dx = (g - (x_hat * c1 + c2)) * rstd
+    tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=col_ok)
+    # Add this row's dw, db into buffer (row % GROUP_SIZE_M), under its lock.
+    group = row % GROUP_SIZE_M
+    lock = lock_ptr + group
+    while tl.atomic_cas(lock, 0, 1) == 1:
+        pass
+    offs = group * n_cols + cols
+    dw_old = tl.load(dw_buf_ptr + offs, mask=col_ok, other=0.0, cache_modifier=".cg")
+    db_old = tl.load(db_buf_ptr + offs, mask=col_ok, other=0.0, cache_modifier=".cg")
+    tl.store(dw_buf_ptr + offs, dw_old + dy * x_hat, mask=col_ok)
+    tl.store(db_buf_ptr + offs, db_old + dy, mask=col_ok)
+    tl.debug_barrier()  # the fix: every warp's stores come before the release
+    tl.atomic_xchg(lock, 0)
+
+def _classic_config(n_cols):
+    """Design 1 as in Triton's tutorial: (GROUP_SIZE_M, num_warps), fewer locks for wider rows."""
+    groups = 256 if n_cols <= 1024 else 128 if n_cols <= 4096 else 96 if n_cols <= 8192 else 64
+    return groups, min(max(triton.next_power_of_2(n_cols) // 256, 1), 8)
+
+# %%
+# Design 2: a persistent, lock-free reduction
+# -------------------------------------------
+# Carried from :ref:`sphx_glr_tutorials_02_layer_norm.py`, which explains it: as many programs as the
+# GPU runs at once, each taking every :math:`P`-th block of rows, its :math:`dw` and :math:`db` summed
+# in fp32 registers and written once into its own line of a ``[P, N]`` buffer; no lock, no atomic, no
+# program waits for another, and every addition happens in an order the grid and the code fix. Both
+# designs end with the same second pass over the buffers, top to bottom, in fp32.
+
+@triton.jit
+def layer_norm_bwd_kernel(
+    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+    n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_W:  # loaded once per program, reused for every row it visits
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    # The loads of the first block; in the loop, those of the next block are issued before this one is
+    # computed, so the memory works while the arithmetic and the stores go on. Rows past the end load
+    # as zeros: dy = 0 adds nothing to dw and db, and they are never stored.
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
+        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+        next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
+        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
+        next_rows = next_rows.to(tl.int64)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+        mean = tl.load(mean_ptr + rows)
+        rstd = tl.load(rstd_ptr + rows)
+        x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
+        g = dy
+        if HAS_W:
+            g = dy * w[None, :]
+        c1 = tl.sum(x_hat * g, axis=1) / n_cols
+        c2 = tl.sum(g, axis=1) / n_cols
+        dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+        if COMPUTE_DWDB:
+            dw_acc += dy * x_hat
+            db_acc += dy
+    if COMPUTE_DWDB:  # every program writes its whole line, zeros included: nothing needs clearing
+        offs = tl.cast(pid, tl.int64) * n_cols + cols
+        tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
+        tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
+
+
+@triton.jit
+def sum_partials_kernel(
+    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < n_cols
+    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    for first in range(0, n_partials, BLOCK_P):
+        lines = first + tl.arange(0, BLOCK_P)
+        ok = (lines < n_partials)[:, None] & col_ok[None, :]
+        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
+        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
+
+# The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+MAX_BWD_FUSED_N = {2: 4096, 4: 8192}  # by element size: x, dy, the next block's, 2 accumulators
+BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every dtype)
+BWD_WARPS_PER_SM = 32  # as many programs per SM as fit in this many warps (at least one)
+_occupancy = {}
+
+def _warps(n_elements, element_size, bytes_per_thread):
+    """Warps such that each thread holds about bytes_per_thread bytes of a tile (4 to 32 warps)."""
+    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
+    # one compiled version per dtype, 16-byte alignment of pointers, integers equal to 1 or multiples of 16
+    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
+           tuple(sorted(meta.items())))
+    if key not in _occupancy and not ON_GPU:
+        _occupancy[key] = 1  # the interpreter runs programs one after another: any small grid will do
+    if key not in _occupancy:
+        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        smem = compiled.metadata.shared
+        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,  # threads, registers, smem
+                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
+                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
+    return _occupancy[key]
+
+def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None):
+    """The core page's (kernel, meta, lines, rows per program) of design 2, for rows that fit."""
+    if n_cols > MAX_BWD_FUSED_N[min(element_size, 4)]:
+        raise ValueError(f"rows of {n_cols} columns take the core page's chunked kernel, not carried here")
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, BWD_MIN_BYTES // element_size // block_n)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32))
+    n_blocks = triton.cdiv(n_rows, block_m)
+    lines = min(occupancy(layer_norm_bwd_kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
+    lines = max(1, min(lines if programs is None else programs, n_blocks))
+    rows_per_program = triton.cdiv(n_blocks, lines) * block_m
+    return layer_norm_bwd_kernel, meta, triton.cdiv(n_rows, rows_per_program), rows_per_program
+
+def sum_partials(dw_partial, db_partial, dw, db):
+    """dw = dw_partial.sum(0), db = db_partial.sum(0), in a fixed order (the core page's second pass)."""
+    block_c = 128 if ON_GPU else 4096  # the interpreter wants few programs
+    sum_partials_kernel[(triton.cdiv(dw_partial.shape[1], block_c),)](
+        dw_partial, db_partial, dw, db, dw_partial.shape[0], dw_partial.shape[1], BLOCK_P=32, BLOCK_C=block_c,
+        num_warps=4)
+
+# %%
+# The two launchers, on 2-D tensors whose rows have unit stride: ``dx2d``, ``dw`` and ``db`` are written.
+
+def backward_classic(x2d, dy2d, dx2d, weight, mean, rstd, dw, db):
+    """Design 1: one program per row, dw and db added under GROUP_SIZE_M spin locks into fp32 buffers."""
+    n_rows, n_cols = x2d.shape
+    if triton.next_power_of_2(n_cols) * x2d.element_size() > 65536:
+        raise ValueError(f"classic layer-norm backward: a row of {n_cols} {x2d.dtype} elements exceeds its "
+                         "limit of 64 KB per row (it keeps a whole row in registers)")
+    groups, num_warps = _classic_config(n_cols)
+    buffers = torch.zeros((2, groups, n_cols), device=x2d.device, dtype=torch.float32)
+    locks = torch.zeros(groups, device=x2d.device, dtype=torch.int32)
+    layer_norm_bwd_classic_kernel[(n_rows,)](
+        x2d, dy2d, dx2d, weight, mean, rstd, buffers[0], buffers[1], locks, n_cols,
+        x2d.stride(0), dy2d.stride(0), dx2d.stride(0), GROUP_SIZE_M=groups, HAS_W=True,
+        BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
+    sum_partials(buffers[0], buffers[1], dw, db)
+
+def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dw, db, programs=None):
+    """Design 2, as the core page launches it for rows that fit in one program."""
+    n_rows, n_cols = x2d.shape
+    flags = dict(HAS_W=True, COMPUTE_DWDB=True)
+    dw_partial = db_partial = torch.empty(1, device=x2d.device, dtype=torch.float32)  # to compile with
+    args = lambda: (x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,  # noqa: E731
+                    n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    kernel, meta, lines, _ = _bwd_config(n_rows, n_cols, x2d.element_size(),
+                                         lambda k, m: programs_per_sm(k, args(), m | flags), programs)
+    # one line per program, every line written: nothing needs clearing
+    dw_partial, db_partial = (torch.empty((lines, n_cols), device=x2d.device, dtype=torch.float32) for _ in range(2))
+    kernel[(lines,)](*args(), **meta, **flags)
+    sum_partials(dw_partial, db_partial, dw, db)
+
+DESIGNS = {"1: spin locks": backward_classic, "2: persistent": backward_persistent}
+
+# %%
+# Correctness
+# -----------
+# Both designs against float64 autograd of the textbook formula, on the same rounded inputs whose rows
+# have a mean far from zero: :math:`\lVert out - ref \rVert / \lVert ref \rVert`.
+
+def check(shape, dtype):
+    x = (torch.randn(shape, device=DEVICE) * 3 + 10).to(dtype)
+    w, dy = torch.randn(shape[1], device=DEVICE).to(dtype), torch.randn(shape, device=DEVICE, dtype=dtype)
+    x64, w64 = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    b64 = torch.zeros_like(w64, requires_grad=True)
+    y64 = torch.nn.functional.layer_norm(x64, shape[1:], w64, b64)
+    refs = torch.autograd.grad(y64, (x64, w64, b64), dy.double())
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
+    for design, backward in DESIGNS.items():
+        outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(w))
+        backward(x, dy, *outs[:1], w, *row_statistics(x), *outs[1:])
+        for q, out, ref in zip(("dx", "dw", "db"), outs, refs):
+            row[f"{design[:1]}: {q}"] = ((out.double() - ref).norm() / ref.norm()).item()
+    return row
+
+torch.manual_seed(0)
+errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.bfloat16)
+                       for s in ([(3000, 257), (2048, 1024), (512, 4096)] if ON_GPU else [(33, 257), (9, 1000)])])
+TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings (the interpreter truncates to bf16)
+assert (errors.iloc[:, 2:].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
+
+# %%
+# Same inputs, same answer?
+# -------------------------
+# Each design, several backward passes on the same inputs (on a GPU ten, at :math:`N = 4096` on the
+# benchmark's :math:`2^{26}` elements): how many runs gave bits unlike the first run's, and the largest
+# difference between two runs' :math:`dw`, relative to the largest :math:`|dw|`.
+
+DETERMINISM_SHAPE, RUNS = ((2**26 // 4096, 4096), 10) if ON_GPU else ((16, 128), 3)
+rows = []
+for dtype in (torch.float32, torch.bfloat16):
+    x = torch.randn(DETERMINISM_SHAPE, device=DEVICE, dtype=dtype)
+    dy, w, stats = torch.randn_like(x), torch.randn(x.shape[1], device=DEVICE, dtype=dtype), row_statistics(x)
+    for design, backward in DESIGNS.items():
+        runs = [(torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)) for _ in range(RUNS)]
+        for dx, dw, db in runs:
+            backward(x, dy, dx, w, *stats, dw, db)
+        dws = torch.stack([run[1].float() for run in runs])
+        rows.append({"design": design, "dtype": str(dtype)[6:], "runs": RUNS} | {
+            f"unlike run 1: {g}": sum(not torch.equal(run[i].view(torch.uint8), runs[0][i].view(torch.uint8))
+                                      for run in runs) for i, g in enumerate(("dx", "dw", "db"))} | {
+            "max dw spread / max |dw|": ((dws.max(0).values - dws.min(0).values).max() / dws.abs().max()).item()})
+    del x, dy, runs, dws
+determinism = pd.DataFrame(rows)
+for design, part in determinism.groupby("design", sort=False):
+    print(f"design {design}: {part.filter(like='unlike').max().max()} of {RUNS} runs differ from the first in "
+          f"some gradient ({', '.join(part.dtype)}).")
+if not ON_GPU:
+    print("The interpreter runs programs one after another, so even the locks are taken in the same order "
+          "every time: only a GPU shows design 1's variation.")
+determinism.style.format({"max dw spread / max |dw|": "{:.1e}"}).hide(axis="index")
+
+# %%
+# Benchmark
+# ---------
+# :math:`M N = 2^{26}` elements on a GPU (far past the 50 MB L2), the backward only, on rows that fit
+# in one program. The two designs run from their launchers on saved statistics; the peers run
+# ``torch.autograd.grad`` of :math:`x, w, b` (every kernel they launch for them). Timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays; the *speed of light* is a
+# copy of :math:`x`, timed without a graph. GB/s counts :math:`x, dy` read and :math:`dx` written.
+
+try:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+except ImportError:
+    LigerLayerNormFunction = None
+
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
+SWEEP_N = [512, 1024, 2048, 4096] if ON_GPU else [256, 2048]
+PEERS = ["torch", "torch.compile", "Liger"]
+if ON_GPU:  # autograd runs a backward on its forward's stream, and a graph cannot capture the default one
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+def bench(fn, graph=True):
+    """Median ms of fn(): do_bench on CUDA-graph replays on a GPU, a wall clock on the CPU."""
+    fn()  # compile and warm up outside the timing
+    if not ON_GPU:
+        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
+    torch.cuda.synchronize()
+    timed = fn
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+            fn()
+        timed = captured.replay
+    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+
+peers = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
+if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    peers["torch.compile"] = torch.compile(peers["torch"], dynamic=False)
+    if LigerLayerNormFunction is not None:
+        peers["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+
+records = []
+for dtype in (torch.float32, torch.bfloat16):
+    for n_cols in SWEEP_N:
+        x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=dtype)
+        w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
+        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+        stats, dx, dw, db = row_statistics(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+        times = {design: bench(lambda: backward(x, dy, dx, w, *stats, dw, db)) for design, backward in DESIGNS.items()}
+        inputs = [t.requires_grad_(True) for t in (x, w, b)]
+        for name, fn in peers.items():
+            y = fn(*inputs)
+            times[name] = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
+            y = None
+        for name, ms in times.items():
+            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6,
+                            "speed of light GB/s": light, "% of speed of light": 100 * 3 * nbytes / ms * 1e-6 / light})
+        del x, w, b, dy, out, dx, inputs
+results = pd.DataFrame(records)
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", sort=False)[list(DESIGNS) + list(peers)]
+table.insert(0, "speed of light", results.groupby(["dtype", "N"], sort=False)["speed of light GB/s"].first())
+table["design 2 / design 1"] = table["2: persistent"] / table["1: spin locks"]
+table["design 2, % of light"] = 100 * table["2: persistent"] / table["speed of light"]
+table["design 2 / best peer"] = table["2: persistent"] / table[[p for p in PEERS if p in table]].max(axis=1)
+table.style.format({c: "{:.0f}" for c in table.columns} | {"design 2, % of light": "{:.1f}%",
+                   "design 2 / design 1": "{:.2f}", "design 2 / best peer": "{:.2f}"})
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
+styles = {"1: spin locks": (0, (1, 1)), "2: persistent": "-", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1))}
+for ax, (dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
+    for name, line in part.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
+                linewidth=2.5 if name == "2: persistent" else 1.5, label=name)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set_xscale("log", base=2)
+    ax.grid(True, alpha=0.3)
+    ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s" if ax is axes[0] else None)
+axes[0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"Layer norm backward, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+fig.tight_layout()
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the tables above, in this build:
+
+for dtype, part in table.groupby(level="dtype", sort=False):
+    ratio, pct = part["design 2 / design 1"].droplevel(0), part["design 2, % of light"].droplevel(0)
+    print(f"{dtype}: design 2 is {ratio.min():.3g}x (N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}) "
+          f"as fast as design 1, and runs at {pct.min():.3g}% to {pct.max():.3g}% of the copy.")
+worst = determinism.set_index(["design", "dtype"]).filter(like="unlike").max(axis=1)
+print(f"Design 1 gave bits unlike its first run in up to {worst.loc['1: spin locks'].max()} of {RUNS} runs; "
+      f"design 2 in {worst.loc['2: persistent'].max()}.")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# * **Wider rows.** Design 1 keeps a row in one program's registers (64 KB at most); so does design 2
+#   up to ``MAX_BWD_FUSED_N``. Past that the core page streams rows in chunks, and
+#   :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` splits each row over programs
+#   that exchange their row sums, still lock-free and deterministic.
+# * **Exercises.** Delete the ``debug_barrier`` in design 1 and compare its :math:`dw` with float64 on a
+#   GPU over many runs: how often is a row lost? Change ``GROUP_SIZE_M``: how do speed and spread move?
+#   Make the buffers bf16, as in the official tutorial, and compare the error table.
+#
+# References: Triton's layer-norm tutorial (design 1 with fp16 buffers); Apex's fused layer norm;
+# Liger-Kernel's layer norm (per-program fp32 partials, as design 2).
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (no nvidia-smi)"
+        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
+    else:
+        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+environment_card()
