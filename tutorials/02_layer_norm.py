@@ -14,9 +14,8 @@ every run, as a drop-in for :func:`torch.nn.functional.layer_norm`, measured aga
 to fuse the statistics, the normalization and the affine step into one read of each row; to derive the
 backward and see why :math:`dw` and :math:`db` are the hard part; how a persistent grid with
 per-program partial sums makes their reduction deterministic and fast; how to stream rows too long for
-registers. Prerequisites:
-:ref:`sphx_glr_tutorials_01_fused_softmax.py`. Without a CUDA GPU the script still runs, through
-Triton's interpreter on the CPU, with small sizes.
+registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. Without a CUDA GPU the script
+still runs, through Triton's interpreter on the CPU, with small sizes.
 """
 
 import datetime, math, os, platform, statistics, subprocess, timeit
@@ -548,10 +547,9 @@ assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), f"above 
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
-# Same inputs, same answer?
-# -------------------------
-# The backward, ten times on the same inputs (the benchmark's tensor at :math:`N = 4096`, and rows long
-# enough for the chunked kernel): does any gradient come out with other bits than the first time?
+# Same inputs, same bits? The backward ten times on the same inputs (the benchmark's tensor at
+# :math:`N = 4096`, and rows long enough for the chunked kernel), every gradient compared bit for bit
+# with the first run's (the next page measures the locked design the same way):
 
 def repeats_bitwise(shape, dtype, runs=10 if ON_GPU else 3):
     x = torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True)
@@ -560,11 +558,10 @@ def repeats_bitwise(shape, dtype, runs=10 if ON_GPU else 3):
     first, *rest = [torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) for _ in range(runs)]
     return all(torch.equal(g.view(torch.uint8), g0.view(torch.uint8)) for grads in rest for g, g0 in zip(grads, first))
 
-DETERMINISM_SHAPES = [(2**26 // 4096, 4096), (64, 40_000)] if ON_GPU else [(16, 128), (2, 10_000)]
 determinism = {(str(d)[6:], shape): repeats_bitwise(shape, d) for d in (torch.float32, torch.bfloat16)
-               for shape in DETERMINISM_SHAPES}
+               for shape in ([(2**26 // 4096, 4096), (64, 40_000)] if ON_GPU else [(16, 128), (2, 10_000)])}
 for (dtype, shape), same in determinism.items():
-    print(f"{dtype}, {shape[0]} x {shape[1]}: {'the same bits every run' if same else 'DIFFERENT bits between runs'}")
+    print(f"{dtype}, {shape[0]} x {shape[1]}: {'the same bits in every run' if same else 'DIFFERENT bits between runs'}")
 assert all(determinism.values()), "the persistent backward should repeat bit for bit"
 
 # %%
