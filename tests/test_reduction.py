@@ -78,38 +78,141 @@ def test_non_contiguous_inputs(tut, dim, dtype):
         assert err <= TOLERANCE[dtype], f"strides {x.stride()} dim={dim} {dtype}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("shape,dim", [((4, 9, 17), 0), ((4, 9, 17), 1), ((4, 9, 17), 2), ((4, 9, 17), -1),
-                                       ((2, 3, 4, 5), None), ((3, 1, 70), 1), ((), None), ((), 0), ((), -1)])
+# every form of torch.sum's dim: None, (), [], an int, negative, a tuple or list of several, in any order
+DIMS = [None, (), [], 0, 1, 2, -1, (1,), [2], (0, 2), (2, 0), [-1, 0], (0, 1), (1, 2), (-3, -2, -1), (0, 1, 2)]
+
+
+def _torch_sum(x, dim, keepdim=False, **kw):
+    return torch.sum(x, dim=dim, keepdim=keepdim, **kw)  # dim=None: every element, keepdim honoured
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 9, 17), d) for d in DIMS] +
+                         [((2, 3, 4, 5), d) for d in (None, (1, 3), (0, 2, 3), (-1, 1), 2)] +
+                         [((3, 1, 70), 1), ((3, 1, 70), (0, 1)), ((), None), ((), 0), ((), -1), ((), (0,)),
+                          ((), ()), ((), [-1])])
 @pytest.mark.parametrize("keepdim", [False, True])
-def test_more_dims_and_keepdim_like_torch(tut, shape, dim, keepdim):
+def test_every_dim_form_and_keepdim_like_torch(tut, shape, dim, keepdim):
     x = _input(shape, torch.float32, seed=5)
-    if dim is None and keepdim:
-        pytest.skip("torch.sum has no keepdim without a dim")
-    out = tut["reduce_sum"](x, dim, keepdim) if dim is not None else tut["reduce_sum"](x)
-    ref = torch.sum(x.double(), dim, keepdim) if dim is not None else x.double().sum()
-    assert out.shape == ref.shape, f"{shape} dim={dim} keepdim={keepdim}: {out.shape} != {ref.shape}"
-    assert _rel_error(out, ref) <= 1e-6
+    out = tut["reduce_sum"](x, dim, keepdim)
+    ref = _torch_sum(x.double(), dim, keepdim)
+    assert out.shape == ref.shape, f"{shape} dim={dim} keepdim={keepdim}: {out.shape} != torch's {ref.shape}"
+    assert out.dtype == x.dtype
+    assert _rel_error(out, ref) <= 1e-6, f"{shape} dim={dim}: relative error {_rel_error(out, ref):.2e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((6, 33, 65), (0, 2)), ((6, 33, 65), (2, 1)), ((5, 7, 3, 11), (0, 2)),
+                                       ((5, 7, 3, 11), (1, 3)), ((5, 7, 3, 11), (0, 1, 3)), ((257, 3, 5), (-1, -2))])
+def test_several_dims_match_float64(tut, shape, dim, dtype):
+    x = _input(shape, dtype, seed=sum(shape))
+    out = tut["reduce_sum"](x, dim)
+    ref = x.double().sum(dim)
+    assert out.shape == ref.shape and out.dtype == dtype, f"got {out.shape} {out.dtype}, expected {ref.shape}"
+    err = _rel_error(out, ref)
+    assert err <= TOLERANCE[dtype], f"{shape} dim={dim} {dtype}: relative error {err:.2e}"
+
+
+def _strided_inputs(dtype):
+    """Non-contiguous 3-D views (transposed, sliced, permuted) and expanded ones (stride 0)."""
+    base = _input((12, 10, 14), dtype, seed=21)
+    row = _input((1, 10, 1), dtype, seed=22)
+    return {"transposed": base.transpose(0, 2), "sliced": base[::2, 1:, ::3], "permuted": base.permute(1, 2, 0),
+            "expanded": row.expand(6, 10, 9), "expanded, one dim": _input((7, 1), dtype, seed=23).expand(7, 5)[None],
+            "expanded and transposed": row.expand(6, 10, 9).transpose(1, 2)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)])
+@pytest.mark.parametrize("kind", ["transposed", "sliced", "permuted", "expanded", "expanded, one dim",
+                                  "expanded and transposed"])
+def test_non_contiguous_and_expanded_several_dims(tut, dtype, dim, kind):
+    x = _strided_inputs(dtype)[kind]
+    assert not x.is_contiguous()
+    out = tut["reduce_sum"](x, dim)
+    ref = _torch_sum(x.double(), dim)
+    assert out.shape == ref.shape, f"{kind} dim={dim}: {out.shape} != {ref.shape}"
+    err = _rel_error(out, ref)
+    assert err <= TOLERANCE[dtype], f"{kind} strides {x.stride()} dim={dim} {dtype}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [None, 1, (0, 2)])
+def test_dtype_keyword_like_torch(tut, x_dtype, dtype, dim):
+    """dtype=: torch casts x to dtype first, then sums; the result is in dtype."""
+    x = _input((5, 40, 3), x_dtype, seed=31)
+    out = tut["reduce_sum"](x, dim, dtype=dtype)
+    ref = _torch_sum(x, dim, dtype=dtype)
+    assert out.shape == ref.shape and out.dtype == ref.dtype == dtype, f"{out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
+    exact = _torch_sum(x.to(dtype).double(), dim)
+    err = _rel_error(out, exact)
+    assert err <= TOLERANCE[dtype], f"{x_dtype} -> {dtype} dim={dim}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.complex64])
+def test_dtypes_the_kernels_lack_raise_a_clear_type_error(tut, dtype):
+    """Never a wrong answer: a float64 (or integer, bool) sum would need wider running sums than fp32."""
+    x = torch.ones(4, 5, device=DEVICE)
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        tut["reduce_sum"](x, dtype=dtype)
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        tut["reduce_sum"](x.to(dtype), 1)
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        tut["reduce_sum"](x, 1, dtype=dtype)
 
 
 @pytest.mark.parametrize("shape,dim", [((0,), None), ((0, 5), None), ((0, 5), 0), ((0, 5), 1), ((5, 0), 0),
-                                       ((5, 0), 1), ((2, 0, 3), 1)])
-def test_empty_inputs_like_torch(tut, shape, dim):
+                                       ((5, 0), 1), ((2, 0, 3), 1), ((2, 0, 3), (0, 2)), ((2, 0, 3), (1, 2)),
+                                       ((2, 0, 3), ()), ((0, 4, 0), (0, 2)), ((3, 0), [-1, 0])])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_empty_inputs_like_torch(tut, shape, dim, keepdim):
     x = torch.empty(shape, device=DEVICE)
-    out = tut["reduce_sum"](x, dim)
-    ref = torch.sum(x) if dim is None else torch.sum(x, dim)
+    out = tut["reduce_sum"](x, dim, keepdim)
+    ref = _torch_sum(x, dim, keepdim)
     assert out.shape == ref.shape and torch.equal(out, ref), f"{shape} dim={dim}: {out} != {ref}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward(tut, dtype):
     x = _input((33, 65), dtype, seed=2).requires_grad_(True)
-    for dim, keepdim in [(None, False), (0, False), (1, True), (-1, False)]:
-        out = tut["reduce_sum"](x, dim, keepdim) if dim is not None else tut["reduce_sum"](x)
+    for dim, keepdim in [(None, False), (None, True), (0, False), (1, True), (-1, False), ((0, 1), False),
+                         ((1, 0), True), ((), False)]:
+        out = tut["reduce_sum"](x, dim, keepdim)
         grad_out = _input(out.shape, dtype, seed=4)
         (dx,) = torch.autograd.grad(out, x, grad_out)
-        ref = torch.sum(x, dim, keepdim) if dim is not None else torch.sum(x)
+        (dx_ref,) = torch.autograd.grad(_torch_sum(x, dim, keepdim), x, grad_out)
+        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), \
+            f"dim={dim} keepdim={keepdim}: gradient differs from torch's"
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 9, 17), (0, 2)), ((4, 9, 17), (2, 1)), ((2, 3, 4, 5), (0, 2, 3)),
+                                       ((2, 3, 4, 5), 1), ((), None), ((), 0), ((), (0,)), ((0, 3), 1),
+                                       ((3, 0, 2), (0, 1))])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.bfloat16])
+def test_backward_several_dims_and_dtype_like_torch(tut, shape, dim, keepdim, dtype):
+    """The gradient of a sum is the upstream gradient broadcast over the reduced dims, in x's dtype, also
+    through dtype= (a cast) and for non-contiguous and expanded inputs."""
+    base = _input(shape, torch.float16, seed=8)
+    for x in (base, base.transpose(0, -1) if base.dim() > 1 else base):
+        x = x.detach().requires_grad_(True)
+        out = tut["reduce_sum"](x, dim, keepdim, dtype=dtype)
+        ref = _torch_sum(x, dim, keepdim, dtype=dtype)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, f"{out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
+        grad_out = _input(out.shape, out.dtype, seed=9)
+        (dx,) = torch.autograd.grad(out, x, grad_out)
         (dx_ref,) = torch.autograd.grad(ref, x, grad_out)
-        assert dx.shape == x.shape and torch.equal(dx, dx_ref), f"dim={dim}: gradient differs from torch's"
+        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), \
+            f"{shape} dim={dim} keepdim={keepdim} dtype={dtype}: gradient differs from torch's"
+
+
+def test_backward_of_an_expanded_input(tut):
+    leaf = _input((3, 1, 5), torch.float32, seed=12).requires_grad_(True)
+    grads = []
+    for fn in (tut["reduce_sum"], torch.sum):
+        (g,) = torch.autograd.grad(fn(leaf.expand(3, 4, 5), (0, 1)), leaf, torch.arange(5.0, device=DEVICE))
+        grads.append(g)
+    assert torch.equal(*grads), f"{grads[0]} != torch's {grads[1]}"
 
 
 # --- the low-level launchers write every element of a poisoned output ---
@@ -233,15 +336,26 @@ def test_bad_inputs_raise_clear_errors(tut):
         reduce_sum(torch.ones(4, dtype=torch.float64, device=DEVICE))
     with pytest.raises(TypeError, match="torch.Tensor"):
         reduce_sum([1.0, 2.0])
-    with pytest.raises(IndexError, match="out of range"):
-        reduce_sum(x, 2)
-    with pytest.raises(IndexError, match="out of range"):
-        reduce_sum(x, -3)
-    with pytest.raises(TypeError, match="several dims"):
-        reduce_sum(x, (0, 1))
-    with pytest.raises(TypeError, match="None or an int"):
-        reduce_sum(x, 0.5)
+    for dim in (2, -3, (0, 2), [-3], (1, 5)):  # IndexError, as torch.sum raises
+        with pytest.raises(IndexError, match="out of range"):
+            torch.sum(x, dim)
+        with pytest.raises(IndexError, match="out of range"):
+            reduce_sum(x, dim)
+    for dim in ((0, 0), (1, -1), [0, 1, 0]):  # RuntimeError, as torch.sum raises
+        with pytest.raises(RuntimeError, match="appears multiple times"):
+            torch.sum(x, dim)
+        with pytest.raises(RuntimeError, match="appears more than once"):
+            reduce_sum(x, dim)
+    with pytest.raises(RuntimeError, match="appears more than once"):
+        reduce_sum(torch.tensor(1.0, device=DEVICE), (0, -1))  # a 0-d tensor too, as torch
+    for dim in (0.5, True, (0, 1.5), "0"):  # TypeError, as torch.sum raises
+        with pytest.raises(TypeError):
+            torch.sum(x, dim)
+        with pytest.raises(TypeError, match="None, an int or a tuple or list of ints"):
+            reduce_sum(x, dim)
     assert torch.equal(reduce_sum(x, (1,)), torch.sum(x, 1))  # a 1-tuple is one dim, as in torch
+    with pytest.raises(TypeError):
+        reduce_sum(x, 0, False, torch.float32)  # dtype is keyword-only, as in torch.sum
     if DEVICE == "cuda":
         with pytest.raises(ValueError, match="CUDA GPU is in use"):
             reduce_sum(torch.ones(4))

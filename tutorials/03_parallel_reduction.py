@@ -233,10 +233,13 @@ def sum_rows(x2d, out):
 # %%
 # The drop-in function
 # --------------------
-# ``reduce_sum(x, dim=None, keepdim=False)`` means what :func:`torch.sum` means: with ``dim=None`` the
-# sum of every element by the persistent design (a tensor filling one dense block of memory summed
-# where it lies, anything else copied first); with one ``dim`` the row sums of ``x`` with it moved
-# last. In x's dtype, accumulated in fp32; empty inputs give 0; the gradient needs no kernel.
+# ``reduce_sum(x, dim=None, keepdim=False, *, dtype=None)`` means what :func:`torch.sum` means. The
+# reduced dims (``dim``: None or ``()`` for all of them, an int, or a tuple or list) are permuted to the
+# end and flattened into one row (a view where the strides allow, x.T for ``dim=0``; else one copy), and
+# the row kernel runs once; all of them is the whole vector, by the persistent design (summed where it
+# lies when its elements fill one dense block). Accumulated in fp32, written in ``dtype`` (x's by
+# default; torch casts x to it first, which to fp32 changes nothing); empty sums give 0; the gradient,
+# the upstream gradient broadcast back over the reduced dims, needs no kernel.
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _flat(x):
@@ -246,58 +249,63 @@ def _flat(x):
 
 class SumFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, keepdim):
-        ctx.shape, ctx.dim, ctx.keepdim = x.shape, dim, keepdim
-        if dim is None:
-            out = torch.empty(1, device=x.device, dtype=x.dtype)
-            sum_vector(_flat(x), out, "persistent") if x.numel() else out.zero_()
-            return out.reshape([1] * x.dim() if keepdim else [])
-        out = torch.empty(x.shape[:dim] + x.shape[dim + 1:], device=x.device, dtype=x.dtype)
-        # the reduced dim last: a view where the strides allow (x.T for dim=0), else a copy
-        sum_rows(x.movedim(dim, -1).reshape(-1, x.shape[dim]), out.view(-1)) if x.numel() else out.zero_()
-        return out.unsqueeze(dim) if keepdim else out
+    def forward(ctx, x, dims, keepdim, dtype):  # dims: sorted, distinct, every dim of x for a whole sum
+        ctx.shape, ctx.dtype, ctx.dims, ctx.keepdim = x.shape, x.dtype, dims, keepdim
+        kept = [d for d in range(x.dim()) if d not in dims]
+        out = torch.empty([x.shape[d] for d in kept], device=x.device, dtype=dtype)
+        if x.numel() == 0:
+            out.zero_()  # a sum of nothing is 0 (and no rows: nothing to write)
+        elif not kept:
+            sum_vector(_flat(x), out.view(1), "persistent")
+        else:
+            sum_rows(x.permute(kept + dims).reshape(out.numel(), -1), out.view(-1))
+        return out.view([1 if d in dims else n for d, n in enumerate(x.shape)]) if keepdim else out
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.unsqueeze(ctx.dim) if ctx.dim is not None and not ctx.keepdim else grad
-        return grad.expand(ctx.shape), None, None
+        shape = [1 if d in ctx.dims else n for d, n in enumerate(ctx.shape)]  # the sum with keepdim
+        return grad.reshape(shape).to(ctx.dtype).expand(ctx.shape), None, None, None
 
-def reduce_sum(x, dim=None, keepdim=False):
-    """Drop-in for ``torch.sum(x, dim, keepdim)`` on float32, float16 and bfloat16 tensors, with autograd.
-    ``dim`` is None (all elements) or a single int; fp32 accumulation, result in x's dtype."""
+def reduce_sum(x, dim=None, keepdim=False, *, dtype=None):
+    """Drop-in for ``torch.sum(x, dim, keepdim, dtype=dtype)`` on float32, float16 and bfloat16 tensors, with
+    autograd: fp32 accumulation, the result in ``dtype`` (x's by default), one of the same three."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"reduce_sum: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"reduce_sum: x has dtype {x.dtype}; these kernels support float32, float16 and "
-                        "bfloat16 (use torch.sum for other dtypes)")
+    for what, t in ((f"x has dtype {x.dtype}", x.dtype), (f"dtype={dtype}", x.dtype if dtype is None else dtype)):
+        if t not in SUPPORTED_DTYPES:
+            raise TypeError(f"reduce_sum: {what}; these kernels read and write float32, float16 and bfloat16, "
+                            "adding in fp32 (use torch.sum for float64, integer and bool sums)")
     if x.device.type != DEVICE.type:
         raise ValueError(f"reduce_sum: x is on {x.device}, " + ("but a CUDA GPU is in use and the kernels run "
                          "there; move it with .to('cuda')" if ON_GPU else "without a CUDA GPU the kernels run "
                          "on the CPU through Triton's interpreter and need CPU tensors"))
-    if isinstance(dim, (tuple, list)) and len(dim) != 1:
-        raise TypeError(f"reduce_sum: dim={tuple(dim)} names several dims; this function reduces one "
-                        "dim or all of them (dim=None): call it once per dim, or flatten those dims first")
-    dim = dim[0] if isinstance(dim, (tuple, list)) else dim
-    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)):
-        raise TypeError(f"reduce_sum: dim must be None or an int, got {type(dim).__name__}")
+    dims = () if dim is None else tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"reduce_sum: dim must be None, an int or a tuple or list of ints, got {dim!r}")
     ndim = max(x.dim(), 1)  # a 0-d tensor takes dim 0 or -1, as in torch
-    if dim is not None and not -ndim <= dim < ndim:
-        raise IndexError(f"reduce_sum: dim {dim} is out of range for a {x.dim()}-d tensor "
-                         f"(expected a value in [{-ndim}, {ndim - 1}])")
-    dim = None if dim is None or x.dim() == 0 else dim % x.dim()
-    return SumFunction.apply(x, dim, keepdim and dim is not None)
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise IndexError(f"reduce_sum: dim {d} is out of range for a {x.dim()}-d tensor "
+                             f"(expected a value in [{-ndim}, {ndim - 1}])")
+    if len(wrapped := [d % ndim for d in dims]) > len(set(wrapped)):  # a RuntimeError, as in torch.sum
+        twice = next(d for d in wrapped if wrapped.count(d) > 1)
+        raise RuntimeError(f"reduce_sum: dim {twice} appears more than once in dim={dim!r}")
+    dims = sorted(wrapped) if dims and x.dim() else list(range(x.dim()))  # None or (): every dim
+    x = x if dtype in (None, x.dtype, torch.float32) else x.to(dtype)  # to fp32: exact, the kernels do it
+    return SumFunction.apply(x, dims, bool(keepdim), x.dtype if dtype is None else dtype)
 
 # %%
 # Correctness
 # -----------
 # :math:`\lVert out - ref \rVert / \lVert ref \rVert` against the float64 sum, beside :func:`torch.sum`'s
-# own error: within a rounding or two of the dtype, for one element, primes, x.T, second passes.
+# own error: within a rounding or two of the dtype, for one element, primes, x.T, second passes, two dims.
 
 torch.manual_seed(0)
 CHECK_CASES = ([((1,), None), ((1_000_003,), None), ((2**26,), None), ((4099, 1031), None), ((4099, 1031), 0), ((4099, 1031), 1),
-                ((7, 3_000_017), 1), ((3_000_017, 7), 0), ((1031, 4099), "0 of x.T"), ((16, 33, 65), 1)] if ON_GPU else
+                ((7, 3_000_017), 1), ((3_000_017, 7), 0), ((1031, 4099), "0 of x.T"), ((16, 33, 65), 1),
+                ((16, 33, 65), (0, 2))] if ON_GPU else
                [((1,), None), ((10_007,), None), ((257, 65), None), ((257, 65), 0), ((257, 65), 1),
-                ((3, 5003), 1), ((5003, 3), 0), ((65, 129), "0 of x.T"), ((4, 9, 17), 1)])
+                ((3, 5003), 1), ((5003, 3), 0), ((65, 129), "0 of x.T"), ((4, 9, 17), 1), ((4, 9, 17), (0, 2))])
 
 def check_row(shape, dim, dtype):
     x = torch.randn(shape, device=DEVICE) + 0.5  # a non-zero mean, as activations have
