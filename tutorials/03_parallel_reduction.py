@@ -266,9 +266,10 @@ class SumFunction(torch.autograd.Function):
         shape = [1 if d in ctx.dims else n for d, n in enumerate(ctx.shape)]  # the sum with keepdim
         return grad.reshape(shape).to(ctx.dtype).expand(ctx.shape), None, None, None
 
-def reduce_sum(x, dim=None, keepdim=False, *, dtype=None):
+def reduce_sum(input, dim=None, keepdim=False, *, dtype=None):  # torch's names, so keywords work too
     """Drop-in for ``torch.sum(x, dim, keepdim, dtype=dtype)`` on float32, float16 and bfloat16 tensors, with
     autograd: fp32 accumulation, the result in ``dtype`` (x's by default), one of the same three."""
+    x = input
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"reduce_sum: x must be a torch.Tensor, got {type(x).__name__}")
     for what, t in ((f"x has dtype {x.dtype}", x.dtype), (f"dtype={dtype}", x.dtype if dtype is None else dtype)):
