@@ -45,11 +45,30 @@ html_math_renderer = "mathml"  # registered in setup() below
 html_theme = "furo"
 html_title = "Speed of Light"
 html_favicon = "docs/_static/favicon.svg"
-html_theme_options = {
-    "source_repository": "https://github.com/speed-of-light/speed-of-light/",
-    "source_branch": "main",
-    "source_directory": "docs/",
-}
+
+
+def _repository_url(env):
+    """The URL of the repository this site is built from, or None where no one says.
+
+    SOL_REPOSITORY_URL names it outright; otherwise GitHub Actions' GITHUB_SERVER_URL and GITHUB_REPOSITORY
+    (owner/name) make it, as Actions sets them for the repository that runs the workflow (a fork's own).
+    A local build has neither: its pages link to no repository rather than to a guessed one."""
+    explicit = env.get("SOL_REPOSITORY_URL", "").strip()
+    if explicit:
+        return explicit.rstrip("/") + "/"
+    repository = env.get("GITHUB_REPOSITORY", "").strip().strip("/")
+    if not repository:
+        return None
+    server = env.get("GITHUB_SERVER_URL", "").strip().rstrip("/") or "https://github.com"
+    return f"{server}/{repository}/"
+
+
+_REPOSITORY_URL = _repository_url(os.environ)
+# furo's "view source" and "edit" links, only where the repository is known
+html_theme_options = (
+    {"source_repository": _REPOSITORY_URL, "source_branch": "main", "source_directory": "docs/"}
+    if _REPOSITORY_URL else {}
+)
 
 
 def _free_gpu_memory(gallery_conf, fname, when=None):
