@@ -339,16 +339,43 @@ determinism.style.format({"max dw spread / max |dw|": "{:.1e}"}).hide(axis="inde
 # in one program. The two designs run from their launchers on saved statistics; the peers run
 # ``torch.autograd.grad`` of :math:`x, w, b` (every kernel they launch for them). Timed by
 # :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays; the *speed of light* is a
-# copy of :math:`x`, timed without a graph. GB/s counts :math:`x, dy` read and :math:`dx` written.
+# copy of :math:`x`, timed without a graph. GB/s counts :math:`x, dy` read and :math:`dx` written. The peers
+# are PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability 9.0 and newer).
+# quack's layer norm is a pair of functions, ``layernorm_fwd`` and ``layernorm_bwd``, that take the weight and
+# bias in fp32: a small autograd function joins them, given fp32 copies made once per point, outside the timing.
 
 try:
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 except ImportError:
     LigerLayerNormFunction = None
+layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+        layernorm_fwd = None
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+
+class QuackLayerNorm(torch.autograd.Function):
+    """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
+    @staticmethod
+    def forward(ctx, x, w, b, w32, b32, eps):
+        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        ctx.save_for_backward(x, w32, rstd, mean)
+        ctx.dtypes = w.dtype, b.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w32, rstd, mean = ctx.saved_tensors
+        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
 SWEEP_N = [512, 1024, 2048, 4096] if ON_GPU else [256, 2048]
-PEERS = ["torch", "torch.compile", "Liger"]
+PEERS = ["torch", "torch.compile", "Liger", "quack"]
 if ON_GPU:  # autograd runs a backward on its forward's stream, and a graph cannot capture the default one
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -374,8 +401,10 @@ if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
     peers["torch.compile"] = torch.compile(peers["torch"], dynamic=False)
     if LigerLayerNormFunction is not None:
         peers["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+        peers["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
 
-records = []
+records, missing = [], {}
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in SWEEP_N:
         x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=dtype)
@@ -385,28 +414,37 @@ for dtype in (torch.float32, torch.bfloat16):
         stats, dx, dw, db = row_statistics(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
         times = {design: bench(lambda: backward(x, dy, dx, w, *stats, dw, db)) for design, backward in DESIGNS.items()}
         inputs = [t.requires_grad_(True) for t in (x, w, b)]
+        w32, b32 = w.detach().float(), b.detach().float()  # for quack, outside the timing
         for name, fn in peers.items():
-            y = fn(*inputs)
-            times[name] = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
+            try:
+                y = fn(*inputs)
+                times[name] = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
+            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
+                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} N = {n_cols}")
+                times[name] = float("nan")
             y = None
         for name, ms in times.items():
             records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6,
                             "speed of light GB/s": light, "% of speed of light": 100 * 3 * nbytes / ms * 1e-6 / light})
-        del x, w, b, dy, out, dx, inputs
+        del x, w, b, dy, out, dx, inputs, w32, b32
+for (name, why), points in missing.items():
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", sort=False)[list(DESIGNS) + list(peers)]
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", sort=False).reindex(columns=[*DESIGNS, *peers])
 table.insert(0, "speed of light", results.groupby(["dtype", "N"], sort=False)["speed of light GB/s"].first())
 table["design 2 / design 1"] = table["2: persistent"] / table["1: spin locks"]
 table["design 2, % of light"] = 100 * table["2: persistent"] / table["speed of light"]
 table["design 2 / best peer"] = table["2: persistent"] / table[[p for p in PEERS if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"design 2, % of light": "{:.1f}%",
-                   "design 2 / design 1": "{:.2f}", "design 2 / best peer": "{:.2f}"})
+                   "design 2 / design 1": "{:.2f}", "design 2 / best peer": "{:.2f}"}, na_rep="-")
 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
-styles = {"1: spin locks": (0, (1, 1)), "2: persistent": "-", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1))}
+styles = {"1: spin locks": (0, (1, 1)), "2: persistent": "-", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)),
+          "quack": (0, (5, 1))}
 for ax, (dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
     for name, line in part.groupby("provider", sort=False):
         ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
@@ -446,7 +484,7 @@ if not ON_GPU:
 #   Make the buffers bf16, as in the official tutorial, and compare the error table.
 #
 # References: Triton's layer-norm tutorial (design 1 with fp16 buffers); Apex's fused layer norm;
-# Liger-Kernel's layer norm (per-program fp32 partials, as design 2).
+# Liger-Kernel's layer norm (per-program fp32 partials, as design 2); quack's (per-CTA fp32 partials, likewise).
 #
 # Where this page was made
 # ------------------------

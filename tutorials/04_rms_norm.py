@@ -6,7 +6,7 @@ RMSNorm, the normalization of today's language models, divides each row by its r
 scales it by a learned weight. Memory traffic sets its speed: the best kernel moves each byte once, as
 fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.functional.rms_norm`
 whose backward is **one persistent kernel** reading the input and the incoming gradient once for both
-gradients, measured against PyTorch, ``torch.compile`` and Liger-Kernel on the GPU that built this page.
+gradients, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
 
 **What you will learn** (about 15 minutes): to predict a normalization's speed from its bytes; to fuse
 two reductions of different loop orders (*mix-order reduction*) into one kernel, the weight gradient in
@@ -388,9 +388,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not
 # Python's. The *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower
 # copy engine). GB/s counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training; Liger runs
-# without its in-place option. *dx, then dw* is the backward without mix-order reduction: our :math:`dx`
-# alone, then :func:`torch.einsum` for :math:`dw` (its fp32 copies make the saving an upper bound; a lean
-# second pass would make it 5/3). The backward sweeps the fused range. Below: GB/s, higher is better.
+# without its in-place option, quack (CuTe-DSL kernels, compute capability 9.0 and newer) as ``quack.rmsnorm``.
+# *dx, then dw* is the backward without mix-order reduction: our :math:`dx` alone, then :func:`torch.einsum`
+# for :math:`dw` (its fp32 copies make the saving an upper bound; a lean second pass would make it 5/3).
+# The backward sweeps the fused range. Below: GB/s, higher is better; "-": a peer's limit.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
@@ -418,7 +419,15 @@ if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor woul
     with contextlib.suppress(ImportError):  # Liger, when installed
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
         fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-fns["ours"], records = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS), []
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
+    try:
+        import quack
+        fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+fns["ours"], records, missing = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS), [], {}
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in sorted(set(SWEEP_N["forward"]) | set(SWEEP_N["backward"])):
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
@@ -438,10 +447,11 @@ for dtype in (torch.float32, torch.bfloat16):
                         torch.testing.assert_close(y.float(), reference, atol=5e-2, rtol=2e-2)
                     point(direction, name, bench((lambda: fn(xg, wg)) if direction == "forward" else
                                                  lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)))
-                except (RuntimeError, ValueError) as err:  # a peer's limit: the point is missing
+                except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
                     if name == "ours":
                         raise
-                    print(f"{name}, {direction}, {dtype}, N = {n_cols}: not measured ({str(err)[:120]})")
+                    why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                    missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} N = {n_cols}")
                     point(direction, name, float("nan"))
                 y = None
         if n_cols in SWEEP_N["backward"]:  # dx (our kernel, no dw), then dw (einsum in fp32)
@@ -450,11 +460,13 @@ for dtype in (torch.float32, torch.bfloat16):
             point("backward", "dx, then dw", bench(lambda: (rms_norm_rows_backward(x, w, rstd, dy, dx, None), pass2())))
         del x, w, xg, wg, dy, out, reference
         torch.cuda.empty_cache() if ON_GPU else None
+for (name, why), points in missing.items():
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], [*fns, "dx, then dw"]]
 table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger"]).max(axis=1)
+table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
                    na_rep="-")
 
@@ -462,7 +474,7 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "ours": "-"}
+styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "ours": "-"}
 for ax, (direction, dtype) in zip(axes.flat, itertools.product(["forward", "backward"], ["float32", "bfloat16"])):
     part = results[(results.direction == direction) & (results.dtype == dtype)]
     for name, line in part.groupby("provider", sort=False):  # "dx, then dw" densely dotted
@@ -482,16 +494,14 @@ fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
     part = part.droplevel(["direction", "dtype"])  # indexed by N
-    light, ratio = part["ours, % of light"], part["ours / best peer"].dropna()
+    light, ratio, s = part["ours, % of light"], part["ours / best peer"].dropna(), part["ours"] / part["dx, then dw"]
     print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
           f"{part.index.min()}..{part.index.max()}; against the best peer at each N, from {ratio.min():.3g}x "
           f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}).")
     if direction == "forward":
-        size = 4 if dtype == "float32" else 2
-        chunked = [n for n in part.index if _fwd_config(1, n, size)[0] is rms_norm_fwd_chunked_kernel]
+        chunked = [n for n in part.index if _fwd_config(1, n, 4 if dtype == "float32" else 2)[0] is rms_norm_fwd_chunked_kernel]
         print(f"    the chunked kernel ran at N = {chunked or 'no N'}")
     else:
-        s = part["ours"] / part["dx, then dw"]
         print(f"    one kernel for both gradients runs at {s.min():.3g}x to {s.max():.3g}x the speed of dx, then dw")
 n_mid, fwd = SWEEP_N["forward"][len(SWEEP_N["forward"]) // 2], table.xs(("forward", "float32"), level=[0, 1])
 print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "

@@ -469,7 +469,8 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # peers through autograd, as in training). *core* is the core page's launch (online, or fused up to
 # 32 K), *split* the launcher above, *no lookahead* the same slices without it where it is on. The last
 # columns: what the split launcher ran (the core's kernel where it does not split) and what the
-# compiled kernel reports.
+# compiled kernel reports. The peers: PyTorch, ``torch.compile``, Liger-Kernel and quack (``quack.softmax``,
+# CuTe-DSL kernels for compute capability 9.0 and newer, with clusters for long rows); "-": a peer's limit.
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 WIDTHS = {torch.float32: [65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
@@ -479,6 +480,14 @@ try:
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 except ImportError:  # not installed: no Liger column
     LigerSoftmaxFunction = None
+quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        import quack
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -506,11 +515,13 @@ def providers():
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
         if LigerSoftmaxFunction is not None:
             found["Liger"] = LigerSoftmaxFunction.apply
+        if quack is not None:
+            found["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor, with autograd
     return found
 
 OURS = {"core": {}, "split": None, "no lookahead": NO_LOOKAHEAD}  # the split table each launch is given
 
-records, fns = [], providers()
+records, fns, missing = [], providers(), {}
 for dtype, widths in WIDTHS.items():
     for n_cols in widths:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
@@ -534,15 +545,18 @@ for dtype, widths in WIDTHS.items():
                     gbs = moved / bench(call) * 1e-6
                     if direction == "forward":
                         torch.testing.assert_close((out if name in OURS else y).float(), reference, atol=1e-2, rtol=1e-2)
-                except RuntimeError as err:  # a peer's documented limit (Liger stops at 65536): the point is missing
-                    if name in OURS or "exceeds" not in str(err):
+                except Exception as err:  # a peer's limit (Liger stops at 65536; quack has its own): the point is missing
+                    if name in OURS or (name != "quack" and "exceeds" not in str(err)):
                         raise
-                    print(f"{name}, {str(dtype)[6:]}, N = {n_cols}: {type(err).__name__}, not measured")
+                    why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                    missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} N = {n_cols}")
                     gbs = float("nan")
                 records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
                                 "GB/s": gbs, "speed of light GB/s": light, "% of light": 100 * gbs / light})
                 y = None
         del x, xg, dy, out, reference, y_ref
+for (name, why), points in missing.items():  # once per peer and reason
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
 keys = ["direction", "dtype", "N"]
 table = results.set_index(keys + ["provider"])["GB/s"].unstack("provider").reindex(["forward", "backward"], level=0)
@@ -550,7 +564,7 @@ table = table[[p for p in [*fns, *OURS] if p in table.columns]]
 table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
 table["split, % of light"] = 100 * table["split"] / table["speed of light"]
 table["split / core"] = table["split"] / table["core"]
-table["split / best peer"] = table["split"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table["split / best peer"] = table["split"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table = table.join(pd.DataFrame([plan(*key) for key in table.index], index=table.index))
 table.style.format({c: "{:.0f}" for c in table.columns[:-6]} | {"split, % of light": "{:.1f}%",
                    "split / core": "{:.2f}", "split / best peer": "{:.2f}"}, na_rep="-")
@@ -559,7 +573,8 @@ table.style.format({c: "{:.0f}" for c in table.columns[:-6]} | {"split, % of lig
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "core": ":", "split": "-", "no lookahead": (0, (1, 1))}
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "split": "-",
+          "no lookahead": (0, (1, 1))}
 for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
     ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
     for name, line in part.groupby("provider", sort=False):

@@ -473,20 +473,45 @@ errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index"
 # :math:`M N = 2^{26}` elements on a GPU (far past the 50 MB L2), where the launcher picks these
 # kernels; each provider timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a
 # CUDA graph of the call, next to a copy of the same tensor (the speed of light, timed without a graph).
-# GB/s counts :math:`x` read and :math:`y` written; *core* is the core page's launcher; "-": no point.
+# GB/s counts :math:`x` read and :math:`y` written; *core* is the core page's launcher; "-": no point. The
+# peers: PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability 9.0 and
+# newer). quack's layer norm is a pair of functions, ``layernorm_fwd`` and ``layernorm_bwd``, that take the
+# weight and bias in fp32: a small autograd function joins them, given fp32 copies made once per point.
 
 try:
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 except ImportError:  # not installed: no Liger column
     LigerLayerNormFunction = None
+layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+        layernorm_fwd = None
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+
+class QuackLayerNorm(torch.autograd.Function):
+    """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
+    @staticmethod
+    def forward(ctx, x, w, b, w32, b32, eps):
+        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        ctx.save_for_backward(x, w32, rstd, mean)
+        ctx.dtypes = w.dtype, b.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w32, rstd, mean = ctx.saved_tensors
+        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
+
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14  # the interpreter: small tensors, two widths of fp32
 SWEEP = {"float32": [8192, 16384, 32768, 65536, 131072], "bfloat16": [8192, 16384]} if ON_GPU else \
     {"float32": [8192, 65536], "bfloat16": [8192]}
-
-
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
-
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
@@ -518,38 +543,44 @@ def providers():
             lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
         if LigerLayerNormFunction is not None:
             found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+        if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+            found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
     found["core"] = lambda x, w, b: layer_norm_forward(x, w, b, launch=core_forward)
     found["this page"] = lambda x, w, b: layer_norm_forward(x, w, b)
     return found
 
-records, fns = [], providers()
+records, fns, missing = [], providers(), {}
 for name_dtype, widths in SWEEP.items():
     dtype = getattr(torch, name_dtype)
     for n_cols in widths:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
         w, b = torch.randn(n_cols, device=DEVICE, dtype=dtype), torch.randn(n_cols, device=DEVICE, dtype=dtype)
+        w32, b32 = w.float(), b.float()  # for quack, outside the timing
         moved, out = 2 * x.numel() * x.element_size(), torch.empty_like(x)
         light = moved / bench(lambda: out.copy_(x), graph=False) * 1e-6
         kernel = layer_norm_wide_forward(x, out, w, b, *torch.empty(2, x.shape[0], device=DEVICE), 1e-5)[0]
         for name, fn in fns.items():
             try:
                 gbs = moved / bench(lambda: fn(x, w, b)) * 1e-6
-            except Exception as err:  # a peer's limit: the point is missing
+            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
                 if name in ("core", "this page"):
                     raise
-                print(f"{name}, {name_dtype}, N = {n_cols}: {type(err).__name__}")
+                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                missing.setdefault((name, why), []).append(f"{name_dtype} N = {n_cols}")
                 gbs = float("nan")
             records.append({"dtype": name_dtype, "N": n_cols, "kernel": kernel, "provider": name,
                             "GB/s": gbs, "speed of light GB/s": light, "% of light": 100 * gbs / light})
         del x, out
+for (name, why), points in missing.items():  # once per peer and reason
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False).dropna(how="all")
 table = table[[p for p in providers() if p in table.columns]]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
 table.insert(0, "this page runs", results.groupby(["dtype", "N"])["kernel"].first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / core"] = table["this page"] / table["core"]
-table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns[1:]} | {"this page, % of light": "{:.1f}%",
                    "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
 
@@ -557,9 +588,10 @@ table.style.format({c: "{:.0f}" for c in table.columns[1:]} | {"this page, % of 
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
 for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
-    for (name, line), style in zip(part.groupby("provider", sort=False), ["--", "-.", (0, (3, 1, 1, 1)), ":", "-"][-part.provider.nunique():]):
-        ax.plot(line.N, line["% of light"], linestyle=style, marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+    for name, line in part.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set_xscale("log", base=2)
     ax.set(title=f"forward, {name_dtype}", xlabel="row length N (elements)")
@@ -614,6 +646,5 @@ def environment_card():
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
-
 
 environment_card()

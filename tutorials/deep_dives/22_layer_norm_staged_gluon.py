@@ -309,11 +309,40 @@ errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index"
 # speed of light, timed without a graph). Rows of 16384 columns are below the staged range (forced
 # here, for comparison; the launcher leaves them to the kernel that reads :math:`x` twice, in
 # :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`), and 24576 is not a power of two.
+# The peers: PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability 9.0
+# and newer); "-": a peer's limit. quack's layer norm is a pair of functions, ``layernorm_fwd`` and
+# ``layernorm_bwd``, that take the weight and bias in fp32: a small autograd function joins them, given fp32
+# copies made once per point, outside the timing.
 
 try:
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 except ImportError:  # not installed: no Liger column
     LigerLayerNormFunction = None
+layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+        layernorm_fwd = None
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+
+class QuackLayerNorm(torch.autograd.Function):
+    """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
+    @staticmethod
+    def forward(ctx, x, w, b, w32, b32, eps):
+        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        ctx.save_for_backward(x, w32, rstd, mean)
+        ctx.dtypes = w.dtype, b.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w32, rstd, mean = ctx.saved_tensors
+        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
+
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 WIDTHS = [16384, 24576, 32768] if ON_GPU else [16384]
 FORCE = dict(_staged_config(2), MIN_N=1)  # the staged kernel at 16384 too
@@ -352,29 +381,35 @@ def providers():
             lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
         if LigerLayerNormFunction is not None:
             found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+        if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+            found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
     found["core"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg={})  # {}: no staging
     if ON_GPU:
         found["staged"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg=FORCE)
     return found
 
 
-records, fns = [], providers()
+records, fns, missing = [], providers(), {}
 for n_cols in WIDTHS:
     x = torch.randn((TOTAL_ELEMENTS // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
     w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
+    w32, b32 = w.float(), b.float()  # for quack, outside the timing
     moved, out = 2 * x.numel() * x.element_size(), torch.empty_like(x)
     light = moved / bench(lambda: out.copy_(x), graph=False) * 1e-6
     for name, fn in fns.items():
         try:
             gbs = moved / bench(lambda: fn(x, w, b)) * 1e-6
-        except Exception as err:  # a peer's limit: the point is missing
+        except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
             if name in ("core", "staged"):
                 raise
-            print(f"{name}, N = {n_cols}: {type(err).__name__}")
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+            missing.setdefault((name, why), []).append(f"N = {n_cols}")
             gbs = float("nan")
         records.append({"dtype": "bfloat16", "N": n_cols, "provider": name, "GB/s": gbs,
                         "speed of light GB/s": light, "% of light": 100 * gbs / light})
     del x, out
+for (name, why), points in missing.items():  # once per peer and reason
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
 table = table[[p for p in fns if p in table.columns]]
@@ -384,7 +419,7 @@ if "staged" not in table:  # no GPU: nothing staged, nothing measured for it
 table["staged, % of light"] = 100 * table["staged"] / table["speed of light"]
 table["core, % of light"] = 100 * table["core"] / table["speed of light"]
 table["staged / core"] = table["staged"] / table["core"]
-table["staged / best peer"] = table["staged"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table["staged / best peer"] = table["staged"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light": "{:.1f}%", "core, % of light": "{:.1f}%",
                    "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-")
 
@@ -392,8 +427,9 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light":
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
-for (name, line), style in zip(results.groupby("provider", sort=False), ["--", "-.", (0, (3, 1, 1, 1)), ":", "-"]):
-    ax.plot(line.N, line["% of light"], linestyle=style, marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "staged": "-"}
+for name, line in results.groupby("provider", sort=False):
+    ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
 ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
 ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
 ax.grid(True, alpha=0.3)

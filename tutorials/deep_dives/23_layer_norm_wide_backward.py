@@ -8,12 +8,7 @@ The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) k
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 
-import datetime
-import math
-import os
-import platform
-import subprocess
-import time
+import datetime, math, os, platform, subprocess, time
 
 import torch
 
@@ -476,7 +471,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # compiled kernel's registers and programs per SM; *partial %*: the partial lines' traffic against the
 # :math:`3MN` elements, the price of the lock-free reduction). A peer's backward is ``autograd.grad`` of
 # :math:`x`, :math:`w`, :math:`b`, ours the launcher with its allocations; each a CUDA graph timed by
-# :func:`triton.testing.do_bench` (median, L2 flushed) next to a copy (the speed of light, no graph).
+# :func:`triton.testing.do_bench` (median, L2 flushed) next to a copy (the speed of light, no graph). The peers:
+# PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability 9.0 and newer);
+# "-": a peer's limit. quack's layer norm is a pair of functions, ``layernorm_fwd`` and ``layernorm_bwd``, that
+# take the weight and bias in fp32: a small autograd function joins them, given fp32 copies made once per point.
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
 SWEEP = {"bfloat16": [8192, 16384, 32768, 65536, 131072], "float32": [16384, 32768, 65536, 131072]} if ON_GPU \
@@ -485,6 +483,31 @@ try:
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 except ImportError:  # not installed: no Liger column
     LigerLayerNormFunction = None
+layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+        layernorm_fwd = None
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+
+class QuackLayerNorm(torch.autograd.Function):
+    """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
+    @staticmethod
+    def forward(ctx, x, w, b, w32, b32, eps):
+        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        ctx.save_for_backward(x, w32, rstd, mean)
+        ctx.dtypes = w.dtype, b.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w32, rstd, mean = ctx.saved_tensors
+        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
+
 if ON_GPU:  # a graph cannot be captured on the default stream; autograd runs a backward on its forward's
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -515,16 +538,19 @@ def providers():
             lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
         if LigerLayerNormFunction is not None:
             found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+        if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+            found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
     found["core"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
     found["this page"] = layer_norm_backward
     return found
 
-records, plans, fns = [], [], providers()
+records, plans, fns, missing = [], [], providers(), {}
 for name_dtype, widths in SWEEP.items():
     for n_cols in widths:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=getattr(torch, name_dtype))
         w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
         dy, out, inputs = torch.randn_like(x), torch.empty_like(x), [t.requires_grad_(True) for t in (x, w, b)]
+        w32, b32 = w.detach().float(), b.detach().float()  # for quack, outside the timing
         moved = 3 * x.numel() * x.element_size()
         light = 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
         stats, plan = row_statistics(x.detach()), bwd_plan(x.detach(), True, True)
@@ -539,22 +565,25 @@ for name_dtype, widths in SWEEP.items():
                     y = fn(*inputs)
                     ms = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
                 gbs = moved / ms * 1e-6
-            except Exception as err:  # a peer's limit: the point is missing
+            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
                 if name in ("core", "this page"):
                     raise
-                print(f"{name}, {name_dtype}, N = {n_cols}: {type(err).__name__}")
+                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                missing.setdefault((name, why), []).append(f"{name_dtype} N = {n_cols}")
                 gbs = float("nan")
             y = None
             records.append({"dtype": name_dtype, "N": n_cols, "provider": name, "GB/s": gbs,
                             "speed of light GB/s": light, "% of light": 100 * gbs / light})
-        del x, dy, out, inputs, w, b
+        del x, dy, out, inputs, w, b, w32, b32
+for (name, why), points in missing.items():  # once per peer and reason
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
 table = table[[p for p in fns if p in table.columns]]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / core"] = table["this page"] / table["core"]
-table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger") if p in table]].max(axis=1)
+table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
 table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.1f}%", "this page, % of light": "{:.1f}%",
                    "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
@@ -563,9 +592,10 @@ table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
 for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
-    for (name, line), style in zip(part.groupby("provider", sort=False), ["--", "-.", (0, (3, 1, 1, 1)), ":", "-"][-part.provider.nunique():]):
-        ax.plot(line.N, line["% of light"], linestyle=style, marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+    for name, line in part.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set_xscale("log", base=2)
     ax.set(title=f"backward, {name_dtype}", xlabel="row length N (elements)")

@@ -475,7 +475,9 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw
 # of :math:`x` and :math:`w` after its own forward; ours the launcher with its allocations, on the
 # :math:`r` a forward saved; *core* is the core page's chunked kernel on the same rows. Each is a CUDA
 # graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy of :math:`x` (the
-# speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written.
+# speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written. The peers: PyTorch,
+# ``torch.compile``, Liger-Kernel and quack (``quack.rmsnorm``, CuTe-DSL kernels for compute capability 9.0 and
+# newer); "-": a peer's limit.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
 SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
@@ -483,6 +485,14 @@ try:
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 except ImportError:  # not installed: no Liger column
     LigerRMSNormFunction = None
+quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+    try:
+        import quack
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
 if ON_GPU:  # a graph cannot be captured on the default stream; autograd runs a backward on its forward's
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -510,9 +520,11 @@ def providers():
         found["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
         if LigerRMSNormFunction is not None:
             found["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+        if quack is not None:
+            found["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)  # with autograd: dx and dw
     return found
 
-records, plans, fns = [], [], providers()
+records, plans, fns, missing = [], [], providers(), {}
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in SWEEP_N:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
@@ -533,8 +545,9 @@ for dtype in (torch.float32, torch.bfloat16):
             try:  # autograd.grad of x and w: every kernel the peer launches for them
                 y = fn(xg, wg)
                 ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
-            except (RuntimeError, ValueError) as err:  # a peer's limit: the point is missing
-                print(f"{name}, {dtype}, N = {n_cols}: not measured ({str(err)[:120]})")
+            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
+                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} N = {n_cols}")
                 ms = float("nan")
             y = None
             records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6, "light": light})
@@ -542,6 +555,8 @@ for dtype in (torch.float32, torch.bfloat16):
             records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / bench(fn) * 1e-6, "light": light})
         del x, w, xg, wg, dy, out, rstd
         torch.cuda.empty_cache() if ON_GPU else None
+for (name, why), points in missing.items():  # once per peer and reason
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
 results["% of light"] = 100 * results["GB/s"] / results.light
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
@@ -558,7 +573,7 @@ table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "core", "this 
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "core": ":", "this page": "-"}
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
 for ax, dtype in zip(axes, ("float32", "bfloat16")):
     for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
         ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
