@@ -2,31 +2,23 @@
 Layer norm, forward and backward
 ================================
 
-Layer normalization rescales each row of activations to zero mean and unit variance, then applies a
-learned scale :math:`w` and shift :math:`b`. It does a few operations per element, so memory traffic
-sets its speed: the best kernel runs as fast as a copy of the same bytes, the *speed of light*. The
-forward fuses easily. The backward is where the work is: the gradients of :math:`w` and :math:`b` are
-sums over *all rows*. You build a persistent, lock-free reduction for them that gives the same bits on
-every run, as a drop-in for :func:`torch.nn.functional.layer_norm`, measured against PyTorch,
-``torch.compile`` and Liger-Kernel; the next page builds the classic design it replaces, with locks.
+Layer normalization brings each row to zero mean and unit variance, then applies a learned scale :math:`w` and shift
+:math:`b`. Memory traffic sets its speed: at best, that of a copy of the same bytes (the *speed of light*). You build a
+drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums the gradients of :math:`w` and :math:`b` over all
+rows without locks, the same bits on every run, measured against PyTorch, ``torch.compile`` and Liger-Kernel.
 
-**What you will learn** (about 15 minutes): to count the bytes of a layer norm and predict its speed;
-to fuse the statistics, the normalization and the affine step into one read of each row; to derive the
-backward and see why :math:`dw` and :math:`db` are the hard part; how a persistent grid with
-per-program partial sums makes their reduction deterministic and fast; how to stream rows too long for
-registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. Without a CUDA GPU the script
-still runs, through Triton's interpreter on the CPU, with small sizes.
+**What you will learn** (about 15 minutes): to predict a layer norm's speed from its bytes and fuse it into one read of
+each row; how a persistent grid with per-program partial sums makes :math:`dw` and :math:`db` deterministic and fast; to
+stream rows too long for registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import datetime, math, os, platform, statistics, subprocess, timeit
-
-import torch
-if not torch.cuda.is_available():
+import contextlib, datetime, itertools, math, os, platform, statistics, subprocess, timeit
+import torch, torch.nn.functional as F
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
-
 import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
 
-ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
@@ -35,18 +27,10 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The naive layer norm and its bytes
 # ----------------------------------
-# For a row :math:`x` of length :math:`N` with mean :math:`\mu`, variance :math:`\sigma^2` and a small
-# :math:`\epsilon`,
-#
-# .. math::
-#
-#    \hat{x}_i = (x_i - \mu) \, r, \qquad r = \frac{1}{\sqrt{\sigma^2 + \epsilon}}, \qquad
-#    y_i = \hat{x}_i \, w_i + b_i .
-#
-# :math:`r` is the reciprocal standard deviation, ``rstd`` in the code. One PyTorch operation a line:
+# A row :math:`x` with mean :math:`\mu` and variance :math:`\sigma^2` becomes :math:`y = \hat{x} \odot w + b`, where
+# :math:`\hat{x} = (x - \mu) \, r`, :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). One PyTorch operation a line:
 
-def naive_layer_norm(x, weight, bias, eps=1e-5):
-    """Layer norm over the last dimension, one PyTorch operation at a time."""
+def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     mean = x.mean(dim=-1, keepdim=True)  # read MN
     xc = x - mean  # read MN, write MN
     var = (xc * xc).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN
@@ -54,17 +38,13 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     return x_hat * weight + bias  # read MN, write MN; read MN, write MN
 
 # %%
-# That is :math:`7MN` elements read and :math:`5MN` written. A fused kernel keeps the row on chip: it
-# reads :math:`x` once and writes :math:`y` once, :math:`2MN`, so it should be about **6 times faster**.
-# It also stores each row's mean and ``rstd`` for the backward: :math:`8M` bytes, nothing next to
-# :math:`MN` elements.
+# That is :math:`7MN` elements read and :math:`5MN` written, where a kernel keeping each row on chip moves :math:`2MN`
+# (the mean and ``rstd`` it saves for the backward are 8 bytes a row): it should be about **6 times faster**.
 #
 # The forward kernel
 # ------------------
-# The layout of tutorial 01: a program handles ``BLOCK_M`` whole rows at a time, the row length
-# rounded up to ``BLOCK_N``, a power of two. The statistics are computed in fp32 from the row in
-# registers: the mean, then the variance of :math:`x - \mu` (a second reduction over registers, not a
-# second read, and no cancellation as in :math:`E[x^2] - \mu^2`). Padding loads as 0 and is masked out.
+# As in tutorial 01, a program holds ``BLOCK_M`` whole rows padded to ``BLOCK_N``, a power of two, and computes in fp32
+# their mean, then the variance of :math:`x - \mu` (no second read, no cancellation as in :math:`E[x^2] - \mu^2`).
 
 @triton.jit
 def layer_norm_fwd_kernel(
@@ -99,92 +79,24 @@ def layer_norm_fwd_kernel(
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
 # %%
-# A program holds about 32 K fp32 values in registers. Longer rows go through a chunked kernel, the
-# simplest correct design for any width, not the fastest: each row is streamed twice in chunks of
-# ``CHUNK_N`` columns. The first pass sums :math:`x - s` and :math:`(x - s)^2` per lane, :math:`s` the
-# row's first element, for :math:`\mu = s + S_1/N` and :math:`\sigma^2 = S_2/N - (S_1/N)^2` (the shift
-# keeps both sums small when the mean is large against the spread); the second walks the row backwards
-# (its last chunks are the likeliest to be in L2) and writes :math:`y`. Three row-sized transfers
-# instead of two: 2/3 of the speed of light once the second read misses L2.
-
-@triton.jit
-def layer_norm_fwd_chunked_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_row_stride, y_row_stride, eps,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, CHUNK_N)
-    n_chunks = tl.cdiv(n_cols, CHUNK_N)
-    for row in tl.range(pid, n_rows, tl.num_programs(0)):
-        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
-        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
-        shift = tl.load(x_row).to(tl.float32)
-        s1 = tl.zeros([CHUNK_N], tl.float32)
-        s2 = tl.zeros([CHUNK_N], tl.float32)
-        # each pass issues the loads of its next chunk before it works on this one; the first asks L2
-        # to keep the row, the second reads it backwards and lets it go
-        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
-        for chunk in range(0, n_chunks):
-            offs = chunk * CHUNK_N + cols
-            x = x_next.to(tl.float32)
-            x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
-                             eviction_policy="evict_last")
-            d = tl.where(offs < n_cols, x - shift, 0.0)
-            s1 += d
-            s2 += d * d
-        m1 = tl.sum(s1, axis=0) / n_cols
-        var = tl.maximum(tl.sum(s2, axis=0) / n_cols - m1 * m1, 0.0)
-        mean = shift + m1
-        rstd = 1.0 / tl.sqrt(var + eps)
-        last = (n_chunks - 1) * CHUNK_N + cols
-        x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
-        for chunk in range(0, n_chunks):
-            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
-            ok = offs < n_cols
-            x = x_next.to(tl.float32)
-            x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
-                             eviction_policy="evict_first")
-            y = (x - mean) * rstd
-            if HAS_W:
-                y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            if HAS_B:
-                y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
-        tl.store(mean_ptr + row, mean)
-        tl.store(rstd_ptr + row, rstd)
-
-# %%
 # The backward pass
 # -----------------
-# Write :math:`g = dy \odot w` (:math:`g = dy` without a weight). Through its row's mean and variance,
+# With :math:`g = dy \odot w` (:math:`g = dy` without a weight), through each row's mean and variance,
 #
-# .. math::
-#
-#    dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
+# .. math:: dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
 #    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
 #
-# :math:`dx` is like the softmax backward: two dot products along the row, then an elementwise step;
-# :math:`x` and :math:`dy` in, :math:`dx` out, 3 row-sized transfers (the saved mean and ``rstd`` give
-# :math:`\hat{x}` back). :math:`dw` and :math:`db` are different: every row adds to every column. Each
-# program can sum its own rows, but then the programs' sums must be added, and how decides the speed
-# and whether the result is reproducible.
+# :math:`dx` is like the softmax backward: two dot products along the row, then an elementwise step. But every row adds
+# to every column of :math:`dw` and :math:`db`: how the programs' sums are added decides the speed and whether the
+# result is reproducible. The next page, :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, builds the classic
+# design (Triton's tutorial: spin locks), shows its hidden race and measures it against this one.
 #
-# One way is the classic design of Triton's tutorial: one program per row, adding into shared buffers
-# under spin locks. :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py` builds it, shows the race
-# hidden in it and measures it against the design below, which this page's drop-in uses.
-
-# %%
 # A persistent, lock-free reduction
 # ---------------------------------
-# Launch only as many programs as the GPU runs at once (a *persistent* grid): program :math:`p` of
-# :math:`P` takes the blocks of rows :math:`p, p + P, p + 2P, \dots`, writes their :math:`dx` and adds
-# :math:`dy \odot \hat{x}` and :math:`dy` into fp32 accumulators in its registers. At the end it writes
-# one partial row of :math:`dw` and one of :math:`db` into *its own* line of a ``[P, N]`` buffer: no
-# lock, no atomic. A second kernel sums the lines in a fixed order. Every addition happens in an order
-# set by the grid and the code, not the scheduler: the same bits on every run (same GPU, same grid),
-# and no program waits for another. With so few programs, none can count on a neighbour to keep the
-# memory busy: each issues the loads of its *next* block before it works on this one.
+# Launch only as many programs as the GPU runs at once (a *persistent* grid): program :math:`p` of :math:`P` takes the
+# blocks of rows :math:`p, p + P, \ldots`, writes their :math:`dx` and adds :math:`dy \odot \hat{x}` and :math:`dy` into
+# fp32 registers, stored at the end in *its own* line of a ``[P, N]`` buffer: no lock, no atomic, no waiting. A second
+# kernel sums the lines in a fixed order: the same bits on every run (same GPU, same grid).
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -238,12 +150,78 @@ def layer_norm_bwd_kernel(
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
+@triton.jit
+def sum_partials_kernel(
+    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < n_cols
+    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    for first in range(0, n_partials, BLOCK_P):
+        lines = first + tl.arange(0, BLOCK_P)
+        ok = (lines < n_partials)[:, None] & col_ok[None, :]
+        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
+        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
+
 # %%
-# Past ``MAX_BWD_FUSED_N`` columns the :math:`2N` accumulators and the tiles no longer fit in
-# registers. The chunked kernel streams each row twice instead: a pass for the two dot products, then
-# one (backwards, for L2 hits) that writes :math:`dx` and adds into the program's own partial line, in
-# memory. Still one writer a line: lock-free and deterministic. A second pass adds the lines top to
-# bottom, ``BLOCK_P`` at a time, in fp32.
+# Rows too long for registers
+# ---------------------------
+# Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward, the simplest correct design streams each row
+# twice in chunks: for statistics (sums of :math:`x - s` and :math:`(x - s)^2`, :math:`s` the row's first element, small
+# even for a large mean) or dot products, then *backwards* (last chunks first, likeliest in L2) to write :math:`y`, or
+# :math:`dx` and the program's partial line. Forward: 3 row transfers, not 2, if the second read misses L2.
+
+@triton.jit
+def layer_norm_fwd_chunked_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_row_stride, y_row_stride, eps,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, CHUNK_N)
+    n_chunks = tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        shift = tl.load(x_row).to(tl.float32)
+        s1 = tl.zeros([CHUNK_N], tl.float32)
+        s2 = tl.zeros([CHUNK_N], tl.float32)
+        # each pass issues the loads of its next chunk before it works on this one; the first asks L2
+        # to keep the row, the second reads it backwards and lets it go
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            offs = chunk * CHUNK_N + cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
+                             eviction_policy="evict_last")
+            d = tl.where(offs < n_cols, x - shift, 0.0)
+            s1 += d
+            s2 += d * d
+        m1 = tl.sum(s1, axis=0) / n_cols
+        var = tl.maximum(tl.sum(s2, axis=0) / n_cols - m1 * m1, 0.0)
+        mean = shift + m1
+        rstd = 1.0 / tl.sqrt(var + eps)
+        last = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            ok = offs < n_cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
+                             eviction_policy="evict_first")
+            y = (x - mean) * rstd
+            if HAS_W:
+                y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
 
 @triton.jit
 def layer_norm_bwd_chunked_kernel(
@@ -296,30 +274,13 @@ def layer_norm_bwd_chunked_kernel(
                 tl.store(dw_line + offs, dw_old + dy * x_hat, mask=ok)
                 tl.store(db_line + offs, db_old + dy, mask=ok)
 
-@triton.jit
-def sum_partials_kernel(
-    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    for first in range(0, n_partials, BLOCK_P):
-        lines = first + tl.arange(0, BLOCK_P)
-        ok = (lines < n_partials)[:, None] & col_ok[None, :]
-        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
-        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
-
 # %%
-# Launch parameters
-# -----------------
-# Each kernel's block sizes, warps and grid come from its config function: change them there. Each
-# value was measured fastest on an H100 (the design record, ``dev/DESIGN.md`` in the repository);
-# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` shows how such choices are measured.
+# Launch parameters and the drop-in function
+# ------------------------------------------
+# Block sizes, warps and grids come from one config function a kernel: change them there. Each value was measured
+# fastest on an H100 (``dev/DESIGN.md``); :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` shows how. The
+# launchers take 2-D views with unit-stride rows. ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes
+# (any leading shape, strided or empty tensors, rows of any length) and raises a clear error for the rest.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_FUSED_N = 32768  # forward: longest row a program holds in registers
@@ -354,8 +315,7 @@ def programs_per_sm(kernel, args, meta):
     return _occupancy[key]
 
 def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
-    """(kernel, meta, grid) of the forward, one program per block of rows. occupancy(kernel, meta): the
-    programs one SM holds. ``chunk_n`` forces the chunked kernel with chunks of that many columns."""
+    """(kernel, meta, grid): a program per block of rows; occupancy(kernel, meta) is the programs an SM holds."""
     if chunk_n is None and n_cols <= MAX_FUSED_N:
         block_n = triton.next_power_of_2(n_cols)
         block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
@@ -368,8 +328,7 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
     return layer_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk_n or CHUNK_N["forward"], num_warps=32), n_rows
 
 def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=None):
-    """(kernel, meta, lines, rows per program) of the backward, one partial line per program. ``programs``
-    caps the lines; ``chunk_n`` forces the chunked kernel."""
+    """(kernel, meta, lines, rows per program): one partial line a program, at most ``programs`` lines."""
     if chunk_n is None and n_cols <= MAX_BWD_FUSED_N[min(element_size, 4)]:
         block_n = triton.next_power_of_2(n_cols)
         block_m = max(1, BWD_MIN_BYTES // element_size // block_n)
@@ -379,8 +338,7 @@ def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=
     else:
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
         meta = dict(CHUNK_N=chunk_n or CHUNK_N["backward"], num_warps=16)
-    # More programs keep more loads in flight; fewer keep the partial buffer (written, then read by the
-    # second pass) small next to the 3MN elements. Each prefetches, so a few per SM suffice.
+    # more programs, more loads in flight; fewer, a smaller partial buffer; each prefetches: a few per SM suffice
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = min(occupancy(kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
     lines = max(1, min(lines if programs is None else programs, n_blocks))
@@ -391,54 +349,33 @@ def _sum_config():
     """The second pass: 32 lines at a time, 128 columns a program (the interpreter wants few programs)."""
     return dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)
 
-# %%
-# The launchers take 2-D views whose rows have unit stride (the drop-in below makes them).
-
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, chunk_n=None):
-    """y2d = layer_norm(x2d) along dim 1, and each row's fp32 mean and rstd. Returns the kernel."""
-    n_rows, n_cols = x2d.shape
+    """y2d = layer_norm(x2d) along dim 1, each row's fp32 mean and rstd; chunk_n forces chunks. Returns the kernel."""
+    (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, HAS_B=bias is not None)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
     kernel, meta, grid = _fwd_config(n_rows, n_cols, x2d.element_size(),
                                      lambda k, m: programs_per_sm(k, args, m | flags), chunk_n)
     kernel[(grid,)](*args, **meta, **flags)
     return kernel
 
-def sum_partials(dw_partial, db_partial, dw, db):
-    """dw = dw_partial.sum(0), db = db_partial.sum(0), in a fixed order, in dw's and db's dtype."""
-    meta = _sum_config()
-    sum_partials_kernel[(triton.cdiv(dw_partial.shape[1], meta["BLOCK_C"]),)](
-        dw_partial, db_partial, dw, db, dw_partial.shape[0], dw_partial.shape[1], **meta)
-
 def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None, programs=None, chunk_n=None):
-    """dx2d; with dw and db, the sums over rows too. Returns (kernel, number of partial lines)."""
-    n_rows, n_cols = x2d.shape
-    flags = dict(HAS_W=weight is not None, COMPUTE_DWDB=dw is not None)
+    """dx2d, and dw, db (sums over rows); programs caps the lines, chunk_n forces chunks. Returns (kernel, lines)."""
+    (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, COMPUTE_DWDB=dw is not None)
     stand_in = torch.empty(1, device=x2d.device, dtype=torch.float32)  # compiles like the partial buffers
-
     def args(kernel, dw_partial=stand_in, db_partial=stand_in, rows_per_program=1):
+        chunked = (rows_per_program,) if kernel is layer_norm_bwd_chunked_kernel else ()
         return (x2d, dy2d, dx2d, x2d if weight is None else weight, mean, rstd, dw_partial, db_partial,
-                n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0)) + \
-            ((rows_per_program,) if kernel is layer_norm_bwd_chunked_kernel else ())
-
+                n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), *chunked)
     kernel, meta, lines, rows_per_program = _bwd_config(
         n_rows, n_cols, x2d.element_size(), lambda k, m: programs_per_sm(k, args(k), m | flags), programs, chunk_n)
-    # one line per program, every line written: nothing needs clearing
-    shape = (lines, n_cols) if dw is not None else (1,)
+    shape = (lines, n_cols) if dw is not None else (1,)  # a line per program, all written: nothing needs clearing
     dw_partial, db_partial = (torch.empty(shape, device=x2d.device, dtype=torch.float32) for _ in range(2))
     kernel[(lines,)](*args(kernel, dw_partial, db_partial, rows_per_program), **meta, **flags)
-    if dw is not None:
-        sum_partials(dw_partial, db_partial, dw, db)
+    if dw is not None:  # dw, db = the lines' sums, in a fixed order, in dw's and db's dtype
+        grid = (triton.cdiv(n_cols, (meta := _sum_config())["BLOCK_C"]),)
+        sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **meta)
     return kernel, lines
-
-# %%
-# The drop-in function
-# --------------------
-# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes: any leading shape, one or
-# more trailing dimensions flattened into rows, optional ``weight`` and ``bias``, non-contiguous and
-# empty tensors, gradients for all three. Rows with unit stride are used in place, others copied once;
-# rows of any length work (chunked past the limits); what the kernels cannot do raises a clear error.
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -453,19 +390,15 @@ def _check(t, name):
                          f"({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: Triton interprets them on the CPU'}); "
                          f"move it with .to('{DEVICE.type}')")
 
-def _rows(t, n_rows, n_cols):
-    """A (n_rows, n_cols) view of t with unit stride along the row, copying only if needed."""
-    t2d = t.reshape(n_rows, n_cols)
-    return t2d.contiguous() if n_cols > 1 and t2d.stride(1) != 1 else t2d
+def _rows(t, n_rows, n_cols):  # a (n_rows, n_cols) view of t with unit stride along the row, copied only if needed
+    return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, rows_cols, eps):
-        n_rows, n_cols = rows_cols
-        x2d = _rows(x, n_rows, n_cols)
+        (n_rows, n_cols), x2d = rows_cols, _rows(x, *rows_cols)
         w, b = (None if t is None else t.reshape(n_cols).contiguous() for t in (weight, bias))
-        y2d = torch.empty((n_rows, n_cols), device=x.device, dtype=x.dtype)
-        mean, rstd = (torch.empty(n_rows, device=x.device, dtype=torch.float32) for _ in range(2))
+        y2d, mean, rstd = x.new_empty(rows_cols), *(x.new_empty(n_rows, dtype=torch.float32) for _ in range(2))
         if y2d.numel() > 0:
             layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
         ctx.save_for_backward(x2d, w, mean, rstd)
@@ -479,258 +412,189 @@ class LayerNormFunction(torch.autograd.Function):
         _check(dy, "the gradient")
         dy2d, dx2d = _rows(dy, *x2d.shape), torch.empty_like(x2d)
         need = [t is not None and ctx.needs_input_grad[i] for i, t in enumerate(ctx.params, start=1)]
-        dw, db = (torch.zeros(x2d.shape[1], device=dy.device, dtype=t.dtype if n else torch.float32)
-                  for t, n in zip(ctx.params, need))
+        dw, db = (x2d.new_zeros(x2d.shape[1], dtype=t.dtype if n else torch.float32) for t, n in zip(ctx.params, need))
         if dx2d.numel() > 0:
             layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, *((dw, db) if any(need) else ()))
-        return (dx2d.view(ctx.x_shape), *(g.view(t.shape) if n else None for g, t, n in zip((dw, db), ctx.params, need)),
-                None, None)
+        grads = (g.view(t.shape) if n else None for g, t, n in zip((dw, db), ctx.params, need))
+        return dx2d.view(ctx.x_shape), *grads, None, None
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
     _check(x, "x")
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-    if not isinstance(shape, (tuple, list, torch.Size)) or not all(isinstance(d, int) for d in shape):
+    shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
+    if not all(isinstance(d, int) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    shape = tuple(shape)
     if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be one or more trailing dimensions "
                          f"of x, whose shape is {list(x.shape)}")
-    for t, name in ((weight, "weight"), (bias, "bias")):
-        if t is not None:
-            _check(t, name)
-            if tuple(t.shape) != shape:
-                raise ValueError(f"layer_norm: {name} has shape {list(t.shape)}, expected normalized_shape {list(shape)}")
-            if t.device != x.device:
-                raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {x.device}")
-    if math.prod(shape) >= 2**31:
-        raise ValueError(f"layer_norm: rows of {math.prod(shape)} elements exceed the kernels' limit of 2**31 - 1")
-    rows_cols = (math.prod(x.shape[: x.dim() - len(shape)]), math.prod(shape))
-    return LayerNormFunction.apply(x, weight, bias, rows_cols, float(eps))
+    for t, name in [(t, name) for t, name in ((weight, "weight"), (bias, "bias")) if t is not None]:
+        _check(t, name)
+        if tuple(t.shape) != shape:
+            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)}, expected normalized_shape {list(shape)}")
+        if t.device != x.device:
+            raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {x.device}")
+    if (n_cols := math.prod(shape)) >= 2**31:
+        raise ValueError(f"layer_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
+    return LayerNormFunction.apply(x, weight, bias, (math.prod(x.shape[: x.dim() - len(shape)]), n_cols), float(eps))
 
 # %%
 # Correctness
 # -----------
-# Against the naive layer norm in float64, differentiated by autograd, on the same rounded inputs:
-# :math:`\lVert out - ref \rVert / \lVert ref \rVert` of :math:`y, dx, dw, db`, beside PyTorch's error.
-# The rows' mean is far from zero (what breaks a careless
-# variance); the shapes cover one column, short rows packed in a program, odd and chunked lengths.
+# :math:`\lVert out - ref \rVert / \lVert ref \rVert` of :math:`y, dx, dw, db` against the naive layer norm in float64,
+# beside PyTorch's, on rows whose mean is far from zero (what breaks a careless variance): one column, short rows, odd
+# and chunked lengths. Then ten backward passes on the same inputs (:math:`N = 4096`, chunked rows): the same bits?
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (2048, 4096), (512, 12_288), (64, 30_000), (16, 100_003)] if ON_GPU \
     else [(17, 1), (33, 257), (6, 1000), (3, 40_000)]
 
 def check_row(shape, dtype):
-    n = shape[-1]
     x = (torch.randn(shape, device=DEVICE) * 3 + 10).to(dtype).requires_grad_(True)
-    w, b = (torch.randn(n, device=DEVICE).to(dtype).requires_grad_(True) for _ in range(2))
-    dy = torch.randn(shape, device=DEVICE, dtype=dtype)
-    ins64 = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
-    y64 = naive_layer_norm(*ins64)
-    refs = (y64.detach(), *torch.autograd.grad(y64, ins64, dy.double()))
+    w, b = (torch.randn(shape[1], device=DEVICE).to(dtype).requires_grad_(True) for _ in range(2))
+    dy, ins64 = torch.randn_like(x), [t.detach().double().requires_grad_() for t in (x, w, b)]
+    refs = ((y64 := naive_layer_norm(*ins64)).detach(), *torch.autograd.grad(y64, ins64, dy.double()))
     # where ref is exactly 0 (dx when N = 1: its terms cancel), relative to the terms' size, |w dy| rstd
     scales = (1.0, (dy.double() * ins64[1].detach()).norm().item() / math.sqrt(1e-5), 1.0, 1.0)
     err = lambda out, ref, s: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else s)).item()
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn in [("ours", layer_norm), ("torch", torch.nn.functional.layer_norm)]:
-        y = fn(x, (n,), w, b)
-        outs = (y, *torch.autograd.grad(y, (x, w, b), dy))
+    for name, fn in [("ours", layer_norm), ("torch", F.layer_norm)]:
+        outs = (y := fn(x, shape[1:], w, b), *torch.autograd.grad(y, (x, w, b), dy))
         row |= {f"{name} {q}": err(out, ref, s) for q, out, ref, s in zip(("y", "dx", "dw", "db"), outs, refs, scales)}
     return row
 
 torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# The page builds only if each error is a few roundings of the dtype (the interpreter truncates fp32 to
-# bf16 where a GPU rounds: twice the bf16 error there).
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-OURS = ["ours y", "ours dx", "ours dw", "ours db"]
+# each error at most a few roundings of its dtype (bf16: twice a GPU's, as the interpreter truncates fp32 to bf16)
+TOLERANCE, OURS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}, ["ours y", "ours dx", "ours dw", "ours db"]
 assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), f"above {TOLERANCE}:\n{errors}"
-errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
-
-# %%
-# Same inputs, same bits? The backward ten times on the same inputs (the benchmark's tensor at
-# :math:`N = 4096`, and rows long enough for the chunked kernel), every gradient compared bit for bit
-# with the first run's (the next page measures the locked design the same way):
 
 def repeats_bitwise(shape, dtype, runs=10 if ON_GPU else 3):
-    x = torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True)
-    w, b = (torch.randn(shape[1], device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(2))
+    x, w, b = (torch.randn(s, device=DEVICE, dtype=dtype, requires_grad=True) for s in (shape, shape[1], shape[1]))
     y, dy = layer_norm(x, shape[1:], w, b), torch.randn(shape, device=DEVICE, dtype=dtype)
     first, *rest = [torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) for _ in range(runs)]
     return all(torch.equal(g.view(torch.uint8), g0.view(torch.uint8)) for grads in rest for g, g0 in zip(grads, first))
 
 determinism = {(str(d)[6:], shape): repeats_bitwise(shape, d) for d in (torch.float32, torch.bfloat16)
                for shape in ([(2**26 // 4096, 4096), (64, 40_000)] if ON_GPU else [(16, 128), (2, 10_000)])}
-for (dtype, shape), same in determinism.items():
-    print(f"{dtype}, {shape[0]} x {shape[1]}: {'the same bits in every run' if same else 'DIFFERENT bits between runs'}")
+for (dtype, (m, n)), same in determinism.items():
+    print(f"{dtype}, {m} x {n}: {'the same bits in every run' if same else 'DIFFERENT bits between runs'}")
 assert all(determinism.values()), "the persistent backward should repeat bit for bit"
+errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
 # Benchmark
 # ---------
-# :math:`M N = 2^{26}` elements on a GPU (far past the 50 MB L2), every provider on the same tensors,
-# timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays of the call: the
-# kernels' cost, not Python's. The *speed of light* is a copy of :math:`x`, timed without a graph (in
-# one, CUDA may use a slower copy engine). GB/s counts :math:`x, y` forward and :math:`x, dy, dx`
-# backward, both run as in training (``autograd.grad`` of :math:`x, w, b`: every kernel a provider
-# launches for them).
+# :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not Python's. The
+# *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower copy engine). GB/s
+# counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training (``autograd.grad`` of :math:`x, w, b`).
 
-try:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-except ImportError:
-    LigerLayerNormFunction = None
+TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(9, 17)]) if ON_GPU else (2**14, [256, 2048, 16384, 65536])
 
-TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
-SWEEP_N = [2**k for k in range(9, 17)] if ON_GPU else [256, 2048, 16384, 65536]
-PEERS = ["torch", "torch.compile", "Liger"]
-if ON_GPU:  # autograd runs a backward on its forward's stream, and a graph cannot capture the default one
-    torch.cuda.set_stream(torch.cuda.Stream())
-
-def bench(fn, graph=True):
-    """Median ms of fn(): do_bench on CUDA-graph replays on a GPU, a wall clock on the CPU."""
+def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     fn()  # compile and warm up outside the timing
     if not ON_GPU:
         return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
-    timed = fn
     if graph:
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
             fn()
-        timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+        fn = captured.replay
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
-def providers():
-    """name -> fn(x, w, b), layer norm over the last dim; peers that cannot run here are left out."""
-    found = {"naive": naive_layer_norm, "torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
-        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
-        found["torch.compile"] = torch.compile(found["torch"], dynamic=False)
-        if LigerLayerNormFunction is not None:
-            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-    return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
-
-records, fns = [], providers()
-for dtype in (torch.float32, torch.bfloat16):
-    for n_cols in SWEEP_N:
-        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
-        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
-        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        reference = torch.nn.functional.layer_norm(x.float(), (n_cols,), w.float(), b.float())
-        inputs = [t.requires_grad_(True) for t in (x, w, b)]
-        for name, fn in fns.items():
-            for direction, moved in (("forward", 2 * nbytes), ("backward", 3 * nbytes)):
-                y = fn(*inputs)
-                torch.testing.assert_close(y.float(), reference, atol=5e-2, rtol=2e-2)
-                gbs = moved * 1e-6 / (bench(lambda: fn(*inputs)) if direction == "forward" else
-                                      bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)))
-                records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                                "GB/s": gbs, "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
-                y = None
-        del x, w, b, dy, out, reference, inputs
-results = pd.DataFrame(records)
-
-def sweep_table(direction):
-    """GB/s per provider (columns), dtype and row length (rows), with ours as % of the speed of light."""
-    part = results[results.direction == direction]
-    table = part.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)[list(fns)]
-    table.insert(0, "speed of light", part.groupby(["dtype", "N"])["speed of light GB/s"].first())
-    table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table[[p for p in PEERS if p in table]].max(axis=1)
-    return table
-
-# %%
-# Forward and backward, GB/s (higher is better):
-
-table = pd.concat({direction: sweep_table(direction) for direction in ("forward", "backward")}, names=["direction"])
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"})
-
-# %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
-
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "ours": "-"}
-for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
-    ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
-                linewidth=2.5 if name == "ours" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if j == 0 else None,
-           xlabel="row length N (elements)" if i == 1 else None)
-axes[0][0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-fig.tight_layout()
+fns = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
+if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
+    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
+    with contextlib.suppress(ImportError):  # Liger, when installed
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+fns["ours"], records = lambda x, w, b: layer_norm(x, x.shape[-1:], w, b), []
+for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), SWEEP_N):
+    x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+    w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
+    dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+    light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+    reference = F.layer_norm(x.float(), (n_cols,), w.float(), b.float())
+    inputs = [t.requires_grad_() for t in (x, w, b)]
+    for name, fn in fns.items():
+        torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
+        grads = lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+        for direction, ms in (("forward", bench(lambda: fn(*inputs))), ("backward", bench(grads))):
+            gbs = (2 if direction == "forward" else 3) * nbytes / ms * 1e-6  # x, y; x, dy, dx
+            records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": gbs,
+                            "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
+    del x, w, b, dy, out, reference, inputs, y  # y: the last provider's graph
+results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
+table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], list(fns)]
+table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
+table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
+table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger"]).max(axis=1)
+table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"})
 
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the tables above, in this build:
+# Above, GB/s (higher is better); below, each provider as a % of the copy measured beside it, then the table, read:
 
-for direction, dtype in [(d, t) for d in ("forward", "backward") for t in ("float32", "bfloat16")]:
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white", layout="constrained")
+styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "ours": "-"}
+for ax, (direction, dtype) in zip(axes.flat, itertools.product(["forward", "backward"], ["float32", "bfloat16"])):
     part = results[(results.direction == direction) & (results.dtype == dtype)]
-    ours = part[part.provider == "ours"].set_index("N")
-    pct, ratio = ours["% of speed of light"], (ours["GB/s"] / part[part.provider.isin(PEERS)].groupby("N")["GB/s"].max()).dropna()
-    line = f"{direction}, {dtype}: ours runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% (N = {pct.idxmax()}) of the copy"
-    if len(ratio):
-        line += f"; against the best peer at each N, {ratio.min():.3g}x (N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()})"
+    for name, line in part.groupby("provider", sort=False):
+        ax.semilogx(line.N, line["% of speed of light"], base=2, linestyle=styles[name], marker="o", markersize=3,
+                    linewidth=2.5 if name == "ours" else 1.5, label=name)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.grid(True, alpha=0.3)
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if dtype == "float32" else None,
+           xlabel="row length N (elements)" if direction == "backward" else None)
+axes[0][0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
+    light, ratio = (part.droplevel([0, 1])[c] for c in ("ours, % of light", "ours / best peer"))  # indexed by N
     limit = MAX_FUSED_N if direction == "forward" else MAX_BWD_FUSED_N[4 if dtype == "float32" else 2]
-    print(line + f"; the chunked kernel ran at N = {[n for n in SWEEP_N if n > limit] or 'none'}.")
-fwd = results[(results.direction == "forward") & (results.dtype == "float32")].set_index(["N", "provider"])["GB/s"]
-n_mid = SWEEP_N[len(SWEEP_N) // 2]
-print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd[(n_mid, 'ours')] / fwd[(n_mid, 'naive')]:.3g}x "
-      f"faster than the naive layer norm (the bytes model predicted 6x).")
+    print(f"{direction}, {dtype}: ours runs at {light.min():.3g}% (N = {light.idxmin()}) to {light.max():.3g}% (N = "
+          f"{light.idxmax()}) of the copy; against the best peer at each N, {ratio.min():.3g}x (N = {ratio.idxmin()}) "
+          f"to {ratio.max():.3g}x (N = {ratio.idxmax()}); the chunked kernel ran at N = "
+          f"{[n for n in light.index if n > limit] or 'none'}.")
+n_mid, fwd = SWEEP_N[len(SWEEP_N) // 2], table.xs(("forward", "float32"), level=[0, 1])
+print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "
+      f"the naive layer norm (the bytes model predicted 6x).")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` columns forward and
-# ``MAX_BWD_FUSED_N`` backward; past them the chunked kernels read each row twice. Before that, a wide
-# row fills a program's registers, few programs share an SM and little is on its way from memory. The
-# deep dives pick up there, each measured against this page's kernels and the peers:
+# **Where this design stops.** Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward the chunked kernels
+# read each row twice; before that, a wide row fills a program's registers: few programs share an SM, little is on its
+# way from memory. The deep dives pick up there, against this page's kernels: :math:`x` read twice or a row split,
+# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`; 16-bit rows staged in shared memory (Gluon),
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`; a backward row shared by programs,
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`. The next page,
+# :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, measures this backward against the classic one with locks.
 #
-# * :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`: the forward for wide rows,
-#   reading :math:`x` twice through L2, or one row split across a group of programs;
-# * :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`: the widest 16-bit rows staged
-#   in shared memory with Gluon, three rows to an SM;
-# * :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`: the backward with each row
-#   shared by several programs, each keeping its slice's :math:`dw` and :math:`db` in registers.
-#
-# **Exercises.** Change ``BWD_WARPS_PER_SM`` or ``BWD_MIN_BYTES`` and rerun the benchmark: which widths
-# move, and why? Sum the partial lines inside the backward kernel (the last program to finish does it,
-# found with one atomic counter) to save a launch. Turn the kernels into RMSNorm (tutorial 04 does).
-# The next page, :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, measures this backward
-# against the classic one with locks.
-#
-# References: Ba, Kiros and Hinton, *Layer Normalization* (2016); Triton's layer-norm tutorial;
-# Liger-Kernel's layer norm (per-program fp32 partials); quack's norms.
+# **Exercise**: change ``BWD_WARPS_PER_SM`` or ``BWD_MIN_BYTES`` and rerun: which widths move, and why? References: Ba,
+# Kiros and Hinton, *Layer Normalization* (2016); Triton's layer-norm tutorial; Liger-Kernel; quack's norms.
 #
 # Where this page was made
 # ------------------------
 
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+def environment_card():  # everything a reader needs to judge this page's numbers, shown collapsed
+    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
+    runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
     if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
+        props, driver = torch.cuda.get_device_properties(DEVICE), "unknown (no nvidia-smi)"
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                     capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
         device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
-    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 environment_card()
