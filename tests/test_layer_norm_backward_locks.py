@@ -83,4 +83,6 @@ def test_page_checks_passed(page):
     det = page["determinism"]
     assert (det[det.design.str.startswith("2")].filter(like="unlike") == 0).all().all(), det
     results = page["results"]
-    assert len(results) == 2 * len(page["SWEEP_N"]) * (2 + len(page["peers"])) and results["GB/s"].gt(0).all()
+    # every point of both designs measured; a peer may miss a point of its own (NaN, shown as "-")
+    designs = results[results.provider.isin(page["DESIGNS"])]
+    assert len(results) == 2 * len(page["SWEEP_N"]) * (2 + len(page["peers"])) and designs["GB/s"].gt(0).all()

@@ -5,7 +5,7 @@ Layer norm, forward and backward
 Layer normalization brings each row to zero mean and unit variance, then applies a learned scale :math:`w` and shift
 :math:`b`. Memory traffic sets its speed: at best, that of a copy of the same bytes (the *speed of light*). You build a
 drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums the gradients of :math:`w` and :math:`b` over all
-rows without locks, the same bits on every run, measured against PyTorch, ``torch.compile`` and Liger-Kernel.
+rows without locks, the same bits on every run, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
 **What you will learn** (about 15 minutes): to predict a layer norm's speed from its bytes and fuse it into one read of
 each row; how a persistent grid with per-program partial sums makes :math:`dw` and :math:`db` deterministic and fast; to
@@ -511,18 +511,44 @@ if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor woul
     with contextlib.suppress(ImportError):  # Liger, when installed
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    try:  # quack's layer norm is a pair of functions taking fp32 w and b, joined here by an autograd function
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+        assert torch.cuda.get_device_capability()[0] >= 9, "quack needs compute capability 9.0 or newer"
+        class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
+            @staticmethod
+            def forward(ctx, x, w, b):
+                y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+                ctx.save_for_backward(x, rstd, mean)
+                return y
+            @staticmethod
+            def backward(ctx, dy):
+                x, rstd, mean = ctx.saved_tensors
+                dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)
+                return dx, dw.to(dy.dtype), db.to(dy.dtype)
+        fns["quack"] = QuackLayerNorm.apply
+    except Exception as err:  # not installed, or not for this GPU
+        print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer; no GPU here.")
 fns["ours"], records = lambda x, w, b: layer_norm(x, x.shape[-1:], w, b), []
 for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), SWEEP_N):
     x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
     w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
-    dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+    dy, out, nbytes, w32, b32 = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size(), w.float(), b.float()
     light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
     reference = F.layer_norm(x.float(), (n_cols,), w.float(), b.float())
     inputs = [t.requires_grad_() for t in (x, w, b)]
     for name, fn in fns.items():
-        torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
-        grads = lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
-        for direction, ms in (("forward", bench(lambda: fn(*inputs))), ("backward", bench(grads))):
+        try:
+            torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
+            grads = lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+            times = (("forward", bench(lambda: fn(*inputs))), ("backward", bench(grads)))
+        except Exception as err:  # a peer's own limit: its point is missing ("-" in the table), ours never is
+            if name == "ours":
+                raise
+            print(f"{name}, {str(dtype)[6:]}, N = {n_cols}: not measured ({type(err).__name__}: {str(err)[:80]})")
+            times = (("forward", math.nan), ("backward", math.nan))
+        for direction, ms in times:
             gbs = (2 if direction == "forward" else 3) * nbytes / ms * 1e-6  # x, y; x, dy, dx
             records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": gbs,
                             "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
@@ -531,8 +557,9 @@ results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], list(fns)]
 table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger"]).max(axis=1)
-table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"})
+table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
+                   na_rep="-")
 
 # %%
 # Reading the numbers
@@ -540,7 +567,7 @@ table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%"
 # Above, GB/s (higher is better); below, each provider as a % of the copy measured beside it, then the table, read:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white", layout="constrained")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "ours": "-"}
+styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "ours": "-"}
 for ax, (direction, dtype) in zip(axes.flat, itertools.product(["forward", "backward"], ["float32", "bfloat16"])):
     part = results[(results.direction == direction) & (results.dtype == dtype)]
     for name, line in part.groupby("provider", sort=False):
