@@ -1,0 +1,298 @@
+"""Tutorial 05 (core page): RMSNorm as a JAX custom op. The Pallas kernels (interpreted on the CPU) against
+jax.grad of the jnp formula in float64, masks and padding, every output element written, dw repeatable, bad
+input, the launch configs, the sharded function on two CPU devices, and tutorial 04's kernels as carried.
+
+Loading the page would run its benchmarks; these tests run its definitions only: the page up to its
+"Correctness" section (imports, kernels, configs, the drop-in and the sharded parts).
+
+Two CPU devices need XLA_FLAGS=--xla_force_host_platform_device_count=2 before JAX is first imported. pytest
+runs every test file in one process, so it is set below before `import jax`, but only takes effect if no
+other test file imported JAX first. The sharded check therefore runs in a subprocess of its own, which
+always has two CPU devices.
+"""
+
+import ast
+import contextlib
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS)
+import jax.numpy as jnp  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "tutorials" / "05_jax_rms_norm.py"
+DEFINITIONS_END = "\n# Correctness\n"  # the page's definitions end where its Correctness section begins
+# a few roundings of the output dtype (on a GPU, fp32 sums in another order: same bound)
+TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def load_definitions(path=PAGE):
+    source = path.read_text(encoding="utf-8")
+    assert DEFINITIONS_END in source, f"{path.name} has no '# Correctness' section heading"
+    namespace = {"__name__": "tutorial_05_definitions", "__file__": str(path)}
+    exec(compile(source[:source.index(DEFINITIONS_END)], str(path), "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def page():
+    return load_definitions()
+
+
+@pytest.fixture(scope="module")
+def step(page):
+    """y, dx, dw of the page's rms_norm, jitted once: each shape and dtype compiles once for all tests."""
+    return jax.jit(lambda x, w, dy: gradients(lambda x, w: page["rms_norm"](x, w, 1e-6), x, w, dy))
+
+
+def gradients(fn, x, w, dy):
+    y, pullback = jax.vjp(fn, x, w)
+    return (y, *pullback(dy))
+
+
+def inputs(shape, dtype, seed=0):
+    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+    x = (3 * jax.random.normal(kx, shape)).astype(dtype)
+    w = (1 + 0.5 * jax.random.normal(kw, shape[-1:])).astype(dtype)
+    return x, w, jax.random.normal(kd, shape).astype(dtype)
+
+
+def float64_reference(page, x, w, dy, eps=1e-6):
+    """y, dx, dw from jax.vjp of the page's jnp formula in float64, and the size of dx's terms, ||r g||."""
+    def reference(x, w, dy):
+        r_g = dy * w * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+        return gradients(lambda x, w: page["rms_norm_reference"](x, w, eps), x, w, dy), jnp.linalg.norm(r_g)
+    with jax.enable_x64(True):
+        outs, r_g = jax.jit(reference)(*(jnp.asarray(t, jnp.float64) for t in (x, w, dy)))
+        return [np.asarray(t) for t in outs], float(r_g)
+
+
+def rel(out, ref, scale):
+    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / (scale or 1.0))
+
+
+# Leading dims: none, one, three, and an empty one. N: 1, odd, non-powers of two, and rows read in chunks
+# (the backward's past 8192 columns, the forward's past 64 KB a row: fp32 only). Each new shape and dtype
+# compiles the interpreted kernels anew (seconds), hence a list rather than every combination.
+CASES = [((300,), "float32"), ((4, 1), "float32"), ((4, 1), "float16"),
+         ((2, 3, 2, 33), "float32"), ((2, 3, 2, 33), "bfloat16"), ((2, 3, 2, 33), "float16"), ((0, 16), "float32"),
+         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((2, 20000), "float32")]
+
+
+@pytest.mark.parametrize("shape, dtype", CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else c)
+def test_forward_backward_against_float64_grad(page, step, shape, dtype):
+    x, w, dy = inputs(shape, dtype)
+    outs = step(x, w, dy)
+    assert [o.shape for o in outs] == [x.shape, x.shape, w.shape]
+    assert all(o.dtype == jnp.dtype(dtype) for o in outs), [o.dtype for o in outs]
+    for name, out in zip(("y", "dx", "dw"), outs):  # interpreted outputs start as NaN: all were written
+        assert bool(jnp.isfinite(out.astype(jnp.float32)).all()), f"{name} has elements never written"
+    if x.size == 0:
+        assert not np.asarray(outs[2], np.float32).any(), "dw over no rows must be zero"
+        return
+    (y64, dx64, dw64), r_g = float64_reference(page, x, w, dy)
+    # dx against the size of its terms r g: at N = 1 they cancel to ~0 and rounding is all that is left
+    errors = {"y": rel(outs[0], y64, np.linalg.norm(y64)), "dx": rel(outs[1], dx64, r_g),
+              "dw": rel(outs[2], dw64, np.linalg.norm(dw64))}
+    assert max(errors.values()) <= TOL[dtype], f"{shape} {dtype}: relative errors {errors} over {TOL[dtype]}"
+
+
+def test_rstd_saved_and_every_row_written(page):
+    """The forward's second output, rstd, one fp32 a row (the shape rms_norm gave (2, 3, 2, 33): compiled)."""
+    x, w, _ = inputs((12, 33), "float32")
+    y, rstd = page["_forward"](x, w, 1e-6)
+    expected = jax.lax.rsqrt(jnp.mean(x * x, axis=-1) + 1e-6)
+    assert rstd.dtype == jnp.float32 and rstd.shape == (12,)
+    np.testing.assert_allclose(np.asarray(rstd), np.asarray(expected), rtol=1e-6)
+    assert bool(jnp.isfinite(y).all())
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 2, 33), (2, 9000)], ids=["whole rows", "chunked rows"])
+def test_dw_bitwise_repeatable(step, shape):
+    """dw's partials are summed in a fixed order: two runs give the same bits (dx too)."""
+    x, w, dy = inputs(shape, "bfloat16", seed=3)
+    first, second = step(x, w, dy), step(x, w, dy)
+    for a, b in zip(first, second):
+        assert np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_bad_input_raises_errors_that_name_the_limit(page):
+    rms_norm = page["rms_norm"]
+    x = jnp.ones((4, 8), jnp.float32)
+    with pytest.raises(ValueError, match=r"weight has shape \(7,\), expected \(8,\)"):
+        rms_norm(x, jnp.ones(7))  # N mismatch
+    with pytest.raises(ValueError, match=r"weight has shape \(8, 1\), expected \(8,\)"):
+        rms_norm(x, jnp.ones((8, 1)))
+    with pytest.raises(TypeError, match="int32.*float32, float16 and bfloat16"):
+        rms_norm(jnp.ones((4, 8), jnp.int32), jnp.ones(8))
+    with pytest.raises(TypeError, match="weight has dtype int32"):
+        rms_norm(x, jnp.ones(8, jnp.int32))
+    with pytest.raises(ValueError, match=f"1 to {page['MAX_N']} elements"):
+        rms_norm(jnp.ones((1, page["MAX_N"] + 1)), jnp.ones(page["MAX_N"] + 1))
+    with pytest.raises(ValueError, match="1 to"):
+        rms_norm(jnp.ones(()), jnp.ones(()))
+    with pytest.raises(TypeError, match="eps must be a Python float"):
+        jax.jit(lambda x, w, eps: rms_norm(x, w, eps))(x, jnp.ones(8), 1e-6)
+
+
+@pytest.mark.parametrize("itemsize", [4, 2])
+@pytest.mark.parametrize("n_cols", [1, 3, 257, 1024, 4096, 8192, 8193, 16384, 30000, 32768])
+def test_configs(page, n_cols, itemsize):
+    """Power-of-two tiles covering the row, 4 to 32 warps, grids that cover every row, each program moving
+    MIN_ELEMENTS or a whole row, and a persistent backward grid that depends on the shape only."""
+    n_rows = 2**26 // n_cols
+    for which in ("_fwd_config", "_bwd_config"):
+        meta, grid, params = page[which](n_rows, n_cols, itemsize)
+        block_m, chunk_n, chunks = meta["BLOCK_M"], meta["CHUNK_N"], meta["CHUNKS"]
+        for size in (block_m, chunk_n, block_m * chunk_n):
+            assert size & (size - 1) == 0, f"{which}: {meta} is not a power of two"
+        assert chunk_n * chunks >= n_cols > chunk_n * (chunks - 1) or chunks == 1 and chunk_n >= n_cols, meta  # no empty chunk
+        assert 4 <= params.num_warps <= 32 and params.num_stages >= 1
+        assert block_m * chunk_n * chunks >= min(page["MIN_ELEMENTS"], chunk_n * chunks), meta
+        if which == "_fwd_config":
+            assert grid * block_m >= n_rows > (grid - 1) * block_m
+        else:
+            assert 1 <= grid <= -(-n_rows // block_m)
+            assert page[which](n_rows, n_cols, itemsize)[1] == grid  # fixed for a shape: so is dw's summation
+    if n_cols > page["WHOLE_ROW"]["backward n"]:  # a backward program holds a row of dw_partial: 32 fp32 a thread
+        meta, _, params = page["_bwd_config"](n_rows, n_cols, itemsize)
+        assert meta["CHUNK_N"] * meta["CHUNKS"] <= 32 * 32 * params.num_warps
+    meta, _ = page["_sum_config"](n_cols)
+    assert meta["BLOCK_P"] & (meta["BLOCK_P"] - 1) == 0 and meta["BLOCK_N"] & (meta["BLOCK_N"] - 1) == 0
+
+
+SHARDED_CHECK = r"""
+import os, sys
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+os.environ["JAX_PLATFORMS"] = "cpu"
+sys.path.insert(0, sys.argv[1])
+from test_jax_rms_norm import load_definitions, inputs, gradients
+import jax, jax.numpy as jnp, numpy as np
+page = load_definitions()
+assert jax.device_count() == 2, jax.devices()
+mesh = page["Mesh"](np.array(jax.devices()), (page["AXIS"],))
+rows = page["NamedSharding"](mesh, page["P"](page["AXIS"]))
+sharded = page["differentiable"](*page["sharded_parts"](mesh))
+for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the same on one device as on two
+    x, w, dy = inputs(shape, dtype, seed=5)
+    step = jax.jit(lambda x, w, dy: gradients(sharded, x, w, dy))
+    compiled = step.lower(jax.device_put(x, rows), w, dy).compile()
+    y_s, dx_s, dw_s = compiled(jax.device_put(x, rows), w, dy)
+    y_1, dx_1, dw_1 = jax.jit(lambda x, w, dy: gradients(page["rms_norm"], x, w, dy))(x, w, dy)
+    assert dx_s.sharding.spec == page["P"](page["AXIS"]), dx_s.sharding
+    # rows are computed one by one as on one device: y and dx are the same bits
+    assert np.array_equal(np.asarray(y_s, np.float32), np.asarray(y_1, np.float32)), (shape, "y")
+    assert np.array_equal(np.asarray(dx_s, np.float32), np.asarray(dx_1, np.float32)), (shape, "dx")
+    # dw: each device sums its rows' partials, then the psum adds the two: another grouping of the fp32
+    # sums, so not bitwise but within fp32 rounding (about 1e-7 of the largest value)
+    diff = np.max(np.abs(np.asarray(dw_s, np.float64) - np.asarray(dw_1, np.float64)))
+    scale = np.max(np.abs(np.asarray(dw_1, np.float64)))
+    assert diff <= 1e-6 * scale, (shape, diff, scale)
+    hlo = compiled.as_text()
+    assert any(" all-reduce(" in l and "f32[%d]" % shape[1] in l for l in hlo.splitlines()), "no all-reduce of N fp32"
+    assert "psum" in str(jax.make_jaxpr(step)(x, w, dy))
+# without the psum each device keeps its own dw: stacked, they sum to the psum's
+x, w, dy = inputs((64, 300), "float32", seed=6)
+xs = jax.device_put(x, rows)
+forward, backward = page["sharded_parts"](mesh)
+_, alone = page["sharded_parts"](mesh, psum=False)
+rstd = forward(xs, w)[1]
+dw, stacked = backward(xs, w, rstd, dy)[1], alone(xs, w, rstd, dy)[1]
+assert stacked.shape == (600,) and dw.shape == (300,)
+np.testing.assert_allclose(np.asarray(stacked).reshape(2, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
+print("sharded ok")
+"""
+
+
+def test_sharded_on_two_cpu_devices_equals_one_device():
+    """In a subprocess with two CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
+    single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
+    HLO has an all-reduce of N fp32 values and the jaxpr a psum."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests")], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+def _function_sources(path, names):
+    """{name: (decorators, dedented source)} of the functions `names` defined anywhere in path."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    return {node.name: ([ast.unparse(d) for d in node.decorator_list],
+                        textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno])))
+            for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef) and node.name in names}
+
+
+def test_carries_tutorial_04_kernels_unchanged():
+    """The benchmark's tutorial-04 column runs tutorial 04's fused kernels, carried verbatim."""
+    names = ["rms_norm_fwd_kernel", "rms_norm_bwd_kernel", "dw_reduce_kernel"]
+    ours_ = _function_sources(PAGE, names)
+    theirs = _function_sources(ROOT / "tutorials" / "04_rms_norm.py", names)
+    for name in names:
+        assert name in ours_, f"tutorial 05 does not carry {name}"
+        assert ours_[name] == theirs[name], f"{name} differs from tutorial 04's"
+        assert ours_[name][0] == ["triton.jit"]
+
+
+@pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated:DeprecationWarning")
+def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
+    """Without a GPU, lower the benchmark's configs to Triton IR (the Pallas Triton backend, for an H100):
+    catches tile shapes Triton refuses and primitives its lowering lacks. JAX 0.11 and later ask which GPU
+    (JAX internals, patched here); 0.10 assumes sm_90 by itself."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from jax._src.pallas.triton import gpu_info, pallas_call_registration
+        h100 = gpu_info._get_gpu_info_impl(gpu_info.GpuVersion.H100)
+        monkeypatch.setattr(pallas_call_registration.gpu_info_lib, "get_gpu_info", lambda: h100)
+    monkeypatch.setitem(page, "INTERPRET", False)
+    monkeypatch.setitem(page, "NUM_SMS", 132)
+    for dtype, n_cols in [("float32", 1024), ("bfloat16", 4096), ("float32", 8192), ("bfloat16", 16384),
+                          ("float32", 32768), ("bfloat16", 32768), ("float32", 1000), ("bfloat16", 9000)]:
+        x = jax.ShapeDtypeStruct((2**26 // n_cols, n_cols), jnp.dtype(dtype))
+        w, rstd = jax.ShapeDtypeStruct((n_cols,), x.dtype), jax.ShapeDtypeStruct(x.shape[:1], jnp.float32)
+        try:
+            lowered = [jax.jit(lambda x, w: page["_forward"](x, w, 1e-6)).trace(x, w).lower(lowering_platforms=("cuda",)),
+                       jax.jit(page["_backward"]).trace(x, w, rstd, x).lower(lowering_platforms=("cuda",))]
+        except RuntimeError as err:
+            if "GPU" in str(err):
+                pytest.skip(f"this JAX ({jax.__version__}) cannot lower for a GPU it does not see: {err}")
+            raise
+        for module in lowered:
+            assert "__gpu$xla.gpu.triton" in module.as_text(), f"{dtype} {n_cols}: no Triton kernel"
+
+
+def test_carried_tutorial_04_launch_matches_torch(tmp_path):
+    """The page's launcher for tutorial 04's kernels (its benchmark column, run only with a CUDA GPU) against
+    torch.nn.functional.rms_norm; without a GPU through Triton's interpreter (conftest sets TRITON_INTERPRET)."""
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no CUDA GPU, and Triton's interpreter is off (TRITON_INTERPRET=1 before Triton's import)")
+    source = PAGE.read_text(encoding="utf-8")
+    start = source.index("if TORCH_PEER:  # tutorial 04's kernels")
+    block = textwrap.dedent("\n".join(source[start:source.index("\nelse:\n", start)].splitlines()[1:]))
+    (carried := tmp_path / "carried_04.py").write_text(block, encoding="utf-8")  # Triton reads kernels' source
+    namespace = {"torch": torch, "triton": triton, "tl": tl, "NUM_SMS": 4}
+    exec(compile(block, str(carried), "exec"), namespace)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for n_cols in (1, 257, 4096):
+        gen = torch.Generator().manual_seed(n_cols)
+        x, dy = (torch.randn(6, n_cols, generator=gen).to(device) for _ in range(2))
+        w = (1 + 0.1 * torch.randn(n_cols, generator=gen)).to(device)
+        y, rstd, dx, dw = torch.empty_like(x), torch.empty(6, device=device), torch.empty_like(x), torch.empty_like(w)
+        namespace["tutorial_04"](x, w, rstd, y=y, eps=1e-6)
+        namespace["tutorial_04"](x, w, rstd, dy=dy, dx=dx, dw=dw, eps=1e-6)
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        yr = torch.nn.functional.rms_norm(xr, (n_cols,), wr, 1e-6)
+        for ours_, theirs in zip((y, dx, dw), (yr, *torch.autograd.grad(yr, (xr, wr), dy))):
+            torch.testing.assert_close(ours_, theirs.detach(), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,547 @@
+"""
+RMSNorm as a JAX custom op
+==========================
+
+Tutorial 04's RMSNorm for JAX: a forward and a fused backward written as Pallas kernels
+(``jax.experimental.pallas``, which lowers to Triton on NVIDIA GPUs), made one differentiable function with
+``jax.custom_vjp``, compiled by ``jax.jit`` and run over every device with ``jax.shard_map``, where one ``psum``
+of the weight gradient is all that crosses the links. Measured against the speed of light (a copy), XLA's own
+fusion of the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU that built this page.
+
+**What you will learn** (about 15 minutes): to write a memory-bound Pallas kernel, masked for rows of any
+length; to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order
+(bitwise deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's
+fusion of the formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+"""
+
+import contextlib, datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, \
+    subprocess, timeit
+# Before JAX starts: no GPU memory taken up front (PyTorch pages share this process when the site is built),
+# and two CPU devices, so that sharding runs without a GPU (the flag touches only JAX's CPU backend).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+import jax, jax.numpy as jnp, jaxlib, numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import matplotlib.pyplot as plt, pandas as pd
+
+ON_GPU = jax.default_backend() == "gpu"
+INTERPRET = not ON_GPU  # without a GPU, Pallas interprets the kernels on the CPU
+version = lambda name: importlib.metadata.version(name) if importlib.util.find_spec(name) else "-"
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = jax.devices()[0].device_kind if ON_GPU else "CPU only, Pallas' interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · JAX {jax.__version__} · jaxlib {jaxlib.__version__} · {jax.device_count()} device(s) · "
+      f"torch {version('torch')} · Triton {version('triton')} · {BUILT}")
+
+# %%
+# The formula, and its bytes
+# --------------------------
+# For a row :math:`x` of length :math:`N`, :math:`r = 1 / \sqrt{\frac{1}{N}\sum_j x_j^2 + \varepsilon}` and
+# :math:`y = r\,x \odot w`. In ``jax.numpy``, in fp32 and rounded once (as our kernels do):
+
+def rms_norm_reference(x, weight, eps=1e-6):
+    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # fp32 (float64 stays float64)
+    rstd = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (x32 * rstd * weight.astype(x32.dtype)).astype(x.dtype)
+
+# %%
+# XLA fuses it as it sees fit under ``jax.jit``; no kernel moves fewer than :math:`2MN` elements (:math:`x`
+# in, :math:`y` out). With :math:`g = dy \odot w`, the gradient :math:`dx = r\,(g - \hat{x}\,\frac{1}{N}\sum_j
+# g_j \hat{x}_j)` sums **along each row**, :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` **down each column**:
+# a fusion of one loop order reads :math:`x, dy` twice: :math:`5MN` elements, where one kernel moves :math:`3MN`.
+#
+# The forward kernel
+# ------------------
+# A Pallas kernel gets *refs* and says what to load and store. Each program takes ``BLOCK_M`` whole rows; a
+# block is a power of two wide (Triton's tiles are), so columns past :math:`N` and rows past :math:`M` are
+# masked: never read, never written. An index array per axis addresses the tile, as pointers do in Triton.
+# An fp32 row over 64 KB is read twice in chunks: once to sum squares, asking L2 to keep it, once to scale.
+
+def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
+    return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+def _load(ref, idx, ok, policy=None):  # masked elements read as 0; everything is computed in fp32
+    return plgpu.load(ref.at[idx], mask=ok, other=0, eviction_policy=policy).astype(jnp.float32)
+
+def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, CHUNK_N, CHUNKS):
+    """One program per block of BLOCK_M rows, each row in CHUNKS chunks of CHUNK_N columns."""
+    (n_rows, n_cols), rows = x_ref.shape, pl.program_id(0) * BLOCK_M + jnp.arange(BLOCK_M)
+    cols = [k * CHUNK_N + jnp.arange(CHUNK_N) for k in range(CHUNKS)]
+    x = [_load(x_ref, *_tile(rows, col, n_rows, n_cols), "evict_last") for col in cols]
+    rstd = jax.lax.rsqrt(sum(jnp.sum(x_k * x_k, axis=1) for x_k in x) / n_cols + eps)  # padding adds 0
+    for k, col in enumerate(cols):
+        idx, ok = _tile(rows, col, n_rows, n_cols)
+        x_k = x[0] if CHUNKS == 1 else _load(x_ref, idx, ok, "evict_first")  # again, from L2
+        y = x_k * rstd[:, None] * _load(w_ref, col, col < n_cols)[None, :]
+        plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
+    plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
+
+# %%
+# The backward: one kernel for both gradients
+# -------------------------------------------
+# A *persistent* grid, as in tutorial 04: program :math:`p` of a few per SM takes the blocks of rows
+# :math:`p, p + P, p + 2P`, ... in a ``jax.lax.fori_loop``, writes :math:`dx` and adds :math:`dy \odot \hat{x}`
+# into a ``dw_partial`` in fp32 registers, stored once. Each step loads the *next* block first: so few
+# programs hide latency alone. A row too long for registers is walked twice: its dot product in a loop,
+# then :math:`dx` and the partial.
+
+def bwd_kernel(x_ref, w_ref, rstd_ref, dy_ref, dx_ref, dw_partial_ref, *, BLOCK_M, CHUNK_N, CHUNKS):
+    """Program p does blocks p, p + P, ... and stores its dw_partial row, zeros included."""
+    (n_rows, n_cols), pid, n_programs = x_ref.shape, pl.program_id(0), pl.num_programs(0)
+    cols = [k * CHUNK_N + jnp.arange(CHUNK_N) for k in range(CHUNKS)]
+    weight = lambda col: _load(w_ref, col, col < n_cols)[None, :]
+    w_kept = weight(cols[0]) if CHUNKS == 1 else None  # a whole row: loaded once per program
+
+    def x_and_dy(rows, col, policy=None):
+        idx, ok = _tile(rows, col, n_rows, n_cols)
+        return _load(x_ref, idx, ok, policy), _load(dy_ref, idx, ok, policy)
+
+    def step(i, carry):
+        dw_partial, ahead = carry
+        rows = (pid + i * n_programs) * BLOCK_M + jnp.arange(BLOCK_M)
+        rstd = plgpu.load(rstd_ref.at[rows], mask=rows < n_rows, other=0)[:, None]
+        if CHUNKS == 1:  # the next block's loads go out first; past the end they load nothing
+            (x, dy), ahead = ahead, x_and_dy(rows + n_programs * BLOCK_M, cols[0])
+            dot = jnp.sum(dy * w_kept * x, axis=1, keepdims=True)
+        else:  # a loop, not unrolled: one chunk's loads alive at a time, kept in L2 for the second walk
+            def add(k, acc):
+                col = k * CHUNK_N + jnp.arange(CHUNK_N)
+                x, dy = x_and_dy(rows, col, "evict_last")
+                return acc + dy * weight(col) * x
+            dot = jnp.sum(jax.lax.fori_loop(0, CHUNKS, add, jnp.zeros((BLOCK_M, CHUNK_N), jnp.float32)), 1, keepdims=True)
+        mean_gx_hat = dot * rstd / n_cols  # (1/N) sum_j g_j x_hat_j: the row reduction of dx
+        dw_partial = list(dw_partial)
+        for k, col in enumerate(cols):  # unrolled: each dw_partial[k] is a tile of registers
+            if CHUNKS > 1:
+                x, dy = x_and_dy(rows, col, "evict_first")
+            x_hat, (idx, ok) = x * rstd, _tile(rows, col, n_rows, n_cols)
+            dx = (dy * (w_kept if CHUNKS == 1 else weight(col)) - x_hat * mean_gx_hat) * rstd
+            plgpu.store(dx_ref.at[idx], dx.astype(dx_ref.dtype), mask=ok)
+            dw_partial[k] = dw_partial[k] + dy * x_hat  # the column reduction, in fp32
+        return dw_partial, ahead
+
+    first = pid * BLOCK_M + jnp.arange(BLOCK_M)
+    init = [jnp.zeros((BLOCK_M, CHUNK_N), jnp.float32)] * CHUNKS, x_and_dy(first, cols[0]) if CHUNKS == 1 else None
+    n_mine = pl.cdiv(pl.cdiv(n_rows, BLOCK_M) - pid, n_programs)  # blocks pid, pid + P, ... before the end
+    dw_partial, _ = jax.lax.fori_loop(0, n_mine, step, init)
+    for k, col in enumerate(cols):
+        plgpu.store(dw_partial_ref.at[pid, col], jnp.sum(dw_partial[k], axis=0), mask=col < n_cols)
+
+def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
+    """dw[j] = sum over p of dw_partial[p, j] in a fixed order: bitwise the same on every run."""
+    n_partials, n_cols = dw_partial_ref.shape
+    cols = pl.program_id(0) * BLOCK_N + jnp.arange(BLOCK_N)
+    add = lambda i, acc: acc + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
+    acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
+    plgpu.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
+
+# %%
+# Launch parameters
+# -----------------
+# Block sizes, warps, stages and grids come from one config function a kernel: change them there. The
+# numbers are tutorial 04's, measured fastest there on an H100.
+
+NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # a GPU's SMs; on the CPU, four stand-ins
+MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
+WHOLE_ROW = {"forward bytes": 65536, "backward n": 8192}  # longest row a program holds whole
+CHUNK_N = {"forward": 8192, "backward": 4096}  # columns per chunk of a longer row
+WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
+MAX_N = 32768  # longest row: a backward program keeps a row of dw_partial in registers (32 fp32 a thread)
+# warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps);
+# Triton's compiler parameters pick Pallas' Triton backend; one stage: our loops prefetch by hand
+_warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (32 * bytes_per_thread)))
+_params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
+
+def _fwd_config(n_rows, n_cols, itemsize):
+    """(meta, grid, compiler params): a program per block of rows (not persistent: nothing to accumulate)."""
+    block_n = pl.next_power_of_2(n_cols)
+    if block_n * itemsize > WHOLE_ROW["forward bytes"]:  # a row at a time, in chunks, read twice
+        chunk = CHUNK_N["forward"]
+        return dict(BLOCK_M=1, CHUNK_N=chunk, CHUNKS=pl.cdiv(n_cols, chunk)), n_rows, _params(_warps(chunk, itemsize, 16))
+    block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
+    warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread
+    return dict(BLOCK_M=block_m, CHUNK_N=block_n, CHUNKS=1), pl.cdiv(n_rows, block_m), _params(warps)
+
+def _bwd_config(n_rows, n_cols, itemsize):
+    """(meta, grid, compiler params): persistent; the grid depends on the shape only, so do dw's sums."""
+    block_n = pl.next_power_of_2(n_cols)
+    if block_n > WHOLE_ROW["backward n"]:  # a row at a time: dw_partial takes n_cols / (32 * warps) registers a thread
+        meta, warps = dict(BLOCK_M=1, CHUNK_N=CHUNK_N["backward"], CHUNKS=pl.cdiv(n_cols, CHUNK_N["backward"])), 32
+    else:  # x, dy, the next block's and dw_partial alive: 32 bytes a thread; 16 once a 16 KB row fills a program
+        meta = dict(BLOCK_M=max(1, MIN_ELEMENTS // block_n), CHUNK_N=block_n, CHUNKS=1)
+        warps = _warps(meta["BLOCK_M"] * block_n, itemsize, 16 if n_cols * itemsize >= 16384 else 32)
+    grid = min(pl.cdiv(n_rows, meta["BLOCK_M"]), max(1, WARPS_PER_SM // warps) * NUM_SMS)
+    return meta, max(1, grid), _params(warps)
+
+def _sum_config(n_cols):
+    """dw_sum_kernel: narrow strips of columns, many programs, each summing all partials in order."""
+    return dict(BLOCK_P=64, BLOCK_N=16 if n_cols <= 4096 else 32), _params(4)
+
+# %%
+# The drop-in function
+# --------------------
+# ``pl.pallas_call`` makes a kernel a function of arrays (the configs run as JAX traces: shapes are static);
+# ``jax.custom_vjp`` pairs forward and backward, the forward saving :math:`x`, :math:`w` and ``rstd``.
+
+def _forward(x2d, w, eps):
+    (n_rows, n_cols), f32 = x2d.shape, jnp.float32
+    if n_rows == 0:
+        return jnp.zeros(x2d.shape, x2d.dtype), jnp.zeros((0,), f32)
+    meta, grid, params = _fwd_config(n_rows, n_cols, x2d.dtype.itemsize)
+    out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((n_rows,), f32)
+    return pl.pallas_call(functools.partial(fwd_kernel, eps=eps, **meta), out_shape=out_shape, grid=(grid,),
+                          compiler_params=params, interpret=INTERPRET)(x2d, w)
+
+def _backward(x2d, w, rstd, dy2d):  # dx in x's dtype, dw in fp32 (the sum over this device's rows)
+    (n_rows, n_cols), f32 = x2d.shape, jnp.float32
+    if n_rows == 0:  # no rows: the sum over rows is empty
+        return jnp.zeros(x2d.shape, x2d.dtype), jnp.zeros((n_cols,), f32)
+    meta, grid, params = _bwd_config(n_rows, n_cols, x2d.dtype.itemsize)
+    out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((grid, n_cols), f32)
+    dx, dw_partial = pl.pallas_call(functools.partial(bwd_kernel, **meta), out_shape=out_shape, grid=(grid,),
+                                    compiler_params=params, interpret=INTERPRET)(x2d, w, rstd, dy2d)
+    meta, params = _sum_config(n_cols)
+    dw = pl.pallas_call(functools.partial(dw_sum_kernel, **meta), out_shape=jax.ShapeDtypeStruct((n_cols,), f32),
+                        grid=(pl.cdiv(n_cols, meta["BLOCK_N"]),), compiler_params=params, interpret=INTERPRET)(dw_partial)
+    return dx, dw
+
+def differentiable(forward, backward):
+    """f(x, w) with our gradient: forward(x, w) -> (y, rstd), backward(x, w, rstd, dy) -> (dx, dw in fp32)."""
+    def f_forward(x, w):
+        y, rstd = forward(x, w)
+        return y, (x, w, rstd)  # what the backward gets
+    def f_backward(saved, dy):
+        dx, dw = backward(*saved, dy)
+        return dx, dw.astype(saved[1].dtype)
+    f = jax.custom_vjp(lambda x, w: forward(x, w)[0])
+    f.defvjp(f_forward, f_backward)
+    return f
+
+_rms_norm_rows = functools.cache(lambda eps: differentiable(functools.partial(_forward, eps=eps), _backward))
+SUPPORTED_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
+def _check(x, weight, eps):
+    for name, t in (("x", x), ("weight", weight)):
+        if jnp.dtype(t.dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"rms_norm: {name} has dtype {t.dtype}; these kernels support float32, float16 and "
+                            "bfloat16 (cast it with .astype(jnp.float32))")
+    if x.ndim == 0 or not 1 <= x.shape[-1] <= MAX_N:
+        raise ValueError(f"rms_norm: x has shape {tuple(x.shape)}; rows (the last axis) of 1 to {MAX_N} elements "
+                         "(MAX_N) are supported; tutorial 04's deep dive 41 splits longer rows over programs")
+    if tuple(weight.shape) != x.shape[-1:]:
+        raise ValueError(f"rms_norm: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},): one "
+                         f"value per element of x's last axis (x has shape {tuple(x.shape)})")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        raise TypeError(f"rms_norm: eps must be a Python float (it is compiled in), got {type(eps).__name__}")
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last axis of x (..., N), weight (N,): differentiable, jit-able; fp32, fp16, bf16."""
+    x, weight = jnp.asarray(x), jnp.asarray(weight)
+    _check(x, weight, eps)
+    return _rms_norm_rows(float(eps))(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape)
+
+# %%
+# Over devices: rows split, one psum
+# ----------------------------------
+# ``jax.shard_map`` runs a function on each device's rows, the weight replicated. :math:`y, dx` need nothing
+# from other devices; :math:`dw` sums *all* rows: each device its own (the kernels above), then one ``psum``
+# adds the devices' fp32 vectors: :math:`N` fp32 values a device cross the links (128 KB at N = 32768).
+
+AXIS = "rows"
+def sharded_parts(mesh, eps=1e-6, psum=True):
+    """The forward and backward over mesh, rows split; psum=False leaves each device's dw apart (stacked)."""
+    rows, whole = P(AXIS), P()
+    # check_vma=False: Pallas' outputs carry no record of how they vary over devices; out_specs says it
+    forward = jax.shard_map(lambda x, w: _forward(x, w, eps), mesh=mesh, in_specs=(rows, whole),
+                            out_specs=(rows, rows), check_vma=False)
+    def local_backward(x, w, rstd, dy):
+        dx, dw = _backward(x, w, rstd, dy)
+        return dx, jax.lax.psum(dw, AXIS) if psum else dw  # the one step across devices: N fp32 values
+    backward = jax.shard_map(local_backward, mesh=mesh, in_specs=(rows, whole, rows, rows),
+                             out_specs=(rows, whole if psum else rows), check_vma=False)
+    return forward, backward
+
+# %%
+# Correctness
+# -----------
+# Against ``jax.grad`` of the formula in float64, :math:`\lVert out - ref \rVert / \lVert ref \rVert` of
+# :math:`y, dx, dw` next to XLA's error (the formula in the input's dtype): N = 1, odd N, short and chunked
+# rows. :math:`dx` is against the size of its terms, :math:`r g`, which at N = 1 cancel to almost nothing.
+
+CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 32768)] \
+    if ON_GPU else [(17, 1), (33, 257), (3, 20000)]
+
+def gradients(fn, x, w, dy):
+    y, pullback = jax.vjp(fn, x, w)
+    return (y, *pullback(dy))
+def check_row(shape, dtype, key):
+    kx, kw, kd = jax.random.split(key, 3)
+    x, dy = (3 * jax.random.normal(kx, shape)).astype(dtype), jax.random.normal(kd, shape).astype(dtype)
+    w = (1 + 0.5 * jax.random.normal(kw, shape[-1:])).astype(dtype)
+    with jax.enable_x64(True):
+        x64, w64, dy64 = (jnp.asarray(t, jnp.float64) for t in (x, w, dy))
+        refs = [np.asarray(r) for r in gradients(rms_norm_reference, x64, w64, dy64)]
+        r_g = np.asarray(dy64 * w64 * jax.lax.rsqrt(jnp.mean(x64 * x64, axis=-1, keepdims=True) + 1e-6))
+    scales = [np.linalg.norm(refs[0]), np.linalg.norm(r_g), np.linalg.norm(refs[2])]
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": jnp.dtype(dtype).name}
+    for name, fn in [("Pallas", rms_norm), ("XLA", rms_norm_reference)]:
+        outs = gradients(jax.jit(fn), x, w, dy)
+        row |= {f"{name} {q}": float(np.linalg.norm(np.asarray(out, np.float64) - ref) / scale)
+                for q, out, ref, scale in zip(("y", "dx", "dw"), outs, refs, scales)}
+    return row
+
+errors = pd.DataFrame([check_row(s, d, jax.random.key(i)) for d in SUPPORTED_DTYPES for i, s in enumerate(CHECK_SHAPES)])
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or at most twice XLA's
+for q in ("y", "dx", "dw"):
+    assert (errors[f"Pallas {q}"] <= (2 * errors[f"XLA {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
+errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
+
+# %%
+# What crosses the links
+# ----------------------
+# ``differentiable(*sharded_parts(mesh))`` is the drop-in over a mesh of every device (each GPU, or two CPU
+# devices): :math:`y, dx` are the same bits, :math:`dw` adds partials in another grouping. The jaxpr has the
+# ``psum``, XLA's HLO an *all-reduce* of :math:`N` fp32 values, found below in what this build compiled.
+
+MESH = Mesh(np.array(jax.devices()), (AXIS,))
+x = jax.device_put(jax.random.normal(jax.random.key(7), (64 * MESH.size, 1000)), NamedSharding(MESH, P(AXIS)))
+w, dy = 1 + 0.1 * jax.random.normal(jax.random.key(8), (1000,)), jax.random.normal(jax.random.key(9), x.shape)
+sharded_step = jax.jit(lambda x, w, dy: gradients(differentiable(*sharded_parts(MESH)), x, w, dy))
+(y_s, dx_s, dw_s), (y_1, dx_1, dw_1) = sharded_step(x, w, dy), gradients(rms_norm, x, w, dy)
+assert (y_s == y_1).all() and (dx_s == dx_1).all() and jnp.allclose(dw_s, dw_1, rtol=1e-5, atol=1e-5)
+print(f"{MESH.size} device(s): y and dx bit for bit the single-device ones, dx split as {dx_s.sharding.spec}; "
+      f"dw within {float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1))):.1e} of its largest value")
+jaxpr, hlo = str(jax.make_jaxpr(sharded_step)(x, w, dy)), sharded_step.lower(x, w, dy).compile().as_text()
+for line in [l for l in jaxpr.splitlines() if "psum" in l] + [l for l in hlo.splitlines() if " all-reduce(" in l]:
+    print(line.strip().split(", metadata")[0][:150])
+if " all-reduce(" not in hlo:
+    print(f"No all-reduce in the compiled HLO: over {MESH.size} device the psum adds nothing, and XLA removed it.")
+
+# %%
+# Benchmark
+# ---------
+# :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a
+# timing issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs,
+# compiled before. The *speed of light* is a copy of :math:`x`, timed the same way. GB/s counts :math:`x, y`
+# forward, :math:`x, dy, dx` backward (alone, from the saved values). Peers: XLA's fusion of
+# ``rms_norm_reference`` under ``jax.jit``, and tutorial 04's fused kernels (carried here) on the same buffers:
+
+if TORCH_PEER := ON_GPU and all(importlib.util.find_spec(name) for name in ("torch", "triton")):
+    import torch, triton, triton.language as tl
+    TORCH_PEER = torch.cuda.is_available()
+if TORCH_PEER:  # tutorial 04's kernels, unchanged, and its launch parameters for them
+    @triton.jit
+    def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                            HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """One program per block of BLOCK_M rows."""
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
+        y = x * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+
+
+    @triton.jit
+    def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
+                            dy_row_stride, dx_row_stride, HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """A persistent grid (at most one program per block of rows): program p does blocks p, p + P, ..."""
+        pid, n_programs = tl.program_id(0), tl.num_programs(0)
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        if HAS_WEIGHT:  # loaded once per program, reused for every row it visits
+            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        # One fp32 partial per (row slot, column), summed over rows once at the end: no talk between warps.
+        dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        # The first block's loads; in the loop, the next block's are issued before this one is computed.
+        # Rows past the end load as zeros (they add nothing to dw) and are never stored.
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        in_range = (rows < n_rows)[:, None] & col_ok[None, :]
+        rows = rows.to(tl.int64)
+        x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+        for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_ok = rows < n_rows
+            rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+            next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
+            in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
+            next_rows = next_rows.to(tl.int64)
+            x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+            dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
+            rstd = tl.load(rstd_ptr + rows)
+            x_hat = x * rstd[:, None]
+            g = dy * w[None, :] if HAS_WEIGHT else dy
+            if COMPUTE_DW:
+                dw_partial += dy * x_hat
+            c = tl.sum(g * x_hat, axis=1) / n_cols  # the row reduction of dx
+            dx = (g - x_hat * c[:, None]) * rstd[:, None]
+            tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+        if COMPUTE_DW:  # every program stores its partial, zeros included: no buffer needs clearing
+            tl.store(dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=col_ok)
+
+    @triton.jit
+    def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+        """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+        for start in range(0, n_partials, BLOCK_P):
+            p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
+            acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
+                           mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
+        tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+
+    def tutorial_04(x, w, rstd, y=None, dy=None, dx=None, dw=None, eps=1e-6):  # the forward if y is given
+        (n_rows, n_cols), size, block_n = x.shape, x.element_size(), triton.next_power_of_2(x.shape[1])
+        block_m, warps = max(1, 4096 // block_n), lambda n, per_thread: min(32, max(4, n * size // (32 * per_thread)))
+        if y is not None:
+            return rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](x, w, y, rstd, n_rows, n_cols, x.stride(0),
+                y.stride(0), eps, HAS_WEIGHT=True, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps(block_m * block_n, 64))
+        num_warps, sum_n = warps(block_m * block_n, 16 if n_cols * size >= 16384 else 32), 16 if n_cols <= 4096 else 32
+        grid = max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
+        dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=x.device)
+        rms_norm_bwd_kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, n_rows, n_cols, x.stride(0), dy.stride(0),
+            dx.stride(0), HAS_WEIGHT=True, COMPUTE_DW=True, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+        dw_reduce_kernel[(triton.cdiv(n_cols, sum_n),)](dw_partial, dw, grid, n_cols, BLOCK_P=64, BLOCK_N=sum_n, num_warps=4)
+else:
+    print("Tutorial 04's kernels: not measured (they need PyTorch with a CUDA GPU); their column shows '-'.")
+EPS, TOTAL_ELEMENTS, (CALLS, REPEATS) = 1e-6, 2**26 if ON_GPU else 2**13, (20, 10) if ON_GPU else (1, 3)
+SWEEP_N = [2**k for k in range(10, 16)] if ON_GPU else [256, 1024, 4096]
+
+def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
+    def run():  # CALLS calls back to back (JAX queues them), then one wait for the last
+        for _ in range(CALLS):
+            out = fn(*args)
+        wait(out)
+    run()  # compile and warm up outside the timing
+    return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
+
+copy, pull = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy))  # a pullback is a pytree: jit takes it
+records = []
+for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
+    x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
+    w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
+    light = 2 * x.nbytes / bench(copy, x) * 1e-6
+    def point(direction, provider, ms):
+        gbs = (2 if direction == "forward" else 3) * x.nbytes / ms * 1e-6
+        records.append({"direction": direction, "dtype": dtype, "N": n_cols, "provider": provider, "GB/s": gbs,
+                        "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
+    for provider, fn in [("XLA (jnp, jit)", jax.jit(rms_norm_reference)), ("Pallas (ours)", jax.jit(rms_norm))]:
+        point("forward", provider, bench(fn, x, w))
+        point("backward", provider, bench(pull, jax.vjp(fn, x, w)[1], dy))
+    if TORCH_PEER:  # the same buffers; past its fused kernels tutorial 04 runs kernels not carried here
+        # copies, not views of JAX's buffers: a view freed after JAX's client ends crashes the process
+        xt, wt, dyt = (torch.from_dlpack(a).clone() for a in (x, w, dy))
+        rstd, sync = torch.empty(xt.shape[0], dtype=torch.float32, device=xt.device), lambda _: torch.cuda.synchronize()
+        outs = dict(y=torch.empty_like(xt)), dict(dy=dyt, dx=torch.empty_like(xt), dw=torch.empty_like(wt))
+        for direction, out, fits in zip(("forward", "backward"), outs, (n_cols * xt.element_size() <= 65536, n_cols <= 8192)):
+            ms = bench(lambda: tutorial_04(xt, wt, rstd, **out, eps=EPS), wait=sync) if fits else float("nan")
+            point(direction, "tutorial 04 (Triton)", ms)  # the forward runs first: it fills rstd
+        del xt, wt, dyt, rstd, outs
+    del x, w, dy
+results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
+results["dtype"] = pd.Categorical(results["dtype"], ["float32", "bfloat16"])  # fp32 first in tables and plot
+table = results.pivot(index=keys, columns="provider", values="GB/s").reindex(
+    columns=["XLA (jnp, jit)", "tutorial 04 (Triton)", "Pallas (ours)"]).loc[["forward", "backward"]]
+table.insert(0, "speed of light", results.groupby(keys, observed=True)["speed of light GB/s"].first())
+table["ours, % of light"] = table["Pallas (ours)"] / table["speed of light"] * 100
+table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
+table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / XLA": "{:.2f}"},
+                   na_rep="-")
+
+# %%
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
+styles = {"XLA (jnp, jit)": "--o", "tutorial 04 (Triton)": "-.o", "Pallas (ours)": "-o"}
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], observed=True)):
+    part.pivot(index="N", columns="provider", values="% of speed of light").plot(
+        ax=ax, style=styles, markersize=3, title=f"{direction}, {dtype}", xlabel="row length N (elements)",
+        ylabel="% of the copy's GB/s")
+    ax.set_xscale("log", base=2), ax.set_xticks(SWEEP_N, SWEEP_N), ax.minorticks_off()
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=7)
+title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+
+# %%
+# Sharded: per device, and the psum apart
+# ---------------------------------------
+# :math:`2^{26}` bf16 elements *a device*, meshes of one device and of all (the same where there is one);
+# GB/s a device. *backward, no psum* leaves each device's :math:`dw` apart: the difference is the all-reduce.
+
+shard_records = []
+for n_devices, n_cols in itertools.product(sorted({1, jax.device_count()}), [1024, 32768] if ON_GPU else [1024]):
+    mesh = Mesh(np.array(jax.devices()[:n_devices]), (AXIS,))
+    x = jax.device_put(jnp.ones((n_devices * TOTAL_ELEMENTS // n_cols, n_cols), jnp.bfloat16), NamedSharding(mesh, P(AXIS)))
+    w, dy, nbytes = jnp.ones((n_cols,), jnp.bfloat16), x + 1, x.nbytes // n_devices  # bytes of x a device
+    (forward, backward), (_, backward_alone) = sharded_parts(mesh, EPS), sharded_parts(mesh, EPS, psum=False)
+    rstd = jax.jit(forward)(x, w)[1]
+    shard_records.append({"devices": n_devices, "N": n_cols, "forward": 2 * nbytes / bench(jax.jit(forward), x, w) * 1e-6}
+                         | {name: 3 * nbytes / bench(jax.jit(fn), x, w, rstd, dy) * 1e-6
+                            for name, fn in [("backward", backward), ("backward, no psum", backward_alone)]})
+    del x, dy, rstd
+shards = pd.DataFrame(shard_records).set_index(["devices", "N"])
+shards.style.format("{:.3g}")
+
+# %%
+# Reading the numbers
+# -------------------
+# Computed from the tables above, in this build:
+
+for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False, observed=True):
+    part = part.droplevel(["direction", "dtype"])
+    light, xla, t04 = part["ours, % of light"], part["ours / XLA"], part["Pallas (ours)"] / part["tutorial 04 (Triton)"]
+    print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
+          f"{part.index.min()}..{part.index.max()}, at {xla.min():.3g}x to {xla.max():.3g}x XLA's fusion"
+          + (f", {t04.min():.3g}x to {t04.max():.3g}x tutorial 04's kernel where it ran." if t04.notna().any() else "."))
+for (n_devices, n_cols), r in shards.iterrows():
+    print(f"{n_devices} device(s), N = {n_cols}: the backward runs at {r['backward']:.3g} GB/s a device, at "
+          f"{r['backward'] / r['backward, no psum']:.3g}x its speed without the psum ({4 * n_cols:,} bytes a device).")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep
+# dive 41 splits longer rows over programs. JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU
+# (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, warp specialization), the next port of these
+# kernels. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on
+# your GPU? Time the backward with ``WARPS_PER_SM = 32``. References: Zhang and Sennrich, *Root Mean Square
+# Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
+#
+# Where this page was made
+# ------------------------
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), {jax.device_count()} JAX CPU devices"
+    runtime, driver = "none: Pallas' interpreter (interpret=True); the timings are NOT GPU timings", "unknown"
+    if ON_GPU:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
+                            if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
+        device, runtime = f"{jax.device_count()} x {WHERE}, {NUM_SMS} SMs", f"driver {driver}, {plugins}"
+    card = {"device": device, "driver / CUDA": runtime, "JAX": jax.__version__, "jaxlib": jaxlib.__version__,
+            "torch": version("torch"), "Triton": version("triton"), "Python": platform.python_version(), "built": BUILT}
+    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
+
+card = environment_card()
+for array in jax.live_arrays():  # the site is built in one process: free this page's GPU memory for the next
+    array.delete()
+jax.clear_caches()
+card
