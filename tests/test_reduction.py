@@ -27,6 +27,14 @@ def _rel_error(out, ref):
     return (out.double() - ref).norm().item() / (scale if scale > 0 else 1.0)
 
 
+def _sum_error(out, x, dim=None):
+    """The error of a sum against float64, relative to the sum of |x|: a rounding error of each term
+    bounds it, however much the terms cancel (a relative error of the sum itself need not stay small)."""
+    x64 = x.double()
+    ref, size = (x64.sum(), x64.abs().sum()) if dim is None else (x64.sum(dim), x64.abs().sum(dim))
+    return (out.double() - ref).norm().item() / max(size.norm().item(), 1e-30)
+
+
 def _input(shape, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     return (torch.randn(shape, generator=gen) + 0.05).to(dtype).to(DEVICE)  # sums stay in fp16 range
@@ -42,8 +50,8 @@ def test_sum_all_matches_float64(tut, n, dtype):
     x = _input((n,), dtype, seed=n)
     out = tut["reduce_sum"](x)
     assert out.shape == () and out.dtype == dtype, f"expected a 0-d {dtype} tensor, got {out.shape} {out.dtype}"
-    err = _rel_error(out, x.double().sum())
-    assert err <= TOLERANCE[dtype], f"n={n} {dtype}: relative error {err:.2e} > {TOLERANCE[dtype]:.0e}"
+    err = _sum_error(out, x)
+    assert err <= TOLERANCE[dtype], f"n={n} {dtype}: error relative to sum |x| {err:.2e} > {TOLERANCE[dtype]:.0e}"
 
 
 def _random_matrix_shapes(count, seed):
@@ -61,8 +69,8 @@ def test_matrix_sums_match_float64(tut, shape, dim, dtype):
     out = tut["reduce_sum"](x, dim)
     ref = x.double().sum() if dim is None else x.double().sum(dim)
     assert out.shape == ref.shape and out.dtype == dtype, f"got {out.shape} {out.dtype}, expected {ref.shape}"
-    err = _rel_error(out, ref)
-    assert err <= TOLERANCE[dtype], f"{shape} dim={dim} {dtype}: relative error {err:.2e}"
+    err = _sum_error(out, x, dim)
+    assert err <= TOLERANCE[dtype], f"{shape} dim={dim} {dtype}: error relative to sum |x| {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -349,7 +357,7 @@ def test_bad_inputs_raise_clear_errors(tut):
     with pytest.raises(RuntimeError, match="appears more than once"):
         reduce_sum(torch.tensor(1.0, device=DEVICE), (0, -1))  # a 0-d tensor too, as torch
     for dim in (0.5, True, (0, 1.5), "0"):  # TypeError, as torch.sum raises
-        with pytest.raises(TypeError):
+        with pytest.raises((TypeError, RuntimeError)):  # a str: a dimension name to some torch builds
             torch.sum(x, dim)
         with pytest.raises(TypeError, match="None, an int or a tuple or list of ints"):
             reduce_sum(x, dim)

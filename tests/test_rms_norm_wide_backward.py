@@ -30,7 +30,7 @@ def reference(x, w, dy, eps=1e-6):
 @pytest.mark.parametrize("n", [300, 301])
 @pytest.mark.parametrize("flag_words", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_split_kernel_forced(dive, flag_words, dtype, n):
+def test_split_kernel_forced(dive, flag_words, dtype, n, monkeypatch):
     """The split backward on small rows, both ways of waiting, two rows per block with a padded last
     block, several groups (more blocks than two per group: the lookahead's loads past the end), with and
     without dw; outputs poisoned first. 16-bit rows of even length are loaded as 32-bit words (PACK), odd
@@ -45,6 +45,11 @@ def test_split_kernel_forced(dive, flag_words, dtype, n):
     # dx with a padded row stride of the same parity as n: the padding is a guard that must stay NaN
     dx_store = torch.full((m, n + 4), float("nan"), device=DEVICE, dtype=dtype)
     dx, dw = dx_store[:, :n], torch.full_like(w, float("nan"))
+    for n_sms in (1, 2, 3, 4):  # the page's SM count, so that 2 to 4 groups share the 10 blocks of 2 rows
+        monkeypatch.setitem(dive["backward_plan"].__globals__, "NUM_SMS", n_sms)
+        _, meta, grid, _ = dive["backward_plan"](x, w, rstd, dy, dx, True, **options)
+        if 2 <= grid // meta["SLICES"] <= 4:
+            break
     kernel, meta, grid, _ = dive["rms_norm_wide_backward"](x, w, rstd, dy, dx, dw, **options)
     assert kernel is dive["rms_norm_bwd_split_kernel"] and meta["FLAG_WORDS"] == flag_words
     assert meta["PACK"] == (dtype != torch.float32 and n % 2 == 0), meta

@@ -158,7 +158,9 @@ def test_lookahead_every_row_count(n_rows, n_sms, monkeypatch):
     first row, the last, a group of one row, fewer rows than groups, odd counts and a single group
     walking every row must all come out whole (outputs poisoned with NaN) and bitwise repeatable."""
     monkeypatch.setitem(T["split_grid"].__globals__, "NUM_SMS", n_sms)  # the page's own globals
-    split = split_config(lookahead=True)
+    # at most SLICES programs per SM (one group): n_sms groups at most, one walking every row when n_sms = 1
+    slices = T["split_plan"]("forward", 300, 4, split_config(lookahead=True))[0]["SLICES"]
+    split = split_config(per_sm=slices, lookahead=True)
     torch.manual_seed(n_rows)
     x = torch.randn(n_rows, 300, device=DEVICE) * 4
     y = torch.full_like(x, math.nan)

@@ -188,7 +188,10 @@ def choose_split(n_programs, reduced_len, step, round_up=False):
     slots = WAVES * NUM_SMS
     wanted = triton.cdiv(slots, n_programs) if round_up else slots // n_programs
     split = max(1, min(most, wanted, 65535))  # 65535: the most programs a grid's second axis holds
-    per_split = triton.cdiv(triton.cdiv(reduced_len, split), step) * step
+    if round_up and split > 1:  # pieces rounded down to a multiple of step: at least `split` of them
+        per_split = reduced_len // split // step * step
+    else:  # rounded up: at most `split` of them
+        per_split = triton.cdiv(triton.cdiv(reduced_len, split), step) * step
     return triton.cdiv(reduced_len, per_split), per_split
 
 def sum_rows(x2d, out, block_n=None, tile=None):
