@@ -151,22 +151,22 @@ def test_configs(page, n_cols, itemsize):
     """Power-of-two tiles covering the row, 4 to 32 warps, grids that cover every row, each program moving
     MIN_ELEMENTS or a whole row, and a persistent backward grid that depends on the shape only."""
     n_rows = 2**26 // n_cols
-    for which in ("_fwd_config", "_bwd_config"):
-        meta, grid, params = page[which](n_rows, n_cols, itemsize)
-        block_m, chunk_n, chunks = meta["BLOCK_M"], meta["CHUNK_N"], meta["CHUNKS"]
-        for size in (block_m, chunk_n, block_m * chunk_n):
-            assert size & (size - 1) == 0, f"{which}: {meta} is not a power of two"
-        assert chunk_n * chunks >= n_cols > chunk_n * (chunks - 1) or chunks == 1 and chunk_n >= n_cols, meta  # no empty chunk
-        assert 4 <= params.num_warps <= 32 and params.num_stages >= 1
-        assert block_m * chunk_n * chunks >= min(page["MIN_ELEMENTS"], chunk_n * chunks), meta
-        if which == "_fwd_config":
-            assert grid * block_m >= n_rows > (grid - 1) * block_m
-        else:
-            assert 1 <= grid <= -(-n_rows // block_m)
-            assert page[which](n_rows, n_cols, itemsize)[1] == grid  # fixed for a shape: so is dw's summation
-    if n_cols > page["WHOLE_ROW"]["backward n"]:  # a backward program holds a row of dw_partial: 32 fp32 a thread
-        meta, _, params = page["_bwd_config"](n_rows, n_cols, itemsize)
-        assert meta["CHUNK_N"] * meta["CHUNKS"] <= 32 * 32 * params.num_warps
+    meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)  # whole rows, a block of them a program
+    assert set(meta) == {"BLOCK_M", "BLOCK_N"} and meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
+    assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"] and 4 <= params.num_warps <= 32
+    assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
+    assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
+    meta, grid, params = page["_bwd_config"](n_rows, n_cols, itemsize)
+    block_m, chunk_n, chunks = meta["BLOCK_M"], meta["CHUNK_N"], meta["CHUNKS"]
+    for size in (block_m, chunk_n, block_m * chunk_n):
+        assert size & (size - 1) == 0, f"{meta} is not a power of two"
+    assert chunk_n * chunks >= n_cols > chunk_n * (chunks - 1) or chunks == 1 and chunk_n >= n_cols, meta  # no empty chunk
+    assert 4 <= params.num_warps <= 32 and params.num_stages >= 1
+    assert block_m * chunk_n * chunks >= min(page["MIN_ELEMENTS"], chunk_n * chunks), meta
+    assert 1 <= grid <= -(-n_rows // block_m)
+    assert page["_bwd_config"](n_rows, n_cols, itemsize)[1] == grid  # fixed for a shape: so is dw's summation
+    if n_cols > page["WHOLE_ROW_N"]:  # a backward program holds a row of dw_partial: 32 fp32 a thread
+        assert chunk_n * chunks <= 32 * 32 * params.num_warps
     meta, _ = page["_sum_config"](n_cols)
     assert meta["BLOCK_P"] & (meta["BLOCK_P"] - 1) == 0 and meta["BLOCK_N"] & (meta["BLOCK_N"] - 1) == 0
 

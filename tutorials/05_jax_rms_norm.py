@@ -57,24 +57,20 @@ def rms_norm_reference(x, weight, eps=1e-6):
 # A Pallas kernel gets *refs* and says what to load and store. Each program takes ``BLOCK_M`` whole rows; a
 # block is a power of two wide (Triton's tiles are), so columns past :math:`N` and rows past :math:`M` are
 # masked: never read, never written. An index array per axis addresses the tile, as pointers do in Triton.
-# An fp32 row over 64 KB is read twice in chunks: once to sum squares, asking L2 to keep it, once to scale.
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
 def _load(ref, idx, ok, policy=None):  # masked elements read as 0; everything is computed in fp32
     return plgpu.load(ref.at[idx], mask=ok, other=0, eviction_policy=policy).astype(jnp.float32)
 
-def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, CHUNK_N, CHUNKS):
-    """One program per block of BLOCK_M rows, each row in CHUNKS chunks of CHUNK_N columns."""
-    (n_rows, n_cols), rows = x_ref.shape, pl.program_id(0) * BLOCK_M + jnp.arange(BLOCK_M)
-    cols = [k * CHUNK_N + jnp.arange(CHUNK_N) for k in range(CHUNKS)]
-    x = [_load(x_ref, *_tile(rows, col, n_rows, n_cols), "evict_last") for col in cols]
-    rstd = jax.lax.rsqrt(sum(jnp.sum(x_k * x_k, axis=1) for x_k in x) / n_cols + eps)  # padding adds 0
-    for k, col in enumerate(cols):
-        idx, ok = _tile(rows, col, n_rows, n_cols)
-        x_k = x[0] if CHUNKS == 1 else _load(x_ref, idx, ok, "evict_first")  # again, from L2
-        y = x_k * rstd[:, None] * _load(w_ref, col, col < n_cols)[None, :]
-        plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
+def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
+    """One program per block of BLOCK_M whole rows, padded to BLOCK_N columns."""
+    (n_rows, n_cols), rows, cols = x_ref.shape, pl.program_id(0) * BLOCK_M + jnp.arange(BLOCK_M), jnp.arange(BLOCK_N)
+    idx, ok = _tile(rows, cols, n_rows, n_cols)
+    x = _load(x_ref, idx, ok)
+    rstd = jax.lax.rsqrt(jnp.sum(x * x, axis=1) / n_cols + eps)  # padding adds 0
+    y = x * rstd[:, None] * _load(w_ref, cols, cols < n_cols)[None, :]
+    plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
     plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
 
 # %%
@@ -144,8 +140,8 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # a GPU's SMs; on the CPU, four stand-ins
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
-WHOLE_ROW = {"forward bytes": 65536, "backward n": 8192}  # longest row a program holds whole
-CHUNK_N = {"forward": 8192, "backward": 4096}  # columns per chunk of a longer row
+WHOLE_ROW_N = 8192  # the backward's longest row held whole (x, dy, the next block's, dw_partial in registers)
+CHUNK_N = 4096  # the backward's columns per chunk of a longer row
 WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
 MAX_N = 32768  # longest row: a backward program keeps a row of dw_partial in registers (32 fp32 a thread)
 # warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps);
@@ -154,20 +150,17 @@ _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (3
 _params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
 def _fwd_config(n_rows, n_cols, itemsize):
-    """(meta, grid, compiler params): a program per block of rows (not persistent: nothing to accumulate)."""
+    """(meta, grid, compiler params): a program per block of whole rows (not persistent: nothing to accumulate)."""
     block_n = pl.next_power_of_2(n_cols)
-    if block_n * itemsize > WHOLE_ROW["forward bytes"]:  # a row at a time, in chunks, read twice
-        chunk = CHUNK_N["forward"]
-        return dict(BLOCK_M=1, CHUNK_N=chunk, CHUNKS=pl.cdiv(n_cols, chunk)), n_rows, _params(_warps(chunk, itemsize, 16))
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-    warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread
-    return dict(BLOCK_M=block_m, CHUNK_N=block_n, CHUNKS=1), pl.cdiv(n_rows, block_m), _params(warps)
+    warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread (128 for fp32 rows of 32 K)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), _params(warps)
 
 def _bwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params): persistent; the grid depends on the shape only, so do dw's sums."""
     block_n = pl.next_power_of_2(n_cols)
-    if block_n > WHOLE_ROW["backward n"]:  # a row at a time: dw_partial takes n_cols / (32 * warps) registers a thread
-        meta, warps = dict(BLOCK_M=1, CHUNK_N=CHUNK_N["backward"], CHUNKS=pl.cdiv(n_cols, CHUNK_N["backward"])), 32
+    if block_n > WHOLE_ROW_N:  # a row at a time: dw_partial takes n_cols / (32 * warps) registers a thread
+        meta, warps = dict(BLOCK_M=1, CHUNK_N=CHUNK_N, CHUNKS=pl.cdiv(n_cols, CHUNK_N)), 32
     else:  # x, dy, the next block's and dw_partial alive: 32 bytes a thread; 16 once a 16 KB row fills a program
         meta = dict(BLOCK_M=max(1, MIN_ELEMENTS // block_n), CHUNK_N=block_n, CHUNKS=1)
         warps = _warps(meta["BLOCK_M"] * block_n, itemsize, 16 if n_cols * itemsize >= 16384 else 32)
