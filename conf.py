@@ -10,6 +10,7 @@ import html
 import os
 import pathlib
 import re
+import sys
 
 from docutils import nodes
 from docutils.utils.math import latex2mathml
@@ -32,12 +33,14 @@ project = "Speed of Light"
 author = "The Speed of Light authors"
 copyright = f"{datetime.date.today().year}, {author}"
 
-extensions = ["sphinx_gallery.gen_gallery"]
+# sol_results (docs/_ext): the landing page's table and figure of what the tutorials measured in this build
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "docs" / "_ext"))
+extensions = ["sphinx_gallery.gen_gallery", "sol_results"]
 templates_path = ["docs/_templates"]
 html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]
 exclude_patterns = ["_build", "_generated"]
-# sphinx_gallery_conf holds a function (the GPU-memory reset), so Sphinx cannot cache it between builds.
+# sphinx_gallery_conf holds functions (the GPU-memory reset, the peak-memory hook), so Sphinx cannot cache it between builds.
 suppress_warnings = ["config.cache"]
 
 html_math_renderer = "mathml"  # registered in setup() below
@@ -80,6 +83,26 @@ def _free_gpu_memory(gallery_conf, fname, when=None):
         torch.cuda.empty_cache()
 
 
+def _peak_gpu_memory(func):
+    """sphinx-gallery's ``show_memory`` hook: it gets a function and returns (memory in MiB, the function's
+    value). Here the memory is the GPU's: torch's caching allocator's peak while func ran (reset just before),
+    plus, where JAX runs on the GPU (tutorial 05), JAX's peak. JAX's peak cannot be reset, but it counts from
+    the first page that starts JAX, and sphinx-gallery reports each script's largest figure less the one it
+    began with, so a later page does not inherit it. sphinx-gallery calls this around every code block; its
+    execution-times page then shows each script's peak above what was allocated when the script began."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    value = func()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    if "jax" in sys.modules:
+        try:  # None on JAX's CPU backend; a JAX that cannot answer must not stop the tutorial it measures
+            peak += (sys.modules["jax"].local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0)
+        except Exception as err:
+            logging.getLogger(__name__).info(f"JAX's GPU memory not counted: {type(err).__name__}: {err}")
+    return peak / 2**20, value
+
+
 # One tutorial only: make html TUTORIAL=01  (a regular expression matched against the file name)
 _only = os.environ.get("SOL_TUTORIAL", "")
 
@@ -95,9 +118,13 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "download_all_examples": False,
     "show_signature": False,
+    # Peak GPU memory per script on the execution-times page. Without a GPU there is none to measure:
+    # sphinx-gallery's default stays (nothing measured, "0.0 MB"), and that page says why (_explain_memory).
+    "show_memory": _peak_gpu_memory if _HAS_CUDA else False,
+    # One cell for every notebook: the packages that any tutorial imports (jax: tutorial 05's)
     "first_notebook_cell": (
-        "# Needs: pip install torch triton pandas matplotlib\n"
-        "# Runs on a CUDA GPU, or on the CPU through Triton's interpreter (small sizes, slow)."
+        "# Needs: pip install torch triton pandas matplotlib jax  (jax: tutorial 05 only; on a CUDA GPU, \"jax[cuda13]\")\n"
+        "# Runs on a CUDA GPU, or on the CPU through Triton's interpreter (Pallas' for tutorial 05): small sizes, slow."
     ),
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,
@@ -131,6 +158,27 @@ def _drop_cdn_scripts(app):
         cleaned = re.sub(r"\n  \.\. raw:: html\n.*?</script>\n(?=\n  \.\. list-table::)", "\n", text, flags=re.S)
         if cleaned != text:
             path.write_text(cleaned, encoding="utf-8")
+
+
+_MEMORY_NOTE = (
+    "The memory column: each script's peak GPU memory in MiB, as PyTorch's caching allocator counts it (and JAX's, "
+    "for tutorial 05), above what was allocated when the script began."
+    if _HAS_CUDA else
+    "The memory column: this build had no GPU, so no GPU memory was measured; it shows 0.0."
+)
+
+
+def _explain_memory(app):
+    """Say on the execution-times pages what their memory column holds (once, below their total)."""
+    for path in pathlib.Path(app.srcdir).rglob("sg_execution_times.rst"):
+        text = path.read_text(encoding="utf-8")
+        if "The memory column:" in text:
+            text = re.sub(r"The memory column:[^\n]*", _MEMORY_NOTE, text)
+        else:
+            text = re.sub(r"(\*\*[^\n]*total execution time for[^\n]*\n)", lambda m: m.group(1) + "\n" + _MEMORY_NOTE + "\n",
+                          text, count=1)
+        if text != path.read_text(encoding="utf-8"):
+            path.write_text(text, encoding="utf-8")
 
 
 _TUTORIALS = pathlib.Path(__file__).parent / "tutorials"
@@ -179,6 +227,7 @@ def _write_reading_path(app):
 def setup(app):
     app.connect("builder-inited", _write_reading_path)
     app.connect("builder-inited", _drop_cdn_scripts, priority=900)  # after sphinx-gallery wrote them
+    app.connect("builder-inited", _explain_memory, priority=900)
     app.add_html_math_renderer(
         "mathml", inline_renderers=(_visit_math, None), block_renderers=(_visit_math_block, None)
     )

@@ -70,3 +70,65 @@ def test_conf_names_no_repository_of_its_own():
     """No repository URL typed into conf.py (it named an organisation that does not exist)."""
     text = (ROOT / "conf.py").read_text(encoding="utf-8")
     assert "github.com/" not in text.replace('"https://github.com"', ""), "conf.py must not name a repository"
+
+
+@pytest.fixture(scope="module")
+def gallery_conf():
+    """conf.sphinx_gallery_conf's notebook cell and memory hook, from conf.py imported in a new interpreter; where
+    the hook is a function (a GPU), what it reports for a function that holds 64 MiB of GPU memory at its peak."""
+    code = """
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+import conf
+hook = conf.sphinx_gallery_conf["show_memory"]
+out = {"cell": conf.sphinx_gallery_conf["first_notebook_cell"], "hook": repr(hook) if not callable(hook) else "callable"}
+if callable(hook):
+    import torch
+    def holds_64_mib():
+        x = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+        del x
+        return "its value"
+    out["measured"] = hook(holds_64_mib)
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"importing conf.py failed:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _top_level_imports(path):
+    """The packages a tutorial imports unconditionally (at module level, outside try and if)."""
+    import ast
+
+    roots = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots - set(sys.stdlib_module_names)
+
+
+def test_the_notebooks_first_cell_names_what_every_tutorial_imports(gallery_conf):
+    """The pip line at the top of each downloaded notebook names each package a tutorial needs (jax: tutorial 05)."""
+    from conftest import TUTORIALS
+
+    pip_line = next(line for line in gallery_conf["cell"].splitlines() if "pip install" in line)
+    named = set(pip_line.split("pip install", 1)[1].replace('"', " ").replace("[", " ").split())
+    installed_with = {"jaxlib": "jax", "numpy": "pandas"}  # installed by a package the line names
+    for path in TUTORIALS:
+        for package in _top_level_imports(path):
+            assert installed_with.get(package, package) in named, \
+                f"{path.name} imports {package}, which the notebooks' first cell ({pip_line!r}) does not install"
+
+
+def test_the_memory_column_is_the_gpus_peak_or_nothing(gallery_conf):
+    """sphinx-gallery's show_memory: a function returning (MiB, the function's value) with a GPU, else off."""
+    import torch
+
+    if not torch.cuda.is_available():
+        assert gallery_conf["hook"] == "False", "without a GPU there is no GPU memory to report"
+        return
+    mib, value = gallery_conf["measured"]
+    assert value == "its value", "the hook must hand back the function's value"
+    assert 64 <= mib < 64 + 256, f"a function holding 64 MiB at its peak was reported as {mib} MiB"

@@ -218,8 +218,7 @@ def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_parti
 # %%
 # Launch parameters
 # -----------------
-# Block sizes, warps and grids come from one config function a kernel: change them there. Each number
-# was measured fastest on an H100 (the design record, dev/DESIGN.md in the repository).
+# One config function a kernel sets them (change them there); each was measured fastest on an H100 (dev/DESIGN.md).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # longest row a program holds
@@ -384,14 +383,13 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # %%
 # Benchmark
 # ---------
-# :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed
-# by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not
-# Python's. The *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower
-# copy engine). GB/s counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training; Liger runs
-# without its in-place option, quack (CuTe-DSL kernels, compute capability 9.0 and newer) as ``quack.rmsnorm``.
-# *dx, then dw* is the backward without mix-order reduction: our :math:`dx` alone, then :func:`torch.einsum`
-# for :math:`dw` (its fp32 copies make the saving an upper bound; a lean second pass would make it 5/3).
-# The backward sweeps the fused range. Below: GB/s, higher is better; "-": a peer's limit.
+# :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not Python's. The
+# *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower copy engine). GB/s
+# counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training; Liger runs without its in-place
+# option, quack (CuTe-DSL kernels, compute capability 9.0+) as ``quack.rmsnorm``. *dx, then dw* is the backward
+# without mix-order reduction: our :math:`dx`, then :func:`torch.einsum` for :math:`dw` (its fp32 copies make the
+# saving an upper bound; a lean second pass: 5/3). The backward sweeps the fused range; "-": a peer's limit.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
@@ -506,6 +504,8 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
 n_mid, fwd = SWEEP_N["forward"][len(SWEEP_N["forward"]) // 2], table.xs(("forward", "float32"), level=[0, 1])
 print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "
       f"the naive one-operation-at-a-time RMSNorm (the bytes model predicted 3.5x).")
+if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
+    table[["ours, % of light", "ours / best peer"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
 if ON_GPU:
     mix = getattr(getattr(torch._inductor.config, "triton", None), "mix_order_reduction", "not present")
     print(f"Inductor's mix-order reduction setting in this torch ({torch.__version__}): {mix}.")

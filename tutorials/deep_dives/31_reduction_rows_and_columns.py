@@ -470,6 +470,11 @@ for sweep, what in [("rows", "Row sums"), ("cols", "Column sums")]:
 strided = layout.loc["row kernel on x.T (core design)", "GB/s"]
 print(f"Layout: the column kernel (default) reads at {layout.loc['column kernel, default', 'GB/s'] / strided:.3g}x "
       f"the speed of the row kernel walking down the columns of x.T.")
+if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
+    light = results.pivot_table(index=["sweep", "dtype", "N"], columns="provider", values="% of speed of light", sort=False)
+    summary = pd.DataFrame({"ours, % of light": light.ours,
+                            "ours / best peer": light.ours / light.filter(items=["torch", "torch.compile"]).max(axis=1)})
+    summary.to_csv(os.path.join(os.environ["SOL_RESULTS"], "31_reduction_rows_and_columns.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
