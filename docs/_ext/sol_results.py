@@ -145,7 +145,7 @@ def landing_rst(results, pages, device, kept=(), ran=True):
         "**ours, % of light**: our GB/s as a percentage of the speed of light measured beside it at the same *N* "
         "(a copy of the same bytes; for a sum, a pass that only reads them), the best and the lowest "
         "over *N*. **ours / best peer**: our GB/s over the fastest peer's at the same *N* (PyTorch, "
-        "``torch.compile``, Liger-Kernel, quack: whichever ran there), at the worst *N* and the median "
+        "``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* and the median "
         "over the *N* where a peer ran; above 1, ours is faster. Each page's tables hold every point.", "",
         f".. figure:: /_generated/{FIGURE}",
         "   :alt: Bars, one per page and measurement: the best percentage of the speed of light that our kernel "
