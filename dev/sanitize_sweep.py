@@ -1,0 +1,78 @@
+"""Every drop-in of the core pages, forward and backward, bf16 and fp32, over the row lengths of issue 20,
+for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
+
+    compute-sanitizer --tool racecheck --error-exitcode 99 python3 dev/sanitize_sweep.py
+    compute-sanitizer --tool memcheck  --error-exitcode 99 python3 dev/sanitize_sweep.py
+    python3 dev/sanitize_sweep.py 04_rms_norm     # one page; without a sanitizer: a quick check that all runs
+
+Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
+output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing.
+"""
+
+import pathlib, sys
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SWEEP_N = [1, 7, 300, 1024, 4100, 8192, 16384, 20000, 24576, 32752, 32768, 65536, 131072, 262144]
+NORMS_UP_TO = 65536  # the norms' sweep ends here (the softmax's goes on)
+
+
+def drop_in(stem, name):
+    """The page's function `name`, from the page run up to its correctness cell."""
+    source = (ROOT / "tutorials" / f"{stem}.py").read_text(encoding="utf-8")
+    scope = {"__name__": f"sweep_{stem}", "__file__": str(ROOT / "tutorials" / f"{stem}.py")}
+    exec(compile(source[: source.index("# %%\n# Correctness")], scope["__file__"], "exec"), scope)
+    return scope[name]
+
+
+def cases(stem):
+    """(label, ours, torch's) for each drop-in of the page: functions of x and a seed giving the outputs."""
+    if stem == "01_fused_softmax":
+        ours = drop_in(stem, "softmax")
+        return [("softmax", lambda x, w, b: ours(x, -1), lambda x, w, b: torch.softmax(x, -1))]
+    if stem == "02_layer_norm":
+        ours = drop_in(stem, "layer_norm")
+        f = torch.nn.functional.layer_norm
+        return [("layer_norm", lambda x, w, b: ours(x, x.shape[-1:], w, b), lambda x, w, b: f(x, x.shape[-1:], w, b))]
+    if stem == "04_rms_norm":
+        ours = drop_in(stem, "rms_norm")
+        f = torch.nn.functional.rms_norm
+        return [("rms_norm", lambda x, w, b: ours(x, x.shape[-1:], w), lambda x, w, b: f(x, x.shape[-1:], w))]
+    if stem == "03_parallel_reduction":
+        ours = drop_in(stem, "reduce_sum")
+        return [(f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
+                for d in (None, 0, 1)]
+    raise ValueError(f"no sweep for {stem}")
+
+
+def run(stem):
+    for label, ours, theirs in cases(stem):
+        for dtype in (torch.float32, torch.bfloat16):
+            for n in SWEEP_N:
+                if n > NORMS_UP_TO and "norm" in label:
+                    continue
+                rows = 64 if n <= 4096 else max(2, 2**20 // n)  # 64 short rows, as racecheck found them
+                torch.manual_seed(n)
+                x = torch.randn(rows, n, device="cuda", dtype=dtype).requires_grad_(True)
+                w = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
+                b = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
+                outs = []
+                for fn in (ours, theirs):
+                    y = fn(x, w, b)
+                    dy = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
+                    grads = torch.autograd.grad(y, [t for t in (x, w, b) if t.requires_grad], dy, allow_unused=True)
+                    outs.append((y, *grads))
+                torch.cuda.synchronize()
+                tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+                for i, (a, e) in enumerate(zip(*outs)):
+                    if e is None:
+                        assert a is None or not a.any(), f"{label} {dtype} N={n}: output {i}"
+                        continue
+                    torch.testing.assert_close(a, e, **tol, msg=lambda m: f"{label} {dtype} N={n}, output {i}: {m}")
+            print(f"{stem}: {label} {str(dtype)[6:]}, N = {SWEEP_N[0]}..{n}: clean run, matches torch", flush=True)
+
+
+if __name__ == "__main__":
+    assert torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
+    for stem in sys.argv[1:] or ["01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "04_rms_norm"]:
+        run(stem)
