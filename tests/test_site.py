@@ -37,9 +37,7 @@ def test_every_tutorial_has_a_page():
 # page is two pages (issue 17).
 MOST_LINES = {"core": 550, "deep dive": 650}
 # Core pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
-# 02: its five kernels, _warps and programs_per_sm (carried verbatim by 21-23 and the locks page) are 215 lines alone,
-# and quack's layer norm, a pair of functions, needs a 15-line autograd wrapper to be measured as a peer (issue 18).
-LONGER = {"02_layer_norm": 627}
+LONGER = {}
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)

@@ -3,17 +3,17 @@ Layer norm, forward and backward
 ================================
 
 Layer normalization brings each row to zero mean and unit variance, then applies a learned scale :math:`w` and shift
-:math:`b`. Memory traffic sets its speed: at best, that of a copy of the same bytes (the *speed of light*). You build a
-drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums the gradients of :math:`w` and :math:`b` over all
-rows without locks, the same bits on every run, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+:math:`b`; memory traffic sets its speed, at best that of a copy of the same bytes (the *speed of light*). You build a
+drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums :math:`dw` and :math:`db` over all rows without
+locks, the same bits on every run, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
 **What you will learn** (about 15 minutes): to predict a layer norm's speed from its bytes and fuse it into one read of
 each row; how a persistent grid with per-program partial sums makes :math:`dw` and :math:`db` deterministic and fast; to
 stream rows too long for registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, platform, statistics, subprocess, timeit
-import torch, torch.nn.functional as F
+import contextlib, datetime, itertools, math, os, platform, statistics, timeit
+import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -25,10 +25,15 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
-# The naive layer norm and its bytes
-# ----------------------------------
+# The naive layer norm, its bytes, and the fused forward kernel
+# -------------------------------------------------------------
 # A row :math:`x` with mean :math:`\mu` and variance :math:`\sigma^2` becomes :math:`y = \hat{x} \odot w + b`, where
-# :math:`\hat{x} = (x - \mu) \, r`, :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). One PyTorch operation a line:
+# :math:`\hat{x} = (x - \mu) \, r`, :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). One PyTorch operation a line
+# reads :math:`7MN` elements and writes :math:`5MN`, where a kernel keeping each row on chip moves :math:`2MN` (the mean
+# and ``rstd`` it saves for the backward are 8 bytes a row): it should be about **6 times faster**.
+#
+# As in tutorial 01, a program holds ``BLOCK_M`` whole rows padded to ``BLOCK_N``, a power of two, and computes in fp32
+# their mean, then the variance of :math:`x - \mu` (no second read, no cancellation as in :math:`E[x^2] - \mu^2`).
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     mean = x.mean(dim=-1, keepdim=True)  # read MN
@@ -36,15 +41,6 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     var = (xc * xc).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN
     x_hat = xc * torch.rsqrt(var + eps)  # read MN, write MN
     return x_hat * weight + bias  # read MN, write MN; read MN, write MN
-
-# %%
-# That is :math:`7MN` elements read and :math:`5MN` written, where a kernel keeping each row on chip moves :math:`2MN`
-# (the mean and ``rstd`` it saves for the backward are 8 bytes a row): it should be about **6 times faster**.
-#
-# The forward kernel
-# ------------------
-# As in tutorial 01, a program holds ``BLOCK_M`` whole rows padded to ``BLOCK_N``, a power of two, and computes in fp32
-# their mean, then the variance of :math:`x - \mu` (no second read, no cancellation as in :math:`E[x^2] - \mu^2`).
 
 @triton.jit
 def layer_norm_fwd_kernel(
@@ -79,24 +75,20 @@ def layer_norm_fwd_kernel(
         tl.store(rstd_ptr + rows, rstd, mask=row_ok)
 
 # %%
-# The backward pass
-# -----------------
+# The backward pass, without locks
+# --------------------------------
 # With :math:`g = dy \odot w` (:math:`g = dy` without a weight), through each row's mean and variance,
 #
 # .. math:: dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
 #    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
 #
 # :math:`dx` is like the softmax backward: two dot products along the row, then an elementwise step. But every row adds
-# to every column of :math:`dw` and :math:`db`: how the programs' sums are added decides the speed and whether the
-# result is reproducible. The next page, :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, builds the classic
-# design (Triton's tutorial: spin locks), shows its hidden race and measures it against this one.
-#
-# A persistent, lock-free reduction
-# ---------------------------------
-# Launch only as many programs as the GPU runs at once (a *persistent* grid): program :math:`p` of :math:`P` takes the
-# blocks of rows :math:`p, p + P, \ldots`, writes their :math:`dx` and adds :math:`dy \odot \hat{x}` and :math:`dy` into
-# fp32 registers, stored at the end in *its own* line of a ``[P, N]`` buffer: no lock, no atomic, no waiting. A second
-# kernel sums the lines in a fixed order: the same bits on every run (same GPU, same grid).
+# to every column of :math:`dw` and :math:`db`. A *persistent* grid runs only as many programs as the GPU holds at once:
+# program :math:`p` of :math:`P` takes the blocks of rows :math:`p, p + P, \ldots`, writes their :math:`dx` and adds
+# :math:`dy \odot \hat{x}` and :math:`dy` in fp32 registers, stored at the end in *its own* line of a ``[P, N]`` buffer:
+# no lock, no atomic, no waiting. A second kernel sums the lines in a fixed order: the same bits on every run (same GPU,
+# same grid). The next page, :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, measures the classic design
+# (spin locks, as in Triton's tutorial) against this one.
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -171,10 +163,10 @@ def sum_partials_kernel(
 # %%
 # Rows too long for registers
 # ---------------------------
-# Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward, the simplest correct design streams each row
-# twice in chunks: for statistics (sums of :math:`x - s` and :math:`(x - s)^2`, :math:`s` the row's first element, small
-# even for a large mean) or dot products, then *backwards* (last chunks first, likeliest in L2) to write :math:`y`, or
-# :math:`dx` and the program's partial line. Forward: 3 row transfers, not 2, if the second read misses L2.
+# Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward, each row is streamed twice in chunks: for
+# statistics (sums of :math:`x - s` and :math:`(x - s)^2`, :math:`s` the row's first element, small even for a large
+# mean) or dot products, then *backwards* (last chunks first, likeliest in L2) to write :math:`y`, or :math:`dx` and the
+# program's partial line. Forward: 3 row transfers, not 2, if the second read misses L2.
 
 @triton.jit
 def layer_norm_fwd_chunked_kernel(
@@ -277,10 +269,10 @@ def layer_norm_bwd_chunked_kernel(
 # %%
 # Launch parameters and the drop-in function
 # ------------------------------------------
-# Block sizes, warps and grids come from one config function a kernel: change them there. Each value was measured
-# fastest on an H100 (``dev/DESIGN.md``); :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` shows how. The
-# launchers take 2-D views with unit-stride rows. ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes
-# (any leading shape, strided or empty tensors, rows of any length) and raises a clear error for the rest.
+# Each kernel's block sizes, warps and grid come from one config function, each value measured fastest on an H100
+# (``dev/DESIGN.md``; how: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). Launchers take 2-D views with
+# unit-stride rows; ``layer_norm`` takes all that :func:`torch.nn.functional.layer_norm` takes (any leading shape,
+# strided or empty tensors, any row length) and raises a clear error for the rest.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_FUSED_N = 32768  # forward: longest row a program holds in registers
@@ -290,6 +282,8 @@ FWD_MIN_BYTES_PER_SM = 40960  # forward: if an SM's programs hold fewer bytes of
 BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same bytes in every dtype)
 BWD_WARPS_PER_SM = 32  # backward: as many programs per SM as fit in this many warps (at least one)
 CHUNK_N = {"forward": 8192, "backward": 4096}  # columns per chunk of the chunked kernels
+SUM_META = dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)  # dw, db: 32 lines at a time, 128 columns
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _occupancy = {}
 
 def _warps(n_elements, element_size, bytes_per_thread):
@@ -317,12 +311,10 @@ def programs_per_sm(kernel, args, meta):
 def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
     """(kernel, meta, grid): a program per block of rows; occupancy(kernel, meta) is the programs an SM holds."""
     if chunk_n is None and n_cols <= MAX_FUSED_N:
-        block_n = triton.next_power_of_2(n_cols)
-        block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
+        block_m = max(1, MIN_ELEMENTS // (block_n := triton.next_power_of_2(n_cols)))  # several short rows a program
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64))
-        # a wide row takes so many registers that few programs share an SM: too few bytes on their way
-        if ON_GPU and n_rows > block_m and \
-                occupancy(layer_norm_fwd_kernel, meta) * block_m * block_n * element_size < FWD_MIN_BYTES_PER_SM:
+        if ON_GPU and n_rows > block_m and (  # a wide row's registers leave room for few programs: few bytes in flight
+                occupancy(layer_norm_fwd_kernel, meta) * block_m * block_n * element_size < FWD_MIN_BYTES_PER_SM):
             meta["BLOCK_M"] = 2 * block_m
         return layer_norm_fwd_kernel, meta, triton.cdiv(n_rows, meta["BLOCK_M"])
     return layer_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk_n or CHUNK_N["forward"], num_warps=32), n_rows
@@ -330,24 +322,17 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
 def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=None):
     """(kernel, meta, lines, rows per program): one partial line a program, at most ``programs`` lines."""
     if chunk_n is None and n_cols <= MAX_BWD_FUSED_N[min(element_size, 4)]:
-        block_n = triton.next_power_of_2(n_cols)
-        block_m = max(1, BWD_MIN_BYTES // element_size // block_n)
-        # x, dy, the next block's and two fp32 accumulators alive: 32 bytes of each tile per thread
-        kernel = layer_norm_bwd_kernel
+        block_m = max(1, BWD_MIN_BYTES // element_size // (block_n := triton.next_power_of_2(n_cols)))
+        kernel = layer_norm_bwd_kernel  # x, dy, the next block's, 2 fp32 accumulators alive: 32 bytes a thread
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32))
     else:
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
         meta = dict(CHUNK_N=chunk_n or CHUNK_N["backward"], num_warps=16)
-    # more programs, more loads in flight; fewer, a smaller partial buffer; each prefetches: a few per SM suffice
-    n_blocks = triton.cdiv(n_rows, block_m)
+    n_blocks = triton.cdiv(n_rows, block_m)  # more programs, more loads in flight; fewer, smaller partials
     lines = min(occupancy(kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
     lines = max(1, min(lines if programs is None else programs, n_blocks))
     rows_per_program = triton.cdiv(n_blocks, lines) * block_m  # strided blocks; a run of rows if chunked
     return kernel, meta, triton.cdiv(n_rows, rows_per_program), rows_per_program
-
-def _sum_config():
-    """The second pass: 32 lines at a time, 128 columns a program (the interpreter wants few programs)."""
-    return dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)
 
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, chunk_n=None):
     """y2d = layer_norm(x2d) along dim 1, each row's fp32 mean and rstd; chunk_n forces chunks. Returns the kernel."""
@@ -373,11 +358,9 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
     dw_partial, db_partial = (torch.empty(shape, device=x2d.device, dtype=torch.float32) for _ in range(2))
     kernel[(lines,)](*args(kernel, dw_partial, db_partial, rows_per_program), **meta, **flags)
     if dw is not None:  # dw, db = the lines' sums, in a fixed order, in dw's and db's dtype
-        grid = (triton.cdiv(n_cols, (meta := _sum_config())["BLOCK_C"]),)
-        sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **meta)
+        grid = (triton.cdiv(n_cols, SUM_META["BLOCK_C"]),)
+        sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **SUM_META)
     return kernel, lines
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _check(t, name):
     if not isinstance(t, torch.Tensor):
@@ -386,39 +369,31 @@ def _check(t, name):
         raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; these kernels support float32, float16 and "
                         "bfloat16 (use torch.nn.functional.layer_norm for other dtypes)")
     if t.device.type != DEVICE.type:
-        raise ValueError(f"layer_norm: {name} is on {t.device}, but the kernels run on {DEVICE.type} here "
-                         f"({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: Triton interprets them on the CPU'}); "
-                         f"move it with .to('{DEVICE.type}')")
+        raise ValueError(f"layer_norm: {name} is on {t.device}, the kernels on {DEVICE.type}: use .to('{DEVICE.type}')")
 
 def _rows(t, n_rows, n_cols):  # a (n_rows, n_cols) view of t with unit stride along the row, copied only if needed
     return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
 
-class LayerNormFunction(torch.autograd.Function):
+class LayerNormFunction(torch.autograd.Function):  # on rows: x2d of (M, N) from _rows, w and b of N elements or None
     @staticmethod
-    def forward(ctx, x, weight, bias, rows_cols, eps):
-        (n_rows, n_cols), x2d = rows_cols, _rows(x, *rows_cols)
-        w, b = (None if t is None else t.reshape(n_cols).contiguous() for t in (weight, bias))
-        y2d, mean, rstd = x.new_empty(rows_cols), *(x.new_empty(n_rows, dtype=torch.float32) for _ in range(2))
+    def forward(ctx, x2d, w, b, eps):
+        y2d, mean, rstd = x2d.new_empty(x2d.shape), *(x2d.new_empty(len(x2d), dtype=torch.float32) for _ in range(2))
         if y2d.numel() > 0:
             layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
-        ctx.save_for_backward(x2d, w, mean, rstd)
-        ctx.x_shape, ctx.params = x.shape, (weight, bias)
-        return y2d.view(x.shape)
+        ctx.save_for_backward(x2d, w, b, mean, rstd)
+        return y2d
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, dy):
-        x2d, w, mean, rstd = ctx.saved_tensors
-        _check(dy, "the gradient")
-        dy2d, dx2d = _rows(dy, *x2d.shape), torch.empty_like(x2d)
-        need = [t is not None and ctx.needs_input_grad[i] for i, t in enumerate(ctx.params, start=1)]
-        dw, db = (x2d.new_zeros(x2d.shape[1], dtype=t.dtype if n else torch.float32) for t, n in zip(ctx.params, need))
+    def backward(ctx, dy2d):
+        x2d, w, b, mean, rstd = ctx.saved_tensors  # dy2d: autograd gives it y2d's dtype and device
+        dy2d, dx2d, need = _rows(dy2d, *x2d.shape), torch.empty_like(x2d), ctx.needs_input_grad[1:3]
+        dw, db = (x2d.new_zeros(x2d.shape[1], dtype=torch.float32 if t is None else t.dtype) for t in (w, b))
         if dx2d.numel() > 0:
             layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, *((dw, db) if any(need) else ()))
         if x2d.shape[1] == 1:  # y = b whatever x: dx is 0, where a GPU's fused dy*w - mean(dy*w) leaves a rounding
             dx2d.zero_()
-        grads = (g.view(t.shape) if n else None for g, t, n in zip((dw, db), ctx.params, need))
-        return dx2d.view(ctx.x_shape), *grads, None, None
+        return dx2d, dw if need[0] else None, db if need[1] else None, None
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
@@ -431,56 +406,44 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
                          f"of x, whose shape is {list(x.shape)}")
     for t, name in [(t, name) for t, name in ((weight, "weight"), (bias, "bias")) if t is not None]:
         _check(t, name)
-        if tuple(t.shape) != shape:
-            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)}, expected normalized_shape {list(shape)}")
-        if t.device != x.device:
-            raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {x.device}")
+        if tuple(t.shape) != shape or t.device != x.device:
+            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} on {t.device}, expected normalized_shape "
+                             f"{list(shape)} on x's device, {x.device}")
     if (n_cols := math.prod(shape)) >= 2**31:
         raise ValueError(f"layer_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
-    return LayerNormFunction.apply(x, weight, bias, (math.prod(x.shape[: x.dim() - len(shape)]), n_cols), float(eps))
+    x2d = _rows(x, math.prod(x.shape[: x.dim() - len(shape)]), n_cols)  # autograd takes dx back to x's shape
+    w, b = (None if t is None else t.reshape(n_cols).contiguous() for t in (weight, bias))
+    return LayerNormFunction.apply(x2d, w, b, float(eps)).view(x.shape)
 
 # %%
 # Correctness
 # -----------
 # :math:`\lVert out - ref \rVert / \lVert ref \rVert` of :math:`y, dx, dw, db` against the naive layer norm in float64,
-# beside PyTorch's, on rows whose mean is far from zero (what breaks a careless variance): one column, short rows, odd
-# and chunked lengths. Then ten backward passes on the same inputs (:math:`N = 4096`, chunked rows): the same bits?
+# on rows whose mean is far from zero (what breaks a careless variance): one column, short rows, odd and chunked
+# lengths; each within a few roundings of its dtype, and 10 runs on the same inputs (3 on a CPU) bit for bit the same.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (2048, 4096), (512, 12_288), (64, 30_000), (16, 100_003)] if ON_GPU \
     else [(17, 1), (33, 257), (6, 1000), (3, 40_000)]
 
-def check_row(shape, dtype):
+def check_row(shape, dtype, runs=10 if ON_GPU else 3):
     x = (torch.randn(shape, device=DEVICE) * 3 + 10).to(dtype).requires_grad_(True)
     w, b = (torch.randn(shape[1], device=DEVICE).to(dtype).requires_grad_(True) for _ in range(2))
     dy, ins64 = torch.randn_like(x), [t.detach().double().requires_grad_() for t in (x, w, b)]
     refs = ((y64 := naive_layer_norm(*ins64)).detach(), *torch.autograd.grad(y64, ins64, dy.double()))
-    # where ref is exactly 0 (dx when N = 1: its terms cancel), relative to the terms' size, |w dy| rstd
-    scales = (1.0, (dy.double() * ins64[1].detach()).norm().item() / math.sqrt(1e-5), 1.0, 1.0)
-    err = lambda out, ref, s: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else s)).item()
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn in [("ours", layer_norm), ("torch", F.layer_norm)]:
-        outs = (y := fn(x, shape[1:], w, b), *torch.autograd.grad(y, (x, w, b), dy))
-        row |= {f"{name} {q}": err(out, ref, s) for q, out, ref, s in zip(("y", "dx", "dw", "db"), outs, refs, scales)}
-    return row
+    err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1.0)).item()
+    first, *again = [(y := layer_norm(x, shape[1:], w, b), *torch.autograd.grad(y, (x, w, b), dy)) for _ in range(runs)]
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}  # dx: exactly 0 where N = 1, as ref
+    row |= {f"ours {q}": err(out, ref) for q, out, ref in zip(("y", "dx", "dw", "db"), first, refs)}
+    same = all(torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))
+    return row | {"ours, same bits": same}  # compared as bytes: the same bits, whatever the values
 
 torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# each error at most a few roundings of its dtype (bf16: twice a GPU's, as the interpreter truncates fp32 to bf16)
 TOLERANCE, OURS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}, ["ours y", "ours dx", "ours dw", "ours db"]
-assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), f"above {TOLERANCE}:\n{errors}"
-
-def repeats_bitwise(shape, dtype, runs=10 if ON_GPU else 3):
-    x, w, b = (torch.randn(s, device=DEVICE, dtype=dtype, requires_grad=True) for s in (shape, shape[1], shape[1]))
-    y, dy = layer_norm(x, shape[1:], w, b), torch.randn(shape, device=DEVICE, dtype=dtype)
-    first, *rest = [torch.autograd.grad(y, (x, w, b), dy, retain_graph=True) for _ in range(runs)]
-    return all(torch.equal(g.view(torch.uint8), g0.view(torch.uint8)) for grads in rest for g, g0 in zip(grads, first))
-
-determinism = {(str(d)[6:], shape): repeats_bitwise(shape, d) for d in (torch.float32, torch.bfloat16)
-               for shape in ([(2**26 // 4096, 4096), (64, 40_000)] if ON_GPU else [(16, 128), (2, 10_000)])}
-for (dtype, (m, n)), same in determinism.items():
-    print(f"{dtype}, {m} x {n}: {'the same bits in every run' if same else 'DIFFERENT bits between runs'}")
-assert all(determinism.values()), "the persistent backward should repeat bit for bit"
-errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
+determinism = dict(zip(errors["dtype"] + ", " + errors["shape"], errors["ours, same bits"]))
+assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and all(determinism.values()), \
+    f"errors above {TOLERANCE}, or different bits between runs:\n{errors}"
+errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 
 # %%
 # Benchmark
@@ -488,7 +451,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed by
 # :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not Python's. The
 # *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower copy engine). GB/s
-# counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training (``autograd.grad`` of :math:`x, w, b`).
+# counts :math:`x, y` forward, :math:`x, dy, dx` backward (with :math:`dw, db`). Below: % of the copy, read; then GB/s.
 
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(9, 17)]) if ON_GPU else (2**14, [256, 2048, 16384, 65536])
 
@@ -496,134 +459,92 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
     fn()  # compile and warm up outside the timing
     if not ON_GPU:
         return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
-    torch.cuda.synchronize()
-    if graph:
+    if graph:  # (torch.cuda.graph and do_bench synchronize first)
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
             fn()
-        fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
 
 fns = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # every point
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
     with contextlib.suppress(ImportError):  # Liger, when installed
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction
         fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-    try:  # quack's layer norm is a pair of functions taking fp32 w and b, joined here by an autograd function
-        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
-        assert torch.cuda.get_device_capability()[0] >= 9, "quack needs compute capability 9.0 or newer"
-        class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
-            @staticmethod
-            def forward(ctx, x, w, b):
-                y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
-                ctx.save_for_backward(x, rstd, mean)
-                return y
-            @staticmethod
-            def backward(ctx, dy):
-                x, rstd, mean = ctx.saved_tensors
-                dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)
-                return dx, dw.to(dy.dtype), db.to(dy.dtype)
-        fns["quack"] = QuackLayerNorm.apply
-    except Exception as err:  # not installed, or not for this GPU
-        print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer; no GPU here.")
+try:  # quack's layer norm is a pair of functions taking fp32 w and b, joined here by an autograd function
+    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "quack needs a GPU of compute capability 9.0 or newer"
+    from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
+        @staticmethod
+        def forward(ctx, x, w, b):
+            y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+            ctx.save_for_backward(x, rstd, mean)
+            return y
+        @staticmethod
+        def backward(ctx, dy):
+            x, rstd, mean = ctx.saved_tensors
+            dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)
+            return dx, dw.to(dy.dtype), db.to(dy.dtype)
+    fns["quack"] = QuackLayerNorm.apply
+except Exception as err:  # not installed, or not for this GPU
+    print(f"No quack column: {' '.join(str(err).split())[:100]} ({type(err).__name__})")
 fns["ours"], records = lambda x, w, b: layer_norm(x, x.shape[-1:], w, b), []
 for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), SWEEP_N):
     x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
     w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
-    dy, out, nbytes, w32, b32 = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size(), w.float(), b.float()
-    light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-    reference = F.layer_norm(x.float(), (n_cols,), w.float(), b.float())
+    dy, out, w32, b32, point = torch.randn_like(x), torch.empty_like(x), w.float(), b.float(), (str(dtype)[6:], n_cols)
+    gbs = lambda rows, ms: rows * x.numel() * x.element_size() / ms * 1e-6  # moving `rows` times x's bytes in ms
+    light, reference = gbs(2, bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w32, b32)
     inputs = [t.requires_grad_() for t in (x, w, b)]
     for name, fn in fns.items():
+        ms = (math.nan, math.nan)  # a peer's own limit leaves its point missing ("-" in the table); ours never does
         try:
             torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
-            grads = lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
-            times = (("forward", bench(lambda: fn(*inputs))), ("backward", bench(grads)))
-        except Exception as err:  # a peer's own limit: its point is missing ("-" in the table), ours never is
+            ms = (bench(lambda: fn(*inputs)), bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)))
+        except Exception as err:
             if name == "ours":
                 raise
-            print(f"{name}, {str(dtype)[6:]}, N = {n_cols}: not measured ({type(err).__name__}: {str(err)[:80]})")
-            times = (("forward", math.nan), ("backward", math.nan))
-        for direction, ms in times:
-            gbs = (2 if direction == "forward" else 3) * nbytes / ms * 1e-6  # x, y; x, dy, dx
-            records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": gbs,
-                            "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
-    del x, w, b, dy, out, reference, inputs, y  # y: the last provider's graph
-results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
-table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], list(fns)]
-table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
+            print(f"{name}, {point[0]}, N = {n_cols}: not measured ({type(err).__name__}: {str(err)[:80]})")
+        records += [("forward", *point, name, gbs(2, ms[0]), light), ("backward", *point, name, gbs(3, ms[1]), light)]
+results = pd.DataFrame(records, columns=["direction", "dtype", "N", "provider", "GB/s", "speed of light"])
+table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
+table = table.reset_index("speed of light").loc[["forward", "backward"], ["speed of light", *fns]]
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white", layout="constrained")
+for ax, (key, part) in zip(axes.flat, table.reset_index([0, 1]).groupby(["direction", "dtype"], sort=False)):
+    for i, name in enumerate(fns):  # part: indexed by N
+        ax.semilogx(part.index, part[name] / part["speed of light"] * 100, base=2, marker="o^sdvx"[i], markersize=4,
+                    linestyle=":" if name == "naive" else "-", linewidth=2.5 if name == "ours" else 1.2, label=name)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set(title=", ".join(key), xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    ax.grid(True, alpha=0.3)
+    span = lambda s, unit="x": f"{s.min():.3g}{unit} (N = {s.idxmin()}) to {s.max():.3g}{unit} (N = {s.idxmax()})"
+    print(f"{', '.join(key)}: ours at {span(part['ours, % of light'], '%')} of the copy; versus naive (6x predicted "
+          f"forward) {span(part.ours / part.naive)}, versus the best peer {span(part['ours / best peer'])}")
+axes[0][0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
                    na_rep="-")
 
 # %%
-# Reading the numbers
-# -------------------
-# Above, GB/s (higher is better); below, each provider as a % of the copy measured beside it, then the table, read:
-
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white", layout="constrained")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "ours": "-"}
-for ax, (direction, dtype) in zip(axes.flat, itertools.product(["forward", "backward"], ["float32", "bfloat16"])):
-    part = results[(results.direction == direction) & (results.dtype == dtype)]
-    for name, line in part.groupby("provider", sort=False):
-        ax.semilogx(line.N, line["% of speed of light"], base=2, linestyle=styles[name], marker="o", markersize=3,
-                    linewidth=2.5 if name == "ours" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if dtype == "float32" else None,
-           xlabel="row length N (elements)" if direction == "backward" else None)
-axes[0][0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
-    light, ratio = (part.droplevel([0, 1])[c] for c in ("ours, % of light", "ours / best peer"))  # indexed by N
-    limit = MAX_FUSED_N if direction == "forward" else MAX_BWD_FUSED_N[4 if dtype == "float32" else 2]
-    print(f"{direction}, {dtype}: ours runs at {light.min():.3g}% (N = {light.idxmin()}) to {light.max():.3g}% (N = "
-          f"{light.idxmax()}) of the copy; against the best peer at each N, {ratio.min():.3g}x (N = {ratio.idxmin()}) "
-          f"to {ratio.max():.3g}x (N = {ratio.idxmax()}); the chunked kernel ran at N = "
-          f"{[n for n in light.index if n > limit] or 'none'}.")
-n_mid, fwd = SWEEP_N[len(SWEEP_N) // 2], table.xs(("forward", "float32"), level=[0, 1])
-print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "
-      f"the naive layer norm (the bytes model predicted 6x).")
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
-
-# %%
 # Going further
 # -------------
-# **Where this design stops.** Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward the chunked kernels
-# read each row twice; before that, a wide row fills a program's registers: few programs share an SM, little is on its
-# way from memory. The deep dives pick up there, against this page's kernels: :math:`x` read twice or a row split,
-# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`; 16-bit rows staged in shared memory (Gluon),
-# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`; a backward row shared by programs,
-# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`. The next page,
-# :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, measures this backward against the classic one with locks.
+# **Where this design stops.** Past ``MAX_FUSED_N`` and ``MAX_BWD_FUSED_N`` columns the chunked kernels read each row
+# twice; before that, a wide row fills a program's registers: few programs share an SM, little is in flight. Deep dives,
+# against these kernels: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`, :math:`x` read twice or a
+# row split; :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`, 16-bit rows staged in shared memory
+# (Gluon); :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`, a backward row shared by programs.
 #
 # **Exercise**: change ``BWD_WARPS_PER_SM`` or ``BWD_MIN_BYTES`` and rerun: which widths move, and why? References: Ba,
 # Kiros and Hinton, *Layer Normalization* (2016); Triton's layer-norm tutorial; Liger-Kernel; quack's norms.
-#
-# Where this page was made
-# ------------------------
 
-def environment_card():  # everything a reader needs to judge this page's numbers, shown collapsed
-    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-    runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    if ON_GPU:
-        props, driver = torch.cuda.get_device_properties(DEVICE), "unknown (no nvidia-smi)"
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
-    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
-    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
-
-environment_card()
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB" if ON_GPU
+        else f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
+        "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run) or 'unknown'} / {torch.version.cuda}"
+        if ON_GPU else "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings",
+        "torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed
