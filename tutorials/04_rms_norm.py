@@ -63,7 +63,9 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    # stored by column 0's thread of each row: a 1-D store would first gather rstd through shared memory
+    tl.store(rstd_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
+             mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
 # The backward pass, and why it is two reductions
@@ -520,13 +522,11 @@ else:
 # per row. The fastest kernel on this site, every dtype: **forward**, fused, then chunked (this page);
 # **backward**, fused up to 8 K and chunked past 128 K (this page), in between one row shared by programs that
 # exchange row sums without waiting, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`.
-#
-# Next: the :math:`8PN` bytes of partials weigh on few, wide rows (split the columns too); short bf16 rows
-# through autograd wait for the CPU (CUDA graphs remove it); fusing the residual add before RMSNorm saves a
-# pass. **Exercise**: give each thread 64 bytes in ``_bwd_config``; what spills?
-#
-# References: Zhang and Sennrich, *Root Mean Square Layer Normalization* (2019); Triton's layer-norm tutorial
-# (fp16 partials behind a lock: not deterministic); Liger-Kernel's RMSNorm; Inductor's mix-order reduction; quack.
+# Next: the :math:`8PN` bytes of partials weigh on few, wide rows (split the columns too); short bf16 rows through
+# autograd wait for the CPU (CUDA graphs remove it); fusing the residual add before RMSNorm saves a pass.
+# **Exercise**: give each thread 64 bytes in ``_bwd_config``; what spills? References: Zhang and Sennrich, *Root Mean
+# Square Layer Normalization* (2019); Triton's layer-norm tutorial (fp16 partials behind a lock: not deterministic);
+# Liger-Kernel's RMSNorm; Inductor's mix-order reduction; quack.
 #
 # Where this page was made
 # ------------------------

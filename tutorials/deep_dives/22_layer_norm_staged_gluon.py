@@ -68,16 +68,16 @@ def layer_norm_fwd_kernel(
         var = tl.sum(xc * xc, axis=1) / n_cols
         rstd = 1.0 / tl.sqrt(var + eps)
         y = xc * rstd[:, None]
-        # w and b are loaded here, where they are used, not before the loop: held across the row's
-        # reductions they would double the registers a thread needs for a wide row.
+        # w and b loaded where used: held across the row's reductions they would double a wide row's registers
         if HAS_W:
             y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_B:
             y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
-        tl.store(mean_ptr + rows, mean, mask=row_ok)
-        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+        first = row_ok[:, None] & (cols == 0)[None, :]  # stored by column 0's thread: no trip through shared memory
+        tl.store(mean_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+        tl.store(rstd_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 _occupancy = {}
