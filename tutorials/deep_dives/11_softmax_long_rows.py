@@ -3,27 +3,22 @@ Softmax, long rows: one row split across programs
 =================================================
 
 Past 32 K columns a row no longer fits in one program's registers, and the core page
-(:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice.
-This page reads it once, shared among programs that wait for each other. **What you will learn**
-(about 15 minutes): how programs exchange partial statistics through flag words without a fence; why
-every program of a group must be on the GPU at once, and how the compiled kernel's occupancy sizes the
-grid to be sure of it; how publishing one row ahead (a *lookahead*) shortens the wait; and where the
-launch parameters live (``_split_config``). Measured against the core page's kernels and the peers
-at N = 32 K to 256 K, forward and backward, fp32 and bf16.
+(:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice. Here
+programs share the row and wait for each other: it is read once. **What you will learn** (about 15
+minutes): how programs exchange partial statistics through flag words without a fence; why a group's
+programs must all be on the GPU at once (the grid sized from the compiled kernel's occupancy); how
+publishing one row ahead (a *lookahead*) shortens the wait; where the launch parameters live
+(``_split_config``). Measured against the core kernels and peers, N = 32 K to 256 K, both directions,
+fp32 and bf16.
 """
 
-import datetime, os, platform, statistics, subprocess, timeit, warnings
-import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
-
-import matplotlib.pyplot as plt
-import pandas as pd
-import triton
-import triton.language as tl
-
+import contextlib, ctypes, datetime, os, platform, statistics, timeit, warnings
+import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
@@ -32,9 +27,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The core kernels we start from
 # ------------------------------
-# Carried from the core page: the fused forward (rows of up to 32 K in registers) and the online
-# kernels, which keep a running maximum :math:`m` and sum :math:`s`, rescaled as the maximum grows
-# (:math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`), then reread the row from L2.
+# Carried from the core page: the fused forward (rows up to 32 K in registers) and the online kernels,
+# keeping a running maximum :math:`m` and sum :math:`s`, rescaled as the maximum grows
+# (:math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`), then rereading the row from L2.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -125,52 +120,46 @@ def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_strid
                      cache_modifier=".cs")
 
 def core_launch(direction, args, n_rows, n_cols, element_size):
-    """(kernel, grid, meta) of the core page's launch: the fused forward up to 32 K, else online (this
-    page's backward rows are all past the fused backward's 16 K)."""
+    """(kernel, grid, meta) of the core page's launch: the fused forward up to 32 K, else online."""
     if direction == "forward" and n_cols <= 32768:
         block_n = triton.next_power_of_2(n_cols)  # the core page's _fused_config
         block_m = max(1, 4096 // block_n)
         num_warps = min(32, max(4, block_m * block_n // (32 * (32 // element_size))))
         return softmax_fwd_kernel, triton.cdiv(n_rows, block_m), dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     online = softmax_fwd_online_kernel if direction == "forward" else softmax_bwd_online_kernel
-    return online, n_rows, dict(BLOCK_N=16384, num_warps=32)  # the core page's _online_config
+    return online, n_rows, dict(BLOCK_N=16384, num_warps=32)  # _online_config (backward rows here: past the fused 16 K)
 
 # %%
 # Long rows read once: one row shared by several programs
 # -------------------------------------------------------
-# ``SLICES`` programs (a *group*) share each row, each owning a slice of ``BLOCK_N`` columns that it
-# loads once and keeps in registers. What a slice cannot know alone is a statistic of the whole row,
-# so each program publishes its share in global memory, waits until every slice of the row has
-# published, and combines the ``SLICES`` shares itself. Forward, two numbers per slice, its maximum
-# :math:`m_k` and its sum :math:`s_k = \sum e^{x - m_k}`, which combine as in the online softmax,
-# across programs instead of across chunks:
+# ``SLICES`` programs (a *group*) share each row, each holding a slice of ``BLOCK_N`` columns in
+# registers, loaded once. Row statistics need every slice: each program publishes its share in global
+# memory, waits for the others', and combines the ``SLICES`` shares itself. Forward, the slices' maxima
+# :math:`m_k` and sums :math:`s_k = \sum e^{x - m_k}` combine as in the online softmax, across programs:
 #
 # .. math::
 #
 #    m = \max_k m_k, \qquad s = \sum_k s_k \, e^{m_k - m}, \qquad y = e^{x - m_k} \cdot e^{m_k - m} / s .
 #
-# Backward, one number per slice: its share of :math:`\sum_j y_j \, dy_j`. Every program combines the
-# shares in the same fixed order, so all of them, and every run, get the same bits. A group walks rows
-# ``g``, ``g + G``, ... (``G`` groups), and issues the loads of its next row before it waits.
+# Backward, one per slice: its share of :math:`\sum_j y_j \, dy_j`, combined in a fixed order (bitwise
+# deterministic). Group ``g`` of ``G`` walks rows ``g``, ``g + G``, ..., loading the next row before it
+# waits.
 #
-# **How a program waits.** Each share is one 64-bit *flag word* in a buffer cleared before the launch,
-# written with an atomic exchange; the waiting program re-reads the row's words (``volatile``: past L1,
-# which would keep returning the stale line) until every one is written. The backward packs a
-# "written" bit above the fp32 bits of its share. The forward packs :math:`m_k` and :math:`s_k` into
-# the two halves of the word, and "not written" is all ones, which no written word can be: its upper
-# half would be a NaN, and a NaN maximum is always written as the canonical ``0x7FC00000``. The value
-# travels in the word that says it is there, so no memory fence is needed. (A counter per row with
-# release/acquire semantics measured slower for every slice width and warp count tried.)
+# **How a program waits.** A share is one 64-bit *flag word*, atomically exchanged into a buffer cleared
+# before the launch; the waiting program re-reads the row's words (``volatile``: past L1 and its stale
+# line) until all are written. Backward, a "written" bit sits above the share's fp32 bits. Forward,
+# :math:`m_k` and :math:`s_k` fill the two halves; "not written" is all ones, which no written word is
+# (its upper half would be a NaN, and a NaN maximum is written as ``0x7FC00000``). The value travels in
+# the word saying it is there: no fence (a release/acquire counter per row measured slower at every
+# width and warp count tried).
 #
-# **Why every program must be on the GPU at once.** Waiting for another program is only safe if that
-# program is running: with more programs than the GPU holds, a waiting program could occupy the SM
-# that the program it waits for needs, forever. So the launcher sizes the grid from the occupancy of
-# the compiled kernel (the version Triton compiles for the call's own tensors: another dtype or stride
-# can compile to another register count), makes every group fit at once, and falls back to the core
-# kernels when one group cannot. (quack, on Hopper, gets co-residency from the hardware: a *cluster*
-# of thread blocks exchanging statistics through distributed shared memory. Triton exposes neither, so
-# here the barrier is a loop reading words another SM writes, a round trip through L2 once per row.)
-# Under Triton's interpreter programs run one at a time, so each row gets a single slice there.
+# **Why every program must be on the GPU at once.** A program waiting for one that is not running could
+# hold the SM that one needs, forever. So the launcher sizes the grid from the occupancy of the version
+# Triton compiles for the call's own tensors (another dtype or stride can take other registers), fits
+# every group at once, and falls back to the core kernels when one group cannot. (quack, on Hopper, has
+# hardware for it: a *cluster* of thread blocks sharing statistics through distributed shared memory.
+# Triton exposes neither: here the barrier is a loop reading words another SM writes, a round trip
+# through L2 per row.) Under the interpreter (one program at a time) a row has one slice.
 
 @triton.jit
 def slice_shares(x):
@@ -258,15 +247,14 @@ def softmax_bwd_split_kernel(y_ptr, dy_ptr, dx_ptr, flags_ptr, n_rows, n_cols, y
 # %%
 # Waiting less: a lookahead of one row
 # ------------------------------------
-# Above, a program publishes its share of a row and at once waits for the shares of *the same row*:
-# each row costs a round trip through L2, and a waiting program issues nothing new. The lookahead
-# publishes one row ahead: a program computes and publishes its shares of the group's *next* row
-# (loaded one row earlier) before it waits for this row's, which the other slices published one row
-# earlier, so the words are usually written by the time it reads them. The combination order does not
-# change: the same bits. The price is registers (two rows' exponentials in fp32, the loads of the row
-# after next): fewer programs per SM to hide each wait, so ``_split_config`` turns it on only where it
-# measured faster. One detail: the ``SLICES`` flag words, a tile smaller than the program, are held in
-# one copy per group of threads; a copy still unwritten after the loop is read once more.
+# Above, a program publishes its share of a row and at once waits for *that row's* shares: a round trip
+# through L2 per row, issuing nothing meanwhile. The lookahead first publishes its shares of the group's
+# *next* row (loaded a row earlier), then waits for this row's, which the other slices published a row
+# earlier: usually there already. Same combination order, same bits. The price is registers (two rows'
+# exponentials in fp32, the loads of the row after next), so fewer programs per SM hide each wait:
+# ``_split_config`` turns it on where it measured faster. The ``SLICES`` flag words, a tile smaller than
+# the program, are held in one copy per group of threads; a copy still unwritten after the loop is read
+# once more.
 
 @triton.jit
 def softmax_fwd_lookahead_kernel(x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -309,13 +297,12 @@ def softmax_fwd_lookahead_kernel(x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_
 # %%
 # Launch parameters, and a grid that fits at once
 # -----------------------------------------------
-# ``_split_config`` is the one place to change. Small programs won the sweep on an H100 (the design
-# record, dev/DESIGN.md in the repository): 2 to 4 warps, 32 to 64 values of each row per thread, as
-# many programs per SM as the registers allow, so that while one waits the others load and store. For
-# bf16 that holds from 32 K on, where the core's one 32-warp program per SM cannot overlap its phases
-# (at 32 K a staged kernel, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`, is faster
-# where it can run). The grid is as many whole groups as fit at once, no more than the fewest rows per
-# group needs (1024 rows with room for 33 groups take 32 groups of 32 rows).
+# ``_split_config`` is the one place to change. Small programs won the sweep on an H100 (dev/DESIGN.md):
+# 2 to 4 warps, 32 to 64 values of a row per thread, as many per SM as registers allow, so while one
+# waits others load and store; for bf16 from 32 K on, where the core's one 32-warp program per SM cannot
+# overlap its phases (at 32 K a staged kernel is faster where it runs:
+# :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`). The grid: as many whole groups as
+# fit at once, no more than the fewest rows per group needs (1024 rows, room for 33: 32 groups of 32).
 
 def _split_config(direction, element_size):
     """The split kernels' entry (2: fp16/bf16, 4: fp32), or None: rows of MIN_N columns or more in slices of
@@ -325,48 +312,38 @@ def _split_config(direction, element_size):
             ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
             ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4)}.get((direction, min(element_size, 4)))
 
-_occupancy = {}  # (kernel, argument types, meta) -> programs per SM
+_occupancy = {}  # (kernel, argument types, meta) -> (programs per SM, what limits it, registers)
 def driver_occupancy(compiled, threads, smem):
-    """Programs of this compiled kernel per SM by CUDA's occupancy calculator; None if it cannot say."""
+    """Programs of this compiled kernel per SM by CUDA's occupancy calculator; inf if it cannot say."""
     try:
-        import ctypes
         count = ctypes.c_int()
         error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
             ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(threads), ctypes.c_size_t(smem))
-        return count.value if error == 0 else None
+        return count.value if error == 0 else float("inf")
     except (OSError, AttributeError, TypeError):
-        return None
+        return float("inf")
 
 def programs_per_sm(kernel, args, meta):
-    """How many programs of this compiled kernel fit on one SM at once, and what limits it."""
+    """How many programs of this compiled kernel fit on one SM at once, what limits it, its registers."""
     # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
     # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
     key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
            tuple(sorted(meta.items())))
-    threads = 32 * meta["num_warps"]
-    if key in _occupancy:
-        return _occupancy[key]
-    if not ON_GPU:  # the interpreter runs programs one after another: any small grid will do
-        result = (1, "interpreter", 0)
-    else:
-        props = torch.cuda.get_device_properties(DEVICE)
+    if key not in _occupancy and not ON_GPU:  # the interpreter runs programs one after another
+        _occupancy[key] = (1, "interpreter", 0)
+    if key not in _occupancy:
+        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
         compiled = kernel.warmup(*args, grid=(1,), **meta)
         compiled._init_handles()
-        n_regs = max(compiled.n_regs, 1)
-        smem = compiled.metadata.shared
-        # registers are handed out in blocks of 256 per warp
-        regs_per_warp = triton.cdiv(n_regs * 32, 256) * 256
+        n_regs, smem = max(compiled.n_regs, 1), compiled.metadata.shared
+        regs_per_warp = triton.cdiv(n_regs * 32, 256) * 256  # registers are handed out in blocks of 256 per warp
         limits = {"threads": props.max_threads_per_multi_processor // threads,
                   "registers": getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // meta["num_warps"],
-                  "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32}
+                  "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32,
+                  "driver": driver_occupancy(compiled, threads, smem)}  # CUDA's own count; on a tie, the others
         limit = min(limits, key=limits.get)
-        fit = limits[limit]
-        driver = driver_occupancy(compiled, threads, smem)  # the driver's own count, where it answers
-        if driver is not None and driver < fit:
-            fit, limit = driver, "driver"
-        result = (max(1, fit), limit, n_regs)
-    _occupancy[key] = result
-    return result
+        _occupancy[key] = (max(1, limits[limit]), limit, n_regs)
+    return _occupancy[key]
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
@@ -376,11 +353,9 @@ def split_plan(direction, n_cols, element_size, split=None):
     cfg = _split_config(direction, element_size) if split is None else split.get((direction, min(element_size, 4)))
     if cfg is None or n_cols < cfg["MIN_N"]:
         return None
-    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
-    if ON_GPU:
-        slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"]))
-    meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
-                num_warps=cfg["num_warps"])
+    # the interpreter runs one program at a time: a program must never wait for another
+    slices = triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])) if ON_GPU else 1
+    meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)), num_warps=cfg["num_warps"])
     return meta, cfg.get("PER_SM"), cfg.get("LOOKAHEAD", False)
 
 def split_flags(direction, n_rows, meta, device):
@@ -388,16 +363,13 @@ def split_flags(direction, n_rows, meta, device):
     return torch.full((n_rows * meta["SLICES"],), -1 if direction == "forward" else 0, dtype=torch.int64, device=device)
 
 def split_grid(kernel, args, meta, per_sm, n_rows):
-    """Programs of the split kernel: whole groups, every one on the GPU at once (they wait for each
-    other), sized from the occupancy of the version Triton compiles for these very arguments, and at
-    most per_sm programs per SM unless per_sm is None; 0 when one group cannot fit."""
-    fit, _, _ = programs_per_sm(kernel, args, meta)
+    """Programs of the split kernel: whole groups, all on the GPU at once (they wait for each other), from
+    the occupancy of the version compiled for these very arguments, at most per_sm per SM if set; 0 if a
+    group cannot fit."""
+    fit = programs_per_sm(kernel, args, meta)[0]
     most = min(fit, per_sm or fit) * NUM_SMS // meta["SLICES"]
-    if most == 0:
-        return 0
-    # as many groups as needed for the fewest rows per group: then every group walks as many rows
-    groups = triton.cdiv(n_rows, triton.cdiv(n_rows, most))
-    return groups * meta["SLICES"]
+    # as many groups as the fewest rows per group needs: then every group walks as many rows
+    return triton.cdiv(n_rows, triton.cdiv(n_rows, most)) * meta["SLICES"] if most > 0 else 0
 
 def launch(direction, tensors, split=None, n_rows=None):
     """(kernel, grid, args, meta) of y = softmax(x) (tensors x, y) or of dx (y, dy, dx), 2-D, unit-stride
@@ -476,20 +448,25 @@ TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 WIDTHS = {torch.float32: [65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
     else {torch.float32: [65536], torch.bfloat16: [32768, 65536]}
 NO_LOOKAHEAD = {(d, s): dict(_split_config(d, s), LOOKAHEAD=False) for d in ("forward", "backward") for s in (2, 4)}
-try:
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-except ImportError:  # not installed: no Liger column
-    LigerSoftmaxFunction = None
-quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+fns = {"torch": lambda t: torch.softmax(t, dim=-1)}  # name -> softmax along the last dim: the peers that run here
+if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+    torch.cuda.set_stream(torch.cuda.Stream())  # a CUDA graph cannot be captured on the default stream
+    warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    fns["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
+    with contextlib.suppress(ImportError):  # not installed: no Liger column
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+        fns["Liger"] = LigerSoftmaxFunction.apply
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
     try:
         import quack
+        fns["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor, with autograd
     except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
         print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 else:
     print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
-if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
-    torch.cuda.set_stream(torch.cuda.Stream())
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
@@ -504,24 +481,9 @@ def bench(fn, graph=True):
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
-def providers():
-    """name -> softmax along the last dim; peers that cannot run here are left out."""
-    found = {"torch": lambda t: torch.softmax(t, dim=-1)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
-        warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
-        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
-        found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
-        if LigerSoftmaxFunction is not None:
-            found["Liger"] = LigerSoftmaxFunction.apply
-        if quack is not None:
-            found["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor, with autograd
-    return found
-
 OURS = {"core": {}, "split": None, "no lookahead": NO_LOOKAHEAD}  # the split table each launch is given
 
-records, fns, missing = [], providers(), {}
+records, missing = [], {}
 for dtype, widths in WIDTHS.items():
     for n_cols in widths:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
@@ -529,10 +491,9 @@ for dtype, widths in WIDTHS.items():
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
         reference = torch.softmax(x.float(), dim=-1)
         xg, y_ref = x.detach().requires_grad_(True), reference.to(dtype)  # peers: both directions as in training
-        lookahead = {d: (split_plan(d, n_cols, x.element_size()) or (0, 0, False))[2] for d in ("forward", "backward")}
         for name, fn in [*fns.items(), *dict.fromkeys(OURS).items()]:
             for direction, moved in (("forward", 2 * nbytes), ("backward", 3 * nbytes)):
-                if name == "no lookahead" and not lookahead[direction]:
+                if name == "no lookahead" and not (split_plan(direction, n_cols, x.element_size()) or (0, 0, False))[2]:
                     continue  # the lookahead is off here: the same kernel as "split"
                 try:
                     if name in OURS:  # the launcher itself, on the tensors an autograd wrapper would give it
@@ -613,23 +574,12 @@ if not ON_GPU:
 # Where this page was made
 # ------------------------
 
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
-    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
-
-environment_card()
+card = {"device": f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
+        "driver / CUDA": "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"}
+if ON_GPU:
+    props, driver = torch.cuda.get_device_properties(DEVICE), collect_env.get_nvidia_driver_version(collect_env.run)
+    card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
+            "driver / CUDA": f"driver {driver or 'unknown (no nvidia-smi)'}, CUDA {torch.version.cuda}"}
+card |= {"torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed
