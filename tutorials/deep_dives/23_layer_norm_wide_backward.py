@@ -8,19 +8,13 @@ The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) k
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 
-import datetime, math, os, platform, subprocess, time
-
-import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import matplotlib.pyplot as plt
-import pandas as pd
-import triton
-import triton.language as tl
-
+import contextlib, datetime, math, os, platform, statistics, timeit
+import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
@@ -31,9 +25,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # ---------------------------------------------
 # With :math:`\hat{x} = (x - \mu) r` and :math:`g = dy \odot w`,
 #
-# .. math::
-#
-#    dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
+# .. math:: dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
 #    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
 #
 # A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Carried from
@@ -133,19 +125,19 @@ def programs_per_sm(kernel, args, meta):
 # %%
 # Wide rows: one row shared by several programs
 # ---------------------------------------------
-# The chunked kernel reads each row twice and its partial line on every row. Split the row instead:
-# ``SLICES`` programs, a *group*, share each block of rows; each owns ``BLOCK_N`` columns, loads its
-# slice of :math:`x`, :math:`dy` once and keeps :math:`dw`, :math:`db` for them in fp32 registers. For
-# the two sums along the row, each program publishes its two shares in global memory, waits for every
-# slice's, adds them in a fixed order (the same bits everywhere, every run) and writes its :math:`dx`.
-# A wait costs a round trip to L2, so the kernel rarely waits: it publishes the *next* block's shares
-# before it waits for this one's, keeps two blocks of loads in flight, loads 16-bit rows as 32-bit
-# words of two (``PACK``), and runs small programs, several per SM under a register cap (``maxnreg``):
-# a 16-bit row goes in slices of 2048 columns to 4-warp programs, four per SM, which keep only tiles
-# *as loaded* and recompute :math:`\hat{x}`, :math:`dy` where used (held in fp32 they spilled).
+# The chunked kernel reads each row twice, and its partial line at every row. Split the row instead:
+# ``SLICES`` programs, a *group*, share each block of rows; each loads its ``BLOCK_N`` columns of
+# :math:`x`, :math:`dy` once and keeps their :math:`dw`, :math:`db` in fp32 registers. Each publishes
+# its shares of the two row sums in global memory, waits for every slice's, adds them in a fixed order
+# (the same bits everywhere, every run) and writes its :math:`dx`. A wait is a round trip to L2, so the
+# kernel rarely waits: it publishes the *next* block's shares before awaiting this one's, keeps two
+# blocks of loads in flight, loads 16-bit rows as 32-bit words of two (``PACK``) and runs small
+# programs, several per SM under a register cap (``maxnreg``): 16-bit rows go in 2048-column slices to
+# 4-warp programs, four per SM, holding tiles *as loaded* and recomputing :math:`\hat{x}`, :math:`dy`
+# where used (held in fp32 they spilled).
 #
 # Waiting is only safe if the whole grid runs at once: it is sized from the compiled kernel's occupancy
-# (else the chunked kernel runs), and under the interpreter a row has one slice. A share is **one 64-bit
+# (else the chunked kernel runs); under the interpreter a row has one slice. A share is **one 64-bit
 # flag word** (up to 16 warps: both sums' bits exchanged into a buffer of ones, which no written word
 # is), or goes with **a counter per block** (32 warps: stores, a barrier, a *release* add, one poller).
 
@@ -293,9 +285,8 @@ def layer_norm_bwd_split_kernel(
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # Only the tiles as loaded live from step to step: this block's and the next one's (x_hat and dy
-    # are recomputed from them where they are used, a few instructions, rather than held in registers).
-    # First: both blocks loaded, the shares of this program's first block published.
+    # Only the tiles as loaded live from step to step, this block's and the next (x_hat and dy are
+    # recomputed where used, not held in registers). First: both loaded, the first block's shares published.
     x_this, dy_this, mean_this, rstd_this = load_block(
         x_ptr, dy_ptr, mean_ptr, rstd_ptr, group, n_rows, x_row_stride, dy_row_stride, units, unit_ok,
         PACK, BLOCK_M)
@@ -305,13 +296,11 @@ def layer_norm_bwd_split_kernel(
     publish_block(shares_ptr, counter_ptr, group, n_blocks, n_rows, part, x_this, dy_this, mean_this, rstd_this,
                   w, col_ok, dtype, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
     for block in tl.range(group, n_blocks, n_groups):
-        # the block after next: its loads are in flight while this step works (a load whose result is
-        # needed in the same step would stall the program)
+        # the block after next, in flight while this step works (a load needed in this step would stall)
         x_after, dy_after, mean_after, rstd_after = load_block(
             x_ptr, dy_ptr, mean_ptr, rstd_ptr, block + 2 * n_groups, n_rows, x_row_stride, dy_row_stride,
             units, unit_ok, PACK, BLOCK_M)
-        # the next block's shares, published before this block's are awaited (rows past the end publish
-        # nothing)
+        # the next block's shares, published before this block's are awaited (rows past the end: none)
         publish_block(shares_ptr, counter_ptr, block + n_groups, n_blocks, n_rows, part, x_next, dy_next,
                       mean_next, rstd_next, w, col_ok, dtype, SLICES, FLAG_WORDS, PACK, EVEN, BLOCK_M)
         # this block: dw and db, then dx once the group's shares are in
@@ -409,8 +398,7 @@ def bwd_plan(x2d, has_w, compute_dwdb, tensors=None, programs=None, split=None, 
 def layer_norm_wide_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None, **plan_options):
     """dx2d <- dx; with dw and db (N elements) the sums over rows too, in a fixed order. Returns the plan."""
     plan = bwd_plan(x2d, weight is not None, dw is not None, (dy2d, dx2d, weight, mean, rstd), **plan_options)
-    # one line per program (per group when split), every line written: nothing needs clearing
-    shape = (plan["lines"], x2d.shape[1]) if dw is not None else (1,)
+    shape = (plan["lines"], x2d.shape[1]) if dw is not None else (1,)  # a line per group: all written, no clearing
     dw_partial, db_partial = (torch.empty(shape, device=x2d.device, dtype=torch.float32) for _ in range(2))
     args = bwd_args(plan["kernel"], x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,
                     plan["meta"], plan["rows_per_program"])
@@ -428,8 +416,7 @@ def row_statistics(x2d, eps=1e-5):
 
 def layer_norm_backward(x2d, weight, dy2d, mean, rstd, split_from=None):
     """(dx, dw, db) of F.layer_norm over x2d's rows; ``split_from=math.inf``: the core's chunked kernel."""
-    dy2d = dy2d.contiguous()
-    dx2d = torch.empty_like(x2d)
+    dy2d, dx2d = dy2d.contiguous(), torch.empty_like(x2d)
     dw = torch.zeros(x2d.shape[1], device=x2d.device, dtype=x2d.dtype if weight is None else weight.dtype)
     db = torch.zeros(x2d.shape[1], device=x2d.device, dtype=x2d.dtype)
     if dx2d.numel():
@@ -467,119 +454,94 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # %%
 # Benchmark
 # ---------
-# Where the launcher splits, :math:`MN` fixed, with what it chose (slices, warps, grid; on a GPU the
+# Where the launcher splits, :math:`MN` fixed, with its choices (slices, warps, grid; on a GPU the
 # compiled kernel's registers and programs per SM; *partial %*: the partial lines' traffic against the
-# :math:`3MN` elements, the price of the lock-free reduction). A peer's backward is ``autograd.grad`` of
-# :math:`x`, :math:`w`, :math:`b`, ours the launcher with its allocations; each a CUDA graph timed by
-# :func:`triton.testing.do_bench` (median, L2 flushed) next to a copy (the speed of light, no graph). The peers:
-# PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability 9.0 and newer);
-# "-": a peer's limit. quack's layer norm is a pair of functions, ``layernorm_fwd`` and ``layernorm_bwd``, that
-# take the weight and bias in fp32: a small autograd function joins them, given fp32 copies made once per point.
+# :math:`3MN` elements, the lock-free reduction's price). A peer's backward is ``autograd.grad`` of
+# :math:`x`, :math:`w`, :math:`b`; ours is the launcher with its allocations; each a CUDA graph timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed) beside a copy (the speed of light, no graph).
+# Peers: PyTorch, ``torch.compile``, Liger-Kernel, quack (CuTe-DSL kernels, compute capability 9.0 and
+# newer; its pair of functions takes fp32 weight and bias, copied once per point); "-": a peer's limit.
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
 SWEEP = {"bfloat16": [8192, 16384, 32768, 65536, 131072], "float32": [16384, 32768, 65536, 131072]} if ON_GPU \
     else {"bfloat16": [8192], "float32": [16384]}
-try:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-except ImportError:  # not installed: no Liger column
-    LigerLayerNormFunction = None
-layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
-    try:
+
+def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
+    fn()  # compile and warm up outside the timing
+    if not ON_GPU:
+        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
+    torch.cuda.synchronize()
+    if graph:
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
+            fn()
+        fn = captured.replay
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+
+fns = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}  # name -> fn(x, w, b)
+if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
+    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
+            setattr(torch._dynamo.config, knob, 1024)
+    fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
+    with contextlib.suppress(ImportError):  # not installed: no Liger column
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
+    try:  # its layer norm: a pair of functions taking fp32 w and b, joined here by an autograd function
         from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+        class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
+            @staticmethod
+            def forward(ctx, x, w, b):
+                y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+                ctx.save_for_backward(x, rstd, mean)
+                return y
+            @staticmethod
+            def backward(ctx, dy):
+                x, rstd, mean = ctx.saved_tensors
+                dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+                return dx, dw.to(dy.dtype), db.to(dy.dtype)  # w, b: in the dtype of x and dy here
+        fns["quack"] = QuackLayerNorm.apply
     except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
         print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-        layernorm_fwd = None
 else:
     print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+fns["core"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
+fns["this page"] = layer_norm_backward
 
-class QuackLayerNorm(torch.autograd.Function):
-    """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
-    @staticmethod
-    def forward(ctx, x, w, b, w32, b32, eps):
-        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
-        ctx.save_for_backward(x, w32, rstd, mean)
-        ctx.dtypes = w.dtype, b.dtype
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w32, rstd, mean = ctx.saved_tensors
-        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
-        return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
-
-if ON_GPU:  # a graph cannot be captured on the default stream; autograd runs a backward on its forward's
-    torch.cuda.set_stream(torch.cuda.Stream())
-
-def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
-    fn()  # compile and warm up outside the timing
-    if ON_GPU:
-        torch.cuda.synchronize()
-        timed = fn
-        if graph:
-            captured = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
-                fn()
-            timed = captured.replay
-        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
-    start = time.perf_counter()
-    for _ in range(3):
-        fn()
-    return 1e3 * (time.perf_counter() - start) / 3
-
-def providers():
-    found = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
-        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
-                setattr(torch._dynamo.config, knob, 1024)
-        found["torch.compile"] = torch.compile(
-            lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
-        if LigerLayerNormFunction is not None:
-            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-        if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
-            found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
-    found["core"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
-    found["this page"] = layer_norm_backward
-    return found
-
-records, plans, fns, missing = [], [], providers(), {}
-for name_dtype, widths in SWEEP.items():
-    for n_cols in widths:
-        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=getattr(torch, name_dtype))
-        w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
-        dy, out, inputs = torch.randn_like(x), torch.empty_like(x), [t.requires_grad_(True) for t in (x, w, b)]
-        w32, b32 = w.detach().float(), b.detach().float()  # for quack, outside the timing
-        moved = 3 * x.numel() * x.element_size()
-        light = 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        stats, plan = row_statistics(x.detach()), bwd_plan(x.detach(), True, True)
-        plans.append({"dtype": name_dtype, "N": n_cols, "M": x.shape[0], "slices": plan["meta"].get("SLICES", 1),
-                      "warps": plan["meta"]["num_warps"], "grid": plan["programs"], "regs": plan["n_regs"] or "-",
-                      "per SM": plan["per_sm"], "partial %": 100 * 16 * plan["lines"] / (3 * x.shape[0] * x.element_size())})
-        for name, fn in fns.items():
-            try:
-                if name in ("core", "this page"):  # the launcher, on statistics saved beforehand
-                    ms = bench(lambda: fn(x.detach(), w.detach(), dy, *stats))
-                else:  # autograd.grad of x, w and b: every kernel the peer launches for them
-                    y = fn(*inputs)
-                    ms = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
-                gbs = moved / ms * 1e-6
-            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-                if name in ("core", "this page"):
-                    raise
-                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
-                missing.setdefault((name, why), []).append(f"{name_dtype} N = {n_cols}")
-                gbs = float("nan")
-            y = None
-            records.append({"dtype": name_dtype, "N": n_cols, "provider": name, "GB/s": gbs,
-                            "speed of light GB/s": light, "% of light": 100 * gbs / light})
-        del x, dy, out, inputs, w, b, w32, b32
+records, plans, missing = [], [], {}
+for name_dtype, n_cols in [(name_dtype, n) for name_dtype, widths in SWEEP.items() for n in widths]:
+    x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=getattr(torch, name_dtype))
+    w, b = torch.randn(n_cols, device=DEVICE, dtype=x.dtype), torch.randn(n_cols, device=DEVICE, dtype=x.dtype)
+    w32, b32, nbytes = w.float(), b.float(), x.numel() * x.element_size()  # w32, b32: for quack, outside the timing
+    dy, out, inputs = torch.randn_like(x), torch.empty_like(x), [t.requires_grad_(True) for t in (x, w, b)]
+    light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+    stats, plan = row_statistics(x.detach()), bwd_plan(x.detach(), True, True)
+    plans.append({"dtype": name_dtype, "N": n_cols, "M": x.shape[0], "slices": plan["meta"].get("SLICES", 1),
+                  "warps": plan["meta"]["num_warps"], "grid": plan["programs"], "regs": plan["n_regs"] or "-",
+                  "per SM": plan["per_sm"], "partial %": 100 * 16 * plan["lines"] / (3 * x.shape[0] * x.element_size())})
+    for name, fn in fns.items():
+        try:
+            if name in ("core", "this page"):  # the launcher, on statistics saved beforehand
+                ms = bench(lambda: fn(x.detach(), w.detach(), dy, *stats))
+            else:  # autograd.grad of x, w and b: every kernel the peer launches for them
+                y = fn(*inputs)
+                ms = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
+            gbs = 3 * nbytes / ms * 1e-6
+        except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
+            if name in ("core", "this page"):
+                raise
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
+            missing.setdefault((name, why), []).append(f"{name_dtype} N = {n_cols}")
+            gbs = float("nan")
+        y = None
+        records.append({"dtype": name_dtype, "N": n_cols, "provider": name, "GB/s": gbs,
+                        "speed of light GB/s": light, "% of light": 100 * gbs / light})
+    del x, dy, out, inputs, w, b, w32, b32
 for (name, why), points in missing.items():  # once per peer and reason
     print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
-table = table[[p for p in fns if p in table.columns]]
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)[list(fns)]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / core"] = table["this page"] / table["core"]
@@ -591,18 +553,17 @@ table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
-fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
+fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
 styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
-for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
+for ax, (name_dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
     for name, line in part.groupby("provider", sort=False):
         ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set_xscale("log", base=2)
     ax.set(title=f"backward, {name_dtype}", xlabel="row length N (elements)")
     ax.grid(True, alpha=0.3)
-axes[0][0].set(ylabel="% of the copy's GB/s"), axes[0][0].legend(loc="lower left", fontsize=8)
+axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"Layer norm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
-fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -619,7 +580,7 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# Wide bf16 rows were limited on an H100 by how many programs share an SM without spilling (128
+# On an H100, wide bf16 rows were limited by how many programs share an SM without spilling (128
 # registers for four 4-warp programs): bf16x2 arithmetic, :math:`dw`, :math:`db` in shared memory, or a
 # pass of their own would free registers. Few, wide rows pay most for the partial lines (*partial %*).
 # Exercise: change ``SLICE_N`` in ``_split_config`` and rerun. The forward splits rows the same way:
@@ -628,23 +589,12 @@ if not ON_GPU:
 # Where this page was made
 # ------------------------
 
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
-    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
-
-environment_card()
+card = {"device": f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
+        "driver / CUDA": "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"}
+if ON_GPU:
+    props, driver = torch.cuda.get_device_properties(DEVICE), collect_env.get_nvidia_driver_version(collect_env.run)
+    card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
+            "driver / CUDA": f"driver {driver or 'unknown (no nvidia-smi)'}, CUDA {torch.version.cuda}"}
+card |= {"torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed
