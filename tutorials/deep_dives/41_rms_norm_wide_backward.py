@@ -10,16 +10,13 @@ memory, deterministically and without waiting on the exchange (publish one block
 rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
 """
 
-import datetime, math, os, platform, statistics, subprocess, timeit
-
-import torch
-import torch.nn.functional as F
-if not torch.cuda.is_available():
+import contextlib, datetime, math, os, platform, statistics, timeit
+import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
-
 import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
 
-ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
@@ -30,9 +27,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # ---------------------------------------------
 # With :math:`r` the reciprocal root mean square of a row, :math:`\hat{x} = r x` and :math:`g = dy \odot w`,
 #
-# .. math::
-#
-#    dx = r \left( g - \hat{x} \, \frac{1}{N} \sum_j g_j \hat{x}_j \right), \qquad
+# .. math:: dx = r \left( g - \hat{x} \, \frac{1}{N} \sum_j g_j \hat{x}_j \right), \qquad
 #    dw_j = \sum_{\text{rows}} dy_j \, \hat{x}_j .
 #
 # A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Carried from
@@ -346,7 +341,7 @@ def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None)
         meta["maxnreg"] = min(255, regs // (32 * max(WARPS_PER_SM, num_warps)) // 8 * 8)
     return meta
 
-_occupancy = {}
+_occupancy = {}  # (kernel, argument types, meta) -> (programs per SM, what limits it, registers)
 
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once, what limits it, and its registers."""
@@ -354,26 +349,19 @@ def programs_per_sm(kernel, args, meta):
     # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
     key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
            tuple(sorted(meta.items())))
-    if key in _occupancy:
-        return _occupancy[key]
-    threads = 32 * meta["num_warps"]
-    if not ON_GPU:  # nothing is compiled under the interpreter
-        result = (1, "interpreter", 0)
-    else:
-        props = torch.cuda.get_device_properties(DEVICE)
+    if key not in _occupancy and not ON_GPU:  # nothing is compiled under the interpreter
+        _occupancy[key] = (1, "interpreter", 0)
+    if key not in _occupancy:
+        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
         compiled = kernel.warmup(*args, grid=(1,), **meta)
         compiled._init_handles()
-        n_regs = max(compiled.n_regs, 1)
-        smem = compiled.metadata.shared
-        limits = {
-            "threads": props.max_threads_per_multi_processor // threads,
-            "registers": getattr(props, "regs_per_multiprocessor", 65536) // (n_regs * threads),
-            "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32,
-        }
+        n_regs, smem = max(compiled.n_regs, 1), compiled.metadata.shared
+        limits = {"threads": props.max_threads_per_multi_processor // threads,
+                  "registers": getattr(props, "regs_per_multiprocessor", 65536) // (n_regs * threads),
+                  "shared memory": (getattr(props, "shared_memory_per_multiprocessor", 233472) // smem) if smem else 32}
         limit = min(limits, key=limits.get)
-        result = (max(1, limits[limit]), limit, n_regs)
-    _occupancy[key] = result
-    return result
+        _occupancy[key] = (max(1, limits[limit]), limit, n_regs)
+    return _occupancy[key]
 
 def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
     """The split kernel's arguments: the tensors, the shares' slots (cleared when they are flag words)
@@ -481,50 +469,38 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
 SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
-try:
-    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-except ImportError:  # not installed: no Liger column
-    LigerRMSNormFunction = None
-quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
-    try:
-        import quack
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
-if ON_GPU:  # a graph cannot be captured on the default stream; autograd runs a backward on its forward's
-    torch.cuda.set_stream(torch.cuda.Stream())
 
-def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     fn()  # compile and warm up outside the timing
     if not ON_GPU:
         return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
-    timed = fn
     if graph:
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
             fn()
-        timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+        fn = captured.replay
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
-def providers():
-    """name -> f(x, w) of a peer's forward (its backward is timed); peers that cannot run here are left out."""
-    found = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
-        for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
-        found["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
-        if LigerRMSNormFunction is not None:
-            found["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-        if quack is not None:
-            found["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)  # with autograd: dx and dw
-    return found
+fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w); its backward is timed
+if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
+    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
+    with contextlib.suppress(ImportError):  # not installed: no Liger column
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
+    try:
+        import quack
+        fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)  # with autograd: dx and dw
+    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
+        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+else:
+    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
 
-records, plans, fns, missing = [], [], providers(), {}
+records, plans, missing = [], [], {}
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in SWEEP_N:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
@@ -560,7 +536,7 @@ for (name, why), points in missing.items():  # once per peer and reason
 results = pd.DataFrame(records)
 results["% of light"] = 100 * results["GB/s"] / results.light
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
-table = table[[p for p in [*fns, "core", "this page"] if p in table.columns]]
+table = table[[*fns, "core", "this page"]]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"]).light.first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / core"] = table["this page"] / table["core"]
@@ -572,7 +548,7 @@ table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "core", "this 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
 styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
 for ax, dtype in zip(axes, ("float32", "bfloat16")):
     for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
@@ -583,7 +559,6 @@ for ax, dtype in zip(axes, ("float32", "bfloat16")):
     ax.grid(True, alpha=0.3)
 axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"RMSNorm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
-fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -613,23 +588,12 @@ if not ON_GPU:
 # Where this page was made
 # ------------------------
 
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
-    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
-
-environment_card()
+card = {"device": f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
+        "driver / CUDA": "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"}
+if ON_GPU:
+    props, driver = torch.cuda.get_device_properties(DEVICE), collect_env.get_nvidia_driver_version(collect_env.run)
+    card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
+            "driver / CUDA": f"driver {driver or 'unknown (no nvidia-smi)'}, CUDA {torch.version.cuda}"}
+card |= {"torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed
