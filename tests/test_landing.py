@@ -78,9 +78,11 @@ def test_each_page_writes_under_its_own_name_only_when_asked(path):
 
 
 def test_the_pages_that_write_results():
-    """The pages named in issue 20; 13 has no peers to compare with. Others may join (see sol_results' docstring)."""
-    wanted = {"01_fused_softmax", "02_layer_norm_backward_locks", "03_parallel_reduction", "04_rms_norm",
-              "12_softmax_staged_gluon", "22_layer_norm_staged_gluon", "31_reduction_rows_and_columns"}
+    """Every page with peers writes its results; 13 has none to compare with."""
+    wanted = {"01_fused_softmax", "02_layer_norm", "02_layer_norm_backward_locks", "03_parallel_reduction",
+              "04_rms_norm", "05_jax_rms_norm", "11_softmax_long_rows", "12_softmax_staged_gluon",
+              "21_layer_norm_wide_forward", "22_layer_norm_staged_gluon", "23_layer_norm_wide_backward",
+              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward"}
     assert wanted <= {p.stem for p in WRITERS}
     assert "13_launch_heuristics" not in {p.stem for p in WRITERS}
 

@@ -35,7 +35,7 @@ def test_every_tutorial_has_a_page():
 
 # One idea a page: a core page is read in one sitting, a deep dive teaches one technique. Past these a
 # page is two pages (issue 17).
-MOST_LINES = {"core": 550, "deep dive": 650}
+MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (issue 17)
 # Core pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 LONGER = {}
 
