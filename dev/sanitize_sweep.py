@@ -4,17 +4,19 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
     compute-sanitizer --tool racecheck --error-exitcode 99 python3 dev/sanitize_sweep.py
     compute-sanitizer --tool memcheck  --error-exitcode 99 python3 dev/sanitize_sweep.py
     python3 dev/sanitize_sweep.py 04_rms_norm     # one page; without a sanitizer: a quick check that all runs
+    SWEEP_VERBOSE=1 ...                           # a line before each point, to place a sanitizer's report
 
 Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
 output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing.
 """
 
-import pathlib, sys
+import os, pathlib, sys
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP_N = [1, 7, 300, 1024, 4100, 8192, 16384, 20000, 24576, 32752, 32768, 65536, 131072, 262144]
 NORMS_UP_TO = 65536  # the norms' sweep ends here (the softmax's goes on)
+VERBOSE = bool(os.environ.get("SWEEP_VERBOSE"))  # a line before each point
 
 
 def drop_in(stem, name):
@@ -52,6 +54,8 @@ def run(stem):
                 if n > NORMS_UP_TO and "norm" in label:
                     continue
                 rows = 64 if n <= 4096 else max(2, 2**20 // n)  # 64 short rows, as racecheck found them
+                if VERBOSE:  # which point a sanitizer report that follows belongs to
+                    print(f"{stem}: {label} {str(dtype)[6:]} N = {n}", flush=True)
                 torch.manual_seed(n)
                 x = torch.randn(rows, n, device="cuda", dtype=dtype).requires_grad_(True)
                 w = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
@@ -59,6 +63,7 @@ def run(stem):
                 outs = []
                 for fn in (ours, theirs):
                     y = fn(x, w, b)
+                    torch.manual_seed(n + 1)  # the same dy for ours and torch's
                     dy = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
                     grads = torch.autograd.grad(y, [t for t in (x, w, b) if t.requires_grad], dy, allow_unused=True)
                     outs.append((y, *grads))

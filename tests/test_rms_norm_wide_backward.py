@@ -59,8 +59,12 @@ def test_split_kernel_forced(dive, flag_words, dtype, n, monkeypatch):
     dx64, dw64 = reference(x, w, dy)
     assert rel(dx, dx64) <= TOL[dtype] and rel(dw, dw64) <= TOL[dtype], (rel(dx, dx64), rel(dw, dw64))
     dx2 = torch.full_like(x, float("nan"))
-    dive["rms_norm_wide_backward"](x, w, rstd, dy, dx2, None, **options)  # dx only
-    assert torch.equal(dx2, dx)
+    dive["rms_norm_wide_backward"](x, w, rstd, dy, dx2, None, **options)  # dx only: another compiled kernel,
+    # whose arithmetic the compiler may contract otherwise (on an H100: fp32 and fp16, flag words, n = 300)
+    torch.testing.assert_close(dx2, dx, rtol=TOL[dtype], atol=TOL[dtype] * dx.abs().max().item())
+    dx2_again = torch.full_like(x, float("nan"))
+    dive["rms_norm_wide_backward"](x, w, rstd, dy, dx2_again, None, **options)
+    assert torch.equal(dx2_again, dx2), "the dx-only backward is not bitwise repeatable"
     dx3 = torch.full_like(x, float("nan"))  # no weight: g = dy
     dive["rms_norm_wide_backward"](x, None, rstd, dy, dx3, None, **options)
     assert rel(dx3, reference(x, None, dy)[0]) <= TOL[dtype]
