@@ -8,8 +8,8 @@ gradients against torch in float64, with dtype-appropriate tolerances.
     reduce_sum  (tutorial 03)  torch.sum(input, dim=None, keepdim=False, *, dtype=None)
     rms_norm    (tutorial 04)  torch.nn.functional.rms_norm(input, normalized_shape, weight=None, eps=None)
 
-Where a drop-in does not take something torch takes, the case is a strict xfail naming the gap. Sizes are
-tiny: Triton's interpreter runs the kernels on the CPU."""
+What the kernels cannot compute as precisely as torch (float64, integer and bool tensors, dtype=float64)
+raises a clear TypeError. Sizes are tiny: Triton's interpreter runs the kernels on the CPU."""
 
 import pytest
 import torch
@@ -87,10 +87,6 @@ def compare(name, call, leaves, dtype, what, torch_call=None):
         assert err <= TOL[leaf.dtype], f"{what}: gradient {i} relative error {err:.2e} > {TOL[leaf.dtype]:.0e}"
 
 
-def _gap(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 # --- softmax: torch.softmax(input, dim, dtype=None) ---
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -114,10 +110,8 @@ def test_softmax_by_keyword():
     torch.testing.assert_close(ours("softmax")(x, dim=0), torch.softmax(x, dim=0))
 
 
-@pytest.mark.parametrize("x_dtype,dtype", [
-    pytest.param(a, b, marks=_gap("softmax has no dtype= keyword (torch.softmax casts the input to dtype first)"))
-    for a, b in [(torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
-                 (torch.float32, torch.float32)]])
+@pytest.mark.parametrize("x_dtype,dtype", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                           (torch.float32, torch.float16), (torch.float32, torch.float32)])
 def test_softmax_dtype_keyword(x_dtype, dtype):
     leaf = _randn((4, 9), x_dtype, seed=5).requires_grad_(True)
     compare("softmax", lambda op, t: op(t[0], 1, dtype=dtype), [leaf], dtype, f"softmax {x_dtype} dtype={dtype}")
@@ -309,9 +303,7 @@ def _keyword_call(name):
             "rms_norm": dict(input=x, normalized_shape=(5,), weight=w, eps=1e-3)}[name]
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=_gap(f"{n}'s tensor argument is named x, torch's input: input=... raises TypeError"))
-    if n != "reduce_sum" else n for n in PAGES])
+@pytest.mark.parametrize("name", list(PAGES))
 def test_every_argument_by_torchs_keyword(name):
     kwargs = _keyword_call(name)
     got, expected = ours(name)(**kwargs), TORCH_OPS[name](**kwargs)
@@ -328,3 +320,9 @@ def test_dtypes_the_kernels_lack_raise_a_clear_type_error(name, dtype):
     args = {"softmax": (x, 1), "layer_norm": (x, (5,)), "reduce_sum": (x, 1), "rms_norm": (x, (5,))}[name]
     with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
         ours(name)(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_softmax_dtype_keyword_the_kernels_lack_raises(dtype):
+    with pytest.raises(TypeError, match="dtype=torch.(float64|int32); these kernels support float32"):
+        ours("softmax")(torch.ones(3, 5, device=DEVICE), 1, dtype=dtype)

@@ -302,9 +302,12 @@ class SoftmaxFunction(torch.autograd.Function):
             softmax_rows_backward(y2d, dy2d, dx2d)
         return _from_rows(dx2d, y, ctx.dim), None
 
-def softmax(x, dim=-1):
-    """Drop-in for ``torch.softmax(x, dim)`` on float32, float16 and bfloat16 tensors, with autograd."""
-    _check(x, "x")
+def softmax(input, dim=-1, dtype=None):
+    """Drop-in for ``torch.softmax(input, dim, dtype=None)`` on float32, float16 and bfloat16, with autograd."""
+    _check(input, "input")
+    if dtype is not None and dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"softmax: dtype={dtype}; these kernels support float32, float16 and bfloat16")
+    x = input if dtype is None else input.to(dtype)  # as torch.softmax: cast first, autograd casts back
     if not isinstance(dim, int):
         raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
     ndim = max(x.dim(), 1)  # a 0-d tensor takes dim 0 or -1, as in torch

@@ -394,25 +394,25 @@ class LayerNormFunction(torch.autograd.Function):  # on rows: x2d of (M, N) from
             dx2d.zero_()
         return dx2d, dw if need[0] else None, db if need[1] else None, None
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
-    _check(x, "x")
+    _check(input, "input")
     shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
     if not all(isinstance(d, int) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
+    if not shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
         raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be one or more trailing dimensions "
-                         f"of x, whose shape is {list(x.shape)}")
+                         f"of input, whose shape is {list(input.shape)}")
     for t, name in [(t, name) for t, name in ((weight, "weight"), (bias, "bias")) if t is not None]:
         _check(t, name)
-        if tuple(t.shape) != shape or t.device != x.device:
+        if tuple(t.shape) != shape or t.device != input.device:
             raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} on {t.device}, expected normalized_shape "
-                             f"{list(shape)} on x's device, {x.device}")
+                             f"{list(shape)} on input's device, {input.device}")
     if (n_cols := math.prod(shape)) >= 2**31:
         raise ValueError(f"layer_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
-    x2d = _rows(x, math.prod(x.shape[: x.dim() - len(shape)]), n_cols)  # autograd takes dx back to x's shape
+    x2d = _rows(input, math.prod(input.shape[: input.dim() - len(shape)]), n_cols)  # autograd reshapes dx back
     w, b = (None if t is None else t.reshape(n_cols).contiguous() for t in (weight, bias))
-    return LayerNormFunction.apply(x2d, w, b, float(eps)).view(x.shape)
+    return LayerNormFunction.apply(x2d, w, b, float(eps)).view(input.shape)
 
 # %%
 # Correctness

@@ -324,31 +324,31 @@ class RMSNormFunction(torch.autograd.Function):
             dw.zero_()  # no rows: the sum over rows is empty
         return dx2d.view(ctx.x_shape), None if dw is None else dw.view(ctx.weight[0]), None, None
 
-def rms_norm(x, normalized_shape, weight=None, eps=None):
+def rms_norm(input, normalized_shape, weight=None, eps=None):
     """Drop-in for ``torch.nn.functional.rms_norm`` on float32, float16 and bfloat16, with autograd."""
-    _check(x, "x")
+    _check(input, "input")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     if not isinstance(shape, (tuple, list, torch.Size)) or not all(isinstance(d, int) for d in shape):
         raise TypeError(f"rms_norm: normalized_shape must be a tuple of ints, got {normalized_shape!r}")
     shape, k = tuple(shape), len(shape)
     if k == 0:
         raise ValueError("rms_norm: normalized_shape must have at least one dimension, got ()")
-    if k > x.dim() or tuple(x.shape[x.dim() - k:]) != shape:
+    if k > input.dim() or tuple(input.shape[input.dim() - k:]) != shape:
         raise ValueError(f"rms_norm: normalized_shape {list(shape)} must match the last {k} dimension(s) "
-                         f"of x, whose shape is {list(x.shape)}")
+                         f"of input, whose shape is {list(input.shape)}")
     if weight is not None:
         _check(weight, "weight")
         if tuple(weight.shape) != shape:
             raise ValueError(f"rms_norm: weight has shape {list(weight.shape)}, expected normalized_shape "
                              f"{list(shape)}")
-        if weight.device != x.device:
-            raise ValueError(f"rms_norm: weight is on {weight.device} but x is on {x.device}")
+        if weight.device != input.device:
+            raise ValueError(f"rms_norm: weight is on {weight.device} but input is on {input.device}")
     eps = torch.finfo(torch.float32).eps if eps is None else eps
     if not isinstance(eps, (int, float)) or isinstance(eps, bool):
         raise TypeError(f"rms_norm: eps must be a float or None, got {type(eps).__name__}")
     if (n_cols := math.prod(shape)) >= 2**31:
         raise ValueError(f"rms_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
-    return RMSNormFunction.apply(x, weight, n_cols, float(eps))
+    return RMSNormFunction.apply(input, weight, n_cols, float(eps))
 
 # %%
 # Correctness
