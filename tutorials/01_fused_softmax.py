@@ -252,8 +252,8 @@ def softmax_rows_backward(y2d, dy2d, dx2d):
     return "fused"
 
 # %%
-# ``softmax(x, dim)`` takes what :func:`torch.softmax` takes: any shape and ``dim``, non-contiguous,
-# empty and 0-d tensors. The softmax dimension is moved last; where its rows then have unit stride and
+# ``softmax(input, dim, dtype=None)`` takes what :func:`torch.softmax` takes: any shape and ``dim``, non-contiguous,
+# empty and 0-d tensors, a cast first. The softmax dimension is moved last; where its rows then have unit stride and
 # even spacing nothing is copied, elsewhere one copy makes it so (a pass over memory: the last dimension
 # is the fast path). Anything the kernels do not handle raises an error that says so.
 
