@@ -63,8 +63,8 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # stored by column 0's thread of each row: a 1-D store would first gather rstd through shared memory
-    tl.store(rstd_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
+    # by column 0's thread of each row; + cols (masked) keeps the tile's layout: no trip through shared memory
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%

@@ -75,9 +75,9 @@ def layer_norm_fwd_kernel(
             y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
-        first = row_ok[:, None] & (cols == 0)[None, :]  # stored by column 0's thread: no trip through shared memory
-        tl.store(mean_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-        tl.store(rstd_ptr + rows[:, None] + 0 * cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+        first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread; + cols keeps the tile's layout: no shared memory
+        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 _occupancy = {}
