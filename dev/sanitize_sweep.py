@@ -5,6 +5,7 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
     compute-sanitizer --tool memcheck  --error-exitcode 99 python3 dev/sanitize_sweep.py
     python3 dev/sanitize_sweep.py 04_rms_norm     # one page; without a sanitizer: a quick check that all runs
     SWEEP_VERBOSE=1 ...                           # a line before each point, to place a sanitizer's report
+    SWEEP_N=1,7,300 ...                           # only these row lengths (a quick racecheck of short rows)
 
 Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
 output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing.
@@ -14,7 +15,8 @@ import os, pathlib, sys
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SWEEP_N = [1, 7, 300, 1024, 4100, 8192, 16384, 20000, 24576, 32752, 32768, 65536, 131072, 262144]
+SWEEP_N = [int(n) for n in os.environ.get(
+    "SWEEP_N", "1,7,300,1024,4100,8192,16384,20000,24576,32752,32768,65536,131072,262144").split(",")]
 NORMS_UP_TO = 65536  # the norms' sweep ends here (the softmax's goes on)
 VERBOSE = bool(os.environ.get("SWEEP_VERBOSE"))  # a line before each point
 
