@@ -79,7 +79,7 @@ def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
     details = text.find("<details>", text.rfind("rendered_html"))
     assert details != -1, "the page's last output is not the collapsed full environment card"
     full = text[details:text.index("</details>", details)]
-    for key in ("device", "driver / CUDA", "torch", "Triton", "built"):
+    for key in ("device", "driver / CUDA", "torch", "Triton", "built", "packages"):
         assert f">{key}<" in full, f"the collapsed environment card lacks {key!r}"
 
 

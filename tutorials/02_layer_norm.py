@@ -42,13 +42,9 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     return x_hat * weight + bias  # read MN, write MN; read MN, write MN
 
 @triton.jit
-def layer_norm_fwd_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_row_stride, y_row_stride, eps,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
+def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -69,9 +65,13 @@ def layer_norm_fwd_kernel(
             y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
-        first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread; + cols keeps the tile's layout: no shared memory
-        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+        if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
+            tl.store(mean_ptr + rows, mean, mask=row_ok)
+            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+        else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
+            first = row_ok[:, None] & (cols == 0)[None, :]
+            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+            tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
 # The backward pass, without locks
@@ -86,8 +86,7 @@ def layer_norm_fwd_kernel(
 # program :math:`p` of :math:`P` takes the blocks of rows :math:`p, p + P, \ldots`, writes their :math:`dx` and adds
 # :math:`dy \odot \hat{x}` and :math:`dy` in fp32 registers, stored at the end in *its own* line of a ``[P, N]`` buffer:
 # no lock, no atomic, no waiting. A second kernel sums the lines in a fixed order: the same bits on every run (same GPU,
-# same grid). The next page, :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`, measures the classic design
-# (spin locks, as in Triton's tutorial) against this one.
+# grid). :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py` measures the classic design (spin locks) against it.
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -545,6 +544,7 @@ card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.tota
         else f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
         "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run) or 'unknown'} / {torch.version.cuda}"
         if ON_GPU else "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings",
-        "torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+        "torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
+        "packages": os.environ.get("SOL_LOCK", "not pinned")}
 html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
 type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed

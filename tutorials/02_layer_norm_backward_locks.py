@@ -507,7 +507,8 @@ def environment_card():
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
         runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
+            "packages": os.environ.get("SOL_LOCK", "not pinned")}
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
 

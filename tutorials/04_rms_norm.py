@@ -525,8 +525,7 @@ else:
 # Next: the :math:`8PN` bytes of partials weigh on few, wide rows (split the columns too); short bf16 rows through
 # autograd wait for the CPU (CUDA graphs remove it); fusing the residual add before RMSNorm saves a pass.
 # **Exercise**: give each thread 64 bytes in ``_bwd_config``; what spills? References: Zhang and Sennrich, *Root Mean
-# Square Layer Normalization* (2019); Triton's layer-norm tutorial (fp16 partials behind a lock: not deterministic);
-# Liger-Kernel's RMSNorm; Inductor's mix-order reduction; quack.
+# Square Layer Normalization* (2019); Triton's layer-norm tutorial (fp16 partials behind a lock); Liger; Inductor; quack.
 #
 # Where this page was made
 # ------------------------
@@ -543,7 +542,8 @@ def environment_card():
         device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
+            "packages": os.environ.get("SOL_LOCK", "not pinned")}
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 

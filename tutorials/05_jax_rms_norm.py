@@ -534,7 +534,8 @@ def environment_card():
                             if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
         device, runtime = f"{jax.device_count()} x {WHERE}, {NUM_SMS} SMs", f"driver {driver}, {plugins}"
     card = {"device": device, "driver / CUDA": runtime, "JAX": jax.__version__, "jaxlib": jaxlib.__version__,
-            "torch": version("torch"), "Triton": version("triton"), "Python": platform.python_version(), "built": BUILT}
+            "torch": version("torch"), "Triton": version("triton"), "Python": platform.python_version(), "built": BUILT,
+            "packages": os.environ.get("SOL_LOCK", "not pinned")}
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 

@@ -48,13 +48,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # decides).
 
 @triton.jit
-def layer_norm_fwd_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_row_stride, y_row_stride, eps,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
+def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -75,9 +71,13 @@ def layer_norm_fwd_kernel(
             y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
-        first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread; + cols keeps the tile's layout: no shared memory
-        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+        if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
+            tl.store(mean_ptr + rows, mean, mask=row_ok)
+            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+        else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
+            first = row_ok[:, None] & (cols == 0)[None, :]
+            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+            tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 _occupancy = {}
@@ -485,7 +485,8 @@ def environment_card():
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
         runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT}
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
+            "packages": os.environ.get("SOL_LOCK", "not pinned")}
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
 
