@@ -18,6 +18,8 @@ if [ -d .whl ]; then
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONUNBUFFERED=1
+# JAX (tutorial 05) keeps compiled programs only where told: a second build on the same machine reuses them
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$HOME/.cache/sol-jax} JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 start=$(date +%s)
 make html PYTHON=python3 TUTORIAL="${1:-}" 2>&1 | tee "$out/build.log"
 status=$?
