@@ -17,6 +17,9 @@ if [ -d .whl ]; then
         || exit 1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+if [ -d /tmp/quack-site ]; then  # quack, where dev/quack_install.sh put it (the lent GPU machine)
+    export PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONUNBUFFERED=1
 # JAX (tutorial 05) keeps compiled programs only where told: a second build on the same machine reuses them
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$HOME/.cache/sol-jax} JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
