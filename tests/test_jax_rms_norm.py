@@ -82,11 +82,11 @@ def rel(out, ref, scale):
 
 
 # Leading dims: none, one, three, and an empty one. N: 1, odd, non-powers of two, and rows read in chunks
-# (the backward's past 8192 columns, the forward's past 64 KB a row: fp32 only). Each new shape and dtype
+# (the backward's past 8192 columns, the forward's past 16384: 16-bit only). Each new shape and dtype
 # compiles the interpreted kernels anew (seconds), hence a list rather than every combination.
 CASES = [((300,), "float32"), ((4, 1), "float32"), ((4, 1), "float16"),
          ((2, 3, 2, 33), "float32"), ((2, 3, 2, 33), "bfloat16"), ((2, 3, 2, 33), "float16"), ((0, 16), "float32"),
-         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((2, 20000), "float32")]
+         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((2, 20000), "float32"), ((2, 20000), "bfloat16")]
 
 
 @pytest.mark.parametrize("shape, dtype", CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else c)
@@ -151,11 +151,18 @@ def test_configs(page, n_cols, itemsize):
     """Power-of-two tiles covering the row, 4 to 32 warps, grids that cover every row, each program moving
     MIN_ELEMENTS or a whole row, and a persistent backward grid that depends on the shape only."""
     n_rows = 2**26 // n_cols
-    meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)  # whole rows, a block of them a program
-    assert set(meta) == {"BLOCK_M", "BLOCK_N"} and meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
-    assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"] and 4 <= params.num_warps <= 32
-    assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
-    assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
+    kernel, meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)
+    if kernel is page["fwd_chunked_kernel"]:  # a row a program, in chunks that cover it with none empty
+        assert itemsize < 4 and n_cols > 16384 and grid == n_rows, (n_cols, itemsize)
+        assert meta["CHUNK_N"] * meta["CHUNKS"] >= n_cols > meta["CHUNK_N"] * (meta["CHUNKS"] - 1), meta
+        assert meta["CHUNK_N"] <= 8 * 32 * params.num_warps  # 8 values a thread in flight per chunk
+    else:  # whole rows, a block of them a program
+        assert kernel is page["fwd_kernel"] and set(meta) == {"BLOCK_M", "BLOCK_N"}
+        assert meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
+        assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"]
+        assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
+        assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
+    assert 4 <= params.num_warps <= 32
     meta, grid, params = page["_bwd_config"](n_rows, n_cols, itemsize)
     block_m, chunk_n, chunks = meta["BLOCK_M"], meta["CHUNK_N"], meta["CHUNKS"]
     for size in (block_m, chunk_n, block_m * chunk_n):

@@ -74,6 +74,33 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
     plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
 
 # %%
+# A 16-bit row of 32 K columns is 32 values a thread at 32 warps: one program fills an SM's registers, and no
+# load is in flight while it sums its row. Such rows are read twice in chunks, as in tutorial 04: a first pass
+# sums the squares and asks L2 to keep the row (``evict_last``); a second walks it backwards, the chunks likeliest
+# still in L2 first, and scales. Each pass loads its next chunk before it uses this one.
+
+def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
+    """One row a program, read twice in CHUNKS chunks of CHUNK_N columns."""
+    (n_rows, n_cols), row, ar = x_ref.shape, pl.program_id(0), jnp.arange(CHUNK_N)
+    def chunk(k, policy):  # chunk k of the row, as stored (past either end of the row: loads nothing)
+        col = k * CHUNK_N + ar
+        return plgpu.load(x_ref.at[row, col], mask=(col >= 0) & (col < n_cols), other=0, eviction_policy=policy)
+    def add(k, carry):
+        sum_sq, x = carry
+        x_next = chunk(k + 1, "evict_last")
+        return sum_sq + jnp.square(x.astype(jnp.float32)), x_next
+    init = jnp.zeros((CHUNK_N,), jnp.float32), chunk(0, "evict_last")
+    rstd = jax.lax.rsqrt(jnp.sum(jax.lax.fori_loop(0, CHUNKS, add, init)[0]) / n_cols + eps)
+    plgpu.store(rstd_ref.at[pl.ds(row, 1)], jnp.full((1,), rstd))
+    def scale(i, x):
+        k = CHUNKS - 1 - i  # backwards
+        col, x_next = k * CHUNK_N + ar, chunk(k - 1, "evict_first")
+        y = x.astype(jnp.float32) * rstd * _load(w_ref, col, col < n_cols)
+        plgpu.store(y_ref.at[row, col], y.astype(y_ref.dtype), mask=col < n_cols, eviction_policy="evict_first")
+        return x_next
+    jax.lax.fori_loop(0, CHUNKS, scale, chunk(CHUNKS - 1, "evict_first"))
+
+# %%
 # The backward: one kernel for both gradients
 # -------------------------------------------
 # A *persistent* grid, as in tutorial 04: program :math:`p` of a few per SM takes the blocks of rows
@@ -150,11 +177,16 @@ _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (3
 _params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
 def _fwd_config(n_rows, n_cols, itemsize):
-    """(meta, grid, compiler params): a program per block of whole rows (not persistent: nothing to accumulate)."""
+    """(kernel, meta, grid, compiler params): a program per block of whole rows, or per row read in chunks."""
     block_n = pl.next_power_of_2(n_cols)
+    if itemsize < 4 and block_n > 16384:  # 16-bit rows past 16 K: two passes, 8 K columns a chunk, 8 values a thread
+        return fwd_chunked_kernel, dict(CHUNK_N=8192, CHUNKS=pl.cdiv(n_cols, 8192)), n_rows, _params(32)
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-    warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread (128 for fp32 rows of 32 K)
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), _params(warps)
+    warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread
+    # at most 16 warps (32 fp32 a thread at 16 K: two programs an SM) where that holds the row; fp32 rows of 32 K
+    # take 32 (read twice, 264 programs' rows of 128 KB would not stay in the 50 MB L2)
+    return fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), \
+        _params(min(16, warps) if block_n <= 16384 else warps)
 
 def _bwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params): persistent; the grid depends on the shape only, so do dw's sums."""
@@ -181,9 +213,9 @@ def _forward(x2d, w, eps):
     (n_rows, n_cols), f32 = x2d.shape, jnp.float32
     if n_rows == 0:
         return jnp.zeros(x2d.shape, x2d.dtype), jnp.zeros((0,), f32)
-    meta, grid, params = _fwd_config(n_rows, n_cols, x2d.dtype.itemsize)
+    kernel, meta, grid, params = _fwd_config(n_rows, n_cols, x2d.dtype.itemsize)
     out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((n_rows,), f32)
-    return pl.pallas_call(functools.partial(fwd_kernel, eps=eps, **meta), out_shape=out_shape, grid=(grid,),
+    return pl.pallas_call(functools.partial(kernel, eps=eps, **meta), out_shape=out_shape, grid=(grid,),
                           compiler_params=params, interpret=INTERPRET)(x2d, w)
 
 def _backward(x2d, w, rstd, dy2d):  # dx in x's dtype, dw in fp32 (the sum over this device's rows)
@@ -513,7 +545,9 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # Going further
 # -------------
 # A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep
-# dive 41 splits longer rows over programs. JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU
+# dive 41 splits longer rows over programs. Where the table above falls short of the copy (the backward past
+# 8 K columns, fp32 rows of 32 K forward), a row is read twice or one program fills an SM; rows split over
+# programs that swap partial sums through global memory ran slower still in Pallas (``dev/DESIGN.md``). JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU
 # (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, warp specialization), the next port of these
 # kernels. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on
 # your GPU? Time the backward with ``WARPS_PER_SM = 32``. References: Zhang and Sennrich, *Root Mean Square
