@@ -267,10 +267,9 @@ def layer_norm_bwd_chunked_kernel(
 # %%
 # Launch parameters and the drop-in function
 # ------------------------------------------
-# Each kernel's block sizes, warps and grid come from one config function, each value measured fastest on an H100
-# (``dev/DESIGN.md``; how: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). Launchers take 2-D views with
-# unit-stride rows; ``layer_norm`` takes all that :func:`torch.nn.functional.layer_norm` takes (any leading shape,
-# strided or empty tensors, any row length) and raises a clear error for the rest.
+# One config function a kernel sets block sizes, warps and grid, each value measured fastest on an H100 (``dev/DESIGN.md``;
+# how: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). Launchers take 2-D views with unit-stride rows;
+# ``layer_norm`` takes all that :func:`torch.nn.functional.layer_norm` takes and raises a clear error for the rest.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_FUSED_N = 32768  # forward: longest row a program holds in registers
@@ -310,9 +309,8 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
     """(kernel, meta, grid): a program per block of rows; occupancy(kernel, meta) is the programs an SM holds."""
     if chunk_n is None and n_cols <= MAX_FUSED_N:
         block_m = max(1, MIN_ELEMENTS // (block_n := triton.next_power_of_2(n_cols)))  # several short rows a program
-        # 64 bytes of x a thread; 8 rows of 512: 128 (2 warps in 16-bit, 4 in fp32), measured faster on an H100
-        warps = _warps(block_m * block_n, element_size, 64) if block_n != 512 else max(2, 8 * 512 * element_size // 4096)
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64)  # 64 B a thread
+                    if block_n != 512 else max(2, block_m * block_n * element_size // 4096))  # 8 rows of 512: 128 (H100)
         if ON_GPU and n_rows > block_m and (  # a wide row's registers leave room for few programs: few bytes in flight
                 occupancy(layer_norm_fwd_kernel, meta) * block_m * block_n * element_size < FWD_MIN_BYTES_PER_SM):
             meta["BLOCK_M"] = 2 * block_m
