@@ -174,8 +174,8 @@ def test_configs_keep_todays_launch_parameters(tut):
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)
     assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
     assert fwd(64, 32768, 4)[0] is tut["rms_norm_fwd_chunked_kernel"]  # 128 KB rows: chunked
-    assert fwd(64, 32768, 4)[1:] == (dict(CHUNK_N=8192, num_warps=32), 64)
-    assert fwd(64, 65536, 2)[1] == dict(CHUNK_N=8192, num_warps=32)
+    assert fwd(64, 32768, 4)[1:] == (dict(CHUNK_N=16384, num_warps=16), 64)
+    assert fwd(64, 65536, 2)[1] == dict(CHUNK_N=16384, num_warps=16)
     assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=8), 2 * sms)
     assert bwd(2**17, 512, 4)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=16), sms)
     assert bwd(2**14, 4096, 4)[1:] == (dict(BLOCK_M=1, BLOCK_N=4096, num_warps=32), sms)  # 16 KB: wide

@@ -278,7 +278,7 @@ MIN_ELEMENTS = 4096  # forward: fewest elements a block of rows moves, to keep e
 FWD_MIN_BYTES_PER_SM = 40960  # forward: if an SM's programs hold fewer bytes of x, twice the rows each
 BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same bytes in every dtype)
 BWD_WARPS_PER_SM = 32  # backward: as many programs per SM as fit in this many warps (at least one)
-CHUNK_N = {"forward": 8192, "backward": 4096}  # columns per chunk of the chunked kernels
+CHUNK_N = {"forward": 16384, "backward": 4096}  # columns per chunk of the chunked kernels
 SUM_META = dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)  # dw, db: 32 lines at a time, 128 columns
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _occupancy = {}

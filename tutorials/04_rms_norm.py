@@ -226,7 +226,7 @@ NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_G
 MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # longest row a program holds
 MAX_FUSED_BYTES = 65536  # forward: an fp32 row of 32 K fills an SM alone, its loads and stores serialized
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
-CHUNK_N = 8192  # columns per chunk of the two-pass kernels
+CHUNK_N = {"forward": 16384, "backward": 8192}  # columns per chunk of the two-pass kernels
 
 # warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps)
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
@@ -239,8 +239,8 @@ def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
         num_warps = _warps(block_m * block_n, element_size, 64)  # one tile alive: 64 bytes a thread
         return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
             triton.cdiv(n_rows, block_m)
-    chunk = chunk_n or CHUNK_N
-    return rms_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 16)), n_rows
+    chunk = chunk_n or CHUNK_N["forward"]  # 32 values of a chunk a thread: 16 warps for 16 K columns
+    return rms_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=max(4, min(32, chunk // 1024))), n_rows
 
 def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
     """(kernel, meta, grid): persistent, as many programs an SM as fit in 16 warps (P stays small)."""
@@ -251,7 +251,7 @@ def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
         num_warps = _warps(block_m * block_n, element_size, 16 if n_cols * element_size >= 16384 else 32)
         return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
             max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
-    chunk = chunk_n or CHUNK_N  # one program per SM, 32 bytes of a chunk per thread
+    chunk = chunk_n or CHUNK_N["backward"]  # one program per SM, 32 bytes of a chunk per thread
     return rms_norm_bwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 32)), \
         max(1, min(n_rows, NUM_SMS))
 

@@ -146,8 +146,8 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
     flags = dict(HAS_W=weight is not None, HAS_B=bias is not None)
-    if n_cols > MAX_FUSED_N:  # one program per row, chunks of 8192 columns, 32 warps
-        layer_norm_fwd_chunked_kernel[(n_rows,)](*args, **flags, CHUNK_N=8192, num_warps=32)
+    if n_cols > MAX_FUSED_N:  # one program per row, chunks of 16384 columns, 32 warps
+        layer_norm_fwd_chunked_kernel[(n_rows,)](*args, **flags, CHUNK_N=16384, num_warps=32)
         return "chunked (core)", n_rows
     block_m, block_n, num_warps = _fused_config(n_cols, x2d.element_size())
     meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
