@@ -152,8 +152,9 @@ def test_configs(page, n_cols, itemsize):
     MIN_ELEMENTS or a whole row, and a persistent backward grid that depends on the shape only."""
     n_rows = 2**26 // n_cols
     kernel, meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)
-    if kernel is page["fwd_chunked_kernel"]:  # a row a program, in chunks that cover it with none empty
-        assert itemsize < 4 and n_cols > 16384 and grid == n_rows, (n_cols, itemsize)
+    assert (kernel is page["fwd_chunked_kernel"]) == (itemsize < 4 and n_cols > 16384), (n_cols, itemsize)
+    if kernel is page["fwd_chunked_kernel"]:  # a row a program, in power-of-two chunks that cover it, none empty
+        assert grid == n_rows and meta["CHUNK_N"] & (meta["CHUNK_N"] - 1) == 0, meta
         assert meta["CHUNK_N"] * meta["CHUNKS"] >= n_cols > meta["CHUNK_N"] * (meta["CHUNKS"] - 1), meta
         assert meta["CHUNK_N"] <= 8 * 32 * params.num_warps  # 8 values a thread in flight per chunk
     else:  # whole rows, a block of them a program

@@ -309,8 +309,7 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy, chunk_n=None):
     """(kernel, meta, grid): a program per block of rows; occupancy(kernel, meta) is the programs an SM holds."""
     if chunk_n is None and n_cols <= MAX_FUSED_N:
         block_m = max(1, MIN_ELEMENTS // (block_n := triton.next_power_of_2(n_cols)))  # several short rows a program
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64)  # 64 B a thread
-                    if block_n != 512 else max(2, block_m * block_n * element_size // 4096))  # 8 rows of 512: 128 (H100)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64))
         if ON_GPU and n_rows > block_m and (  # a wide row's registers leave room for few programs: few bytes in flight
                 occupancy(layer_norm_fwd_kernel, meta) * block_m * block_n * element_size < FWD_MIN_BYTES_PER_SM):
             meta["BLOCK_M"] = 2 * block_m

@@ -163,7 +163,7 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
 # Launch parameters
 # -----------------
 # Block sizes, warps, stages and grids come from one config function a kernel: change them there. The
-# numbers are tutorial 04's, measured fastest there on an H100.
+# backward's numbers are tutorial 04's; the forward's were measured for this page on an H100 (``dev/DESIGN.md``).
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # a GPU's SMs; on the CPU, four stand-ins
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
@@ -544,13 +544,13 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # %%
 # Going further
 # -------------
-# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep
-# dive 41 splits longer rows over programs. Where the table above falls short of the copy (the backward past
-# 8 K columns, fp32 rows of 32 K forward), a row is read twice or one program fills an SM; rows split over
-# programs that swap partial sums through global memory ran slower still in Pallas (``dev/DESIGN.md``). JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU
-# (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, warp specialization), the next port of these
-# kernels. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on
-# your GPU? Time the backward with ``WARPS_PER_SM = 32``. References: Zhang and Sennrich, *Root Mean Square
+# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep dive
+# 41 splits longer rows over programs. Where the table falls short of the copy (the backward past 8 K columns, fp32
+# rows of 32 K forward), a row is read twice or one program fills an SM; rows split over programs that swap partial
+# sums through global memory ran slower still in Pallas (``dev/DESIGN.md``). JAX 0.11.2 deprecates Pallas' Triton
+# backend for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, warp specialization), the next
+# port of these kernels. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it bitwise
+# repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``. References: Zhang and Sennrich, *Root Mean Square
 # Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
 #
 # Where this page was made
