@@ -240,7 +240,7 @@ def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
         return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
             triton.cdiv(n_rows, block_m)
     chunk = chunk_n or CHUNK_N["forward"]  # 32 values of a chunk a thread: 16 warps for 16 K columns
-    return rms_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=max(4, min(32, chunk // 1024))), n_rows
+    return rms_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 32 * element_size)), n_rows
 
 def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
     """(kernel, meta, grid): persistent, as many programs an SM as fit in 16 warps (P stays small)."""
