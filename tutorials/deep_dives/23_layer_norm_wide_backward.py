@@ -577,17 +577,18 @@ for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort
     print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
           f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# On an H100, wide bf16 rows were limited by how many programs share an SM without spilling (128
-# registers for four 4-warp programs): bf16x2 arithmetic, :math:`dw`, :math:`db` in shared memory, or a
-# pass of their own would free registers. Few, wide rows pay most for the partial lines (*partial %*).
-# Exercise: change ``SLICE_N`` in ``_split_config`` and rerun. The forward splits rows the same way:
-# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`.
+# **Gaps, and what was tried** (this build's are named above). Wide bf16 rows are limited by the programs an SM holds
+# without spilling (four of 4 warps, 128 registers). Tried on an H100 (``dev/DESIGN.md``), none faster: 8-warp programs,
+# 4096- or 1024-column slices, more flag-word slots, a third block in flight, ``tl.range`` pipelining; quack's clusters
+# do not compile with Triton 3.6. Exercise: change ``SLICE_N``. The forward: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`.
 #
 # Where this page was made
 # ------------------------

@@ -574,19 +574,21 @@ for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=Fals
           f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
     print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# The exchange goes through L2. quack spreads a row over a *cluster* of thread blocks that read each
-# other's shared memory (Hopper's distributed shared memory), a much shorter trip, which Triton does not
-# expose today. A row just past a power of two of ``SLICE_N`` leaves its last slices nearly empty:
-# slices of a size that divides the row would waste no programs. Past ``MAX_SPLIT_N`` columns the core's
-# chunked kernels take over. The forward at long rows could split the same way, with the sum of squares
-# as the shared value. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64 and rerun on a GPU: which
-# widths change their way of waiting or their registers, and what does it do to GB/s?
+# The exchange goes through L2. quack spreads a row over a *cluster* of thread blocks that read each other's
+# shared memory (Hopper's distributed shared memory), a shorter trip: Triton 3.6 cannot compile a reduction
+# across a cluster's blocks (Gluon in Triton 3.9 can). **Gaps, and what was tried** (this build's are named
+# above): 16-bit slices, rows held as 32-bit words, run at most 4 programs an SM; tried on an H100
+# (``dev/DESIGN.md``): unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, capped registers, no
+# lookahead: all slower. A row just past a power of two of ``SLICE_N`` leaves its last slices nearly empty.
+# Past ``MAX_SPLIT_N`` the core's chunked kernels take over. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64: what spills?
 #
 # Where this page was made
 # ------------------------
