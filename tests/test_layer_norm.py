@@ -291,9 +291,9 @@ def test_page_checks_passed(ln):
 
 def test_forward_configs_keep_todays_launch_parameters(ln):
     """The forward's launch parameters measured on an H100 (dev/DESIGN.md): rows of 512 at 128 bytes a thread
-    (racecheck-clean at N = 512), others at 64, rows past 32 K in 16 K-column chunks. Without a GPU the occupancy
-    rule is off."""
-    cfg, occupancy = ln["_fwd_config"], lambda kernel, meta: 1
+    (racecheck-clean at N = 512), others at 64, rows past 32 K in 16 K-column chunks. The occupancy given keeps the
+    rule that doubles BLOCK_M (a GPU only) off, so the test reads the same with and without a GPU."""
+    cfg, occupancy = ln["_fwd_config"], lambda kernel, meta: 64
     assert cfg(1000, 512, 2, occupancy)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=2), 125)
     assert cfg(1000, 512, 4, occupancy)[1] == dict(BLOCK_M=8, BLOCK_N=512, num_warps=4)
     assert cfg(1000, 1024, 2, occupancy)[1] == dict(BLOCK_M=4, BLOCK_N=1024, num_warps=4)
