@@ -4,7 +4,7 @@
 # uninitialized memory (initcheck). The tests call each kernel on small tensors, fallbacks forced.
 #
 #   bash dev/sanitize.sh                          # memcheck over every kernel test
-#   bash dev/sanitize.sh racecheck tests/test_softmax_staged.py tests/test_layer_norm_staged.py
+#   bash dev/sanitize.sh racecheck tests/test_softmax_staged.py tests/test_layer_norm_staged.py tests/test_rms_norm_staged.py
 #
 # PyTorch's caching allocator would hide an overrun inside its pooled blocks: it is turned off here.
 set -euo pipefail

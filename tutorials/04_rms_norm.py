@@ -518,11 +518,11 @@ if not ON_GPU:
 # -------------
 # **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` (forward 32 K, 16 K in fp32 by
 # ``MAX_FUSED_BYTES``; backward 8 K); past it rows are read twice and the backward moves a ``dw_partial`` row
-# per row. The fastest kernel on this site, every dtype: **forward**, fused, then chunked (this page);
-# **backward**, fused up to 8 K and chunked past 128 K (this page), in between one row shared by programs that
-# exchange row sums without waiting, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`.
+# per row. The fastest kernel on this site: **forward**, fused, chunked (this page), 16-bit rows of 16-32 K staged in
+# shared memory, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py`; **backward**, fused up to 8 K and
+# chunked past 128 K (this page), in between a row shared by programs, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`.
 # **Gaps, and what was tried** (this build's are the N named above): quack holds a forward's row of 64 K in the shared
-# memory of a *cluster* of SMs, read once, where ours reads it twice; ours holds a 16-bit row of 32 K per SM. Tried on an H100
+# memory of a *cluster* of SMs, read once, where ours reads it twice; this page holds a 16-bit row of 32 K an SM. Tried on an H100
 # (``dev/DESIGN.md``): chunks of 4-32 K columns, 8-32 warps, persistent grids, capped registers for two rows an SM;
 # none faster. Triton 3.6 cannot compile a reduction across a cluster's blocks (Gluon in Triton 3.9 can). **Exercise**:
 # give each thread 64 bytes in ``_bwd_config``; what spills? References: Zhang and Sennrich (2019); Liger; Inductor; quack.
