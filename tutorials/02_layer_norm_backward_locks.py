@@ -197,9 +197,9 @@ BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every
 BWD_WARPS_PER_SM = 32  # as many programs per SM as fit in this many warps (at least one)
 _occupancy = {}
 
-def _warps(n_elements, element_size, bytes_per_thread):
-    """Warps such that each thread holds about bytes_per_thread bytes of a tile (4 to 32 warps)."""
-    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
+def _warps(n_elements, element_size, bytes_per_thread, least=4):
+    """Warps such that each thread holds about bytes_per_thread bytes of a tile (least to 32 warps)."""
+    return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
