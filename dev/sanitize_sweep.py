@@ -4,11 +4,15 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
     compute-sanitizer --tool racecheck --error-exitcode 99 python3 dev/sanitize_sweep.py
     compute-sanitizer --tool memcheck  --error-exitcode 99 python3 dev/sanitize_sweep.py
     python3 dev/sanitize_sweep.py 04_rms_norm     # one page; without a sanitizer: a quick check that all runs
+    python3 dev/sanitize_sweep.py deep_dives/42_rms_norm_staged_gluon   # a staged (Gluon) deep dive
     SWEEP_VERBOSE=1 ...                           # a line before each point, to place a sanitizer's report
     SWEEP_N=1,7,300 ...                           # only these row lengths (a quick racecheck of short rows)
 
 Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
-output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing.
+output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing. The
+staged deep dives (12, 22, 42: Gluon kernels holding a 16-bit row in shared memory) have forward-only drop-ins:
+their sweep is bf16 forwards at the row lengths they stage (16385-32768). Their pages' tests cannot run under
+dev/sanitize.sh, which turns PyTorch's caching allocator off: the pages' benchmarks capture CUDA graphs.
 """
 
 import os, pathlib, sys
@@ -19,6 +23,7 @@ SWEEP_N = [int(n) for n in os.environ.get(
     "SWEEP_N", "1,7,300,1024,4100,8192,16384,20000,24576,32752,32768,65536,131072,262144").split(",")]
 NORMS_UP_TO = 65536  # the norms' sweep ends here (the softmax's goes on)
 VERBOSE = bool(os.environ.get("SWEEP_VERBOSE"))  # a line before each point
+DEVICE = os.environ.get("SWEEP_DEVICE", "cuda")  # "cpu": the plumbing alone, kernels interpreted (tests/test_dev.py)
 
 
 def drop_in(stem, name):
@@ -46,40 +51,61 @@ def cases(stem):
         ours = drop_in(stem, "reduce_sum")
         return [(f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
                 for d in (None, 0, 1)]
+    if stem == "deep_dives/12_softmax_staged_gluon":
+        ours = drop_in(stem, "softmax_forward")
+        return [("staged softmax", lambda x, w, b: ours(x), lambda x, w, b: torch.softmax(x, -1))]
+    if stem == "deep_dives/22_layer_norm_staged_gluon":
+        ours, f = drop_in(stem, "layer_norm_forward"), torch.nn.functional.layer_norm
+        return [("staged layer_norm", lambda x, w, b: ours(x, w, b), lambda x, w, b: f(x, x.shape[-1:], w, b))]
+    if stem == "deep_dives/42_rms_norm_staged_gluon":
+        ours, f = drop_in(stem, "rms_norm_forward"), torch.nn.functional.rms_norm
+        return [("staged rms_norm", lambda x, w, b: ours(x, w), lambda x, w, b: f(x, x.shape[-1:], w))]
     raise ValueError(f"no sweep for {stem}")
+
+
+STAGED_N = (16385, 32768)  # the row lengths the staged deep dives take (bf16)
 
 
 def run(stem):
     for label, ours, theirs in cases(stem):
-        for dtype in (torch.float32, torch.bfloat16):
+        staged = label.startswith("staged")  # forward only, bf16, the staged row lengths
+        for dtype in (torch.bfloat16,) if staged else (torch.float32, torch.bfloat16):
+            done = []  # the row lengths run
             for n in SWEEP_N:
-                if n > NORMS_UP_TO and "norm" in label:
+                if n > NORMS_UP_TO and "norm" in label or staged and not STAGED_N[0] <= n <= STAGED_N[1]:
                     continue
+                done.append(n)
                 rows = 64 if n <= 4096 else max(2, 2**20 // n)  # 64 short rows, as racecheck found them
                 if VERBOSE:  # which point a sanitizer report that follows belongs to
                     print(f"{stem}: {label} {str(dtype)[6:]} N = {n}", flush=True)
                 torch.manual_seed(n)
-                x = torch.randn(rows, n, device="cuda", dtype=dtype).requires_grad_(True)
-                w = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
-                b = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
+                x = torch.randn(rows, n, device=DEVICE, dtype=dtype).requires_grad_(not staged)
+                w = torch.randn(n, device=DEVICE, dtype=dtype).requires_grad_(not staged)
+                b = torch.randn(n, device=DEVICE, dtype=dtype).requires_grad_(not staged)
                 outs = []
                 for fn in (ours, theirs):
                     y = fn(x, w, b)
+                    if staged:  # no autograd: the output alone
+                        outs.append((y,))
+                        continue
                     torch.manual_seed(n + 1)  # the same dy for ours and torch's
                     dy = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
                     grads = torch.autograd.grad(y, [t for t in (x, w, b) if t.requires_grad], dy, allow_unused=True)
                     outs.append((y, *grads))
-                torch.cuda.synchronize()
+                torch.cuda.synchronize() if DEVICE == "cuda" else None
                 tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
                 for i, (a, e) in enumerate(zip(*outs)):
                     if e is None:
                         assert a is None or not a.any(), f"{label} {dtype} N={n}: output {i}"
                         continue
                     torch.testing.assert_close(a, e, **tol, msg=lambda m: f"{label} {dtype} N={n}, output {i}: {m}")
-            print(f"{stem}: {label} {str(dtype)[6:]}, N = {SWEEP_N[0]}..{n}: clean run, matches torch", flush=True)
+            print(f"{stem}: {label} {str(dtype)[6:]}, N = {', '.join(map(str, done)) or 'none in its range'}: "
+                  + ("clean run, matches torch" if done else "nothing run"), flush=True)
 
 
 if __name__ == "__main__":
-    assert torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
-    for stem in sys.argv[1:] or ["01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "04_rms_norm"]:
+    assert DEVICE == "cpu" or torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
+    for stem in sys.argv[1:] or ["01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "04_rms_norm",
+                                 "deep_dives/12_softmax_staged_gluon", "deep_dives/22_layer_norm_staged_gluon",
+                                 "deep_dives/42_rms_norm_staged_gluon"]:
         run(stem)

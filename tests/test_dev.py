@@ -9,3 +9,22 @@ def test_every_tool_in_dev_is_described_in_its_readme():
     assert tools, "dev/ has no tools"
     missing = [name for name in tools if f"| `{name}` |" not in readme]
     assert not missing, f"dev/README.md's table does not describe {missing}"
+
+
+def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
+    """dev/sanitize_sweep.py (run on the GPU under compute-sanitizer) with SWEEP_DEVICE=cpu: each page's drop-in,
+    the staged deep dives included (their core kernels here), against torch at a short and a staged row length."""
+    import os
+    import subprocess
+    import sys
+    pages = ["04_rms_norm", "deep_dives/12_softmax_staged_gluon", "deep_dives/22_layer_norm_staged_gluon",
+             "deep_dives/42_rms_norm_staged_gluon"]
+    env = dict(os.environ, SWEEP_DEVICE="cpu", SWEEP_N="7,16400")
+    env.pop("TRITON_INTERPRET", None)  # each page sets it itself without a GPU
+    proc = subprocess.run([sys.executable, str(ROOT / "dev" / "sanitize_sweep.py"), *pages], capture_output=True,
+                          text=True, timeout=900, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "clean run, matches torch" in line]
+    assert any(line.startswith("04_rms_norm: rms_norm float32, N = 7, 16400:") for line in lines), proc.stdout
+    for page in pages[1:]:  # the staged pages: bf16, forward, the staged row length only
+        assert any(line.startswith(f"{page}: staged") and "bfloat16, N = 16400:" in line for line in lines), proc.stdout
