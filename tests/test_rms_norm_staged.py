@@ -29,18 +29,11 @@ def page():
     return load_tutorial(STEM)
 
 
-def regs_per_sm_meta(page, n_cols):
-    """The launcher's meta-parameters on an H100 (65536 registers an SM), as staged_plan computes them."""
-    cfg, vec = page["_staged_config"](2), 8
-    return dict(CHUNKS=-(-n_cols // cfg["CHUNK_N"]), VEC=vec, REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]),
-                EVEN=n_cols % cfg["CHUNK_N"] == 0, num_warps=cfg["num_warps"],
-                maxnreg=min(255, 65536 // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
-
-
 def test_staged_kernel_compiles_for_hopper(page, tmp_path):
     """Rows of 32768 (whole chunks) and 20000 columns (a masked last chunk), with and without a weight."""
     cfg = page["_staged_config"](2)
-    metas = [dict(regs_per_sm_meta(page, n), HAS_WEIGHT=w) for n in (32768, 20000) for w in (True, False)]
+    # the launcher's own meta-parameters for an H100 (65536 registers an SM)
+    metas = [dict(page["staged_meta"](n, 2, cfg, 65536), HAS_WEIGHT=w) for n in (32768, 20000) for w in (True, False)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     for dtype in ("bf16", "fp16"):
         proc = subprocess.run([sys.executable, "-c", COMPILE, str(PAGE), "rms_norm_fwd_staged_kernel",
@@ -60,10 +53,11 @@ def test_staged_config(page):
     """16-bit rows of 16 K to 32 K only; PER_SM programs' registers and rows fit an H100's SM."""
     cfg = page["_staged_config"](2)
     assert page["_staged_config"](4) is None and cfg["MIN_N"] == 16385 and cfg["MAX_N"] == 32768
-    meta = regs_per_sm_meta(page, 32768)
-    assert meta["REP"] >= 1 and meta["CHUNKS"] * cfg["CHUNK_N"] == 32768 and meta["EVEN"]
+    meta = page["staged_meta"](32768, 2, cfg, 65536)
+    assert meta["VEC"] == 8 and meta["REP"] >= 1 and meta["CHUNKS"] * cfg["CHUNK_N"] == 32768 and meta["EVEN"]
     assert meta["maxnreg"] * 32 * cfg["num_warps"] * cfg["PER_SM"] <= 65536
     assert cfg["PER_SM"] * 32768 * 2 <= 233472
+    assert not page["staged_meta"](20000, 2, cfg, 65536)["EVEN"]
 
 
 def test_core_kernel_is_tutorial_04s(page):

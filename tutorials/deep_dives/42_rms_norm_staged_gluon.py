@@ -151,24 +151,30 @@ def _staged_config(element_size):
     return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=8, PER_SM=3)}.get(element_size)
 
 
+def staged_meta(n_cols, element_size, cfg, regs_per_sm):
+    """The staged kernel's meta-parameters (HAS_WEIGHT aside) for rows of n_cols elements under the entry cfg:
+    registers capped so that ``PER_SM`` programs fit in regs_per_sm."""
+    vec = 16 // element_size  # elements a 16-byte copy moves
+    return dict(CHUNKS=triton.cdiv(n_cols, cfg["CHUNK_N"]), VEC=vec, EVEN=n_cols % cfg["CHUNK_N"] == 0,
+                REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]), num_warps=cfg["num_warps"],
+                maxnreg=min(255, regs_per_sm // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+
+
 def staged_plan(x2d, cfg=None):
-    """The staged kernel's meta-parameters for the rows of x2d (HAS_WEIGHT aside), or None where the core
-    kernel keeps them: no GPU, no entry (``cfg`` replaces ``_staged_config``'s; ``{}``: none), a length out
-    of range, 16-byte copies that do not fit the rows, no ``cp.async``, too little shared memory."""
+    """``staged_meta`` for the rows of x2d, or None where the core kernel keeps them: no GPU, no entry (``cfg``
+    replaces ``_staged_config``'s; ``{}``: none), a length out of range, 16-byte copies that do not fit the
+    rows, no ``cp.async``, too little shared memory."""
     cfg = _staged_config(x2d.element_size()) if cfg is None else cfg
-    n_cols, vec = x2d.shape[1], 16 // x2d.element_size()  # elements a 16-byte copy moves
-    if not ON_GPU or not cfg or not cfg["MIN_N"] <= n_cols <= cfg["MAX_N"]:
+    if not ON_GPU or not cfg or not cfg["MIN_N"] <= x2d.shape[1] <= cfg["MAX_N"]:
         return None
-    if n_cols % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # as Triton specializes: 16-byte copies, whole
+    if x2d.shape[1] % 16 or x2d.stride(0) % 16 or x2d.data_ptr() % 16:  # as Triton specializes: 16-byte copies, whole
         return None
-    props, chunks = torch.cuda.get_device_properties(DEVICE), triton.cdiv(n_cols, cfg["CHUNK_N"])
+    props = torch.cuda.get_device_properties(DEVICE)
+    meta = staged_meta(x2d.shape[1], x2d.element_size(), cfg, getattr(props, "regs_per_multiprocessor", 65536))
     if torch.version.hip or props.major < 8 or \
-            getattr(props, "shared_memory_per_block_optin", 49152) < chunks * cfg["CHUNK_N"] * x2d.element_size() + 1024:
+            getattr(props, "shared_memory_per_block_optin", 49152) < meta["CHUNKS"] * cfg["CHUNK_N"] * x2d.element_size() + 1024:
         return None
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    return dict(CHUNKS=chunks, VEC=vec, REP=cfg["CHUNK_N"] // (vec * 32 * cfg["num_warps"]),
-                EVEN=n_cols % cfg["CHUNK_N"] == 0, num_warps=cfg["num_warps"],  # registers for PER_SM programs:
-                maxnreg=min(255, regs // (32 * cfg["num_warps"] * cfg["PER_SM"]) // 8 * 8))
+    return meta
 
 
 def rms_norm_staged_forward(x2d, w, y2d, rstd, eps, cfg=None):
