@@ -11,7 +11,7 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
 Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
 output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing. The
 staged deep dives (12, 22, 42: Gluon kernels holding a 16-bit row in shared memory) have forward-only drop-ins:
-their sweep is bf16 forwards at the row lengths they stage (16385-32768). Their pages' tests cannot run under
+their sweep is bf16 forwards at the row lengths their `_staged_config` stages. Their pages' tests cannot run under
 dev/sanitize.sh, which turns PyTorch's caching allocator off: the pages' benchmarks capture CUDA graphs.
 """
 
@@ -26,16 +26,22 @@ VERBOSE = bool(os.environ.get("SWEEP_VERBOSE"))  # a line before each point
 DEVICE = os.environ.get("SWEEP_DEVICE", "cuda")  # "cpu": the plumbing alone, kernels interpreted (tests/test_dev.py)
 
 
-def drop_in(stem, name):
-    """The page's function `name`, from the page run up to its correctness cell."""
+def page(stem):
+    """The page's globals, from the page run up to its correctness cell."""
     source = (ROOT / "tutorials" / f"{stem}.py").read_text(encoding="utf-8")
     scope = {"__name__": f"sweep_{stem}", "__file__": str(ROOT / "tutorials" / f"{stem}.py")}
     exec(compile(source[: source.index("# %%\n# Correctness")], scope["__file__"], "exec"), scope)
-    return scope[name]
+    return scope
+
+
+def drop_in(stem, name):
+    """The page's function `name`, from the page run up to its correctness cell."""
+    return page(stem)[name]
 
 
 def cases(stem):
-    """(label, ours, torch's) for each drop-in of the page: functions of x and a seed giving the outputs."""
+    """(label, ours, torch's) for each drop-in of the page: functions of x, w, b giving the outputs. A staged
+    deep dive's case adds the (MIN_N, MAX_N) of its page's 16-bit ``_staged_config``: the lengths it stages."""
     if stem == "01_fused_softmax":
         ours = drop_in(stem, "softmax")
         return [("softmax", lambda x, w, b: ours(x, -1), lambda x, w, b: torch.softmax(x, -1))]
@@ -51,28 +57,29 @@ def cases(stem):
         ours = drop_in(stem, "reduce_sum")
         return [(f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
                 for d in (None, 0, 1)]
-    if stem == "deep_dives/12_softmax_staged_gluon":
-        ours = drop_in(stem, "softmax_forward")
-        return [("staged softmax", lambda x, w, b: ours(x), lambda x, w, b: torch.softmax(x, -1))]
-    if stem == "deep_dives/22_layer_norm_staged_gluon":
-        ours, f = drop_in(stem, "layer_norm_forward"), torch.nn.functional.layer_norm
-        return [("staged layer_norm", lambda x, w, b: ours(x, w, b), lambda x, w, b: f(x, x.shape[-1:], w, b))]
-    if stem == "deep_dives/42_rms_norm_staged_gluon":
-        ours, f = drop_in(stem, "rms_norm_forward"), torch.nn.functional.rms_norm
-        return [("staged rms_norm", lambda x, w, b: ours(x, w), lambda x, w, b: f(x, x.shape[-1:], w))]
+    if stem.startswith("deep_dives/") and "staged" in stem:
+        scope = page(stem)
+        span = tuple(scope["_staged_config"](2)[k] for k in ("MIN_N", "MAX_N"))
+        if stem == "deep_dives/12_softmax_staged_gluon":
+            ours = scope["softmax_forward"]
+            return [("staged softmax", lambda x, w, b: ours(x), lambda x, w, b: torch.softmax(x, -1), span)]
+        if stem == "deep_dives/22_layer_norm_staged_gluon":
+            ours, f = scope["layer_norm_forward"], torch.nn.functional.layer_norm
+            return [("staged layer_norm", lambda x, w, b: ours(x, w, b),
+                     lambda x, w, b: f(x, x.shape[-1:], w, b), span)]
+        if stem == "deep_dives/42_rms_norm_staged_gluon":
+            ours, f = scope["rms_norm_forward"], torch.nn.functional.rms_norm
+            return [("staged rms_norm", lambda x, w, b: ours(x, w), lambda x, w, b: f(x, x.shape[-1:], w), span)]
     raise ValueError(f"no sweep for {stem}")
 
 
-STAGED_N = (16385, 32768)  # the row lengths the staged deep dives take (bf16)
-
-
 def run(stem):
-    for label, ours, theirs in cases(stem):
-        staged = label.startswith("staged")  # forward only, bf16, the staged row lengths
+    for label, ours, theirs, *span in cases(stem):
+        staged = bool(span)  # a staged deep dive: forward only, bf16, the row lengths it stages
         for dtype in (torch.bfloat16,) if staged else (torch.float32, torch.bfloat16):
             done = []  # the row lengths run
             for n in SWEEP_N:
-                if n > NORMS_UP_TO and "norm" in label or staged and not STAGED_N[0] <= n <= STAGED_N[1]:
+                if staged and not span[0][0] <= n <= span[0][1] or not staged and n > NORMS_UP_TO and "norm" in label:
                     continue
                 done.append(n)
                 rows = 64 if n <= 4096 else max(2, 2**20 // n)  # 64 short rows, as racecheck found them
