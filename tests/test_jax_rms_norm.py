@@ -82,11 +82,12 @@ def rel(out, ref, scale):
 
 
 # Leading dims: none, one, three, and an empty one. N: 1, odd, non-powers of two, and rows read in chunks
-# (the backward's past 8192 columns, the forward's past 16384: 16-bit only). Each new shape and dtype
-# compiles the interpreted kernels anew (seconds), hence a list rather than every combination.
+# (the backward's past 8192 columns, the forward's past 16384: 16-bit only); fp32 rows past 16384 take the
+# persistent forward (9 rows over 4 programs). Each new shape and dtype compiles the interpreted kernels anew
+# (seconds), hence a list rather than every combination.
 CASES = [((300,), "float32"), ((4, 1), "float32"), ((4, 1), "float16"),
          ((2, 3, 2, 33), "float32"), ((2, 3, 2, 33), "bfloat16"), ((2, 3, 2, 33), "float16"), ((0, 16), "float32"),
-         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((2, 20000), "float32"), ((2, 20000), "bfloat16")]
+         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((9, 20000), "float32"), ((2, 20000), "bfloat16")]
 
 
 @pytest.mark.parametrize("shape, dtype", CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else c)
@@ -158,9 +159,13 @@ def test_configs(page, n_cols, itemsize):
         assert meta["CHUNK_N"] * meta["CHUNKS"] >= n_cols > meta["CHUNK_N"] * (meta["CHUNKS"] - 1), meta
         assert meta["CHUNK_N"] <= 8 * 32 * params.num_warps  # 8 values a thread in flight per chunk
     else:  # whole rows, a block of them a program
-        assert kernel is page["fwd_kernel"] and set(meta) == {"BLOCK_M", "BLOCK_N"}
+        assert kernel is page["fwd_kernel"] and set(meta) == {"BLOCK_M", "BLOCK_N", "PARTS", "AHEAD"}
         assert meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
-        assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"]
+        assert meta["BLOCK_N"] % meta["PARTS"] == 0 and 0 <= meta["AHEAD"] < meta["PARTS"], meta
+        if meta["AHEAD"]:  # persistent: a program an SM, a row at a time
+            assert meta["BLOCK_M"] == 1 and grid == min(n_rows, page["NUM_SMS"]), (meta, grid)
+        else:  # a program per block
+            assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"]
         assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
         assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
     assert 4 <= params.num_warps <= 32

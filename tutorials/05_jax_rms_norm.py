@@ -57,21 +57,33 @@ def rms_norm_reference(x, weight, eps=1e-6):
 # A Pallas kernel gets *refs* and says what to load and store. Each program takes ``BLOCK_M`` whole rows; a
 # block is a power of two wide (Triton's tiles are), so columns past :math:`N` and rows past :math:`M` are
 # masked: never read, never written. An index array per axis addresses the tile, as pointers do in Triton.
+# An fp32 row of 32 K fills an SM's registers alone, so nothing would be in flight while it is summed and
+# stored: such rows run on a *persistent* grid, a program per SM that loads the next row's first parts early.
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
 def _load(ref, idx, ok, policy=None):  # masked elements read as 0; everything is computed in fp32
     return plgpu.load(ref.at[idx], mask=ok, other=0, eviction_policy=policy).astype(jnp.float32)
 
-def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
-    """One program per block of BLOCK_M whole rows, padded to BLOCK_N columns."""
-    (n_rows, n_cols), rows, cols = x_ref.shape, pl.program_id(0) * BLOCK_M + jnp.arange(BLOCK_M), jnp.arange(BLOCK_N)
-    idx, ok = _tile(rows, cols, n_rows, n_cols)
-    x = _load(x_ref, idx, ok)
-    rstd = jax.lax.rsqrt(jnp.sum(x * x, axis=1) / n_cols + eps)  # padding adds 0
-    y = x * rstd[:, None] * _load(w_ref, cols, cols < n_cols)[None, :]
-    plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
-    plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
+def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N, PARTS, AHEAD):
+    """Blocks of BLOCK_M whole rows padded to BLOCK_N columns, in PARTS parts; program p takes blocks p, p + P,
+    ... and loads the next block's first AHEAD parts before it scales and stores this one."""
+    (n_rows, n_cols), pid, n_programs = x_ref.shape, pl.program_id(0), pl.num_programs(0)
+    cols = [k * (BLOCK_N // PARTS) + jnp.arange(BLOCK_N // PARTS) for k in range(PARTS)]
+    load = lambda block, k: _load(x_ref, *_tile(block * BLOCK_M + jnp.arange(BLOCK_M), cols[k], n_rows, n_cols))
+    def step(i, ahead):
+        block = pid + i * n_programs
+        rows, x = block * BLOCK_M + jnp.arange(BLOCK_M), list(ahead) + [load(block, k) for k in range(AHEAD, PARTS)]
+        rstd = jax.lax.rsqrt(sum(jnp.sum(v * v, axis=1) for v in x) / n_cols + eps)  # padding adds 0
+        ahead = tuple(load(block + n_programs, k) for k in range(AHEAD))  # past the last row: loads nothing
+        for k, v in enumerate(x):
+            idx, ok = _tile(rows, cols[k], n_rows, n_cols)
+            y = v * rstd[:, None] * _load(w_ref, cols[k], cols[k] < n_cols)[None, :]
+            plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
+        plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
+        return ahead
+    n_mine = pl.cdiv(pl.cdiv(n_rows, BLOCK_M) - pid, n_programs)  # blocks pid, pid + P, ... before the end
+    jax.lax.fori_loop(0, n_mine, step, tuple(load(pid, k) for k in range(AHEAD)))
 
 # %%
 # A 16-bit row of 32 K columns is 32 values a thread at 32 warps: one program fills an SM's registers, and no
@@ -183,10 +195,11 @@ def _fwd_config(n_rows, n_cols, itemsize):
         return fwd_chunked_kernel, dict(CHUNK_N=8192, CHUNKS=pl.cdiv(n_cols, 8192)), n_rows, _params(32)
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
     warps = _warps(block_m * block_n, itemsize, 64)  # one tile alive: 64 bytes a thread
-    # at most 16 warps (32 fp32 a thread at 16 K: two programs an SM) where that holds the row; fp32 rows of 32 K
-    # take 32 (read twice, 264 programs' rows of 128 KB would not stay in the 50 MB L2)
-    return fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), \
-        _params(min(16, warps) if block_n <= 16384 else warps)
+    if block_n > 16384:  # fp32 rows of 32 K: a program an SM (32 warps), 2 of 8 parts of the next row loaded early
+        return fwd_kernel, dict(BLOCK_M=1, BLOCK_N=block_n, PARTS=8, AHEAD=2), min(n_rows, NUM_SMS), _params(32)
+    # at most 16 warps (32 fp32 a thread at 16 K: two programs an SM) where that holds the row
+    return fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, PARTS=1, AHEAD=0), pl.cdiv(n_rows, block_m), \
+        _params(min(16, warps))
 
 def _bwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params): persistent; the grid depends on the shape only, so do dw's sums."""
@@ -546,11 +559,13 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # -------------
 # A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep dive
 # 41 splits longer rows over programs. Where the table falls short of the copy (the backward past 8 K columns, fp32
-# rows of 32 K forward), a row is read twice or one program fills an SM; rows split over programs that swap partial
-# sums through global memory ran slower still in Pallas (``dev/DESIGN.md``). JAX 0.11.2 deprecates Pallas' Triton
-# backend for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, warp specialization), the next
-# port of these kernels. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it bitwise
-# repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``. References: Zhang and Sennrich, *Root Mean Square
+# rows of 32 K forward), a row is read twice or one program fills an SM. Rows split over programs that swap partial
+# sums through global memory, waiting on each other, ran faster for the fp32 backward at 32 K in our probes, slower
+# for bf16 and the forward, and can hang where a row's programs are not all resident: not used (``dev/DESIGN.md``).
+# JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory,
+# TMA, warp specialization), the next port of these kernels. **Exercises**: sum :math:`dw` with
+# ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``,
+# and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square
 # Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
 #
 # Where this page was made
