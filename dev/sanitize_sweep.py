@@ -11,8 +11,8 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
 Each page is run up to its "Correctness" cell: its kernels, launch configs and drop-in, nothing timed. Every
 output and gradient is compared with torch's, so a sweep that runs clean also computed the right thing. The
 staged deep dives (12, 22, 42: Gluon kernels holding a 16-bit row in shared memory) have forward-only drop-ins:
-their sweep is bf16 forwards at the row lengths their `_staged_config` stages. Their pages' tests cannot run under
-dev/sanitize.sh, which turns PyTorch's caching allocator off: the pages' benchmarks capture CUDA graphs.
+their sweep is bf16 forwards at the row lengths their `_staged_config` stages (dev/sanitize.sh runs their tests too,
+each page up to its benchmark).
 """
 
 import os, pathlib, sys

@@ -1,5 +1,6 @@
 """Shared fixtures. Without a CUDA GPU the kernels run through Triton's interpreter on the CPU."""
 
+import collections
 import os
 import pathlib
 import runpy
@@ -19,14 +20,40 @@ TUTORIALS = sorted((ROOT / "tutorials").rglob("[0-9][0-9]_*.py"), key=lambda p: 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _loaded = {}
+# dev/sanitize.sh sets SOL_TESTS_UNTIMED=1: each page then runs only up to the cell that defines its timer
+# (``def bench``), so kernels, configs, drop-ins and correctness checks run and nothing is timed (a sanitizer
+# slows every kernel 10-100x, and with PyTorch's caching allocator off a benchmark cannot capture its CUDA
+# graphs); a test that needs a name from a later cell is skipped and says so.
+UNTIMED = os.environ.get("SOL_TESTS_UNTIMED", "") not in ("", "0")
+
+
+def untimed_source(source):
+    """A page's source up to the start of the cell that defines ``bench`` (all of it where none does)."""
+    timer = source.find("\ndef bench(")
+    return source if timer < 0 else source[: source.rindex("# %%\n", 0, timer)]
+
+
+class _UntimedPage(collections.UserDict):
+    """A page's globals from its untimed cells, the dict its functions see (``data``); a name defined later
+    skips the test that asks for it."""
+
+    def __missing__(self, name):
+        pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
+                    allow_module_level=True)
 
 
 def load_tutorial(stem):
     """Run the tutorial <stem>.py (a core page or a deep dive) once per test session, as a reader would,
-    and return its globals."""
+    and return its globals (with SOL_TESTS_UNTIMED=1: of its cells before the benchmark)."""
     if stem not in _loaded:
         (path,) = [p for p in TUTORIALS if p.stem == stem]
-        _loaded[stem] = runpy.run_path(str(path), run_name=f"tutorial_{stem}")
+        if UNTIMED:
+            scope = {"__name__": f"tutorial_{stem}", "__file__": str(path)}
+            exec(compile(untimed_source(path.read_text(encoding="utf-8")), str(path), "exec"), scope)
+            _loaded[stem] = _UntimedPage()
+            _loaded[stem].data = scope  # the same dict, not a copy: a test's monkeypatch reaches the page
+        else:
+            _loaded[stem] = runpy.run_path(str(path), run_name=f"tutorial_{stem}")
     return _loaded[stem]
 
 

@@ -1,6 +1,8 @@
 """dev/ holds maintained tools only, each described in dev/README.md, and the design record (issue 17)."""
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, TUTORIALS, untimed_source
 
 
 def test_every_tool_in_dev_is_described_in_its_readme():
@@ -28,3 +30,15 @@ def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
     assert any(line.startswith("04_rms_norm: rms_norm float32, N = 7, 16400:") for line in lines), proc.stdout
     for page in pages[1:]:  # the staged pages: bf16, forward, the staged row length only
         assert any(line.startswith(f"{page}: staged") and "bfloat16, N = 16400:" in line for line in lines), proc.stdout
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_untimed_pages_stop_at_the_cell_that_defines_the_timer(path):
+    """SOL_TESTS_UNTIMED=1 (dev/sanitize.sh) runs a page up to the cell that defines ``bench``: a whole number of
+    cells, everything before that one (the drop-in and its correctness check included), nothing timed."""
+    source = path.read_text(encoding="utf-8")
+    cut = untimed_source(source)
+    assert "\ndef bench(" in source, f"{path.name} defines no bench(): the untimed run would time it whole"
+    assert source.startswith(cut) and source[len(cut):].startswith("# %%\n"), "not cut at a cell"
+    assert "bench(" not in cut, "the untimed cells call or define a timer"
+    compile(cut, str(path), "exec")  # what the tests run
