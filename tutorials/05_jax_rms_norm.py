@@ -360,7 +360,8 @@ if " all-reduce(" not in hlo:
 # ---------
 # :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a
 # timing issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs,
-# compiled before. The *speed of light* is a copy of :math:`x`, timed the same way (the fastest of three). GB/s
+# compiled before. Providers take turns, ``ROUNDS`` times, and each keeps its fastest round: all see the GPU in
+# the same state. The *speed of light* is a copy of :math:`x`, timed the same way. GB/s
 # counts :math:`x, y` forward, :math:`x, dy, dx` backward (alone, from the saved values). Peers: XLA's fusion of
 # ``rms_norm_reference`` under ``jax.jit``, and tutorial 04's fused kernels (carried here) on the same buffers:
 
@@ -455,7 +456,7 @@ if TORCH_PEER:  # tutorial 04's kernels, unchanged, and its launch parameters fo
         dw_reduce_kernel[(triton.cdiv(n_cols, sum_n),)](dw_partial, dw, grid, n_cols, BLOCK_P=64, BLOCK_N=sum_n, num_warps=4)
 else:
     print("Tutorial 04's kernels: not measured (they need PyTorch with a CUDA GPU); their column shows '-'.")
-EPS, TOTAL_ELEMENTS, (CALLS, REPEATS) = 1e-6, 2**26 if ON_GPU else 2**13, (20, 10) if ON_GPU else (1, 3)
+EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**26 if ON_GPU else 2**13, (20, 10, 3) if ON_GPU else (1, 3, 1)
 SWEEP_N = [2**k for k in range(10, 16)] if ON_GPU else [256, 1024, 4096]
 
 def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
@@ -471,24 +472,26 @@ records = []
 for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
     w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
-    light = 2 * x.nbytes / min(bench(copy, x) for _ in range(3)) * 1e-6  # the fastest of three: one slow run would flatter us
-    def point(direction, provider, ms):
-        gbs = (2 if direction == "forward" else 3) * x.nbytes / ms * 1e-6
+    runs = {("copy", "speed of light"): (copy, (x,), {})}  # (direction, provider): what bench() times
+    for provider, fn in [("XLA (jnp, jit)", jax.jit(rms_norm_reference)), ("Pallas (ours)", jax.jit(rms_norm))]:
+        runs |= {("forward", provider): (fn, (x, w), {}), ("backward", provider): (pull, (jax.vjp(fn, x, w)[1], dy), {})}
+    if TORCH_PEER:  # the same values, copied: a view of JAX's buffers freed after JAX's client ends crashes the process
+        xt, wt, dyt = (torch.from_dlpack(a).clone() for a in (x, w, dy))
+        rstd, sync = torch.empty(xt.shape[0], dtype=torch.float32, device=xt.device), dict(wait=lambda _: torch.cuda.synchronize())
+        t04 = functools.partial(tutorial_04, xt, wt, rstd, eps=EPS)  # the forward, listed first, fills rstd in each round
+        if n_cols * xt.element_size() <= 65536:  # past its fused kernels tutorial 04 runs kernels not carried here
+            runs["forward", "tutorial 04 (Triton)"] = functools.partial(t04, y=torch.empty_like(xt)), (), sync
+        if n_cols <= 8192:
+            runs["backward", "tutorial 04 (Triton)"] = functools.partial(
+                t04, dy=dyt, dx=torch.empty_like(xt), dw=torch.empty_like(wt)), (), sync
+    rounds = [{key: bench(fn, *args, **kwargs) for key, (fn, args, kwargs) in runs.items()} for _ in range(ROUNDS)]  # turns
+    ms = {key: min(r[key] for r in rounds) for key in runs}
+    light = 2 * x.nbytes / ms.pop(("copy", "speed of light")) * 1e-6
+    for (direction, provider), t in ms.items():
+        gbs = (2 if direction == "forward" else 3) * x.nbytes / t * 1e-6
         records.append({"direction": direction, "dtype": dtype, "N": n_cols, "provider": provider, "GB/s": gbs,
                         "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
-    for provider, fn in [("XLA (jnp, jit)", jax.jit(rms_norm_reference)), ("Pallas (ours)", jax.jit(rms_norm))]:
-        point("forward", provider, bench(fn, x, w))
-        point("backward", provider, bench(pull, jax.vjp(fn, x, w)[1], dy))
-    if TORCH_PEER:  # the same buffers; past its fused kernels tutorial 04 runs kernels not carried here
-        # copies, not views of JAX's buffers: a view freed after JAX's client ends crashes the process
-        xt, wt, dyt = (torch.from_dlpack(a).clone() for a in (x, w, dy))
-        rstd, sync = torch.empty(xt.shape[0], dtype=torch.float32, device=xt.device), lambda _: torch.cuda.synchronize()
-        outs = dict(y=torch.empty_like(xt)), dict(dy=dyt, dx=torch.empty_like(xt), dw=torch.empty_like(wt))
-        for direction, out, fits in zip(("forward", "backward"), outs, (n_cols * xt.element_size() <= 65536, n_cols <= 8192)):
-            ms = bench(lambda: tutorial_04(xt, wt, rstd, **out, eps=EPS), wait=sync) if fits else float("nan")
-            point(direction, "tutorial 04 (Triton)", ms)  # the forward runs first: it fills rstd
-        del xt, wt, dyt, rstd, outs
-    del x, w, dy
+    del x, w, dy, runs
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["dtype"] = pd.Categorical(results["dtype"], ["float32", "bfloat16"])  # fp32 first in tables and plot
 table = results.pivot(index=keys, columns="provider", values="GB/s").reindex(
@@ -496,8 +499,7 @@ table = results.pivot(index=keys, columns="provider", values="GB/s").reindex(
 table.insert(0, "speed of light", results.groupby(keys, observed=True)["speed of light GB/s"].first())
 table["ours, % of light"] = table["Pallas (ours)"] / table["speed of light"] * 100
 table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / XLA": "{:.2f}"},
-                   na_rep="-")
+table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / XLA": "{:.2f}"}, na_rep="-")
 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
@@ -510,8 +512,7 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
         ylabel="% of the copy's GB/s")
     ax.set_xscale("log", base=2), ax.set_xticks(SWEEP_N, SWEEP_N), ax.minorticks_off()
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower left", fontsize=7)
+    ax.grid(True, alpha=0.3), ax.legend(loc="lower left", fontsize=7)
 title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 # %%
@@ -557,16 +558,15 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # %%
 # Going further
 # -------------
-# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N``; tutorial 04's deep dive
-# 41 splits longer rows over programs. Where the table falls short of the copy (the backward past 8 K columns, fp32
-# rows of 32 K forward), a row is read twice or one program fills an SM. Rows split over programs that swap partial
-# sums through global memory, waiting on each other, ran faster for the fp32 backward at 32 K in our probes, slower
-# for bf16 and the forward, and can hang where a row's programs are not all resident: not used (``dev/DESIGN.md``).
-# JAX 0.11.2 deprecates Pallas' Triton backend for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory,
-# TMA, warp specialization), the next port of these kernels. **Exercises**: sum :math:`dw` with
-# ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``,
-# and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square
-# Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
+# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N`` (deep dive 41 of tutorial
+# 04 splits longer rows over programs). Where the table falls short of the copy (the backward past 8 K columns, fp32
+# rows of 32 K forward) a row is read twice, or one program fills an SM's registers with little left to load ahead;
+# rows split over programs that swap partial sums through memory did better only for the fp32 backward at 32 K
+# (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), for which
+# JAX 0.11.2 deprecates this Triton backend. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it
+# bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32`` and the forward's fp32 rows of 32 K with
+# other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square Layer Normalization* (2019); the
+# Pallas documentation; JAX's guide to ``shard_map``.
 #
 # Where this page was made
 # ------------------------
