@@ -559,14 +559,14 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # Going further
 # -------------
 # A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N`` (deep dive 41 of tutorial
-# 04 splits longer rows over programs). Where the table falls short of the copy (the backward past 8 K columns, fp32
-# rows of 32 K forward) a row is read twice, or one program fills an SM's registers with little left to load ahead;
-# rows split over programs that swap partial sums through memory did better only for the fp32 backward at 32 K
-# (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), for which
-# JAX 0.11.2 deprecates this Triton backend. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``: is it
-# bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32`` and the forward's fp32 rows of 32 K with
-# other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square Layer Normalization* (2019); the
-# Pallas documentation; JAX's guide to ``shard_map``.
+# 04 splits longer rows over programs). Past 8 K columns one program fills an SM's registers, with little left to
+# load ahead, or the backward reads a row twice. Part of what is left is not the kernels': their own Triton IR,
+# compiled by Triton and launched from PyTorch, ran faster than XLA's build of it in our probes, the 32 K backward
+# excepted (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), for
+# which JAX 0.11.2 deprecates this Triton backend. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``:
+# is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32`` and the forward's fp32 rows of
+# 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square Layer Normalization*
+# (2019); the Pallas documentation; JAX's guide to ``shard_map``.
 #
 # Where this page was made
 # ------------------------
