@@ -358,12 +358,12 @@ if " all-reduce(" not in hlo:
 # %%
 # Benchmark
 # ---------
-# :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a
-# timing issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs,
-# compiled before. Providers take turns, ``ROUNDS`` times, and each keeps its fastest round: all see the GPU in
-# the same state. The *speed of light* is a copy of :math:`x`, timed the same way. GB/s
-# counts :math:`x, y` forward, :math:`x, dy, dx` backward (alone, from the saved values). Peers: XLA's fusion of
-# ``rms_norm_reference`` under ``jax.jit``, and tutorial 04's fused kernels (carried here) on the same buffers:
+# :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a timing
+# issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs, compiled before;
+# providers take turns, ``ROUNDS`` times, each keeping its fastest round. The *speed of light* is a copy of :math:`x`
+# in JAX, timed the same way (PyTorch's own copy of the same bytes is in the forward rows, beside it). GB/s counts
+# :math:`x, y` forward, :math:`x, dy, dx` backward (from the saved values). Peers: XLA's fusion of the formula under
+# ``jax.jit``, and tutorial 04's fused kernels (carried here, launched by PyTorch) on the same values:
 
 if TORCH_PEER := ON_GPU and all(importlib.util.find_spec(name) for name in ("torch", "triton")):
     import torch, triton, triton.language as tl
@@ -467,8 +467,7 @@ def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
     run()  # compile and warm up outside the timing
     return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
 
-copy, pull = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy))  # a pullback is a pytree: jit takes it
-records = []
+copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []  # jit takes a pullback (pytree)
 for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
     w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
@@ -478,6 +477,7 @@ for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     if TORCH_PEER:  # the same values, copied: a view of JAX's buffers freed after JAX's client ends crashes the process
         xt, wt, dyt = (torch.from_dlpack(a).clone() for a in (x, w, dy))
         rstd, sync = torch.empty(xt.shape[0], dtype=torch.float32, device=xt.device), dict(wait=lambda _: torch.cuda.synchronize())
+        runs["forward", "PyTorch copy"] = functools.partial(torch.Tensor.copy_, torch.empty_like(xt), xt), (), sync
         t04 = functools.partial(tutorial_04, xt, wt, rstd, eps=EPS)  # the forward, listed first, fills rstd in each round
         if n_cols * xt.element_size() <= 65536:  # past its fused kernels tutorial 04 runs kernels not carried here
             runs["forward", "tutorial 04 (Triton)"] = functools.partial(t04, y=torch.empty_like(xt)), (), sync
@@ -495,7 +495,7 @@ for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["dtype"] = pd.Categorical(results["dtype"], ["float32", "bfloat16"])  # fp32 first in tables and plot
 table = results.pivot(index=keys, columns="provider", values="GB/s").reindex(
-    columns=["XLA (jnp, jit)", "tutorial 04 (Triton)", "Pallas (ours)"]).loc[["forward", "backward"]]
+    columns=["PyTorch copy", "XLA (jnp, jit)", "tutorial 04 (Triton)", "Pallas (ours)"]).loc[["forward", "backward"]]
 table.insert(0, "speed of light", results.groupby(keys, observed=True)["speed of light GB/s"].first())
 table["ours, % of light"] = table["Pallas (ours)"] / table["speed of light"] * 100
 table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
@@ -505,14 +505,14 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-styles = {"XLA (jnp, jit)": "--o", "tutorial 04 (Triton)": "-.o", "Pallas (ours)": "-o"}
+styles = {"Pallas (ours)": ("-o", "C0"), "XLA (jnp, jit)": ("--o", "C1"), "tutorial 04 (Triton)": ("-.o", "C2"), "PyTorch copy": (":", "C7")}
 for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], observed=True)):
-    part.pivot(index="N", columns="provider", values="% of speed of light").plot(
-        ax=ax, style=styles, markersize=3, title=f"{direction}, {dtype}", xlabel="row length N (elements)",
-        ylabel="% of the copy's GB/s")
+    shares = part.pivot(index="N", columns="provider", values="% of speed of light")
+    shares.plot(ax=ax, style={p: styles[p][0] for p in shares}, color={p: styles[p][1] for p in shares}, markersize=3,
+                title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
     ax.set_xscale("log", base=2), ax.set_xticks(SWEEP_N, SWEEP_N), ax.minorticks_off()
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.grid(True, alpha=0.3), ax.legend(loc="lower left", fontsize=7)
+    ax.grid(True, alpha=0.3), ax.legend(loc="best", fontsize=7)
 title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 # %%
