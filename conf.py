@@ -18,6 +18,9 @@ from sphinx.util import logging
 
 # Without a CUDA GPU the tutorials run their Triton kernels through Triton's interpreter on the CPU.
 # The variable has to be set before Triton is first imported, so it is set here, before any tutorial.
+# Each page runs in a forked child of this process (docs/_ext/sol_build.py), so this process must not start CUDA
+# (a child cannot use CUDA its parent started): it asks NVML whether there is a GPU.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 try:
     import torch
 
@@ -27,15 +30,19 @@ except ImportError:  # html-noplot needs no torch
     _HAS_CUDA = False
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:  # JAX (tutorial 05) keeps compiled programs only where told: a later build reuses them, as Triton's and Inductor's
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(pathlib.Path.home() / ".cache" / "speed-of-light" / "jax"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 project = "Speed of Light"
 author = "The Speed of Light authors"
 copyright = f"{datetime.date.today().year}, {author}"
 
-# sol_results (docs/_ext): the landing page's table and figure of what the tutorials measured in this build
+# docs/_ext: sol_build runs each page in its own process, after a pass that compiles every page in parallel (on
+# a GPU); sol_results makes the landing page's table and figure of what the tutorials measured in this build
 sys.path.insert(0, str(pathlib.Path(__file__).parent / "docs" / "_ext"))
-extensions = ["sphinx_gallery.gen_gallery", "sol_results"]
+extensions = ["sphinx_gallery.gen_gallery", "sol_build", "sol_results"]
 templates_path = ["docs/_templates"]
 html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]

@@ -21,7 +21,8 @@ def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
     import sys
     pages = ["04_rms_norm", "deep_dives/12_softmax_staged_gluon", "deep_dives/22_layer_norm_staged_gluon",
              "deep_dives/42_rms_norm_staged_gluon"]
-    env = dict(os.environ, SWEEP_DEVICE="cpu", SWEEP_N="7,16400")
+    # CPU only, on a GPU machine too: the pages choose their device from what torch sees, so it sees none
+    env = dict(os.environ, SWEEP_DEVICE="cpu", SWEEP_N="7,16400", CUDA_VISIBLE_DEVICES="")
     env.pop("TRITON_INTERPRET", None)  # each page sets it itself without a GPU
     proc = subprocess.run([sys.executable, str(ROOT / "dev" / "sanitize_sweep.py"), *pages], capture_output=True,
                           text=True, timeout=900, env=env, cwd=ROOT)

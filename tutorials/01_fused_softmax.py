@@ -388,7 +388,7 @@ def bench(fn, graph=True):
     timed = fn
     if graph:
         captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         timed = captured.replay
     return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")

@@ -346,7 +346,7 @@ def bench(fn, graph=True):
     torch.cuda.synchronize()
     if graph:  # the copy passes graph=False
         captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
 

@@ -404,7 +404,7 @@ def bench(fn, graph=True):
         return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
-        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")

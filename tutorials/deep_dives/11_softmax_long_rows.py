@@ -476,7 +476,7 @@ def bench(fn, graph=True):
     torch.cuda.synchronize()
     if graph:
         captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured, stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")

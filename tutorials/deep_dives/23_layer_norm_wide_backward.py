@@ -344,10 +344,11 @@ def _split_config(n_cols, element_size, tensors=(), split=None):
 # %%
 # The launcher
 # ------------
-# The split from ``MAX_BWD_FUSED_N`` to ``MAX_SPLIT_N`` columns, the chunked kernel elsewhere; persistent
+# The split from ``SPLIT_FROM`` to ``MAX_SPLIT_N`` columns, the chunked kernel elsewhere; persistent
 # grids, one partial line per program (per group), as many per SM as ``*_WARPS_PER_SM`` warps allow.
 
-MAX_BWD_FUSED_N, MAX_SPLIT_N = {2: 4096, 4: 8192}, 131072  # by element size: the core's fused kernel's limit
+MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # by element size: the core's fused kernel's limit (tutorial 02's)
+SPLIT_FROM, MAX_SPLIT_N = {2: 4096, 4: 8192}, 131072  # the split runs past SPLIT_FROM columns, to MAX_SPLIT_N
 SPLIT_WARPS_PER_SM, CHUNK_WARPS_PER_SM, CHUNK_N, CHUNK_WARPS = 16, 32, 4096, 16  # and its chunked kernel's
 
 def bwd_args(kernel, x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, meta, rows_per_program,
@@ -374,7 +375,7 @@ def bwd_plan(x2d, has_w, compute_dwdb, tensors=None, programs=None, split=None, 
     n_rows, n_cols = x2d.shape
     fp32 = torch.empty(1, device=x2d.device, dtype=torch.float32)
     dy2d, dx2d, weight, mean, rstd = tensors or (x2d, x2d, x2d if has_w else None, fp32, fp32)
-    low = MAX_BWD_FUSED_N[min(x2d.element_size(), 4)] if split_from is None else split_from
+    low = SPLIT_FROM[min(x2d.element_size(), 4)] if split_from is None else split_from
     if low < n_cols <= (MAX_SPLIT_N if split_to is None else split_to):
         kernel, warps_per_sm = layer_norm_bwd_split_kernel, SPLIT_WARPS_PER_SM
         meta = _split_config(n_cols, x2d.element_size(), (x2d, dy2d, dx2d), split)
@@ -472,7 +473,7 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
-        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream()):
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")

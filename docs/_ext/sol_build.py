@@ -1,0 +1,212 @@
+"""How the site's build runs its pages: each in a process of its own, after a pass that compiles them all.
+
+**Isolation.** sphinx-gallery runs every page in the Sphinx process, one after another, so a page that leaves
+the GPU in a broken state (a CUDA graph capture that failed, say: torch's random-number state then stays in
+capture mode) breaks every page after it, and a library one page starts (JAX's runtime, with threads of its
+own) runs on under the pages that follow. Here each page that runs is executed by sphinx-gallery's own
+``generate_file_rst`` in a forked child of the Sphinx process, which hands back what sphinx-gallery needs
+(its return value: title, time, memory, pass or failure) through a pipe and exits. The files it writes (the
+page's ``.rst``, images, notebook) are on disk for the parent. A child that dies (a crash, a signal) makes its
+page fail with that reason; the pages after it start clean. For a fork to be safe the Sphinx process itself
+must not start CUDA before the pages run: ``conf.py`` asks NVML, not CUDA, whether there is a GPU
+(``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and nothing here touches the GPU.
+
+**Compile first, then time.** On a GPU most of a cold build is compiling: Triton's kernels, Inductor's for the
+``torch.compile`` columns, XLA's for tutorial 05, quack's CuTe-DSL kernels. Before sphinx-gallery runs the
+pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
+(at most one per CPU core), with ``triton.testing.do_bench`` replaced by a single call: the pages' kernels
+compile into the on-disk caches (Triton's, Inductor's, JAX's, CuTe DSL's), in parallel on the CPU cores, and
+nothing is timed. Then the timed pass runs the pages one after another, alone on the GPU, and finds what they
+compile in the caches. A page whose warm-up fails (out of GPU memory beside the others, say) is only logged:
+the timed pass compiles what it missed. ``SOL_WARMUP=0`` skips the pass; ``SOL_WARMUP_JOBS`` caps how many
+pages warm up at once. Without a GPU (Triton's interpreter compiles nothing) there is no warm-up.
+
+The log gives each phase's time: the warm-up (and each page's), each page of the timed pass, and the pass's total.
+"""
+
+import copy
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+from sphinx.util import logging
+
+_logger = logging.getLogger(__name__)
+_started = time.monotonic()
+_pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages run
+
+# What a warm-up process runs: the page as a script, its timer replaced by one call of what it times.
+_WARM_UP = r"""
+import runpy, sys
+import triton.testing
+
+def once(fn, *args, **kwargs):  # compiles and runs what the page would time; times nothing
+    fn()
+    return 1.0
+
+triton.testing.do_bench = once
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+
+def _gpu():
+    """Whether this machine has a CUDA GPU, asked without starting CUDA in this process (NVML)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
+def will_run(src, copy, gallery_conf):
+    """Whether this build executes the gallery script src: sphinx-gallery's pattern selects it and its source
+    differs from the one it last ran (``copy``, the page's copy of the script, holds that one's md5)."""
+    from sphinx_gallery.gen_rst import executable_script
+    from sphinx_gallery.utils import get_md5sum
+
+    md5 = pathlib.Path(f"{copy}.md5")
+    return executable_script(str(src), gallery_conf) and not (
+        md5.exists() and md5.read_text() == get_md5sum(str(src), mode="t"))
+
+
+def pages_to_run(gallery_conf, tutorials, generated):
+    """The gallery scripts (paths) under tutorials/ this build will execute, in gallery order."""
+    tutorials = pathlib.Path(tutorials)
+    return [src for src in sorted(tutorials.rglob("[0-9][0-9]_*.py"), key=lambda p: p.relative_to(tutorials).parts)
+            if will_run(src, pathlib.Path(generated) / src.relative_to(tutorials), gallery_conf)]
+
+
+def warm_up(pages, jobs, env=None, log=print):
+    """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
+    the longest to compile). Returns {page name: (seconds, exit code, last lines of output)}."""
+    env = dict(os.environ if env is None else env, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1",
+               TORCHINDUCTOR_COMPILE_THREADS="1")  # a page per core: Inductor compiles in the page's process
+    env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
+    queue = sorted(pages, key=lambda p: -p.stat().st_size)
+    running, done = {}, {}
+    while queue or running:
+        while queue and len(running) < jobs:
+            page = queue.pop(0)
+            proc = subprocess.Popen([sys.executable, "-c", _WARM_UP, str(page)], cwd=page.parent, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            running[page] = (proc, time.monotonic())
+        time.sleep(0.2)
+        for page, (proc, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            tail = proc.stdout.read()[-1500:]
+            done[page.stem] = (time.monotonic() - start, proc.returncode, tail)
+            del running[page]
+            log(f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
+                + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)"))
+    return done
+
+
+def _warm_up(app):
+    """builder-inited, before sphinx-gallery runs the pages: the warm-up pass, on a GPU."""
+    conf = app.config.sphinx_gallery_conf
+    if not conf.get("plot_gallery") or os.environ.get("SOL_WARMUP", "1") == "0" or not _gpu():
+        return
+    tutorials = pathlib.Path(app.confdir) / "tutorials"
+    pages = pages_to_run(conf, tutorials, pathlib.Path(app.srcdir) / "tutorials")
+    if not pages:
+        return
+    jobs = max(1, min(len(pages), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
+    start = time.monotonic()
+    _logger.info(f"warm-up: compiling {len(pages)} pages, {jobs} at a time (nothing is timed)")
+    done = warm_up(pages, jobs, log=_logger.info)
+    failed = [name for name, (_, code, _) in done.items() if code]
+    for name in failed:
+        _logger.info(f"warm-up of {name} failed; its last output:\n{done[name][2]}")
+    _logger.info(f"phase warm-up: {time.monotonic() - start:.0f} s for {len(pages)} pages"
+                 + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+
+
+def run_in_child(function, *args):
+    """function(*args) in a forked child; its value comes back through a pipe. Raises ChildProcessError if the
+    child dies without one (a crash, a signal)."""
+    read, write = os.pipe()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers
+        os.close(read)
+        code = 0
+        try:
+            try:
+                value = ("value", function(*args))
+            except BaseException as err:  # noqa: BLE001: the parent raises it
+                value = ("error", err)
+            data = pickle.dumps(value)
+        except Exception as err:  # unpicklable: say so
+            data, code = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {err}"))), 1
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(data)
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exit code {os.WEXITSTATUS(status)}")
+        raise ChildProcessError(f"the page's process died ({how}) before it could report")
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise value
+    return value
+
+
+def _isolate_pages(app):
+    """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process."""
+    import sphinx_gallery.gen_rst as gen_rst
+
+    if getattr(gen_rst.generate_file_rst, "sol_isolated", False):
+        return
+    in_process = gen_rst.generate_file_rst
+
+    def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
+        src = pathlib.Path(src_dir, fname)
+        if not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
+            return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
+        start = time.monotonic()
+        try:
+            result = run_in_child(in_process, fname, target_dir, src_dir, gallery_conf)
+        except ChildProcessError as err:  # the page as text only, unrun, and its failure for sphinx-gallery
+            unrun = copy.copy(gallery_conf)
+            unrun["plot_gallery"] = False
+            intro, title, _, out_vars = in_process(fname, target_dir, src_dir, unrun)
+            out_vars["formatted_exception"] = str(err)
+            result = intro, title, (time.monotonic() - start, 0.0), out_vars
+        seconds = time.monotonic() - start
+        _pages_time[0] += seconds
+        _pages_time[1] += 1
+        _logger.info(f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
+                     + (" (failed)" if "formatted_exception" in result[3] else ""))
+        return result
+
+    generate_file_rst.sol_isolated = True
+    gen_rst.generate_file_rst = generate_file_rst
+
+
+def _report_pages(app):
+    """builder-inited, after sphinx-gallery: the timed pass's total."""
+    if _pages_time[1]:
+        _logger.info(f"phase timed pages: {_pages_time[0]:.0f} s for {_pages_time[1]} pages")
+
+
+def _report_total(app, exception):
+    _logger.info(f"build: {time.monotonic() - _started:.0f} s from configuration to the end")
+
+
+def setup(app):
+    app.connect("builder-inited", _warm_up, priority=450)  # sphinx-gallery runs the pages at 500
+    app.connect("builder-inited", _isolate_pages, priority=460)
+    app.connect("builder-inited", _report_pages, priority=850)
+    app.connect("build-finished", _report_total)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

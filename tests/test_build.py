@@ -1,0 +1,219 @@
+"""How the build runs the pages (docs/_ext/sol_build.py): each in a process of its own, so that one page cannot
+break the pages after it; a warm-up pass that compiles every page before any is timed; and the pages' timers,
+which must run what they time once, eagerly, before they capture it in a CUDA graph."""
+
+import ast
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, TUTORIALS
+
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import sol_build  # noqa: E402
+
+
+# ---- a function in a child process ----
+
+_STATE = {"poisoned": False}
+
+
+def _poison_and_return(value):
+    _STATE["poisoned"] = True
+    return value * 2
+
+
+def _raise():
+    raise KeyError("from the child")
+
+
+def _die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_child_returns_its_value_and_leaves_the_parent_as_it_was():
+    assert sol_build.run_in_child(_poison_and_return, 21) == 42
+    assert _STATE["poisoned"] is False, "state the child changed reached the parent"
+
+
+def test_a_childs_exception_is_raised_in_the_parent():
+    with pytest.raises(KeyError, match="from the child"):
+        sol_build.run_in_child(_raise)
+
+
+def test_a_child_that_dies_is_reported_not_waited_for():
+    with pytest.raises(ChildProcessError, match="SIGKILL"):
+        sol_build.run_in_child(_die)
+
+
+# ---- a whole gallery: a page that breaks its process cannot break the next ----
+
+CONF = """
+import os, sys
+sys.path.insert(0, {ext!r})
+extensions = ["sphinx_gallery.gen_gallery", "sol_build"]
+sphinx_gallery_conf = {{"examples_dirs": ["examples"], "gallery_dirs": ["gallery"], "filename_pattern": "/p",
+                       "within_subsection_order": "FileNameSortKey", "abort_on_example_error": False,
+                       "only_warn_on_example_error": True}}
+html_theme = "basic"
+"""
+
+FIRST = '''"""
+First
+=====
+
+Leaves this process in a state no later page may find, then, where told to, kills its own process.
+"""
+import os, signal, sys
+sys.first_page_was_here = True
+os.environ["FIRST_PAGE_WAS_HERE"] = "1"
+if os.path.exists(os.path.join(os.environ["GALLERY_ROOT"], "die")):
+    os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+SECOND = '''"""
+Second
+======
+
+Runs in a clean process.
+"""
+import os, sys
+assert not hasattr(sys, "first_page_was_here"), "the first page's process state reached this page"
+assert "FIRST_PAGE_WAS_HERE" not in os.environ
+print("second page ran clean")
+'''
+
+
+def _gallery(tmp_path):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "README.txt").write_text("Examples\n========\n")
+    (tmp_path / "examples" / "p1_first.py").write_text(FIRST)
+    (tmp_path / "examples" / "p2_second.py").write_text(SECOND)
+    (tmp_path / "conf.py").write_text(CONF.format(ext=str(ROOT / "docs" / "_ext")))
+    (tmp_path / "index.rst").write_text("Test\n====\n\n.. toctree::\n\n   gallery/index\n")
+    return tmp_path
+
+
+def _build(root):
+    env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0")
+    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(root), str(root / "_build")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_each_page_runs_in_a_clean_process(tmp_path):
+    root = _gallery(tmp_path)
+    proc = _build(root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    second = (root / "gallery" / "p2_second.rst").read_text()
+    assert "second page ran clean" in second, "the second page did not run, or not cleanly"
+
+
+def test_a_page_whose_process_dies_fails_alone(tmp_path):
+    root = _gallery(tmp_path)
+    (root / "die").write_text("")
+    proc = _build(root)
+    log = proc.stdout + proc.stderr
+    assert "p1_first" in log and "died" in log and "SIGKILL" in log, log[-3000:]
+    assert "second page ran clean" in (root / "gallery" / "p2_second.rst").read_text(), log[-3000:]
+
+
+# ---- the warm-up pass ----
+
+TIMED = """
+import pathlib, sys, triton.testing
+calls = []
+value = triton.testing.do_bench(lambda: calls.append(1), warmup=5, rep=20, return_mode="median")
+assert calls == [1] and value > 0, (calls, value)  # what it times ran once; a number came back
+pathlib.Path(__file__).with_suffix(".ran").write_text("ok")
+"""
+
+
+def test_warm_up_runs_each_page_once_untimed_and_reports_failures(tmp_path):
+    good, bad = tmp_path / "01_good.py", tmp_path / "02_bad.py"
+    good.write_text(TIMED)
+    bad.write_text("raise SystemExit(3)\n")
+    lines = []
+    done = sol_build.warm_up([good, bad], jobs=2, log=lines.append)
+    assert done["01_good"][1] == 0, done["01_good"][2]
+    assert done["02_bad"][1] == 3
+    assert good.with_suffix(".ran").read_text() == "ok"
+    assert any("02_bad" in line and "exit 3" in line for line in lines), lines
+
+
+def test_only_pages_the_build_will_run_are_warmed(tmp_path):
+    from sphinx_gallery.utils import get_md5sum
+    src, out = tmp_path / "tutorials", tmp_path / "docs" / "tutorials"
+    (src / "deep_dives").mkdir(parents=True)
+    (out / "deep_dives").mkdir(parents=True)
+    for name in ("01_a.py", "02_b.py", "deep_dives/11_c.py", "README.txt"):
+        (src / name).write_text(f"print({name!r})\n")
+    (out / "02_b.py.md5").write_text(get_md5sum(str(src / "02_b.py"), mode="t"))  # ran unchanged last time
+    (out / "01_a.py.md5").write_text("an older source")
+    conf = {"filename_pattern": re_sep() + r"\d\d_", "plot_gallery": True}
+    assert [p.name for p in sol_build.pages_to_run(conf, src, out)] == ["01_a.py", "11_c.py"]
+    assert sol_build.pages_to_run(dict(conf, plot_gallery=False), src, out) == []
+    assert [p.name for p in sol_build.pages_to_run(dict(conf, filename_pattern=re_sep() + "11"), src, out)] == ["11_c.py"]
+
+
+def re_sep():
+    import re
+    return re.escape(os.sep)
+
+
+# ---- the pages' timers ----
+
+def _bench(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "bench"]
+    assert len(found) == 1, f"{path.name}: no single top-level bench()"
+    return found[0]
+
+
+def _captures(node):
+    """The `with torch.cuda.graph(...)` statements under node."""
+    return [w for w in ast.walk(node) if isinstance(w, ast.With) and any(
+        isinstance(item.context_expr, ast.Call) and ast.unparse(item.context_expr.func) == "torch.cuda.graph"
+        for item in w.items)]
+
+
+@pytest.mark.parametrize("path", [p for p in TUTORIALS if "torch.cuda.graph" in p.read_text(encoding="utf-8")],
+                         ids=lambda p: p.stem)
+def test_the_timer_runs_what_it_captures_eagerly_first(path):
+    """A page's bench(fn) calls fn() at its top level before it captures fn in a CUDA graph: a kernel's first
+    launch (compiling it, loading its module, a library's lazy set-up) never happens inside a capture. And the
+    capture is thread-local: what another thread of the process does (a compile worker's, a runtime's) cannot
+    invalidate it. A timer that captured first fails here."""
+    bench = _bench(path)
+    captures = _captures(bench)
+    assert captures, f"{path.name}: bench() captures no CUDA graph"
+    eager = [s for s in bench.body if isinstance(s, ast.Expr) and ast.unparse(s.value) == "fn()"]
+    assert eager, f"{path.name}: bench() never runs fn() eagerly at its top level"
+    first_capture = min(c.lineno for c in captures)
+    assert eager[0].lineno < first_capture, f"{path.name}: bench() captures fn before it runs it eagerly"
+    for capture in captures:
+        (call,) = [i.context_expr for i in capture.items]
+        modes = [k.value for k in call.keywords if k.arg == "capture_error_mode"]
+        assert modes and isinstance(modes[0], ast.Constant) and modes[0].value == "thread_local", \
+            f"{path.name}: line {capture.lineno} captures without capture_error_mode='thread_local'"
+    inside = {c.lineno for c in captures}
+    graphs_elsewhere = [c.lineno for c in _captures(ast.parse(path.read_text(encoding="utf-8"))) if c.lineno not in inside]
+    assert not graphs_elsewhere, f"{path.name}: CUDA graphs captured outside bench() (lines {graphs_elsewhere})"
+
+
+def test_the_guard_fails_a_timer_that_captures_first(tmp_path):
+    """The check above on a timer written the wrong way round."""
+    bad = tmp_path / "99_bad.py"
+    bad.write_text(textwrap.dedent("""
+        def bench(fn, graph=True):
+            with torch.cuda.graph(g := torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+                fn()
+            fn()
+            return 1.0
+    """))
+    with pytest.raises(AssertionError, match="captures fn before it runs it eagerly"):
+        test_the_timer_runs_what_it_captures_eagerly_first(bad)
