@@ -107,24 +107,58 @@ def warm_up(pages, jobs, env=None, log=print):
     return done
 
 
+def _stamps():
+    """Where the warm-up notes which page sources it compiled: beside Triton's cache, so that emptying that cache
+    empties the notes too."""
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(pathlib.Path.home() / ".triton" / "cache")
+    return pathlib.Path(triton_cache) / "sol-warm-up"
+
+
+def stamp(page):
+    """A name for what a warm-up of this page compiled: its source, the packages that compile, the caches."""
+    import hashlib
+    from importlib import metadata
+
+    versions = []
+    for package in ("torch", "triton", "jax", "jaxlib", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl"):
+        try:
+            versions.append(f"{package}=={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} absent")
+    caches = [os.environ.get(v, "") for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")]
+    digest = hashlib.sha256(pathlib.Path(page).read_bytes() + repr((versions, caches)).encode()).hexdigest()[:20]
+    return f"{pathlib.Path(page).stem}-{digest}"
+
+
 def _warm_up(app):
-    """builder-inited, before sphinx-gallery runs the pages: the warm-up pass, on a GPU."""
+    """builder-inited, before sphinx-gallery runs the pages: the warm-up pass, on a GPU. Pages whose source a
+    warm-up already compiled with these packages into these caches (a stamp says so) are not run again."""
     conf = app.config.sphinx_gallery_conf
     if not conf.get("plot_gallery") or os.environ.get("SOL_WARMUP", "1") == "0" or not _gpu():
         return
     tutorials = pathlib.Path(app.confdir) / "tutorials"
     pages = pages_to_run(conf, tutorials, pathlib.Path(app.srcdir) / "tutorials")
-    if not pages:
-        return
-    jobs = max(1, min(len(pages), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
+    stamps = _stamps()
+    cold = [page for page in pages if not (stamps / stamp(page)).exists()]
     start = time.monotonic()
-    _logger.info(f"warm-up: compiling {len(pages)} pages, {jobs} at a time (nothing is timed)")
-    done = warm_up(pages, jobs, log=_logger.info)
-    failed = [name for name, (_, code, _) in done.items() if code]
-    for name in failed:
-        _logger.info(f"warm-up of {name} failed; its last output:\n{done[name][2]}")
-    _logger.info(f"phase warm-up: {time.monotonic() - start:.0f} s for {len(pages)} pages"
-                 + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+    if cold:
+        jobs = max(1, min(len(cold), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
+        _logger.info(f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
+                     + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else ""))
+        done = warm_up(cold, jobs, log=_logger.info)
+        stamps.mkdir(parents=True, exist_ok=True)
+        for page in cold:
+            if done[page.stem][1] == 0:
+                (stamps / stamp(page)).write_text("")
+            else:
+                _logger.info(f"warm-up of {page.stem} failed; its last output:\n{done[page.stem][2]}")
+        failed = [page.stem for page in cold if done[page.stem][1]]
+        _logger.info(f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
+                     + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+    elif pages:
+        _logger.info(f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {stamps})")
+    if pages:  # the caches hold what the pages compile: no pool of compile workers beside the timed pages
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 def run_in_child(function, *args):
@@ -162,12 +196,52 @@ def run_in_child(function, *args):
     return value
 
 
+# What most pages import, imported once here so that each page's process starts with them (a fork copies them):
+# none of them starts CUDA (checked below). JAX is left out: tutorial 05 sets XLA's variables before importing it.
+PREIMPORT = ("triton", "triton.language", "triton.testing", "pandas", "matplotlib.pyplot", "torch._dynamo",
+             "torch._inductor.compile_fx", "liger_kernel.ops.layer_norm", "liger_kernel.ops.rms_norm",
+             "liger_kernel.ops.softmax", "quack")
+
+
+def _cuda_works():
+    import torch
+
+    return torch.ones(4, device="cuda").add_(1).sum().item()
+
+
+def preimport(modules=PREIMPORT, gpu=False):
+    """Import what the pages share into this process (those installed); on a GPU, check that a forked child can
+    still start CUDA, that is, that no import started it here. Returns the modules imported."""
+    import importlib
+
+    done = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except Exception:  # noqa: BLE001: not installed, or not importable here: the page imports it itself
+            pass
+    if gpu:
+        try:
+            assert run_in_child(_cuda_works) == 8.0
+        except Exception as err:
+            raise RuntimeError(f"after importing {', '.join(done)} into the build's process, a page's process cannot "
+                               f"use CUDA ({type(err).__name__}: {err}); one of them starts CUDA on import: build with "
+                               "SOL_PREIMPORT=0") from err
+    return done
+
+
 def _isolate_pages(app):
     """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process."""
     import sphinx_gallery.gen_rst as gen_rst
 
     if getattr(gen_rst.generate_file_rst, "sol_isolated", False):
         return
+    conf = app.config.sphinx_gallery_conf
+    if conf.get("plot_gallery") and os.environ.get("SOL_PREIMPORT", "1") != "0":
+        start = time.monotonic()
+        done = preimport(gpu=_gpu())
+        _logger.info(f"phase pre-import: {time.monotonic() - start:.1f} s ({len(done)} modules the pages share)")
     in_process = gen_rst.generate_file_rst
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
