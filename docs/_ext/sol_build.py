@@ -7,21 +7,28 @@ own) runs on under the pages that follow. Here each page that runs is executed b
 ``generate_file_rst`` in a forked child of the Sphinx process, which hands back what sphinx-gallery needs
 (its return value: title, time, memory, pass or failure) through a pipe and exits. The files it writes (the
 page's ``.rst``, images, notebook) are on disk for the parent. A child that dies (a crash, a signal) makes its
-page fail with that reason; the pages after it start clean. For a fork to be safe the Sphinx process itself
-must not start CUDA before the pages run: ``conf.py`` asks NVML, not CUDA, whether there is a GPU
-(``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and nothing here touches the GPU.
+page fail with that reason, rendered unrun; the pages after it start clean. For a fork to be safe the Sphinx
+process itself must not start CUDA: ``conf.py`` asks NVML, not CUDA, whether there is a GPU
+(``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and nothing here touches the GPU. What most pages import (Triton,
+pandas, matplotlib, torch's compiler, Liger-Kernel, quack: ``PREIMPORT``) is imported once before the first
+fork, so that no page pays for it again; a forked child then checks that CUDA still starts
+(``SOL_PREIMPORT=0`` skips this).
 
 **Compile first, then time.** On a GPU most of a cold build is compiling: Triton's kernels, Inductor's for the
 ``torch.compile`` columns, XLA's for tutorial 05, quack's CuTe-DSL kernels. Before sphinx-gallery runs the
 pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
 (at most one per CPU core), with ``triton.testing.do_bench`` replaced by a single call: the pages' kernels
-compile into the on-disk caches (Triton's, Inductor's, JAX's, CuTe DSL's), in parallel on the CPU cores, and
+compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel on the CPU cores, and
 nothing is timed. Then the timed pass runs the pages one after another, alone on the GPU, and finds what they
-compile in the caches. A page whose warm-up fails (out of GPU memory beside the others, say) is only logged:
-the timed pass compiles what it missed. ``SOL_WARMUP=0`` skips the pass; ``SOL_WARMUP_JOBS`` caps how many
-pages warm up at once. Without a GPU (Triton's interpreter compiles nothing) there is no warm-up.
+compile in the caches (Inductor then starts no pool of compile workers beside them). A page whose warm-up
+succeeded leaves a stamp beside Triton's cache (its source, the compiling packages' versions, the cache
+folders): a later build of the same source skips its warm-up. A page whose warm-up fails (out of GPU memory
+beside the others, say) is only logged: the timed pass compiles what it missed. ``SOL_WARMUP=0`` skips the
+pass; ``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU (Triton's interpreter compiles
+nothing) there is no warm-up.
 
-The log gives each phase's time: the warm-up (and each page's), each page of the timed pass, and the pass's total.
+The log gives each phase's time (lines starting ``phase``): the warm-up (and each page's), the pre-import, each
+page of the timed pass and the pass's total, and the whole build.
 """
 
 import copy
