@@ -4,6 +4,7 @@
 #   bash dev/fetch_wheels.sh          # .whl/: Sphinx, sphinx-gallery, furo, Liger-Kernel, pytest and their needs
 #   bash dev/fetch_wheels.sh quack    # .whl-quack/1 and .whl-quack/2: quack at the lock's versions, for
 #                                     # dev/quack_install.sh (two calls: one carry is at most 64 MiB)
+#   bash dev/fetch_wheels.sh tests    # .whl-tests/: what tests/test_site.py's notebooks need (nbclient, ipykernel)
 #
 # Install .whl there with (dev/gpu_build.sh does):
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -30,6 +31,16 @@ if [ "${1:-}" = quack ]; then
     for d in 1 2; do echo "$(basename "$big") $(sha256sum "$big" | cut -c1-64)" > .whl-quack/$d/MANIFEST; done
     rm -rf .whl-quack/big
     du -sh .whl-quack/1 .whl-quack/2
+    exit
+fi
+if [ "${1:-}" = tests ]; then
+    # what tests/test_site.py needs beyond .whl to run the notebooks in a Jupyter kernel (nbclient, ipykernel)
+    rm -rf .whl-tests && mkdir -p .whl-tests
+    download .whl-tests nbformat nbclient ipykernel jupyter-client jupyter-core traitlets pyzmq tornado comm debugpy \
+        ipython ipython-pygments-lexers matplotlib-inline nest-asyncio psutil fastjsonschema jsonschema attrs referencing \
+        rpds-py jsonschema-specifications platformdirs python-dateutil prompt-toolkit jedi parso pexpect ptyprocess \
+        stack-data executing asttokens pure-eval wcwidth decorator pygments
+    du -sh .whl-tests
     exit
 fi
 mkdir -p .whl
