@@ -5,6 +5,7 @@ Most tests run the reader and the build's two handlers on small made-up trees (f
 site that the session's `built_site` fixture built once (tests/conftest.py).
 """
 
+import ast
 import html
 import math
 import os
@@ -23,21 +24,39 @@ import sol_results  # noqa: E402
 
 COLUMNS = ["ours, % of light", "ours / best peer"]
 WRITERS = [p for p in TUTORIALS if "SOL_RESULTS" in p.read_text(encoding="utf-8")]
+NAN = float("nan")
 
 
 def page_table():
-    """A summary table as the pages make it: indexed by direction, dtype and N, a peer missing at one point."""
+    """A summary table as the pages make it: indexed by direction, dtype and N, a peer missing at one point, and the
+    page's recommended column (its range: N up to 1024)."""
     index = pd.MultiIndex.from_tuples([("forward", "float32", n) for n in (256, 1024, 4096)]
                                       + [("backward", "float32", n) for n in (256, 1024, 4096)],
                                       names=["direction", "dtype", "N"])
-    return pd.DataFrame({"ours, % of light": [50.0, 90.0, 70.0, 40.0, 60.0, float("nan")],
-                         "ours / best peer": [0.8, 1.5, 1.1, float("nan"), 2.0, float("nan")],
-                         "speed of light": 1000.0}, index=index)
+    return pd.DataFrame({"ours, % of light": [50.0, 90.0, 70.0, 40.0, 60.0, NAN],
+                         "ours / best peer": [0.8, 1.5, 1.1, NAN, 2.0, NAN],
+                         "speed of light": 1000.0, "recommended": [1, 1, 0, 1, 1, 0]}, index=index)
+
+
+def results_of(**pages):
+    """{stem: the DataFrame read_results gives} from {stem: [(direction, dtype, N, % of light, ratio, recommended)]}."""
+    return {stem: pd.DataFrame(rows, columns=list(sol_results.COLUMNS)) for stem, rows in pages.items()}
+
+
+def sweep(direction, dtype, sizes, light, ratio, recommended):
+    """Rows of one made-up sweep; light, ratio, recommended: one value for all sizes, or one per size."""
+    each = lambda v: v if isinstance(v, list) else [v] * len(sizes)  # noqa: E731
+    return [(direction, dtype, n, l, r, f) for n, l, r, f in zip(sizes, each(light), each(ratio), each(recommended))]
+
+
+PAGES = {stem: (f"tutorials/{'' if stem[0] == '0' else 'deep_dives/'}{stem}", stem.split("_", 1)[1].replace("_", " ").capitalize(), True)
+         for stem in ("01_softmax", "11_long_rows", "12_staged", "02_layer_norm", "02_layer_norm_locks", "23_wide_backward")}
 
 
 def test_what_a_page_writes_the_build_reads(tmp_path):
-    """The pages' block (two columns of their table, to_csv) gives one summary row per direction and dtype."""
-    page_table()[COLUMNS].to_csv(tmp_path / "01_fused_softmax.csv")
+    """The pages' block (two columns of their table and recommended, to_csv) gives one summary row per direction and
+    dtype; a core page's points past its range are a row of their own."""
+    page_table()[[*COLUMNS, "recommended"]].to_csv(tmp_path / "01_fused_softmax.csv")
     found = sol_results.read_results(tmp_path)
     assert list(found) == ["01_fused_softmax"]
     forward, backward = sol_results.summarize(found["01_fused_softmax"])
@@ -47,23 +66,137 @@ def test_what_a_page_writes_the_build_reads(tmp_path):
     # a point where ours was not measured counts nowhere; a point with no peer counts only for % of light
     assert (backward["best"], backward["lowest"], backward["sizes"]) == (60.0, 40.0, [256, 1024, 4096])
     assert (backward["worst ratio"], backward["median ratio"], backward["peer points"]) == (2.0, 2.0, 1)
+    recommended, _ = sol_results.recommend(found)
+    chosen = {(r["direction"], r["dtype"], n): (r["stem"], r["claimed"]) for r in recommended for n in r["sizes"]}
+    inside, past, backward_inside, backward_past = sol_results.summarize(found["01_fused_softmax"], "01_fused_softmax", chosen)
+    assert (inside["what"], inside["sizes"], inside["lowest"]) == ("forward, float32", [256, 1024], 50.0)
+    assert (past["what"], past["sizes"], past["see"]) == ("forward, float32, past its range", [4096], [("01_fused_softmax", False, [4096])])
+    assert (backward_inside["sizes"], backward_past["sizes"], math.isnan(backward_past["best"])) == ([256, 1024], [4096], True)
 
 
-def test_results_without_key_columns_or_any_measurement(tmp_path):
-    """No key column is allowed; a page whose kernel did not run (all empty) says so, not 0%."""
-    pd.DataFrame({"N": [8192, 16384], COLUMNS[0]: [float("nan")] * 2, COLUMNS[1]: [float("nan")] * 2}) \
-        .to_csv(tmp_path / "12_softmax_staged_gluon.csv", index=False)
-    (row,) = sol_results.summarize(sol_results.read_results(tmp_path)["12_softmax_staged_gluon"])
-    assert row["what"] == "all points" and math.isnan(row["best"]) and row["peer points"] == 0
-    pages = {"12_softmax_staged_gluon": ("tutorials/deep_dives/12_softmax_staged_gluon", "Softmax, staged", True)}
-    text = sol_results.landing_rst(sol_results.read_results(tmp_path), pages, "on a test GPU.")
-    assert "not measured" in text and "nan" not in text.lower()
-
-
-def test_a_file_that_breaks_the_contract_is_named(tmp_path):
-    page_table()[["ours, % of light"]].to_csv(tmp_path / "04_rms_norm.csv")
-    with pytest.raises(ValueError, match=r"04_rms_norm\.csv.*ours / best peer"):
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.drop(columns="recommended"), r"no column 'recommended'"),
+    (lambda t: t.reset_index("direction", drop=True), r"no column 'direction'"),
+    (lambda t: t.drop(columns="ours / best peer"), r"no column 'ours / best peer'"),
+    (lambda t: t.assign(recommended=2), r"'recommended' holds something other than 1 .* and 0"),
+    (lambda t: t.assign(**{"ours, % of light": "fast"}), r"'ours, % of light' holds something other than numbers"),
+    (lambda t: t.reset_index(drop=True), r"no column 'direction', 'dtype', 'N'"),
+    (lambda t: t.assign(extra=1.0), r"column 'extra' is none of"),
+])
+def test_a_file_that_breaks_the_contract_is_named(tmp_path, change, message):
+    change(page_table()[[*COLUMNS, "recommended"]]).to_csv(tmp_path / "04_rms_norm.csv")
+    with pytest.raises(ValueError, match=r"04_rms_norm\.csv.*" + message):
         sol_results.read_results(tmp_path)
+
+
+def covered(rows):
+    """{(op, direction, dtype): [N, ...]} over the recommendation rows, in their order."""
+    found = {}
+    for row in rows:
+        found.setdefault((row["op"], row["direction"], row["dtype"]), []).extend(row["sizes"])
+    return found
+
+
+def test_recommendation_merges_consecutive_n_of_one_page():
+    """The core page up to 16 K, the deep dive past it: two rows, every N once, in the order of N."""
+    core_n, long_n = [256, 512, 1024, 2048, 4096, 8192, 16384], [32768, 65536]
+    results = results_of(
+        **{"01_softmax": sweep("forward", "float32", core_n + [32768], [90, 91, 92, 93, 94, 95, 96, 50], 1.1,
+                               [1] * 7 + [0]),
+           "11_long_rows": sweep("forward", "float32", long_n, [88, 97], [1.2, 1.4], 1)})
+    rows, notes = sol_results.recommend(results)
+    assert not notes
+    assert [(r["stem"], r["sizes"], r["claimed"]) for r in rows] == [("01_softmax", core_n, True), ("11_long_rows", long_n, True)]
+    assert (rows[0]["lowest"], rows[0]["best"], rows[0]["worst ratio"], rows[0]["median ratio"]) == (90, 96, 1.1, 1.1)
+    assert covered(rows) == {("1", "forward", "float32"): core_n + long_n}
+    text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
+    assert "256 to 16,384 (7 points)" in text and "90% to 96%" in text and "32,768 to 65,536 (2 points)" in text
+    assert ":doc:`11 Long rows <tutorials/deep_dives/11_long_rows>`" in text
+    # the core page's own sweep: its row over its range is not dragged down by the N past it
+    assert "forward, float32, past its range: see :doc:`11 Long rows" in text
+    assert text.index("Which kernel for your op and N") < text.index("Each page's sweep")
+
+
+def test_two_pages_claiming_one_n_keep_the_faster_and_say_so():
+    results = results_of(
+        **{"02_layer_norm": sweep("backward", "bfloat16", [4096, 8192], [95, 21], 1.0, 1),
+           "23_wide_backward": sweep("backward", "bfloat16", [8192, 16384], [90, 91], 1.3, 1)})
+    rows, notes = sol_results.recommend(results)
+    assert [(r["stem"], r["sizes"], r["rivals"]) for r in rows] == [
+        ("02_layer_norm", [4096], ()), ("23_wide_backward", [8192], ("02_layer_norm",)), ("23_wide_backward", [16384], ())]
+    assert len(notes) == 1 and "02_layer_norm" in notes[0] and "23_wide_backward" in notes[0] and "8,192" in notes[0]
+    text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
+    assert "(also claimed by :doc:`02 Layer norm <tutorials/02_layer_norm>`, slower here)" in text
+    # a claimant whose kernel did not run (NaN) loses to one that ran, whatever the page order
+    results["02_layer_norm"].loc[1, "ours, % of light"], results["23_wide_backward"].loc[0, "ours, % of light"] = 99, NAN
+    rows, _ = sol_results.recommend(results)
+    assert [(r["stem"], r["sizes"], r["rivals"]) for r in rows][1] == ("02_layer_norm", [8192], ("23_wide_backward",))
+
+
+def test_a_point_no_page_claims_names_the_best_measured_there():
+    results = results_of(
+        **{"02_layer_norm": sweep("forward", "float32", [16384, 65536], [97, 60], 1.0, [1, 0]),
+           "02_layer_norm_locks": sweep("forward", "float32", [65536], 70, 0.9, 0)})
+    rows, notes = sol_results.recommend(results)
+    assert [(r["stem"], r["sizes"], r["claimed"]) for r in rows] == [
+        ("02_layer_norm", [16384], True), ("02_layer_norm_locks", [65536], False)] and not notes
+    text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
+    assert "(the fastest measured: no page that measured this N claims it)" in text
+    # the core page's row past its range names that page, labelled the same way
+    assert "forward, float32, past its range: see :doc:`02 Layer norm locks <tutorials/02_layer_norm_locks>` (the fastest measured" in text
+    # past its range, several pages: each with its N; this page itself where none claims and it measured best
+    results["02_layer_norm"] = results_of(
+        x=sweep("forward", "float32", [16384, 32768, 65536], [97, 60, 80], 1.0, [1, 0, 0]))["x"]
+    results["21_wide"] = results_of(x=sweep("forward", "float32", [32768], 95, 1.0, 1))["x"]
+    text = sol_results.landing_rst(results, {s: PAGES.get(s, (f"tutorials/deep_dives/{s}", "Wide", True)) for s in results},
+                                   "on a test GPU.")
+    assert ("forward, float32, past its range: see :doc:`21 Wide <tutorials/deep_dives/21_wide>` (N = 32,768), "
+            "this page (N = 65,536) (the fastest measured: no page that measured this N claims it)") in text
+
+
+def test_missing_peers_and_a_gluon_kernel_that_did_not_run():
+    """No peer: "no peer ran", never 0x or nan; a claimed point whose kernel did not run (a Gluon kernel without a
+    GPU): the page stays recommended, "not measured", and its row does not merge with another page's."""
+    results = results_of(
+        **{"01_softmax": sweep("forward", "bfloat16", [4096, 16384, 65536], [80, 85, 40], NAN, [1, 1, 0]),
+           "12_staged": sweep("forward", "bfloat16", [16384, 24576, 32768], NAN, NAN, [0, 1, 1]),
+           "11_long_rows": sweep("forward", "bfloat16", [65536], 93, [1.1], 1)})
+    rows, _ = sol_results.recommend(results)
+    assert [(r["stem"], r["sizes"]) for r in rows] == [("01_softmax", [4096, 16384]), ("12_staged", [24576, 32768]),
+                                                       ("11_long_rows", [65536])]
+    assert rows[0]["peer points"] == 0 and rows[1]["light points"] == 0
+    text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
+    cells = [line.split(" - ", 1)[1] for line in text.splitlines() if line.startswith(("   * - ", "     - "))]
+    row_12 = cells[cells.index("24,576 to 32,768 (2 points)") - 2:][:7]
+    assert row_12[3].startswith(":doc:`12 Staged") and row_12[4:] == ["not measured", "-", "-"], row_12
+    row_01 = cells[cells.index("4,096 to 16,384 (2 points)") - 2:][:7]
+    assert row_01[4:] == ["80% to 85%", "no peer ran", "-"], row_01
+    assert "nan" not in text.lower()
+
+
+def test_every_point_is_in_exactly_one_row():
+    """Pages of two ops, several directions and dtypes, claims that overlap, gaps and NaN: each (op, direction,
+    dtype, N) any page measured is in one row, which names a page and its numbers."""
+    sizes = [2**k for k in range(8, 18)]
+    results = results_of(
+        **{"01_softmax": [p for d in ("forward", "backward") for t in ("float32", "bfloat16")
+                          for p in sweep(d, t, sizes[:8], [60 + k for k in range(8)], 1.0, [1] * 6 + [0] * 2)],
+           "11_long_rows": sweep("forward", "float32", sizes[5:], 90, NAN, 1) + sweep("backward", "bfloat16", sizes[7:], NAN, 1.2, 1),
+           "12_staged": sweep("forward", "bfloat16", [20000, 32768], [95, NAN], 1.3, 1),
+           "02_layer_norm": sweep("backward", "float32", sizes, 80, 0.9, [1] * 5 + [0] * 5),
+           "23_wide_backward": sweep("backward", "float32", sizes[6:], 92, 1.1, 1)})
+    rows, notes = sol_results.recommend(results)
+    measured = {}
+    for stem, frame in results.items():
+        for direction, dtype, n in frame[["direction", "dtype", "N"]].itertuples(index=False):
+            measured.setdefault((sol_results.op_of(stem), direction, dtype), set()).add(n)
+    found = covered(rows)
+    assert {key: sorted(ns) for key, ns in measured.items()} == found, "a point missing, or in two rows"
+    assert all(r["stem"] in results for r in rows)
+    assert len(notes) == 1, notes  # 11 and 01 both claim fp32 forward 8192
+    text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
+    table = text[text.index("Which kernel"):text.index("Each page's sweep")]
+    assert table.count("   * - ") == len(rows) + 1 and "nan" not in table.lower()
 
 
 @pytest.mark.parametrize("path", WRITERS, ids=lambda p: p.stem)
@@ -75,6 +208,47 @@ def test_each_page_writes_under_its_own_name_only_when_asked(path):
     block = text[text.index('if os.environ.get("SOL_RESULTS"):'):]
     assert block.index("SOL_RESULTS") < block.index(".to_csv("), "the write is not under the SOL_RESULTS guard"
     assert text.count("SOL_RESULTS") == 2, f"{path.name} uses SOL_RESULTS outside its one block"
+
+
+def range_of(path):
+    """A page's RANGE: its source run up to the statement that sets it (its constants and configs; nothing timed)."""
+    source = path.read_text(encoding="utf-8")
+    (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.Assign) and ast.unparse(n.targets) == "RANGE"]
+    scope = {"__name__": f"range_of_{path.stem}", "__file__": str(path)}
+    exec(compile("\n".join(source.splitlines()[:node.end_lineno]), str(path), "exec"), scope)
+    return scope["RANGE"]
+
+
+@pytest.fixture(scope="module")
+def ranges():
+    return {path.stem: range_of(path) for path in WRITERS}
+
+
+@pytest.mark.parametrize("path", WRITERS, ids=lambda p: p.stem)
+def test_each_page_writes_recommended_from_its_range(path, ranges):
+    """recommended is the page's one RANGE constant, (direction, dtype) -> the N its design is for (a range of
+    N, step 1), read in its results block (the columns themselves: test_the_built_sites_results_keep_the_contract)."""
+    text = path.read_text(encoding="utf-8")
+    block = text[text.index('if os.environ.get("SOL_RESULTS"):'):]
+    block = block[:block.index('.csv"))') + 7]
+    assert re.search(r"recommended=\[\s*int\(n in RANGE\.get\(", block), f"{path.name}: recommended is not read from RANGE"
+    assert len(re.findall(r"^RANGE = ", text, re.M)) == 1, f"{path.name}: RANGE should be set once"
+    for (direction, dtype), sizes in ranges[path.stem].items():
+        assert isinstance(direction, str) and dtype in ("float32", "bfloat16", "float16"), f"{path.name}: {(direction, dtype)}"
+        assert isinstance(sizes, range) and sizes.step == 1 and 1 <= sizes.start < sizes.stop, f"{path.name}: {sizes}"
+
+
+def test_no_two_pages_claim_one_point(ranges):
+    """Across the pages of one op, no two RANGEs share a direction, dtype and N (the landing page settles a tie, but
+    the pages should agree), and the core page's range starts at the smallest N."""
+    for op in sorted({sol_results.op_of(stem) for stem in ranges}):
+        stems = [stem for stem in ranges if sol_results.op_of(stem) == op]
+        for key in {key for stem in stems for key in ranges[stem]}:
+            claims = sorted((ranges[s][key].start, ranges[s][key].stop, s) for s in stems if key in ranges[s])
+            for (_, stop, first), (start, _, second) in zip(claims, claims[1:]):
+                assert stop <= start, f"{first} and {second} both claim {key} at N = {start} to {stop - 1}"
+        core = min(stems)
+        assert ranges[core] and all(r.start == 1 for r in ranges[core].values()), f"{core}'s range should start at N = 1"
 
 
 def test_the_pages_that_write_results():
@@ -107,7 +281,7 @@ def run_build(app, rst, writes):
     its .rst) or skips it, then the landing page's files are written. Returns the landing page's reST."""
     sol_results._ask_for_results(app)
     if writes:
-        page_table()[COLUMNS].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_demo.csv"))
+        page_table()[[*COLUMNS, "recommended"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_demo.csv"))
     if writes is not None:  # None: sphinx-gallery skipped the page (unchanged), leaving its .rst as it was
         rst.write_text("the page\n")
         kept = pathlib.Path(app.srcdir) / "_generated" / "results" / "01_demo.csv"
@@ -138,6 +312,20 @@ def test_build_shows_what_ran_keeps_what_was_not_rerun_and_drops_what_went_stale
     text = run_build(app, rst, writes=False)
     assert text.startswith("No results were measured in this build"), text
     assert not (tmp_path / "docs" / "_generated" / "results" / "01_demo.csv").exists()
+
+
+def test_kept_results_of_an_older_contract_are_dropped_not_fatal(tmp_path, clean_env, caplog):
+    """A page not rerun whose kept results lack a column the contract now asks for: dropped, and said in the log
+    (not a Sphinx warning: -W would fail the build over a file that no page will write again)."""
+    caplog.set_level("INFO", logger="sphinx")
+    app, rst = fake_build(tmp_path)
+    run_build(app, rst, writes=True)
+    kept = tmp_path / "docs" / "_generated" / "results" / "01_demo.csv"
+    pd.read_csv(kept).drop(columns="recommended").to_csv(kept, index=False)
+    text = run_build(app, rst, writes=None)
+    assert text.startswith("No results were measured in this build"), text
+    assert not kept.exists() and "kept results dropped" in caplog.text
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "a Sphinx warning fails a -W build"
 
 
 def test_a_build_that_runs_no_tutorial_shows_no_numbers(tmp_path, clean_env):
@@ -173,6 +361,37 @@ def test_landing_page_shows_the_table_and_figure_of_this_build(built_site):
 
     if not torch.cuda.is_available():
         assert "NOT GPU timings" in section, "a CPU build's landing page must say its timings are not GPU timings"
+
+
+# the results the landing page of the last build used: this build's, and those kept for pages it did not rerun
+USED = ROOT / "docs" / "_generated" / "results"
+
+
+def test_the_built_sites_results_keep_the_contract(built_site):
+    """Every page that writes results has them on the landing page, with the contract's columns (read_results
+    checks them: direction, dtype, N, the two metrics, recommended as 1 or 0)."""
+    found = sol_results.read_results(USED)
+    assert set(found) == {p.stem for p in WRITERS}, f"results from {sorted(found)}"
+    assert not found["02_layer_norm_backward_locks"]["recommended"].any(), "02's design 2 is recommended on page 02"
+
+
+def test_landing_page_recommends_a_page_for_every_point(built_site):
+    """The recommendation table comes first, a row per run of N with one answer, each naming a page; every point
+    of this build's results is in one row."""
+    section = landing_section(built_site)
+    first, then = section.index('id="which-kernel-for-your-op-and-n"'), section.index('id="each-page-s-sweep"')
+    table = section[first:then]
+    rows, _ = sol_results.recommend(sol_results.read_results(USED))
+    body = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]
+    assert len(body) == len(rows), f"{len(body)} rows in the table, {len(rows)} recommended"
+    for row, html_row in zip(rows, body):
+        assert row["direction"] in html_row and row["dtype"] in html_row, html_row
+        where = f"tutorials/{'' if row['stem'][0] == '0' else 'deep_dives/'}{row['stem']}.html"
+        assert f'href="{where}' in html_row, f"the row for {row['sizes']} does not link to {where}"
+    assert {sol_results.OPS[r["op"]] for r in rows} == set(sol_results.OPS.values())
+    points = sum(len(r["sizes"]) for r in rows)
+    total = sum(int(n) for n in re.findall(r"\((\d+) points?\)", table))
+    assert total == points, f"the table's rows hold {total} points, the results {points}"
 
 
 def test_execution_times_page_says_what_its_memory_column_holds(built_site):

@@ -97,6 +97,9 @@ MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 thread
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills
 MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
 BYTES_PER_THREAD = 32  # of the row, per thread: two 16-byte loads in flight, room for a 2nd program/SM
+# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
+RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
+         ("backward", "float32"): range(1, 32768 + 1), ("backward", "bfloat16"): range(1, 32768 + 1)}
 
 def _fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) of the fused kernels, for rows of n_cols elements of element_size
@@ -493,7 +496,8 @@ n_mid = SWEEP_N[len(SWEEP_N) // 2]
 print(f"Fusion: at N = {n_mid} in fp32, the fused kernel is {fwd[(n_mid, 'ours')] / fwd[(n_mid, 'naive')]:.3g}x "
       f"faster than the naive five-kernel softmax (the bytes model predicted 4x).")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
+    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
@@ -503,13 +507,9 @@ if not ON_GPU:
 # **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` columns forward and
 # ``MAX_FUSED_BWD_N`` backward; past them the online kernels read each row twice. A 16-bit row of 16 K
 # to 32 K fits but fills half an SM's registers: one program per SM, its load, reductions and store
-# one after the other. The fastest kernel on this site for each range:
-#
-# * **forward, fp32**: fused (this page) up to 32 K; online (this page) below 64 K; from 64 K on, one
-#   row split across programs with a lookahead, :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`.
-# * **forward, bf16 and fp16**: fused up to 16 K; from 16 K to 32 K, the row staged in shared memory
-#   with Gluon, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; past 32 K, split (11).
-# * **backward, every dtype**: fused up to 16 K; online below 64 K; split from 64 K on (11).
+# one after the other. Past ``RANGE`` the site recommends a deep dive: for 16-bit forward rows, staging them in
+# shared memory with Gluon, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; for longer rows,
+# splitting each row across programs, :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`.
 #
 # How ``BLOCK_M``, ``num_warps`` and the grid were chosen, how many programs share an SM, and whether
 # a persistent grid pays: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.

@@ -285,6 +285,9 @@ BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same byte
 BWD_WARPS_PER_SM = 32  # backward: as many programs per SM as fit in this many warps (at least one)
 BWD_EVICT = {2: "evict_first", 4: ""}  # backward: x, dy are read once; marked so, 16-bit rows ran faster, fp32 slower
 CHUNK_N = {"forward": 16384, "backward": 4096}  # columns per chunk of the chunked kernels
+# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
+RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
+         ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}
 SUM_META = dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)  # dw, db: 32 lines at a time, 128 columns
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _occupancy = {}
@@ -532,7 +535,8 @@ for ax, (key, part) in zip(axes.flat, table.reset_index([0, 1]).groupby(["direct
 axes[0][0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm.csv"))
+    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm.csv"))
 table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
                    na_rep="-")
 
@@ -540,8 +544,8 @@ table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%"
 # Going further
 # -------------
 # **Where this design stops.** Past ``MAX_FUSED_N`` and ``MAX_BWD_FUSED_N`` columns the chunked kernels read each row
-# twice; before that, a wide row fills a program's registers: few programs share an SM. Deep dives, against these kernels,
-# each naming its gaps and what was tried: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (:math:`x`
+# twice; before that, a wide row fills a program's registers: few programs share an SM. Past ``RANGE`` the site recommends
+# deep dives, measured against these kernels: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (:math:`x`
 # read twice, or a row split), :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared
 # memory), :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row shared by programs).
 # **Exercise**: change ``BWD_WARPS_PER_SM`` or ``BWD_MIN_BYTES``: which widths move, and why? Reference: Ba et al. (2016).

@@ -201,6 +201,9 @@ MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # x, dy, the next block's and 2 fp32 accum
 BWD_EVICT = {2: "evict_first", 4: ""}  # x, dy are read once: marked so for 16-bit rows, as tutorial 02 does
 BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every dtype)
 BWD_WARPS_PER_SM = 32  # as many programs per SM as fit in this many warps (at least one)
+# The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
+# which the landing page names at those N; design 1 is the classic design it is measured against.
+RANGE = {}
 _occupancy = {}
 
 def _warps(n_elements, element_size, bytes_per_thread, least=4):
@@ -477,7 +480,8 @@ worst = determinism.set_index(["design", "dtype"]).filter(like="unlike").max(axi
 print(f"Design 1 gave bits unlike its first run in up to {worst.loc['1: spin locks'].max()} of {RUNS} runs; "
       f"design 2 in {worst.loc['2: persistent'].max()}.")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["design 2, % of light", "design 2 / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).to_csv(
+    table[["design 2, % of light", "design 2 / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+        direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm_backward_locks.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")

@@ -117,6 +117,9 @@ VECTOR_BLOCK = 4096  # elements a program loads per step: 8 per thread with 16 w
 VECTOR_NUM_WARPS = 16
 PROGRAMS_PER_SM = 4  # persistent grid: 4 x 16 warps = 64 warps, the most an SM holds
 FINAL_BLOCK = 1024  # block of the one-program second pass (4 warps)
+# The n the persistent design is for, where the site's landing page recommends it: every n (2**40: no last), as no
+# other page sums a whole tensor (row and column sums: deep dive 31).
+RANGE = {("sum of all elements", t): range(1, 2**40) for t in ("float32", "bfloat16")}
 
 def _vector_config(n, design):
     """(grid, BLOCK, num_warps) of sum_blocks_kernel's first pass over n elements."""
@@ -480,7 +483,9 @@ print(f"Determinism: over {DETERMINISM_RUNS} runs, " + (f"{', '.join(varying)} g
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     summary = pd.DataFrame({"ours, % of light": table["persistent, % of light"],
                             "ours / best peer": table["persistent"] / table.filter(items=["torch", "torch.compile"]).max(axis=1)})
-    summary.rename_axis(["dtype", "N"]).to_csv(os.path.join(os.environ["SOL_RESULTS"], "03_parallel_reduction.csv"))
+    summary.rename_axis(["dtype", "N"]).assign(direction="sum of all elements", recommended=[
+        int(n in RANGE.get(("sum of all elements", t), ())) for t, n in summary.index]).to_csv(
+        os.path.join(os.environ["SOL_RESULTS"], "03_parallel_reduction.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 

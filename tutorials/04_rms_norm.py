@@ -227,6 +227,9 @@ MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # longest row a program hold
 MAX_FUSED_BYTES = 65536  # forward: an fp32 row of 32 K fills an SM alone, its loads and stores serialized
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
 CHUNK_N = {"forward": 16384, "backward": 8192}  # columns per chunk of the two-pass kernels
+# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
+RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
+         ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}
 
 # warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps)
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
@@ -509,7 +512,8 @@ n_mid, fwd = SWEEP_N["forward"][len(SWEEP_N["forward"]) // 2], table.xs(("forwar
 print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "
       f"the naive one-operation-at-a-time RMSNorm (the bytes model predicted 3.5x).")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
+    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
@@ -518,9 +522,9 @@ if not ON_GPU:
 # -------------
 # **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` (forward 32 K, 16 K in fp32 by
 # ``MAX_FUSED_BYTES``; backward 8 K); past it rows are read twice and the backward moves a ``dw_partial`` row
-# per row. The fastest kernel on this site: **forward**, fused, chunked (this page), 16-bit rows of 16-32 K staged in
-# shared memory, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py`; **backward**, fused up to 8 K and
-# chunked past 128 K (this page), in between a row shared by programs, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`.
+# per row. Past ``RANGE`` the site recommends, **forward**, 16-bit rows staged in shared memory,
+# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` (longer rows: this page's chunked kernel); **backward**,
+# a row shared by programs, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (chunked past 128 K).
 # **Gaps, and what was tried** (this build's are the N named above): quack holds a forward's row of 64 K in the shared
 # memory of a *cluster* of SMs, read once, where ours reads it twice; this page holds a 16-bit row of 32 K an SM. Tried on an H100
 # (``dev/DESIGN.md``): chunks of 4-32 K columns, 8-32 warps, persistent grids, capped registers for two rows an SM;

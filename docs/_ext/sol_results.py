@@ -1,27 +1,42 @@
-"""The landing page's summary of what the tutorials measured in this build: a table and a figure.
+"""The landing page's answer to "which kernel for my op and N", and each page's own results: tables and a figure.
 
 The contract, a page's side. When the environment variable ``SOL_RESULTS`` names a folder, a tutorial
 writes ``<that folder>/<its file's stem>.csv`` (``01_fused_softmax.csv``), one row per point of its
-benchmark sweep, with the columns
+benchmark sweep, with exactly these columns (any order; an index written by pandas is one of them):
 
-* any *key* columns (``direction``, ``dtype``, ``sweep``, ...): their values, joined by ", ", name
-  what was measured ("forward, float32"); none is allowed;
+* ``direction``: ``forward`` or ``backward``; for a sum, its kind (``sum of all elements``, ``row sums``, ``column sums``);
+* ``dtype``: the tensors' dtype by its torch name (``float32``, ``bfloat16``);
 * ``N``: the size of the point (a row length, or the elements of a vector);
 * ``ours, % of light``: our kernel's GB/s as a percentage of the speed of light measured beside it (a copy
-  of the same bytes; a read-only pass for a sum); empty where ours was not measured;
+  of the same bytes; a read-only pass for a sum); empty where ours was not measured (a Gluon kernel
+  without a GPU);
 * ``ours / best peer``: our GB/s over the fastest peer's (PyTorch, ``torch.compile``, Liger-Kernel, quack,
-  XLA: whichever ran) at the same point; empty where no peer ran.
+  XLA: whichever ran) at the same point; empty where no peer ran;
+* ``recommended``: 1 where the site recommends this page's kernel for this direction, dtype and N, else 0.
+  The page reads it from one constant beside its launch parameters, ``RANGE``: {(direction, dtype): the N
+  its design is for, a ``range``}. A page that compares designs the site recommends elsewhere
+  (02_layer_norm_backward_locks) has an empty ``RANGE``.
 
-Most pages already have these two columns in their summary table (``table``, indexed by direction, dtype
-and N), so their block is
+A page's block, where its summary table is indexed by direction, dtype and N (a page whose table lacks the
+direction adds it with ``.assign(direction="forward", ...)``, and one whose kernel has another name renames the
+two columns):
 
     if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-        table[["ours, % of light", "ours / best peer"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
-
-and a page whose kernel has another name renames the two columns (``.set_axis([...], axis=1)``).
+        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \\
+            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
 
 Run alone (a downloaded notebook, ``python tutorials/...``) nothing sets ``SOL_RESULTS``, and the page
 writes nothing.
+
+The landing page. A page's *op* is the first digit of its number: core page ``0N`` and deep dives ``NK``
+are op N (``OPS`` names them). First, for every (op, direction, dtype, N) that any page measured, the page
+the site recommends there: the one whose ``recommended`` is 1; where two pages claim the same point, the
+one with the higher % of light there, and a line in the build log (not a Sphinx warning: ``-W`` would
+fail the build over a tuning disagreement that the table settles, and the row names both pages); where
+none does, the page that measured the highest % of light there, labelled so. Consecutive N with the same
+answer are one row. Then each page's own sweep, a row per direction and dtype (``summarize``), in which a
+core page's points past its range (``recommended`` 0 where it recommends other N) are a row of their own
+naming the page recommended there; and a figure of those rows.
 
 The build's side (``setup`` below). sphinx-gallery runs the tutorials in its ``builder-inited`` handler;
 before it, ``_ask_for_results`` empties ``<build>/results`` and names it in ``SOL_RESULTS`` (only when
@@ -33,9 +48,10 @@ sphinx-gallery does not rerun a script whose source has not changed since the bu
 keeps that page as it was, numbers and all. So that the landing page agrees with the pages, each
 page's results are also kept in ``docs/_generated/results/`` and stay valid exactly as long as
 sphinx-gallery leaves that page's generated ``.rst`` untouched (a newer ``.rst``: the page was made again,
-by a run that wrote no results or by a build that did not run it, and the kept results are dropped).
-The landing page says which rows come from such an earlier run. A build that runs no tutorial at all
-(``make html-noplot``) shows one line saying that no results were measured in this build, and nothing else.
+by a run that wrote no results or by a build that did not run it, and the kept results are dropped; so are
+kept results that break this contract, written under an older one). The landing page says which rows come
+from such an earlier run. A build that runs no tutorial at all (``make html-noplot``) shows one line saying
+that no results were measured in this build, and nothing else.
 """
 
 import math
@@ -45,8 +61,12 @@ import shutil
 
 from sphinx.util import logging
 
-METRICS = ("ours, % of light", "ours / best peer")
+KEYS = ("direction", "dtype")
 SIZE = "N"
+METRICS = ("ours, % of light", "ours / best peer")
+FLAG = "recommended"
+COLUMNS = (*KEYS, SIZE, *METRICS, FLAG)
+OPS = {"1": "softmax", "2": "layer norm", "3": "reduction", "4": "RMSNorm", "5": "RMSNorm in JAX"}
 INCLUDE = "landing_results.inc"
 FIGURE = "landing_results.png"
 
@@ -56,43 +76,118 @@ _logger = logging.getLogger(__name__)
 # ---- the contract, the reader's side ----
 
 def read_results(folder):
-    """{page stem: DataFrame} of every ``<stem>.csv`` in folder (none: an empty dict).
+    """{page stem: DataFrame of COLUMNS} of every ``<stem>.csv`` in folder (none: an empty dict).
 
     Raises ValueError naming the file where one breaks the contract."""
+    return {path.stem: _read(path) for path in sorted(pathlib.Path(folder).glob("*.csv"))}
+
+
+def _read(path):
     import pandas as pd
 
-    found = {}
-    for path in sorted(pathlib.Path(folder).glob("*.csv")):
-        frame = pd.read_csv(path)
-        lacking = [c for c in (SIZE, *METRICS) if c not in frame.columns]
-        if lacking:
-            raise ValueError(f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results need "
-                             f"{SIZE!r}, {METRICS[0]!r} and {METRICS[1]!r} (and any key columns)")
-        for column in METRICS:
-            if not pd.api.types.is_numeric_dtype(frame[column]):
-                raise ValueError(f"{path.name}: column {column!r} holds something other than numbers")
-        found[path.stem] = frame
-    return found
+    frame = pd.read_csv(path, dtype={key: str for key in KEYS})
+    lacking = [c for c in COLUMNS if c not in frame.columns]
+    if lacking:
+        raise ValueError(f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results have the columns "
+                         f"{', '.join(map(repr, COLUMNS))}")
+    unknown = [c for c in frame.columns if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, COLUMNS))} "
+                         "(an index without a name? write the summary indexed by direction, dtype and N)")
+    for column in (SIZE, *METRICS, FLAG):
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            raise ValueError(f"{path.name}: column {column!r} holds something other than numbers")
+    if not frame[FLAG].isin([0, 1]).all():
+        raise ValueError(f"{path.name}: column {FLAG!r} holds something other than 1 (recommended here) and 0")
+    if frame[[*KEYS, SIZE]].isna().any().any() or frame.duplicated([*KEYS, SIZE]).any():
+        raise ValueError(f"{path.name}: each row needs its own direction, dtype and N")
+    return frame[list(COLUMNS)]
 
 
-def summarize(frame):
-    """One dict per measured thing (the key columns' values) of one page's results, in the page's order:
-    what, the sizes, ours' best and lowest % of light (and where), the worst and median of ours / best peer
-    over the points where a peer ran (and where the worst is), and how many such points."""
-    keys = [c for c in frame.columns if c not in (SIZE, *METRICS)]
-    groups = frame.groupby(keys, sort=False) if keys else [((), frame)]
+def op_of(stem):
+    """The op of a page, a digit: core page 0N and deep dives NK are op N."""
+    return stem[1] if stem[0] == "0" else stem[0]
+
+
+def _stats(points):
+    """Ours' best and lowest % of light (and where), the worst and median of ours / best peer over the points
+    where a peer ran (and where the worst is), how many such points; points: (N, % of light, ratio)."""
+    light = [(v, n) for n, v, _ in points if not math.isnan(v)]
+    ratio = sorted((v, n) for n, _, v in points if not math.isnan(v))
+    return {"best": max(light)[0] if light else math.nan, "best at": max(light)[1] if light else None,
+            "lowest": min(light)[0] if light else math.nan, "lowest at": min(light)[1] if light else None,
+            "light points": len(light), "worst ratio": ratio[0][0] if ratio else math.nan,
+            "worst at": ratio[0][1] if ratio else None, "peer points": len(ratio),
+            "median ratio": _median([v for v, _ in ratio]) if ratio else math.nan}
+
+
+def _median(values):
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def _size(n):
+    return int(n) if float(n).is_integer() else n
+
+
+def recommend(results):
+    """(rows, notes). rows: one dict per run of consecutive N of one (op, direction, dtype) with one answer,
+    in order (op, then direction and dtype as the pages first list them, then N): op, direction, dtype, the
+    sizes, the recommended page (stem), claimed (by its range; False: no page that measured these N claims
+    them, and this one measured the highest % of light), the other pages that claimed them (rivals), and the
+    _stats of the recommended page's points. notes: a sentence for each row that two pages claim."""
+    points = {}  # (op, direction, dtype) -> {N: [(stem, % of light, ratio, recommended)]}
+    for stem in sorted(results, key=lambda s: (op_of(s), s)):
+        for direction, dtype, n, light, ratio, flag in results[stem][list(COLUMNS)].itertuples(index=False):
+            points.setdefault((op_of(stem), direction, dtype), {}).setdefault(_size(n), []).append(
+                (stem, float(light), float(ratio), int(flag)))
+    rows, notes = [], []
+    rank = lambda entry: -math.inf if math.isnan(entry[1]) else entry[1]  # ties: the first page
+    for (op, direction, dtype), by_n in points.items():
+        for n in sorted(by_n):
+            claims = [entry for entry in by_n[n] if entry[3]]
+            chosen = max(claims or by_n[n], key=rank)
+            answer = (chosen[0], bool(claims), tuple(e[0] for e in claims if e is not chosen))
+            if rows and rows[-1]["key"] == (op, direction, dtype, *answer):
+                rows[-1]["sizes"].append(n)
+                rows[-1]["points"].append((n, chosen[1], chosen[2]))
+            else:
+                rows.append({"key": (op, direction, dtype, *answer), "op": op, "direction": direction, "dtype": dtype,
+                             "sizes": [n], "stem": answer[0], "claimed": answer[1], "rivals": answer[2],
+                             "points": [(n, chosen[1], chosen[2])]})
+    for row in rows:
+        del row["key"]
+        row.update(_stats(row.pop("points")))
+        if row["rivals"]:
+            notes.append(f"{' and '.join((row['stem'], *row['rivals']))} each write recommended = 1 for "
+                         f"{OPS.get(row['op'], 'op ' + row['op'])} {row['direction']}, {row['dtype']} at N = "
+                         f"{_span(row['sizes'])}; the landing page names {row['stem']}, the fastest there. "
+                         "Make their RANGE constants agree.")
+    return rows, notes
+
+
+def summarize(frame, stem="", chosen=None):
+    """One dict per measured thing of one page's results (its direction and dtype), in the page's order: what,
+    the sizes, and _stats over them. chosen: {(direction, dtype, N): (recommended stem, claimed)} of its op
+    (from recommend()); given it, a core page that recommends itself somewhere gets a row of its own, right after
+    each direction and dtype's, for the points past its range there (what ends "past its range"), with see:
+    [(stem, claimed, its N)] recommended at them."""
+    core = stem[:1] == "0" and chosen is not None and frame[FLAG].any()
     rows = []
-    for key, part in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        light, ratio = part.set_index(SIZE)[METRICS[0]].dropna(), part.set_index(SIZE)[METRICS[1]].dropna()
-        rows.append({
-            "what": ", ".join(str(k) for k in key) or "all points",
-            "sizes": sorted(int(n) if float(n).is_integer() else n for n in part[SIZE]),
-            "best": light.max() if len(light) else math.nan, "best at": light.idxmax() if len(light) else None,
-            "lowest": light.min() if len(light) else math.nan, "lowest at": light.idxmin() if len(light) else None,
-            "worst ratio": ratio.min() if len(ratio) else math.nan, "worst at": ratio.idxmin() if len(ratio) else None,
-            "median ratio": ratio.median() if len(ratio) else math.nan, "peer points": len(ratio),
-        })
+    for (direction, dtype), part in frame.groupby(list(KEYS), sort=False):
+        groups = [(False, part[part[FLAG] == 1]), (True, part[part[FLAG] == 0])] if core else [(False, part)]
+        for past, points in groups:
+            if not len(points):
+                continue
+            sizes = sorted(_size(n) for n in points[SIZE])
+            row = {"what": f"{direction}, {dtype}" + (", past its range" if past else ""), "sizes": sizes,
+                   **_stats(list(zip(points[SIZE].map(_size), points[METRICS[0]], points[METRICS[1]])))}
+            if past:
+                see = {}
+                for n in (n for n in sizes if (direction, dtype, n) in chosen):
+                    see.setdefault(chosen[direction, dtype, n], []).append(n)
+                row["see"] = [(page, claimed, ns) for (page, claimed), ns in see.items()]
+            rows.append(row)
     return rows
 
 
@@ -116,17 +211,86 @@ def _at(value):
     return f" (N = {int(value):,})" if float(value).is_integer() else f" (N = {value})"
 
 
-def _cells(stem, docname, short, row):
-    """The table's cells for one row of summarize()."""
-    sizes = row["sizes"]
-    span = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,} ({len(sizes)})"
-    cells = [f":doc:`{stem[:2]} {short} <{docname}>`", row["what"], span]
+def _ends(sizes):
+    """"256 to 16,384", "65,536"."""
+    show = lambda n: f"{n:,}" if float(n).is_integer() else f"{n}"
+    return show(sizes[0]) if len(sizes) == 1 else f"{show(sizes[0])} to {show(sizes[-1])}"
+
+
+def _span(sizes):
+    """"256 to 16,384 (7 points)", "65,536 (1 point)"."""
+    return f"{_ends(sizes)} ({len(sizes)} point{'s' if len(sizes) > 1 else ''})"
+
+
+def _ratio_cells(row):
+    """ours / best peer: the worst (and where), the median (and over how many points)."""
+    if not row["peer points"]:
+        return ["no peer ran", "-"]
+    return [f"{row['worst ratio']:.3g}x{_at(row['worst at'])}", f"{row['median ratio']:.3g}x (of {row['peer points']})"]
+
+
+def _unclaimed(sizes):
+    """The label of a page recommended where no page that measured these N claims them."""
+    one = len(sizes) == 1
+    return f" (the fastest measured: no page that measured {'this N' if one else 'these N'} claims {'it' if one else 'them'})"
+
+
+def _recommendation_cells(row, doc):
+    """The recommendation table's cells for one row of recommend()."""
+    page = doc(row["stem"]) + (_unclaimed(row["sizes"]) if not row["claimed"] else "")
+    if row["rivals"]:
+        page += f" (also claimed by {', '.join(doc(s) for s in row['rivals'])}, slower here)"
+    cells = [OPS.get(row["op"], f"op {row['op']}"), f"{row['direction']}, {row['dtype']}", _span(row["sizes"]), page]
+    if not row["light points"]:  # the page's kernel did not run here (a Gluon kernel without a GPU)
+        return cells + ["not measured", "-", "-"]
+    light = f"{row['best']:.3g}%" if row["best"] == row["lowest"] else f"{row['lowest']:.3g}% to {row['best']:.3g}%"
+    if row["light points"] < len(row["sizes"]):
+        light += f" (measured at {row['light points']} of {len(row['sizes'])} points)"
+    return cells + [light, *_ratio_cells(row)]
+
+
+def _see(stem, see, doc):
+    """Where a core page's N past its range are recommended: "see 23 ..." (with their N where several pages)."""
+    parts = []
+    for page, claimed, sizes in see:
+        where = f" (N = {_ends(sizes)})" if len(see) > 1 else ""
+        if page == stem:  # no page that measured them claims them, and this page was the fastest
+            parts.append(f"this page{where}{_unclaimed(sizes)}")
+        else:
+            parts.append(doc(page) + where + ("" if claimed else _unclaimed(sizes)))
+    return "see " + ", ".join(parts)
+
+
+def _page_cells(stem, doc, row):
+    """The per-page table's cells for one row of summarize()."""
+    what = row["what"] + (f": {_see(stem, row['see'], doc)}" if "see" in row else "")
+    cells = [doc(stem), what, _ends(row["sizes"]) + (f" ({len(row['sizes'])})" if len(row["sizes"]) > 1 else "")]
     if math.isnan(row["best"]):  # ours did not run here (a Gluon kernel without a GPU)
         return cells + ["not measured", "-", "-", "-"]
-    cells += [f"{row['best']:.3g}%{_at(row['best at'])}", f"{row['lowest']:.3g}%{_at(row['lowest at'])}"]
-    if not row["peer points"]:
-        return cells + ["no peer ran", "-"]
-    return cells + [f"{row['worst ratio']:.3g}x{_at(row['worst at'])}", f"{row['median ratio']:.3g}x (of {row['peer points']})"]
+    return cells + [f"{row['best']:.3g}%{_at(row['best at'])}", f"{row['lowest']:.3g}%{_at(row['lowest at'])}",
+                    *_ratio_cells(row)]
+
+
+def page_rows(results, recommended):
+    """[(stem, row of summarize())] of every page in results, its points past its range split off and naming
+    the page recommended there (recommended: the rows of recommend())."""
+    chosen = {(r["op"], r["direction"], r["dtype"], n): (r["stem"], r["claimed"]) for r in recommended for n in r["sizes"]}
+    rows = []
+    for stem, frame in results.items():
+        mine = {key[1:]: answer for key, answer in chosen.items() if key[0] == op_of(stem)}
+        rows += [(stem, row) for row in summarize(frame, stem, mine)]
+    return rows
+
+
+def _list_table(header, body, css):
+    lines = [".. list-table::", "   :header-rows: 1", f"   :class: {css}", ""]
+    for cells in [header, *body]:
+        lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(cells)]
+    return lines + [""]
+
+
+def _heading(text):
+    return [text, "~" * len(text), ""]
 
 
 def landing_rst(results, pages, device, kept=(), ran=True):
@@ -138,30 +302,35 @@ def landing_rst(results, pages, device, kept=(), ran=True):
         why = "it did not run the tutorials (``make html-noplot``)" if not ran else "no tutorial that writes results ran"
         return (f"No results were measured in this build: {why}. Each page's own tables hold its numbers, "
                 "where a build ran it.\n")
+    recommended, _ = recommend(results)
     lines = [
         f"Measured by this build {device}", "",
-        "Each row is one thing a page measured, over the sizes *N* it swept, with its kernel "
-        "(*ours*: the one the page builds; where a page compares designs, the one it recommends). "
-        "**ours, % of light**: our GB/s as a percentage of the speed of light measured beside it at the same *N* "
-        "(a copy of the same bytes; for a sum, a pass that only reads them), the best and the lowest "
-        "over *N*. **ours / best peer**: our GB/s over the fastest peer's at the same *N* (PyTorch, "
-        "``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* and the median "
-        "over the *N* where a peer ran; above 1, ours is faster. Each page's tables hold every point.", "",
+        *_heading("Which kernel for your op and N"),
+        "For each op, direction (for a sum, its kind), dtype and size *N* that a page measured: the page whose kernel "
+        "the site recommends there. Each page states the *N* its design is for (``RANGE``, beside its launch "
+        "parameters); where no page that measured an *N* claims it, the row names the page whose kernel was the "
+        "fastest there, and says so. **ours, % of light**: that kernel's GB/s as a percentage of the speed of light measured "
+        "beside it at the same *N* (a copy of the same bytes; for a sum, a pass that only reads them), the lowest to "
+        "the highest over the row's *N*. **ours / best peer**: its GB/s over the fastest peer's at the same *N* "
+        "(PyTorch, ``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* and "
+        "the median over the *N* where a peer ran; above 1, ours is faster.", "",
+        *_list_table(["op", "measured", "N", "the site recommends", "ours, % of light", "ours / best peer: worst",
+                      "median"], [_recommendation_cells(row, doc) for row in recommended], "sol-results sol-recommended"),
+        *_heading("Each page's sweep"),
+        "Each row is one thing a page measured, over the sizes *N* it swept, with its kernel (*ours*: the one the page "
+        "builds; where a page compares designs, the one it recommends), the best and the lowest % of light over *N*, "
+        "and ours / best peer as above. A core page's *N* past its range are a row of their own, naming the page "
+        "recommended there. Each page's tables hold every point.", "",
         f".. figure:: /_generated/{FIGURE}",
         "   :alt: Bars, one per page and measurement: the best percentage of the speed of light that our kernel "
         "reached (a line at 100%), and the median of ours over the best peer (a line at 1).",
         "   :width: 100%", "",
         "   Left: our best % of the speed of light (bars) and lowest (dots) over the sizes each page swept. Right: "
         "ours / best peer, the median (bars) and the worst size (dots).", "",
-        ".. list-table::", "   :header-rows: 1", "   :class: sol-results", "",
+        *_list_table(["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst",
+                      "median"], [_page_cells(stem, doc, row) for stem, row in page_rows(results, recommended)],
+                     "sol-results"),
     ]
-    header = ["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst", "median"]
-    lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(header)]
-    for stem, frame in results.items():
-        docname, short, _ = pages[stem]
-        for row in summarize(frame):
-            lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(_cells(stem, docname, short, row))]
-    lines.append("")
     if kept:
         lines += ["Not rerun by this build (their scripts are unchanged, so their pages, like these rows, show the "
                   "run of an earlier build): " + ", ".join(doc(s) for s in kept) + ".", ""]
@@ -173,9 +342,9 @@ def landing_rst(results, pages, device, kept=(), ran=True):
 
 
 def draw(results, pages, device, path):
-    """The landing page's figure, a row per page and measurement: on the left our best % of light (a bar) and
-    lowest (a dot) over N, a line at 100%; on the right ours / best peer, the median (a bar) and the worst N (a
-    dot), on a log scale, drawn from 1 (right of it, ours is faster)."""
+    """The landing page's figure, a row per row of the per-page table (page_rows): on the left our best % of light
+    (a bar) and lowest (a dot) over N, a line at 100%; on the right ours / best peer, the median (a bar) and the
+    worst N (a dot), on a log scale, drawn from 1 (right of it, ours is faster)."""
     import io
 
     import matplotlib
@@ -184,9 +353,10 @@ def draw(results, pages, device, path):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    rows, palette = [], plt.get_cmap("tab10").colors
-    for i, (stem, frame) in enumerate(results.items()):
-        rows += [(f"{stem[:2]} {pages[stem][1]}: {row['what']}", palette[i % len(palette)], row) for row in summarize(frame)]
+    palette, stems = plt.get_cmap("tab10").colors, list(results)
+    see = lambda row: f" (see {', '.join(s[:2] for s, _, _ in row['see'])})" if "see" in row else ""
+    rows = [(f"{stem[:2]} {pages[stem][1]}: {row['what']}{see(row)}", palette[stems.index(stem) % len(palette)], row)
+            for stem, row in page_rows(results, recommend(results)[0])]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.3 * len(rows) + 1.6), sharey=True, facecolor="white",
                                       gridspec_kw={"width_ratios": [3, 2]})
     where = list(range(len(rows)))[::-1]  # first page on top
@@ -276,11 +446,12 @@ def _write_landing_results(app):
     ran = bool(app.config.sphinx_gallery_conf.get("plot_gallery"))
     results, kept = {}, []
     if ran:
-        try:
-            found = read_results(fresh)
-        except ValueError as err:
-            _logger.warning(f"landing page: {err}")
-            found = {}
+        found = {}
+        for path in sorted(fresh.glob("*.csv")):
+            try:
+                found[path.stem] = _read(path)
+            except ValueError as err:  # the page breaks the contract: a Sphinx warning, so -W fails the build
+                _logger.warning(f"landing page: {err}")
         for stem in [s for s in found if s not in pages]:
             _logger.warning(f"landing page: results for {stem}, which is no page in tutorials/ (its file name?)")
             del found[stem]
@@ -290,16 +461,19 @@ def _write_landing_results(app):
             old = kept_dir / f"{stem}.csv"
             if stem in found:  # copied after sphinx-gallery wrote the page: newer than its .rst
                 shutil.copyfile(fresh / f"{stem}.csv", old)
-            elif old.exists() and page_rst.exists() and page_rst.stat().st_mtime_ns <= old.stat().st_mtime_ns:
-                kept.append(stem)  # the page was not made again: its numbers and these are one run's
-            elif old.exists():
+                results[stem] = found[stem]
+                continue
+            if old.exists() and page_rst.exists() and page_rst.stat().st_mtime_ns <= old.stat().st_mtime_ns:
+                try:  # the page was not made again: its numbers and these are one run's
+                    results[stem] = _read(old)
+                    kept.append(stem)
+                    continue
+                except ValueError as err:  # written under an older contract
+                    _logger.info(f"landing page: kept results dropped, {err}")
+            if old.exists():
                 old.unlink()  # the page was made again without results: these no longer match it
-        try:
-            every = read_results(kept_dir)
-        except ValueError as err:
-            _logger.warning(f"landing page: {err}")
-            every = {}
-        results = {stem: every[stem] for stem in pages if stem in every}
+        for note in recommend(results)[1] if results else ():
+            _logger.info(f"landing page: two pages claim the same N: {note}", color="darkred")
     device = _device() if results else ""
     if results:
         draw(results, pages, device, generated / FIGURE)

@@ -312,6 +312,10 @@ def _split_config(direction, element_size):
             ("backward", 2): dict(MIN_N=65536, SLICE_N=4096, num_warps=4),
             ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4)}.get((direction, min(element_size, 4)))
 
+# The N this launcher is for, where the site's landing page recommends it: rows longer than the core page's range
+# (split from MIN_N on, the core's online kernel below it); 2**31: no last
+RANGE = {(d, t): range(32768 + 1, 2**31) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
+
 _occupancy = {}  # (kernel, argument types, meta) -> (programs per SM, what limits it, registers)
 def driver_occupancy(compiled, threads, smem):
     """Programs of this compiled kernel per SM by CUDA's occupancy calculator; inf if it cannot say."""
@@ -527,7 +531,8 @@ table["split, % of light"] = 100 * table["split"] / table["speed of light"]
 table["split / core"] = table["split"] / table["core"]
 table["split / best peer"] = table["split"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["split, % of light", "split / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).to_csv(
+    table[["split, % of light", "split / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+        recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "11_softmax_long_rows.csv"))
 table = table.join(pd.DataFrame([plan(*key) for key in table.index], index=table.index))
 table.style.format({c: "{:.0f}" for c in table.columns[:-6]} | {"split, % of light": "{:.1f}%",

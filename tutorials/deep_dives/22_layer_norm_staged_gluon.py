@@ -220,6 +220,10 @@ def _staged_config(element_size):
     return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=16, PER_SM=3)}.get(element_size)
 
 
+# The N this kernel is for, where the site's landing page recommends it: the rows it stages (from _staged_config)
+RANGE = {("forward", "bfloat16"): range(_staged_config(2)["MIN_N"], _staged_config(2)["MAX_N"] + 1)}
+
+
 def staged_meta(n_cols, element_size, cfg, regs_per_sm):
     """The staged forward's meta-parameters for rows of n_cols elements under the entry cfg (HAS_W and
     HAS_B aside): registers capped so that ``PER_SM`` programs fit in regs_per_sm."""
@@ -452,7 +456,8 @@ else:
           "for the staged kernel on this machine; the core and torch columns are interpreter timings on a CPU, "
           "NOT GPU timings.")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["staged, % of light", "staged / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).to_csv(
+    table[["staged, % of light", "staged / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+        direction="forward", recommended=[int(n in RANGE.get(("forward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "22_layer_norm_staged_gluon.csv"))
 
 # %%

@@ -350,6 +350,7 @@ def _split_config(n_cols, element_size, tensors=(), split=None):
 MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # by element size: the core's fused kernel's limit (tutorial 02's)
 SPLIT_FROM, MAX_SPLIT_N = {2: 4096, 4: 8192}, 131072  # the split runs past SPLIT_FROM columns, to MAX_SPLIT_N
 SPLIT_WARPS_PER_SM, CHUNK_WARPS_PER_SM, CHUNK_N, CHUNK_WARPS = 16, 32, 4096, 16  # and its chunked kernel's
+RANGE = {("backward", t): range(8192 + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site recommends it for: past 02's
 
 def bwd_args(kernel, x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, meta, rows_per_program,
              launch=True):
@@ -548,7 +549,8 @@ table["this page, % of light"] = 100 * table["this page"] / table["speed of ligh
 table["this page / core"] = table["this page"] / table["core"]
 table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).to_csv(
+    table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+        direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "23_layer_norm_wide_backward.csv"))
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
 table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.1f}%", "this page, % of light": "{:.1f}%",

@@ -164,6 +164,9 @@ COL_BLOCK_BYTES = 256  # strip width: two whole 128-byte lines of each row, narr
 MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+# The N these kernels are for, where the site's landing page recommends them: every N (2**40: no last), as no other
+# page sums rows or columns (the core page sums whole tensors)
+RANGE = {(kind, t): range(1, 2**40) for kind in ("row sums", "column sums") for t in ("float32", "bfloat16")}
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     """(BLOCK_M, BLOCK_N, num_warps) for a sum along 'rows' (dim=1) or 'cols' (dim=0); ``tile``
@@ -474,7 +477,9 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
     light = results.pivot_table(index=["sweep", "dtype", "N"], columns="provider", values="% of speed of light", sort=False)
     summary = pd.DataFrame({"ours, % of light": light.ours,
                             "ours / best peer": light.ours / light.filter(items=["torch", "torch.compile"]).max(axis=1)})
-    summary.to_csv(os.path.join(os.environ["SOL_RESULTS"], "31_reduction_rows_and_columns.csv"))
+    summary = summary.rename({"rows": "row sums", "cols": "column sums"}, level="sweep").rename_axis(["direction", "dtype", "N"])
+    summary.assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in summary.index]).to_csv(
+        os.path.join(os.environ["SOL_RESULTS"], "31_reduction_rows_and_columns.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 

@@ -319,6 +319,7 @@ MAX_FUSED_N, MAX_SPLIT_N = 8192, 131072  # split past the core's fused kernel, u
 SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on an H100
 WARPS_PER_SM = 16  # two bf16 programs (8 warps) or one fp32 program (16) per SM, each with its maxnreg share
 SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)  # elements per block, bytes of each tile per thread (any dtype)
+RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site recommends it for
 
 def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None):
     """Meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if given:
@@ -542,7 +543,8 @@ table["this page, % of light"] = 100 * table["this page"] / table["speed of ligh
 table["this page / core"] = table["this page"] / table["core"]
 table["this page / best peer"] = table["this page"] / table[[p for p in fns if p in table]].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).to_csv(
+    table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+        direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "41_rms_norm_wide_backward.csv"))
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
 table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "core", "this page"] if c in table}
