@@ -285,8 +285,9 @@ BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same byte
 BWD_WARPS_PER_SM = 32  # backward: as many programs per SM as fit in this many warps (at least one)
 BWD_EVICT = {2: "evict_first", 4: ""}  # backward: x, dy are read once; marked so, 16-bit rows ran faster, fp32 slower
 CHUNK_N = {"forward": 16384, "backward": 4096}  # columns per chunk of the chunked kernels
-# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
-RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
+# The N these kernels are for: the site's landing page recommends them there (past them: "Going further"); a whole
+# 16-bit row past 8 K, or an fp32 row past 16 K, leaves an SM too few programs to keep the memory busy
+RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1),
          ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}
 SUM_META = dict(BLOCK_P=32, BLOCK_C=128 if ON_GPU else 4096, num_warps=4)  # dw, db: 32 lines at a time, 128 columns
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
