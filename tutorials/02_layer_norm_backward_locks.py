@@ -123,8 +123,7 @@ def _classic_config(n_cols):
 def layer_norm_bwd_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVICT: tl.constexpr,  # the eviction policy of the loads of x and dy (the config function's choice)
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
     pid = tl.program_id(0)
@@ -141,10 +140,8 @@ def layer_norm_bwd_kernel(
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     in_range = (rows < n_rows)[:, None] & col_ok[None, :]
     rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                      mask=in_range, other=0.0, eviction_policy=EVICT)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :],
-                       mask=in_range, other=0.0, eviction_policy=EVICT)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
         x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -153,10 +150,8 @@ def layer_norm_bwd_kernel(
         next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
         in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
         next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :],
-                          mask=in_range, other=0.0, eviction_policy=EVICT)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :],
-                           mask=in_range, other=0.0, eviction_policy=EVICT)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
         mean = tl.load(mean_ptr + rows)
         rstd = tl.load(rstd_ptr + rows)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)

@@ -183,8 +183,7 @@ WHOLE_ROW_N = 8192  # the backward's longest row held whole (x, dy, the next blo
 CHUNK_N = 4096  # the backward's columns per chunk of a longer row
 WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
 MAX_N = 32768  # longest row: a backward program keeps a row of dw_partial in registers (32 fp32 a thread)
-# The N these kernels are for, where the site's landing page recommends them; past 8 K they run (to MAX_N) but fall
-# behind the copy through Pallas' Triton backend ("Going further" says why)
+# The N these kernels are for (the landing page recommends them there); past 8 K they run, slower ("Going further")
 RANGE = {(d, t): range(1, 8192 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 # warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps);
 # Triton's compiler parameters pick Pallas' Triton backend; one stage: our loops prefetch by hand

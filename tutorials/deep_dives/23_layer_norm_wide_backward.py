@@ -347,8 +347,7 @@ def _split_config(n_cols, element_size, tensors=(), split=None):
 # The split from ``SPLIT_FROM`` to ``MAX_SPLIT_N`` columns, the chunked kernel elsewhere; persistent
 # grids, one partial line per program (per group), as many per SM as ``*_WARPS_PER_SM`` warps allow.
 
-MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # by element size: the core's fused kernel's limit (tutorial 02's)
-SPLIT_FROM, MAX_SPLIT_N = {2: 4096, 4: 8192}, 131072  # the split runs past SPLIT_FROM columns, to MAX_SPLIT_N
+MAX_BWD_FUSED_N, SPLIT_FROM, MAX_SPLIT_N = {2: 8192, 4: 8192}, {2: 4096, 4: 8192}, 131072  # 02's fused limit; split range
 SPLIT_WARPS_PER_SM, CHUNK_WARPS_PER_SM, CHUNK_N, CHUNK_WARPS = 16, 32, 4096, 16  # and its chunked kernel's
 RANGE = {("backward", t): range(8192 + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site recommends it for: past 02's
 
