@@ -92,7 +92,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 def layer_norm_bwd_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT: tl.constexpr,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
     pid = tl.program_id(0)
@@ -109,8 +109,8 @@ def layer_norm_bwd_kernel(
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     in_range = (rows < n_rows)[:, None] & col_ok[None, :]
     rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
         x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -119,8 +119,8 @@ def layer_norm_bwd_kernel(
         next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
         in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
         next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
         mean = tl.load(mean_ptr + rows)
         rstd = tl.load(rstd_ptr + rows)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -278,7 +278,6 @@ MIN_ELEMENTS = 4096  # forward: fewest elements a block of rows moves, to keep e
 FWD_MIN_BYTES_PER_SM = 40960  # forward: if an SM's programs hold fewer bytes of x, twice the rows each
 BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same bytes in every dtype)
 BWD_WARPS_PER_SM = 32  # backward: as many programs per SM as fit in this many warps (at least one)
-BWD_EVICT = {2: "evict_first", 4: ""}  # backward: x, dy are read once; marked so, 16-bit rows ran faster, fp32 slower
 CHUNK_N = {"forward": 16384, "backward": 4096}  # columns per chunk of the chunked kernels
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1),  # the N these kernels
          ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # are for ("Going further")
@@ -325,7 +324,7 @@ def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=
     if chunk_n is None and n_cols <= MAX_BWD_FUSED_N[min(element_size, 4)]:
         block_m = max(1, BWD_MIN_BYTES // element_size // (block_n := triton.next_power_of_2(n_cols)))
         kernel = layer_norm_bwd_kernel  # x, dy, the next block's, 2 fp32 accumulators alive: 32 bytes a thread
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32), EVICT=BWD_EVICT[element_size])
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32))
     else:
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
         meta = dict(CHUNK_N=chunk_n or CHUNK_N["backward"], num_warps=16)
@@ -537,7 +536,8 @@ table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%"
 # Going further
 # -------------
 # **Where this design stops.** Past ``MAX_FUSED_N`` and ``MAX_BWD_FUSED_N`` columns the chunked kernels read each row
-# twice; before that, a wide row fills a program's registers: few programs share an SM. Past ``RANGE`` the site recommends
+# twice; before that, a wide row fills a program's registers: few programs share an SM (a 16-bit backward row of 8 K: one
+# program an SM, its next row the only bytes in flight, a few points short of the copy). Past ``RANGE`` the site recommends
 # deep dives, measured against these kernels: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (:math:`x`
 # read twice, or a row split), :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared
 # memory), :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row shared by programs).

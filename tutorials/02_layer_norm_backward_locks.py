@@ -123,7 +123,7 @@ def _classic_config(n_cols):
 def layer_norm_bwd_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVICT: tl.constexpr,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
     pid = tl.program_id(0)
@@ -140,8 +140,8 @@ def layer_norm_bwd_kernel(
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     in_range = (rows < n_rows)[:, None] & col_ok[None, :]
     rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
         x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -150,8 +150,8 @@ def layer_norm_bwd_kernel(
         next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
         in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
         next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0, eviction_policy=EVICT)
+        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
+        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
         mean = tl.load(mean_ptr + rows)
         rstd = tl.load(rstd_ptr + rows)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -193,7 +193,6 @@ def sum_partials_kernel(
 # The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # x, dy, the next block's and 2 fp32 accumulators fit registers
-BWD_EVICT = {2: "evict_first", 4: ""}  # x, dy are read once: marked so for 16-bit rows, as tutorial 02 does
 BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every dtype)
 BWD_WARPS_PER_SM = 32  # as many programs per SM as fit in this many warps (at least one)
 # The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
@@ -229,8 +228,7 @@ def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None):
         raise ValueError(f"rows of {n_cols} columns take the core page's chunked kernel, not carried here")
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, BWD_MIN_BYTES // element_size // block_n)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32),
-                EVICT=BWD_EVICT[min(element_size, 4)])
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32))
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = min(occupancy(layer_norm_bwd_kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
     lines = max(1, min(lines if programs is None else programs, n_blocks))

@@ -207,7 +207,7 @@ def run_in_child(function, *args):
 # none of them starts CUDA (checked below). JAX is left out: tutorial 05 sets XLA's variables before importing it.
 PREIMPORT = ("triton", "triton.language", "triton.testing", "pandas", "matplotlib.pyplot", "torch._dynamo",
              "torch._inductor.compile_fx", "liger_kernel.ops.layer_norm", "liger_kernel.ops.rms_norm",
-             "liger_kernel.ops.softmax", "quack")
+             "liger_kernel.ops.softmax")  # not quack: importing it starts CUDA (H100, quack 0.6.5)
 
 
 def _cuda_works():
