@@ -132,7 +132,8 @@ def stamp(page):
             versions.append(f"{package}=={metadata.version(package)}")
         except metadata.PackageNotFoundError:
             versions.append(f"{package} absent")
-    caches = [os.environ.get(v, "") for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")]
+    caches = [os.environ.get(v, "") for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR",
+                                              "QUACK_CACHE_DIR")]
     digest = hashlib.sha256(pathlib.Path(page).read_bytes() + repr((versions, caches)).encode()).hexdigest()[:20]
     return f"{pathlib.Path(page).stem}-{digest}"
 
