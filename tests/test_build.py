@@ -223,12 +223,13 @@ def test_a_warm_up_stamp_names_the_source_and_the_caches(tmp_path, monkeypatch):
     """A later build skips the warm-up of a page only for the same source compiled into the same caches."""
     page = tmp_path / "01_page.py"
     page.write_text("print(1)\n")
-    first = sol_build.stamp(page)
-    assert first.startswith("01_page-") and sol_build.stamp(page) == first
+    stamp = lambda: sol_build.stamps([page])[page]
+    first = stamp()
+    assert first.startswith("01_page-") and stamp() == first
     page.write_text("print(2)\n")
-    assert sol_build.stamp(page) != first, "an edited page kept its stamp"
-    second = sol_build.stamp(page)
+    assert stamp() != first, "an edited page kept its stamp"
+    second = stamp()
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert sol_build.stamp(page) != second, "another cache folder kept the stamp"
+    assert stamp() != second, "another cache folder kept the stamp"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    assert sol_build._stamps() == tmp_path / "triton" / "sol-warm-up", "stamps not beside Triton's cache"
+    assert sol_build._stamp_folder() == tmp_path / "triton" / "sol-warm-up", "stamps not beside Triton's cache"

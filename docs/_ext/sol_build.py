@@ -88,10 +88,10 @@ def pages_to_run(gallery_conf, tutorials, generated):
             if will_run(src, pathlib.Path(generated) / src.relative_to(tutorials), gallery_conf)]
 
 
-def warm_up(pages, jobs, env=None, log=print):
+def warm_up(pages, jobs, log=print):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
     the longest to compile). Returns {page name: (seconds, exit code, last lines of output)}."""
-    env = dict(os.environ if env is None else env, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1",
+    env = dict(os.environ, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_COMPILE_THREADS="1")  # a page per core: Inductor compiles in the page's process
     env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
     queue = sorted(pages, key=lambda p: -p.stat().st_size)
@@ -114,15 +114,15 @@ def warm_up(pages, jobs, env=None, log=print):
     return done
 
 
-def _stamps():
+def _stamp_folder():
     """Where the warm-up notes which page sources it compiled: beside Triton's cache, so that emptying that cache
     empties the notes too."""
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(pathlib.Path.home() / ".triton" / "cache")
     return pathlib.Path(triton_cache) / "sol-warm-up"
 
 
-def stamp(page):
-    """A name for what a warm-up of this page compiled: its source, the packages that compile, the caches."""
+def stamps(pages):
+    """{page: a name for what a warm-up of it compiled}: its source, the packages that compile, the caches."""
     import hashlib
     from importlib import metadata
 
@@ -134,8 +134,9 @@ def stamp(page):
             versions.append(f"{package} absent")
     caches = [os.environ.get(v, "") for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR",
                                               "QUACK_CACHE_DIR")]
-    digest = hashlib.sha256(pathlib.Path(page).read_bytes() + repr((versions, caches)).encode()).hexdigest()[:20]
-    return f"{pathlib.Path(page).stem}-{digest}"
+    setting = repr((versions, caches)).encode()
+    return {page: f"{pathlib.Path(page).stem}-{hashlib.sha256(pathlib.Path(page).read_bytes() + setting).hexdigest()[:20]}"
+            for page in pages}
 
 
 def _warm_up(app):
@@ -146,25 +147,25 @@ def _warm_up(app):
         return
     tutorials = pathlib.Path(app.confdir) / "tutorials"
     pages = pages_to_run(conf, tutorials, pathlib.Path(app.srcdir) / "tutorials")
-    stamps = _stamps()
-    cold = [page for page in pages if not (stamps / stamp(page)).exists()]
+    folder, names = _stamp_folder(), stamps(pages)
+    cold = [page for page in pages if not (folder / names[page]).exists()]
     start = time.monotonic()
     if cold:
         jobs = max(1, min(len(cold), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
         _logger.info(f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
                      + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else ""))
         done = warm_up(cold, jobs, log=_logger.info)
-        stamps.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         for page in cold:
             if done[page.stem][1] == 0:
-                (stamps / stamp(page)).write_text("")
+                (folder / names[page]).write_text("")
             else:
                 _logger.info(f"warm-up of {page.stem} failed; its last output:\n{done[page.stem][2]}")
         failed = [page.stem for page in cold if done[page.stem][1]]
         _logger.info(f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
                      + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
     elif pages:
-        _logger.info(f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {stamps})")
+        _logger.info(f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {folder})")
     if pages:  # the caches hold what the pages compile: no pool of compile workers beside the timed pages
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
