@@ -58,6 +58,7 @@ import math
 import os
 import pathlib
 import shutil
+import statistics
 
 from sphinx.util import logging
 
@@ -118,12 +119,7 @@ def _stats(points):
             "lowest": min(light)[0] if light else math.nan, "lowest at": min(light)[1] if light else None,
             "light points": len(light), "worst ratio": ratio[0][0] if ratio else math.nan,
             "worst at": ratio[0][1] if ratio else None, "peer points": len(ratio),
-            "median ratio": _median([v for v, _ in ratio]) if ratio else math.nan}
-
-
-def _median(values):
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+            "median ratio": statistics.median(v for v, _ in ratio) if ratio else math.nan}
 
 
 def _size(n):
