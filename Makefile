@@ -28,8 +28,9 @@ html-noplot: $(DEPS)
 	$(SPHINX) -D plot_gallery=0
 	@echo "Built without running the tutorials: $(BUILD)/html/index.html"
 
+# -n auto (pytest-xdist): a test worker per core on a CPU-only machine, one process on a GPU machine (tests/conftest.py)
 test: $(DEPS)
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest tests -n auto --dist worksteal
 
 setup: $(DEPS)
 

@@ -47,5 +47,5 @@ mkdir -p .whl
 download .whl sphinx==9.0.4 sphinx-gallery==0.22.1 furo==2025.12.19 liger-kernel==0.8.5 "docutils<0.23" alabaster \
     babel imagesize snowballstemmer roman-numerals sphinxcontrib-applehelp sphinxcontrib-devhelp \
     sphinxcontrib-htmlhelp sphinxcontrib-jsmath sphinxcontrib-qthelp sphinxcontrib-serializinghtml \
-    beautifulsoup4 soupsieve sphinx-basic-ng accessible-pygments pytest iniconfig pluggy
+    beautifulsoup4 soupsieve sphinx-basic-ng accessible-pygments pytest iniconfig pluggy pytest-xdist execnet
 ls .whl

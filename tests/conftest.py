@@ -7,6 +7,7 @@ import runpy
 import subprocess
 import sys
 
+import filelock
 import pytest
 import torch
 
@@ -57,19 +58,46 @@ def load_tutorial(stem):
     return _loaded[stem]
 
 
+class LazyTutorial:
+    """A page's globals, loaded by load_tutorial on first use (not when pytest collects the test module): with
+    several test workers (pytest-xdist) a page then runs only in the workers whose tests use it."""
+
+    def __init__(self, stem):
+        self.stem = stem
+
+    def __getitem__(self, name):
+        return load_tutorial(self.stem)[name]
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`make test` passes `-n auto`: one test worker per core on a CPU-only machine, where Triton's interpreter
+    keeps one core busy per process; no workers (one process) where a CUDA GPU is present, so that nothing else
+    runs on the GPU while the site's build times its pages."""
+    return 0 if torch.cuda.is_available() else max(1, len(os.sched_getaffinity(0)))
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The whole site built with `make html` (every tutorial executed) into a fresh directory.
+    """The whole site built with `make html` (every tutorial executed) into a fresh directory, once per test
+    run: with several workers (pytest-xdist) the first to ask builds it under a file lock, and the others wait
+    for it and share it, or share its failure.
 
     Set SOL_BUILT_SITE=<dir> to reuse a build made beforehand (the directory holds html/).
     """
     reuse = os.environ.get("SOL_BUILT_SITE")
     if reuse:
         return pathlib.Path(reuse)
-    build = tmp_path_factory.mktemp("build")
-    proc = subprocess.run(
-        ["make", "-C", str(ROOT), "html", f"PYTHON={sys.executable}", f"BUILD={build}"],
-        capture_output=True, text=True, timeout=1800,
-    )
-    assert proc.returncode == 0, f"make html failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each worker's own
+    build, failed = shared / "site-build", shared / "site-build.failed"
+    with filelock.FileLock(str(shared / "site-build.lock")):
+        if not (build / "html" / "index.html").exists() and not failed.exists():
+            proc = subprocess.run(
+                ["make", "-C", str(ROOT), "html", f"PYTHON={sys.executable}", f"BUILD={build}"],
+                capture_output=True, text=True, timeout=1800,
+            )
+            if proc.returncode != 0:
+                failed.write_text(f"make html failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}", encoding="utf-8")
+    assert not failed.exists(), failed.read_text(encoding="utf-8")
     return build

@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from conftest import DEVICE, load_tutorial
+from conftest import DEVICE, LazyTutorial
 
-T = load_tutorial("11_softmax_long_rows")
+T = LazyTutorial("11_softmax_long_rows")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Bounds on ||out - ref|| / ||ref||: a few roundings of the output dtype (the interpreter truncates
 # fp32 -> bf16 rather than rounding, hence the bf16 margin).
