@@ -15,7 +15,7 @@ softmax* streams rows too long for registers; and how to write the backward pass
 ``torch.autograd.Function``. Prerequisites: PyTorch and the first two official Triton tutorials.
 """
 
-import datetime, math, os, platform, statistics, subprocess, timeit, warnings
+import datetime, math, os, platform, subprocess, timeit, warnings
 
 import torch
 
@@ -384,9 +384,9 @@ if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page r
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:  # a wall clock
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     timed = fn
     if graph:

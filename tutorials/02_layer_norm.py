@@ -12,7 +12,7 @@ each row; how a persistent grid with per-program partial sums makes :math:`dw` a
 stream rows too long for registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, platform, statistics, timeit
+import contextlib, datetime, itertools, math, os, platform, timeit
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -456,9 +456,9 @@ errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(9, 17)]) if ON_GPU else (2**14, [256, 2048, 16384, 65536])
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     if graph:  # (torch.cuda.graph and do_bench synchronize first)
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()

@@ -15,7 +15,7 @@ gives a different :math:`dw` on every run; and what a persistent grid with one p
 program buys instead. Prerequisites: the layer-norm page above (its backward formula).
 """
 
-import datetime, math, os, platform, statistics, subprocess, timeit
+import datetime, math, os, platform, subprocess, timeit
 
 import torch
 if not torch.cuda.is_available():
@@ -384,9 +384,9 @@ if ON_GPU:  # autograd runs a backward on its forward's stream, and a graph cann
 
 def bench(fn, graph=True):
     """Median ms of fn(): do_bench on CUDA-graph replays on a GPU, a wall clock on the CPU."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     timed = fn
     if graph:

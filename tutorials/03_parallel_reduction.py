@@ -14,7 +14,7 @@ on bf16; and which designs give the same bits run after run, measured. Sums alon
 the simplest correct kernel here; the layout that makes them fast is a deep dive of its own.
 """
 
-import datetime, os, platform, statistics, subprocess, timeit
+import datetime, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -343,9 +343,9 @@ if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page r
     torch.cuda.set_stream(torch.cuda.Stream())
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:  # the copy passes graph=False
         captured = torch.cuda.CUDAGraph()

@@ -14,7 +14,7 @@ fp32 registers, one partial per program, summed in a fixed order (bitwise determ
 too long for registers; where the dtype matters. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, platform, statistics, subprocess, timeit
+import contextlib, datetime, itertools, math, os, platform, subprocess, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -402,9 +402,9 @@ SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in r
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):

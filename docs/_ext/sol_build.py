@@ -10,22 +10,22 @@ page's ``.rst``, images, notebook) are on disk for the parent. A child that dies
 page fail with that reason, rendered unrun; the pages after it start clean. For a fork to be safe the Sphinx
 process itself must not start CUDA: ``conf.py`` asks NVML, not CUDA, whether there is a GPU
 (``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and nothing here touches the GPU. What most pages import (Triton,
-pandas, matplotlib, torch's compiler, Liger-Kernel, quack: ``PREIMPORT``) is imported once before the first
-fork, so that no page pays for it again; a forked child then checks that CUDA still starts
+pandas, matplotlib, torch's compiler, Liger-Kernel, quack's CuTe DSL: ``PREIMPORT``) is imported once before
+the first fork, so that no page pays for it again; a forked child then checks that CUDA still starts
 (``SOL_PREIMPORT=0`` skips this).
 
 **Compile first, then time.** On a GPU most of a cold build is compiling: Triton's kernels, Inductor's for the
 ``torch.compile`` columns, XLA's for tutorial 05, quack's CuTe-DSL kernels. Before sphinx-gallery runs the
 pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
-(at most one per CPU core), with ``triton.testing.do_bench`` replaced by a single call: the pages' kernels
-compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel on the CPU cores, and
-nothing is timed. Then the timed pass runs the pages one after another, alone on the GPU, and finds what they
-compile in the caches (Inductor then starts no pool of compile workers beside them). A page whose warm-up
-succeeded leaves a stamp beside Triton's cache (its source, the compiling packages' versions, the cache
-folders): a later build of the same source skips its warm-up. A page whose warm-up fails (out of GPU memory
-beside the others, say) is only logged: the timed pass compiles what it missed. ``SOL_WARMUP=0`` skips the
-pass; ``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU (Triton's interpreter compiles
-nothing) there is no warm-up.
+(at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
+call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
+on the CPU cores, and nothing is timed. Then the timed pass runs the pages one after another, alone on the
+GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them).
+A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
+versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
+(out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
+``SOL_WARMUP=0`` skips the pass; ``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU
+(Triton's interpreter compiles nothing) there is no warm-up.
 
 The log gives each phase's time (lines starting ``phase``): the warm-up (and each page's), the pre-import, each
 page of the timed pass and the pass's total, and the whole build.
@@ -48,14 +48,18 @@ _pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages 
 
 # What a warm-up process runs: the page as a script, its timer replaced by one call of what it times.
 _WARM_UP = r"""
-import runpy, sys
+import runpy, sys, timeit
 import triton.testing
 
 def once(fn, *args, **kwargs):  # compiles and runs what the page would time; times nothing
     fn()
     return 1.0
 
-triton.testing.do_bench = once
+def repeat_once(stmt, *args, repeat=5, **kwargs):  # the same for a page that times with timeit (05's JAX)
+    stmt()
+    return [1.0] * repeat
+
+triton.testing.do_bench, timeit.repeat = once, repeat_once
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
 
@@ -209,7 +213,9 @@ def run_in_child(function, *args):
 # none of them starts CUDA (checked below). JAX is left out: tutorial 05 sets XLA's variables before importing it.
 PREIMPORT = ("triton", "triton.language", "triton.testing", "pandas", "matplotlib.pyplot", "torch._dynamo",
              "torch._inductor.compile_fx", "liger_kernel.ops.layer_norm", "liger_kernel.ops.rms_norm",
-             "liger_kernel.ops.softmax")  # not quack: importing it starts CUDA (H100, quack 0.6.5)
+             "liger_kernel.ops.softmax", "cutlass", "cutlass.torch")
+# The CuTe DSL (cutlass, 3.3 s) under quack, but not quack itself: importing quack.dsl starts CUDA, which a
+# forked child cannot start again (H200, quack 0.6.5, nvidia-cutlass-dsl 4.8.1; probe in the design record).
 
 
 def _cuda_works():

@@ -12,7 +12,7 @@ publishing one row ahead (a *lookahead*) shortens the wait; where the launch par
 fp32 and bf16.
 """
 
-import contextlib, ctypes, datetime, os, platform, statistics, timeit, warnings
+import contextlib, ctypes, datetime, os, platform, timeit, warnings
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -474,9 +474,9 @@ else:
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         captured = torch.cuda.CUDAGraph()

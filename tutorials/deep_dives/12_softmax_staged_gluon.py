@@ -13,7 +13,7 @@ copies; and where it is chosen (``_staged_config``). Gluon kernels compile only 
 this page still runs, with the core kernel, and says that nothing was staged.
 """
 
-import datetime, os, platform, statistics, subprocess, timeit
+import datetime, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -283,9 +283,9 @@ if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page r
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         captured = torch.cuda.CUDAGraph()

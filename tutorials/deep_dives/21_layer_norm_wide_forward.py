@@ -10,7 +10,7 @@ row too long for one program is read once; and where each is chosen (``_twice_co
 ``_split_config``). Both are measured against the core kernel and the peers where they run.
 """
 
-import contextlib, datetime, os, platform, statistics, timeit
+import contextlib, datetime, os, platform, timeit
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -468,9 +468,9 @@ SWEEP = {"float32": [8192, 16384, 32768, 65536, 131072], "bfloat16": [8192, 1638
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):

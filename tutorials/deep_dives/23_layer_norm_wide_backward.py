@@ -8,7 +8,7 @@ The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) k
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 
-import contextlib, datetime, math, os, platform, statistics, timeit
+import contextlib, datetime, math, os, platform, timeit
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -468,9 +468,9 @@ SWEEP = {"bfloat16": [8192, 16384, 32768, 65536, 131072], "float32": [16384, 327
     else {"bfloat16": [8192], "float32": [16384]}
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):

@@ -10,7 +10,7 @@ memory, deterministically and without waiting on the exchange (publish one block
 rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
 """
 
-import contextlib, datetime, math, os, platform, statistics, timeit
+import contextlib, datetime, math, os, platform, timeit
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -472,9 +472,9 @@ EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
 SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):

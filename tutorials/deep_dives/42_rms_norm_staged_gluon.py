@@ -17,7 +17,6 @@ import contextlib
 import datetime
 import os
 import platform
-import statistics
 import subprocess
 import timeit
 
@@ -251,9 +250,9 @@ FORCE = dict(_staged_config(2), MIN_N=1)  # the staged kernel at 16384 too
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
+    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+        return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if not ON_GPU:
-        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=3))
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
