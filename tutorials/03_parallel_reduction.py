@@ -476,6 +476,15 @@ for dtype in ("float32", "bfloat16"):
     print(f"Whole vector, {dtype}, n = {SWEEP_VECTOR[-1]:,}: the persistent design reads at "
           f"{big.loc['persistent', '% of speed of light']:.3g}% of {LIGHT} ({vs_torch:.3g}x torch.sum); "
           f"the fastest design there is {best} ({big.loc[best, '% of speed of light']:.3g}%).")
+for dtype, part in table.groupby(level="dtype", observed=True):  # where the persistent design falls short, and by what
+    part = part.droplevel("dtype")
+    short = part[part["persistent, % of light"] < 95]
+    ahead = part[part.filter(items=["torch", "torch.compile"]).max(axis=1) > part.persistent]  # a peer read faster
+    extra = short.index * {"float32": 4, "bfloat16": 2}[dtype] * (1 / short.persistent - 1 / short["speed of light"]) * 1e-3
+    print(f"{dtype}: under 95% of {LIGHT} at n = {list(short.index) or 'no n'}" + (
+          f", where it takes {extra.min():.1f}-{extra.max():.1f} us more than that pass: a fixed cost the pass does not have"
+          " (a second launch, the partial sums), a larger share the fewer the bytes" if len(short) and ON_GPU else "") +
+          f"; a torch provider read faster at n = {list(ahead.index) or 'no n'}.")
 varying = determinism[determinism["distinct results"] > 1].index.tolist()
 print(f"Determinism: over {DETERMINISM_RUNS} runs, " + (f"{', '.join(varying)} gave more than one result; every "
       "other design gave one." if varying else "every design gave one result" + (" (the interpreter runs "
