@@ -3,7 +3,6 @@
 import collections
 import os
 import pathlib
-import runpy
 import subprocess
 import sys
 
@@ -21,10 +20,12 @@ TUTORIALS = sorted((ROOT / "tutorials").rglob("[0-9][0-9]_*.py"), key=lambda p: 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _loaded = {}
-# dev/sanitize.sh sets SOL_TESTS_UNTIMED=1: each page then runs only up to the cell that defines its timer
-# (``def bench``), so kernels, configs, drop-ins and correctness checks run and nothing is timed (a sanitizer
-# slows every kernel 10-100x, and with PyTorch's caching allocator off a benchmark cannot capture its CUDA
-# graphs); a test that needs a name from a later cell is skipped and says so.
+# A page loads in two steps: its cells up to the one that defines its timer (``def bench``: kernels, configs,
+# drop-ins, correctness checks), then the rest (the benchmark, tables, plots) only when a test asks for a name
+# that only the rest defines. Most tests need only the first step, so most pages' benchmarks do not run twice
+# (the site's build runs them). dev/sanitize.sh sets SOL_TESTS_UNTIMED=1: the rest never runs (a sanitizer slows
+# every kernel 10-100x, and with PyTorch's caching allocator off a benchmark cannot capture its CUDA graphs), and
+# a test that needs a name from it is skipped and says so.
 UNTIMED = os.environ.get("SOL_TESTS_UNTIMED", "") not in ("", "0")
 
 
@@ -34,28 +35,42 @@ def untimed_source(source):
     return source if timer < 0 else source[: source.rindex("# %%\n", 0, timer)]
 
 
-class _UntimedPage(collections.UserDict):
-    """A page's globals from its untimed cells, the dict its functions see (``data``); a name defined later
-    skips the test that asks for it."""
+class _Page(collections.UserDict):
+    """A page's globals (``data``: the dict its functions see) after its untimed cells; a name that only its
+    timed cells define runs them first, into the same dict (with SOL_TESTS_UNTIMED=1 it skips the test)."""
+
+    def __init__(self, path, scope, rest):
+        super().__init__()
+        self.data, self.path, self.rest = scope, path, rest
 
     def __missing__(self, name):
-        pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
-                    allow_module_level=True)
+        if self.rest is None or UNTIMED:
+            if UNTIMED:
+                pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
+                            allow_module_level=True)
+            raise KeyError(name)
+        rest, self.rest = self.rest, None
+        exec(compile(rest, str(self.path), "exec"), self.data)  # padded: the file's own line numbers
+        return self.data[name]
 
 
 def load_tutorial(stem):
-    """Run the tutorial <stem>.py (a core page or a deep dive) once per test session, as a reader would,
-    and return its globals (with SOL_TESTS_UNTIMED=1: of its cells before the benchmark)."""
+    """Run the tutorial <stem>.py (a core page or a deep dive) once per test session, as a reader would, up to
+    its timer, and return its globals (``_Page``: the rest runs when a test asks for a name it defines)."""
     if stem not in _loaded:
         (path,) = [p for p in TUTORIALS if p.stem == stem]
-        if UNTIMED:
-            scope = {"__name__": f"tutorial_{stem}", "__file__": str(path)}
-            exec(compile(untimed_source(path.read_text(encoding="utf-8")), str(path), "exec"), scope)
-            _loaded[stem] = _UntimedPage()
-            _loaded[stem].data = scope  # the same dict, not a copy: a test's monkeypatch reaches the page
-        else:
-            _loaded[stem] = runpy.run_path(str(path), run_name=f"tutorial_{stem}")
+        _loaded[stem] = load_page(path)
     return _loaded[stem]
+
+
+def load_page(path):
+    """A page's ``_Page``: its cells up to its timer run now, the rest when a test asks for a name they define."""
+    source = path.read_text(encoding="utf-8")
+    head = untimed_source(source)
+    scope = {"__name__": f"tutorial_{path.stem}", "__file__": str(path)}
+    exec(compile(head, str(path), "exec"), scope)
+    rest = "\n" * head.count("\n") + source[len(head):] if len(head) < len(source) else None
+    return _Page(path, scope, rest)
 
 
 class LazyTutorial:

@@ -83,3 +83,24 @@ def test_untimed_pages_stop_at_the_cell_that_defines_the_timer(path):
     assert source.startswith(cut) and source[len(cut):].startswith("# %%\n"), "not cut at a cell"
     assert "bench(" not in cut, "the untimed cells call or define a timer"
     compile(cut, str(path), "exec")  # what the tests run
+
+
+def test_a_page_runs_its_timed_cells_only_when_a_test_asks_for_what_they_define(tmp_path, monkeypatch):
+    """tests/conftest.py's pages: the cells before the timer at load, the rest once, on the first name only the rest
+    defines, into the same globals, at the file's own line numbers (Triton reads kernels' source through them)."""
+    import conftest
+
+    page = tmp_path / "99_page.py"
+    page.write_text("RUNS = []\nKERNEL = 1\n\n# %%\n# Timing\ndef bench(fn):\n    RUNS.append(fn)\n    return 1.0\n\n"
+                    "TIMED = bench(KERNEL)\n\ndef late():\n    return TIMED\n", encoding="utf-8")
+    monkeypatch.setattr(conftest, "UNTIMED", False)
+    loaded = conftest.load_page(page)
+    assert loaded["KERNEL"] == 1 and loaded["RUNS"] == [] and "TIMED" not in loaded.data, "the timer ran at load"
+    assert loaded["TIMED"] == 1.0 and loaded["RUNS"] == [1], "the timed cells did not run when asked"
+    assert loaded["late"].__code__.co_firstlineno == 12 and loaded["late"]() == 1.0
+    assert loaded["RUNS"] == [1], "the timed cells ran twice"
+    with pytest.raises(KeyError):
+        loaded["NOWHERE"]
+    monkeypatch.setattr(conftest, "UNTIMED", True)
+    with pytest.raises(pytest.skip.Exception):
+        conftest.load_page(page)["TIMED"]

@@ -91,7 +91,7 @@ def test_online_kernels_match_float64():
 
 
 def force_online(monkeypatch):
-    """The online kernels on short rows, several chunks each (the page's own globals: T is runpy's copy)."""
+    """The online kernels on short rows, several chunks each (the page's own globals, which its functions read)."""
     page = T["softmax_rows_forward"].__globals__
     monkeypatch.setitem(page, "MAX_FUSED_N", 64)
     monkeypatch.setitem(page, "MAX_FUSED_BWD_N", 64)
