@@ -125,10 +125,12 @@ def test_a_page_whose_process_dies_fails_alone(tmp_path):
 # ---- the warm-up pass ----
 
 TIMED = """
-import pathlib, sys, triton.testing
+import pathlib, sys, timeit, triton.testing
 calls = []
 value = triton.testing.do_bench(lambda: calls.append(1), warmup=5, rep=20, return_mode="median")
 assert calls == [1] and value > 0, (calls, value)  # what it times ran once; a number came back
+times = timeit.repeat(lambda: calls.append(2), number=1, repeat=7)  # how 05 (JAX) times
+assert calls == [1, 2] and len(times) == 7 and min(times) > 0, (calls, times)
 pathlib.Path(__file__).with_suffix(".ran").write_text("ok")
 """
 
