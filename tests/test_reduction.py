@@ -283,10 +283,12 @@ def _xor_all(words):
 def test_read_pass_reads_every_word(tut, dtype, n):
     """The xor of the words the read-only pass stores equals the xor of all the tensor's 32-bit words: a word
     skipped (or read twice) changes it. The page's grids, and small blocks so that many programs (and the
-    persistent grid's loop) take part."""
+    persistent grid's loop) take part: up to 4098 elements (17 blocks of 256 words, 4 persistent programs on the
+    CPU), where they cost the interpreter seconds, not minutes."""
     x = _input((n,), dtype, seed=n + 3)
     words = x.view(torch.int32)
-    configs = [*tut["READ_CONFIGS"], dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)]
+    configs = [*tut["READ_CONFIGS"]] + [dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)] * (
+        DEVICE == "cuda" or n <= 4098)
     for config in configs:
         out = tut["read_pass"](x, **config)
         assert out.dtype == torch.int32 and out.numel() >= 1

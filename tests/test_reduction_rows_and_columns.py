@@ -202,7 +202,8 @@ def _xor_all(words):
 @pytest.mark.parametrize("n", [2, 4098, 100_002])
 def test_carried_read_pass_reads_every_word(tut, dtype, n):
     x = _input((n,), dtype, seed=n + 3)
-    for config in [*tut["READ_CONFIGS"], dict(block=256, num_warps=4)]:
+    small = [dict(block=256, num_warps=4)] * (DEVICE == "cuda" or n <= 4098)  # many programs: slow in the interpreter
+    for config in [*tut["READ_CONFIGS"], *small]:
         out = tut["read_pass"](x, **config)
         assert _xor_all(out) == _xor_all(x.view(torch.int32)), f"n={n} {dtype} {config}"
 

@@ -162,7 +162,7 @@ def running_sum_kernel(x_ptr, out_ptr, n, LANES: tl.constexpr, ACC_DTYPE: tl.con
         acc = (acc + x.to(tl.float32)).to(ACC_DTYPE).to(tl.float32)  # keep only ACC_DTYPE's bits
     tl.store(out_ptr, tl.sum(acc, axis=0))
 
-DEMO_LANES, DEMO_PER_LANE = (1024 if ON_GPU else 16), [4, 64, 1024, 4096]
+DEMO_LANES, DEMO_PER_LANE = (1024, [4, 64, 1024, 4096]) if ON_GPU else (16, [4, 64, 1024])  # the interpreter loops slowly
 torch.manual_seed(0)
 rows = []
 for per_lane in DEMO_PER_LANE:
