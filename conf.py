@@ -208,9 +208,12 @@ def _write_reading_path(app):
     cores = sorted(_TUTORIALS.glob("[0-9][0-9]_*.py"))
     dives = sorted((_TUTORIALS / "deep_dives").glob("[0-9][0-9]_*.py"))
     lines = ["**First reading**: the core pages, in order. Each teaches one design, end to end.", ""]
-    for i, path in enumerate(cores, 1):
-        title, first, minutes = _page_facts(path)
-        lines.append(f"{i}. :doc:`tutorials/{path.stem}` (about {minutes} min): {first}")
+    for path, before in zip(cores, [None, *cores]):  # labelled by their own numbers; a second page of a number
+        title, first, minutes = _page_facts(path)   # (02's backward locks) sits under the first, as its companion
+        if before is not None and before.stem[:2] == path.stem[:2]:
+            lines += ["", f"  * and :doc:`tutorials/{path.stem}` (about {minutes} min): {first}", ""]
+        else:
+            lines.append(f"* **{path.stem[:2]}** :doc:`tutorials/{path.stem}` (about {minutes} min): {first}")
     lines += ["", "**Deep dives**: one technique each, measured against the core page it extends.", ""]
     firsts = {}  # the first core page of each number (layer norm, 02, has two): its deep dives go there
     for core in cores:
