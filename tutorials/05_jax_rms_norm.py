@@ -8,10 +8,14 @@ Tutorial 04's RMSNorm for JAX: a forward and a fused backward written as Pallas 
 of the weight gradient is all that crosses the links. Measured against the speed of light (a copy), XLA's own
 fusion of the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU that built this page.
 
-**What you will learn** (about 15 minutes): to write a memory-bound Pallas kernel, masked for rows of any
-length; to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order
-(bitwise deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's
-fusion of the formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+**Which Pallas backend.** Pallas' Triton backend, used here, runs on every NVIDIA GPU the site supports; JAX 0.11
+deprecates it for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which
+needs a Hopper GPU or newer and is the way past 8 K columns.
+
+**What you will learn** (about 15 minutes): to write a memory-bound Pallas kernel, masked for rows of any length;
+to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order (bitwise
+deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's fusion of the
+formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
 """
 
 import contextlib, datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, \
@@ -115,11 +119,10 @@ def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
 # %%
 # The backward: one kernel for both gradients
 # -------------------------------------------
-# A *persistent* grid, as in tutorial 04: program :math:`p` of a few per SM takes the blocks of rows
-# :math:`p, p + P, p + 2P`, ... in a ``jax.lax.fori_loop``, writes :math:`dx` and adds :math:`dy \odot \hat{x}`
-# into a ``dw_partial`` in fp32 registers, stored once. Each step loads the *next* block first: so few
-# programs hide latency alone. A row too long for registers is walked twice: its dot product in a loop,
-# then :math:`dx` and the partial.
+# A *persistent* grid, as in tutorial 04: program :math:`p` of a few per SM takes the blocks of rows :math:`p, p + P,
+# p + 2P`, ... in a ``jax.lax.fori_loop``, writes :math:`dx` and adds :math:`dy \odot \hat{x}` into a ``dw_partial``
+# in fp32 registers, stored once. Each step loads the *next* block first: so few programs hide latency alone. A row
+# too long for registers is walked twice: its dot product in a loop, then :math:`dx` and the partial.
 
 def bwd_kernel(x_ref, w_ref, rstd_ref, dy_ref, dx_ref, dw_partial_ref, *, BLOCK_M, CHUNK_N, CHUNKS):
     """Program p does blocks p, p + P, ... and stores its dw_partial row, zeros included."""
@@ -561,14 +564,13 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # Going further
 # -------------
 # A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N`` (deep dive 41 of tutorial
-# 04 splits longer rows over programs). Past 8 K columns one program fills an SM's registers, with little left to
-# load ahead, or the backward reads a row twice. Part of what is left is not the kernels': their own Triton IR,
-# compiled by Triton and launched from PyTorch, ran faster than XLA's build of it in our probes, the 32 K backward
-# excepted (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), for
-# which JAX 0.11.2 deprecates this Triton backend. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``:
-# is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32`` and the forward's fp32 rows of
-# 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean Square Layer Normalization*
-# (2019); the Pallas documentation; JAX's guide to ``shard_map``.
+# 04 splits longer rows over programs). Past 8 K columns one program fills an SM's registers, with little left to load
+# ahead, or the backward reads a row twice. Part of what is left is not the kernels': their own Triton IR, compiled by
+# Triton and launched from PyTorch, ran faster than XLA's build of it in our probes, the 32 K backward excepted
+# (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (the introduction). **Exercises**: sum :math:`dw` with
+# ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``
+# and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean
+# Square Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
 #
 # Where this page was made
 # ------------------------
