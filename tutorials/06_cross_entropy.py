@@ -170,13 +170,13 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                 x = x_next.to(tl.float32)
                 x_next = tl.load(x_row + offs - CHUNK, mask=(offs >= CHUNK) & (offs - CHUNK < n_cols), other=0.0,
                                  eviction_policy=DROP)  # last use: L2 may drop it
-                dx = a * tl.exp(x - lse) - tl.where(offs == target, hit, 0.0)
+                b = tl.where(offs == target, hit, 0.0)
                 if SMOOTH:
                     w = 1.0
                     if HAS_WEIGHT:
                         w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
-                    dx -= smoothing / n_cols * w
-                tl.store(dx_row + offs, (row_scale * dx).to(dx_ptr.dtype.element_ty), mask=offs < n_cols,
+                    b += smoothing / n_cols * w
+                tl.store(dx_row + offs, (row_scale * (a * tl.exp(x - lse) - b)).to(dx_ptr.dtype.element_ty), mask=offs < n_cols,
                          cache_modifier=STREAM)
 
 @triton.jit
