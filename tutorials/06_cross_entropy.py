@@ -129,13 +129,11 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
         target = tl.load(target_ptr + row64)
         ignored = target == ignore_index
-        bad = (target < 0) | (target >= n_cols)
-        bad = bad & ~ignored  # flagged with NaN below
+        bad = ((target < 0) | (target >= n_cols)) & ~ignored  # flagged with NaN below
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # clamped: never read past the row
         # Pass 1: m, s and, for smoothing, sum of w x; the next chunk's load issued first.
         m = tl.full([], -float("inf"), tl.float32)
-        s = tl.zeros([CHUNK], tl.float32)
-        wx = tl.zeros([CHUNK], tl.float32)
+        s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
         x_next = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy=KEEP)
         for chunk in range(0, n_chunks):
             offs = chunk * CHUNK + cols
@@ -145,24 +143,18 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
             shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
             s = s * tl.exp(m - shift) + tl.exp(x - shift)
             m = m_new
-            if SMOOTH:
-                w = (offs < n_cols).to(tl.float32)
-                if HAS_WEIGHT:
-                    w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+            if SMOOTH:  # (the weights are small and read by every program: they stay in L2)
+                w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                 wx += tl.where(offs < n_cols, x, 0.0) * w
         lse = m + tl.log(tl.sum(s, axis=0))
-        w_target = 1.0
-        if HAS_WEIGHT:
-            w_target = tl.load(weight_ptr + target).to(tl.float32)
+        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         loss = (1.0 - smoothing) * w_target * (lse - tl.load(x_row + target).to(tl.float32))
         if SMOOTH:
             loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
         tl.store(loss_ptr + row64, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)))
         if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
-            a, hit = (1.0 - smoothing) * w_target, (1.0 - smoothing) * w_target
-            if SMOOTH:
-                a += smoothing * weight_sum / n_cols
+            a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
             offs = (n_chunks - 1) * CHUNK + cols
             x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP)
             for chunk in range(0, n_chunks):
@@ -172,12 +164,10 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                                  eviction_policy=DROP)  # last use: L2 may drop it
                 b = tl.where(offs == target, hit, 0.0)
                 if SMOOTH:
-                    w = 1.0
-                    if HAS_WEIGHT:
-                        w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
-                    b += smoothing / n_cols * w
-                tl.store(dx_row + offs, (row_scale * (a * tl.exp(x - lse) - b)).to(dx_ptr.dtype.element_ty), mask=offs < n_cols,
-                         cache_modifier=STREAM)
+                    b += smoothing / n_cols * (tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+                                               if HAS_WEIGHT else 1.0)
+                dx = row_scale * (a * tl.exp(x - lse) - b)
+                tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -231,10 +221,8 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=No
     """(per-row losses in fp32, 1 / the mean's denominator or 1); writes the gradient of the reduced loss into dx."""
     n_rows, n_cols = x2d.shape
     valid, ones = target != ignore_index, torch.ones((), device=x2d.device)
-    if mean:
-        counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
-        scale = 1.0 / counted.float()  # all rows ignored: inf, and a NaN 'mean' as PyTorch's
-    scale = scale if mean else ones
+    counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
+    scale = 1.0 / counted.float() if mean else ones  # every row ignored: inf, and a NaN 'mean' as PyTorch's
     consts = torch.stack([scale, ones * n_cols if weight is None else weight.float().sum()])
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
@@ -284,11 +272,9 @@ def _check(logits, target, weight, reduction, label_smoothing):
     if logits.device.type != DEVICE.type:
         raise ValueError(f"cross_entropy: logits are on {logits.device}, but the kernels run on {DEVICE.type} here "
                          f"({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: Triton interprets them on the CPU'})")
-    if target.is_floating_point():
-        raise TypeError("cross_entropy: a floating-point target means class probabilities, which this kernel does not "
-                        "take; pass class indices (int64), or use torch.nn.functional.cross_entropy")
-    if target.dtype == torch.bool or target.is_complex():
-        raise TypeError(f"cross_entropy: target must hold class indices (an integer dtype), got {target.dtype}")
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices (int64): class "
+                        "probabilities (a floating-point target) are for torch.nn.functional.cross_entropy")
     if logits.dim() == 0 or logits.shape[logits.dim() > 1] == 0:
         raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} have no classes")
     expected = logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
@@ -299,10 +285,9 @@ def _check(logits, target, weight, reduction, label_smoothing):
         raise ValueError(f"cross_entropy: target is on {target.device} but logits are on {logits.device}")
     n_classes = logits.shape[logits.dim() > 1]
     if weight is not None:
-        if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or tuple(weight.shape) != (n_classes,):
-            raise ValueError(f"cross_entropy: weight must be a floating-point tensor of shape [{n_classes}]")
-        if weight.device != logits.device:
-            raise ValueError(f"cross_entropy: weight is on {weight.device} but logits are on {logits.device}")
+        if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or tuple(weight.shape) != (n_classes,) \
+                or weight.device != logits.device:
+            raise ValueError(f"cross_entropy: weight must be a floating-point tensor of shape [{n_classes}] on {logits.device}")
         if weight.requires_grad:
             raise ValueError("cross_entropy: the loss is not differentiable with respect to weight (as in PyTorch)")
     if reduction not in ("none", "mean", "sum"):
@@ -446,8 +431,6 @@ for dtype in (torch.bfloat16, torch.float32):
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
-if no_graph & set(fns):
-    print(f"Timed without a CUDA graph (their times include Python and host waits): {', '.join(sorted(no_graph & set(fns)))}.")
 
 # %%
 # The ladder, at :math:`V` = the middle of the sweep, bf16, forward+backward; each step one idea, the drop-in is step 2:
@@ -491,13 +474,12 @@ def peak_gib(fn, x, target):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    grad = torch.autograd.grad(fn(x, target), x)
-    del grad
+    torch.autograd.grad(fn(x, target), x)
     return (torch.cuda.max_memory_allocated() - before) / 2**30
 
 if ON_GPU:
     v = SWEEP_V[len(SWEEP_V) // 2]
-    x, target = torch.randn((TOTAL[torch.bfloat16] // v, v), device=DEVICE, dtype=torch.bfloat16), None
+    x = torch.randn((TOTAL[torch.bfloat16] // v, v), device=DEVICE, dtype=torch.bfloat16)
     target = torch.randint(0, v, (x.shape[0],), device=DEVICE)
     memory = {name: peak_gib(fn, x.clone().requires_grad_(True), target) for name, fn in fns.items()}
     memory["ours, inplace_backward=True"] = peak_gib(lambda x, t: cross_entropy(x, t, inplace_backward=True),
