@@ -348,8 +348,8 @@ def test_kernels_compile_for_an_h100(tut, tmp_path):
                 cases.append(["cross_entropy_kernel", dtype, dict(meta, HAS_WEIGHT=flags[0], SMOOTH=flags[1], WRITE_GRAD=flags[2])])
         chunk = tut["_config"](8192, 128256, size)[0]
         cases += [["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
-                  ["ce_loss_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=4)],
-                  ["ce_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=4)]]
+                  ["ce_loss_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
+                  ["ce_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])]]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path)

@@ -86,11 +86,11 @@ def ce_grad_kernel(x_ptr, target_ptr, lse_ptr, scale_ptr, dx_ptr, n_cols, x_row_
 
 def step0_loss_and_grad(x2d, target, dx):
     """Step 0 whole, for 'mean' without options: the loss kernel, then the gradient kernel (no autograd)."""
-    (n_rows, n_cols), chunk = x2d.shape, _config(*x2d.shape, x2d.element_size())[0]["CHUNK"]
-    loss, lse = torch.empty((2, n_rows), device=x2d.device, dtype=torch.float32)
-    ce_loss_kernel[(n_rows,)](x2d, target, loss, lse, n_cols, x2d.stride(0), -100, CHUNK=chunk)
+    (n_rows, n_cols), (meta, _) = x2d.shape, _config(*x2d.shape, x2d.element_size())
+    loss, lse, meta = *torch.empty((2, n_rows), device=x2d.device), dict(CHUNK=meta["CHUNK"], num_warps=meta["num_warps"])
+    ce_loss_kernel[(n_rows,)](x2d, target, loss, lse, n_cols, x2d.stride(0), -100, **meta)
     scale = 1.0 / (target != -100).sum(dtype=torch.float32)
-    ce_grad_kernel[(n_rows,)](x2d, target, lse, scale, dx, n_cols, x2d.stride(0), dx.stride(0), -100, CHUNK=chunk)
+    ce_grad_kernel[(n_rows,)](x2d, target, lse, scale, dx, n_cols, x2d.stride(0), dx.stride(0), -100, **meta)
     return loss.sum() * scale
 
 # %%
@@ -481,9 +481,8 @@ if ON_GPU:
     v = SWEEP_V[len(SWEEP_V) // 2]
     x = torch.randn((TOTAL[torch.bfloat16] // v, v), device=DEVICE, dtype=torch.bfloat16)
     target = torch.randint(0, v, (x.shape[0],), device=DEVICE)
-    memory = {name: peak_gib(fn, x.clone().requires_grad_(True), target) for name, fn in fns.items()}
-    memory["ours, inplace_backward=True"] = peak_gib(lambda x, t: cross_entropy(x, t, inplace_backward=True),
-                                                     x.clone().requires_grad_(True), target)
+    memory = {name: peak_gib(fn, x.clone().requires_grad_(True), target) for name, fn in
+              (fns | {"ours, inplace_backward=True": lambda x, t: cross_entropy(x, t, inplace_backward=True)}).items()}
     print(f"logits: {x.numel() * 2 / 2**30:.2f} GiB; " + "; ".join(f"{k}: {g:.2f} GiB" for k, g in memory.items()))
     del x, target
 else:
