@@ -293,13 +293,19 @@ def test_bad_inputs_raise(tut):
 
 
 def test_launch_parameters(tut):
-    """Chunks of 32 KB of a row, 16 warps; step 2 a program per SM; step 1 a program per row, without cache hints."""
-    config, sms = tut["_config"], tut["NUM_SMS"]
+    """Chunks of 16 KB of a row, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
+    an SM, loads pipelined; step 1: a program per row, without cache hints or pipelining."""
+    config, sms, budget = tut["_config"], tut["NUM_SMS"], tut["L2_SHARE"] * tut["L2_BYTES"]
     meta, grid = config(8192, 128256, 2)
-    assert (meta["CHUNK"], meta["num_warps"], grid) == (16384, 16, sms) and meta["KEEP"] == "evict_last"
-    assert config(8192, 128256, 4)[0]["CHUNK"] == 8192
+    assert (meta["CHUNK"], meta["num_warps"], meta["STAGES"]) == (8192, 8, tut["STAGES"]) and meta["KEEP"] == "evict_last"
+    assert config(8192, 128256, 4)[0]["CHUNK"] == 4096
+    for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
+        per_sm = config(100_000, n_cols, size)[1] // sms
+        assert 1 <= per_sm <= tut["MAX_PROGRAMS_PER_SM"], (n_cols, size, per_sm)
+        assert per_sm == 1 or per_sm * sms * n_cols * size <= budget, (n_cols, size, per_sm)  # the second read hits L2
+        assert per_sm == tut["MAX_PROGRAMS_PER_SM"] or (per_sm + 1) * sms * n_cols * size > budget, (n_cols, size)
     meta, grid = config(8192, 128256, 2, step=1)
-    assert grid == 8192 and (meta["KEEP"], meta["DROP"], meta["STREAM"]) == ("", "", "")
+    assert grid == 8192 and (meta["KEEP"], meta["DROP"], meta["STREAM"], meta["STAGES"]) == ("", "", "", 1)
     assert config(3, 1, 4)[0]["CHUNK"] == 16 and config(3, 1000, 2) == (config(3, 1000, 2)[0], 3)
     assert all(r.start == 1 for r in tut["RANGE"].values())
 

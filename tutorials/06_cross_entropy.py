@@ -114,13 +114,14 @@ def step0_loss_and_grad(x2d, target, dx):
 # An ignored row's loss and gradient are 0. A target out of range is caught on the host before the launch (below);
 # under CUDA-graph capture, where the host cannot look, the kernel clamps it, never reads outside the row, and
 # makes that row's loss and gradient NaN. The second pass walks the row backwards: its last chunks, read last, are
-# the likeliest still in L2; the next chunk's load is issued before the current chunk is computed.
+# the likeliest still in L2. In both passes ``tl.range(..., num_stages=STAGES)`` has Triton's pipeliner issue the
+# next chunks' loads (into shared memory) before the current chunk is computed.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
                          dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr,
                          WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
-                         STREAM: tl.constexpr):
+                         STREAM: tl.constexpr, STAGES: tl.constexpr):
     """Program p takes rows p, p + P, ...: per row, the loss (unscaled) and, if WRITE_GRAD, its scaled gradient."""
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
@@ -131,14 +132,12 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         ignored = target == ignore_index
         bad = ((target < 0) | (target >= n_cols)) & ~ignored  # flagged with NaN below
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # clamped: never read past the row
-        # Pass 1: m, s and, for smoothing, sum of w x; the next chunk's load issued first.
+        # Pass 1: m, s and, for smoothing, sum of w x; Triton's pipeliner issues the next chunks' loads first.
         m = tl.full([], -float("inf"), tl.float32)
         s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
-        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy=KEEP)
-        for chunk in range(0, n_chunks):
+        for chunk in tl.range(0, n_chunks, num_stages=STAGES):
             offs = chunk * CHUNK + cols
-            x = x_next.to(tl.float32)
-            x_next = tl.load(x_row + offs + CHUNK, mask=offs + CHUNK < n_cols, other=-float("inf"), eviction_policy=KEEP)
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
             s = s * tl.exp(m - shift) + tl.exp(x - shift)
@@ -155,13 +154,9 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
             a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
-            offs = (n_chunks - 1) * CHUNK + cols
-            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP)
-            for chunk in range(0, n_chunks):
+            for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
-                x = x_next.to(tl.float32)
-                x_next = tl.load(x_row + offs - CHUNK, mask=(offs >= CHUNK) & (offs - CHUNK < n_cols), other=0.0,
-                                 eviction_policy=DROP)  # last use: L2 may drop it
+                x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)  # last use
                 b = tl.where(offs == target, hit, 0.0)
                 if SMOOTH:
                     b += smoothing / n_cols * (tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
@@ -186,27 +181,33 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # ---------------------------------------
 # Step 1 launched one program per row leaves residency to the hardware: as many programs per SM as registers allow,
 # and as many rows in flight. If they outgrow L2, the second read goes to memory again. Step 2 launches a
-# *persistent* grid, one program per SM walking rows ``p, p + P, ...``: 132 rows in flight on an H100, whatever the
-# registers. And it tells the cache what comes next: the first pass loads with ``evict_last`` (keep it: it is read
+# *persistent* grid walking rows ``p, p + P, ...``, sized so that the rows in flight (programs times a row's bytes)
+# stay under ``L2_SHARE`` of the cache: one program an SM for long rows, up to four for short ones. It pipelines its
+# loads (``num_stages``), and it tells the cache what comes next: the first pass loads with ``evict_last`` (read
 # again), the second with ``evict_first`` (last use), and the gradient is stored with ``.cs`` (streaming: written
 # once, never read here, so it should not push rows out of L2). The launch parameters sit in ``_config``:
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-CHUNK_BYTES = 32768  # of a row a step: 16 K bf16 logits; with 16 warps, 64 bytes a thread, the next chunk in flight
-PROGRAMS_PER_SM = 1  # rows in flight = SMs: 132 x 256 KB = 35 MB at 128 K bf16, inside an H100's 50 MB of L2
+L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
+CHUNK_BYTES = 16384  # of a row a step: 8 K bf16 logits; with 8 warps, 64 bytes a thread
+STAGES = 3  # chunks a program has in flight: the pipeliner stages the next two in shared memory
+L2_SHARE = 0.7  # the rows in flight (programs x a row's bytes) stay under this share of L2: the second read hits
+MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so the pipeline also runs across row boundaries
 SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
-# The V this design is for: the site's landing page recommends it there. Its rows in flight fit 80% of 50 MB of L2
-# (bf16 to 151,936, fp32 to 65,536); past that the second read partly misses and the kernel falls off.
-RANGE = {(d, t): range(1, n + 1) for d in ("forward", "forward+backward") for t, n in (("bfloat16", 151936),
+# The V this design is for: the site's landing page recommends it there. Its rows in flight fit 70% of 50 MB of L2
+# at one program an SM (bf16 to 131,072, fp32 to 65,536); past that the second read partly misses.
+RANGE = {(d, t): range(1, n + 1) for d in ("forward", "forward+backward") for t, n in (("bfloat16", 131072),
                                                                                     ("float32", 65536))}
 
-def _config(n_rows, n_cols, element_size, step=2, chunk=None):
-    """(meta-parameters, grid) of cross_entropy_kernel; step 1: a program per row, no cache hints."""
+def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None):
+    """(meta-parameters, grid) of cross_entropy_kernel; step 1: a program per row, no cache hints, no pipelining."""
     chunk = chunk or max(16, min(CHUNK_BYTES // element_size, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
-        return meta | dict(KEEP="", DROP="", STREAM=""), n_rows
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs"), min(n_rows, PROGRAMS_PER_SM * NUM_SMS)
+        return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
+    per_sm = per_sm or max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or STAGES), \
+        min(n_rows, per_sm * NUM_SMS)
 
 # %%
 # The launcher and the drop-in function
@@ -522,7 +523,7 @@ if not ON_GPU:
 # slice on chip (quack does this); in Triton that needs Gluon. Further still: never materialize the logits, computing
 # the loss chunk by chunk of the vocabulary from the last hidden state and the output weight (*fused linear
 # cross-entropy*, Liger and Apple's *Cut Your Losses*, Wijmans et al. 2024).
-# **Exercise**: set ``PROGRAMS_PER_SM = 2`` and rerun the ladder at 128 K and 256 K: where does the second read start to
+# **Exercise**: set ``L2_SHARE = 1.5`` and rerun the ladder at 32 K and 128 K: where does the second read start to
 # miss? References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack's cross-entropy.
 #
 # Where this page was made
