@@ -186,17 +186,18 @@ def test_configs(page, n_cols, itemsize):
 
 SHARDED_CHECK = r"""
 import os, sys
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+DEVICES = int(sys.argv[2])
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, sys.argv[1])
 from test_jax_rms_norm import load_definitions, inputs, gradients
 import jax, jax.numpy as jnp, numpy as np
 page = load_definitions()
-assert jax.device_count() == 2, jax.devices()
+assert jax.device_count() == DEVICES, jax.devices()
 mesh = page["Mesh"](np.array(jax.devices()), (page["AXIS"],))
 rows = page["NamedSharding"](mesh, page["P"](page["AXIS"]))
 sharded = page["differentiable"](*page["sharded_parts"](mesh))
-for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the same on one device as on two
+for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the same on one device as on several
     x, w, dy = inputs(shape, dtype, seed=5)
     step = jax.jit(lambda x, w, dy: gradients(sharded, x, w, dy))
     compiled = step.lower(jax.device_put(x, rows), w, dy).compile()
@@ -206,7 +207,7 @@ for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the sam
     # rows are computed one by one as on one device: y and dx are the same bits
     assert np.array_equal(np.asarray(y_s, np.float32), np.asarray(y_1, np.float32)), (shape, "y")
     assert np.array_equal(np.asarray(dx_s, np.float32), np.asarray(dx_1, np.float32)), (shape, "dx")
-    # dw: each device sums its rows' partials, then the psum adds the two: another grouping of the fp32
+    # dw: each device sums its rows' partials, then the psum adds them: another grouping of the fp32
     # sums, so not bitwise but within fp32 rounding (about 1e-7 of the largest value)
     diff = np.max(np.abs(np.asarray(dw_s, np.float64) - np.asarray(dw_1, np.float64)))
     scale = np.max(np.abs(np.asarray(dw_1, np.float64)))
@@ -221,18 +222,19 @@ forward, backward = page["sharded_parts"](mesh)
 _, alone = page["sharded_parts"](mesh, psum=False)
 rstd = forward(xs, w)[1]
 dw, stacked = backward(xs, w, rstd, dy)[1], alone(xs, w, rstd, dy)[1]
-assert stacked.shape == (600,) and dw.shape == (300,)
-np.testing.assert_allclose(np.asarray(stacked).reshape(2, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
+assert stacked.shape == (300 * DEVICES,) and dw.shape == (300,)
+np.testing.assert_allclose(np.asarray(stacked).reshape(DEVICES, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
 print("sharded ok")
 """
 
 
-def test_sharded_on_two_cpu_devices_equals_one_device():
-    """In a subprocess with two CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
+@pytest.mark.parametrize("devices", [2, 4])
+def test_sharded_on_cpu_devices_equals_one_device(devices):
+    """In a subprocess with 2 or 4 CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
     single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
     HLO has an all-reduce of N fp32 values and the jaxpr a psum."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests")], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
 
