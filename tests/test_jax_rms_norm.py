@@ -234,8 +234,8 @@ def test_sharded_on_cpu_devices_equals_one_device(devices):
     single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
     HLO has an all-reduce of N fp32 values and the jaxpr a psum."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
