@@ -523,11 +523,11 @@ title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {
 # %%
 # Sharded: per device, and the psum apart
 # ---------------------------------------
-# :math:`2^{26}` bf16 elements *a device*, meshes of one device and of all (the same where there is one);
-# GB/s a device. *backward, no psum* leaves each device's :math:`dw` apart: the difference is the all-reduce.
+# :math:`2^{26}` bf16 elements *a device*, meshes of 1, 2, 4, ... devices and of all that there are; GB/s a device.
+# *backward, no psum* leaves each device's :math:`dw` apart: the difference is the all-reduce.
 
-shard_records = []
-for n_devices, n_cols in itertools.product(sorted({1, jax.device_count()}), [1024, 32768] if ON_GPU else [1024]):
+shard_records, MESHES = [], sorted({jax.device_count()} | {2**k for k in range(8) if 2**k < jax.device_count()})
+for n_devices, n_cols in itertools.product(MESHES, [1024, 32768] if ON_GPU else [1024]):
     mesh = Mesh(np.array(jax.devices()[:n_devices]), (AXIS,))
     x = jax.device_put(jnp.ones((n_devices * TOTAL_ELEMENTS // n_cols, n_cols), jnp.bfloat16), NamedSharding(mesh, P(AXIS)))
     w, dy, nbytes = jnp.ones((n_cols,), jnp.bfloat16), x + 1, x.nbytes // n_devices  # bytes of x a device
