@@ -520,7 +520,7 @@ for ax, (key, part) in zip(axes.flat, table.reset_index([0, 1]).groupby(["direct
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set(title=", ".join(key), xlabel="row length N (elements)", ylabel="% of the copy's GB/s"), ax.grid(True, alpha=0.3)
     span = lambda s, unit="x": f"{s.min():.3g}{unit} (N = {s.idxmin()}) to {s.max():.3g}{unit} (N = {s.idxmax()})"
-    short = (part["ours, % of light"] < 95) | (part["ours / best peer"] < 0.99)  # issue 18's goal: both
+    short = (part["ours, % of light"] < 95) | (part["ours / best peer"] < 0.99)  # the site's bar: both
     print(f"{', '.join(key)}: ours at {span(part['ours, % of light'], '%')} of the copy; versus naive (6x predicted "
           f"forward) {span(part.ours / part.naive)}, versus the best peer {span(part['ours / best peer'])}; "
           f"under 95% of the copy or 0.99x the best peer at N = {list(part.index[short]) or 'no N'}")

@@ -498,7 +498,7 @@ fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
     part = part.droplevel(["direction", "dtype"])  # indexed by N
     light, ratio, s = part["ours, % of light"], part["ours / best peer"].dropna(), part["ours"] / part["dx, then dw"]
-    short = [n for n in part.index if light[n] < 95 or ratio.get(n, 1) < 0.99]  # issue 18's goal: both
+    short = [n for n in part.index if light[n] < 95 or ratio.get(n, 1) < 0.99]  # the site's bar: both
     print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
           f"{part.index.min()}..{part.index.max()}; against the best peer at each N, from {ratio.min():.3g}x "
           f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}); under 95% of the copy or 0.99x "

@@ -568,7 +568,7 @@ for (direction, dtype, n_cols), row in table.iterrows():
             f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
     print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
                   if pd.notna(row.get("no lookahead")) else "."))
-short = table[(table["split, % of light"] < 95) | (table["split / best peer"] < 0.99)]  # issue 18's goal: both
+short = table[(table["split, % of light"] < 95) | (table["split / best peer"] < 0.99)]  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short.index) or "no point"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")

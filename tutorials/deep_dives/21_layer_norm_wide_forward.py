@@ -566,7 +566,7 @@ for (name_dtype, kernel), part in table.reset_index().groupby(["dtype", "this pa
           f"{', '.join(map(str, pct.index))}; {part['this page / core'].min():.3g}x to "
           f"{part['this page / core'].max():.3g}x the core launcher's speed; against the best peer: "
           + ", ".join(f"{r:.3g}x" for r in part["this page / best peer"]) + ".")
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU: they say nothing about GPU speed.")

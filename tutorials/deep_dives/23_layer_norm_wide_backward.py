@@ -579,7 +579,7 @@ for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort
     print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
           f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: they say nothing about GPU speed.")

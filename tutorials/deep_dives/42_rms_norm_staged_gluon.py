@@ -339,7 +339,7 @@ if ON_GPU:
         print(f"bf16, N = {n_cols}: staged {row['staged, % of light']:.1f}% of the copy, the core kernel "
               f"{row['core, % of light']:.1f}% ({row['staged / core']:.3g}x); against the best peer "
               f"{row['staged / best peer']:.3g}x.")
-    short = table[(table["staged, % of light"] < 95) | (table["staged / best peer"] < 0.99)].index  # issue 18's goal
+    short = table[(table["staged, % of light"] < 95) | (table["staged / best peer"] < 0.99)].index  # the site's bar: both
     print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"N = {n}" for _, n in short) or "none"))
 else:
     print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
