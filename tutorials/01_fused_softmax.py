@@ -394,7 +394,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
 
 def providers():
     """name -> softmax along the last dim; peers that cannot run here are left out."""

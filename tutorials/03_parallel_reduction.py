@@ -351,7 +351,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
 def providers(out):
     """name -> a whole sum of x (ours write it to ``out``); peers that cannot run here are left out."""

@@ -321,7 +321,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
 # On the CPU the interpreter reads thousands of times slower than memory: the copy stands in there.
 LIGHT = "the read-only pass" if ON_GPU else "the copy"

@@ -480,7 +480,7 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w); its backward is timed
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
