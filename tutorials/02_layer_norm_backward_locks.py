@@ -15,7 +15,7 @@ gives a different :math:`dw` on every run; and what a persistent grid with one p
 program buys instead. Prerequisites: the layer-norm page above (its backward formula).
 """
 
-import datetime, math, os, platform, subprocess, timeit
+import datetime, os, platform, subprocess, timeit
 
 import torch
 if not torch.cuda.is_available():
