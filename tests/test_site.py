@@ -121,6 +121,21 @@ def test_landing_page_shows_the_reading_path(built_site):
         assert re.search(r"\(about \d+ min\)", landing[at:at + 600]), f"{stem} has no reading time"
 
 
+def test_each_page_gives_the_landing_pages_reading_time(built_site):
+    """One reading-time formula (conf.py's, from the script's words), never typed: each page's header shows the
+    minutes that the landing page's reading path gives it."""
+    landing = html.unescape((built_site / "html" / "index.html").read_text(encoding="utf-8"))
+    landing = landing[landing.index('id="reading-path"'):]
+    for stem in CORE + DIVES:
+        at = landing.find(f'href="tutorials/{WHERE[stem]}.html"')
+        minutes = re.search(r"\(about (\d+) min\)", landing[at:at + 600]).group(1)
+        page = html.unescape((built_site / "html" / "tutorials" / f"{WHERE[stem]}.html").read_text(encoding="utf-8"))
+        assert f"What you will learn</strong> (about {minutes} min)" in page, f"{stem}: no '(about {minutes} min)'"
+    sources = [ROOT / "tutorials" / f"{WHERE[stem]}.py" for stem in CORE + DIVES]
+    assert not [p.name for p in sources if re.search(r"\(about \d+ minutes\)", p.read_text(encoding="utf-8"))], \
+        "a page types its reading time"
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_notebook_validates_and_runs_on_its_own(built_site, stem, tmp_path):
     """The downloadable notebook runs top to bottom in a fresh Jupyter kernel, outside the repo."""

@@ -8,7 +8,7 @@ writes the output once, and runs as fast as a device-to-device copy of the same 
 light*. On this page you build that kernel in Triton, forward and backward, as a drop-in replacement
 for :func:`torch.softmax`, and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn** (about 15 minutes): how to count the bytes a kernel must move and predict its
+**What you will learn**: how to count the bytes a kernel must move and predict its
 speed before measuring it; how to fuse a row reduction into one pass, whole rows in registers and
 several short rows a program, with its launch parameters in one small config function; how *online
 softmax* streams rows too long for registers; and how to write the backward pass and wrap both in

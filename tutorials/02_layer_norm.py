@@ -7,7 +7,7 @@ Layer normalization brings each row to zero mean and unit variance, then applies
 drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums :math:`dw` and :math:`db` over all rows without
 locks, the same bits on every run, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn** (about 15 minutes): to predict a layer norm's speed from its bytes and fuse it into one read of
+**What you will learn**: to predict a layer norm's speed from its bytes and fuse it into one read of
 each row; how a persistent grid with per-program partial sums makes :math:`dw` and :math:`db` deterministic and fast; to
 stream rows too long for registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """

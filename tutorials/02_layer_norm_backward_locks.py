@@ -9,7 +9,7 @@ hidden in it and its fix, and measures it against the persistent, lock-free desi
 :ref:`sphx_glr_tutorials_02_layer_norm.py`, whose kernels it carries so that it runs alone: which is
 faster, and which gives the same bits on every run.
 
-**What you will learn** (about 10 minutes): how a spin lock is built from atomics in Triton; why
+**What you will learn**: how a spin lock is built from atomics in Triton; why
 releasing it right after the stores loses rows, and what a barrier changes; why even the fixed design
 gives a different :math:`dw` on every run; and what a persistent grid with one partial line per
 program buys instead. Prerequisites: the layer-norm page above (its backward formula).

@@ -7,7 +7,7 @@ numbers into one as fast as the memory can deliver them, measured against a kern
 the same input (the *speed of light*). You build ``reduce_sum(x, dim=None)``, a drop-in for
 :func:`torch.sum`, and measure it against PyTorch and ``torch.compile`` on the GPU that built this page.
 
-**What you will learn** (about 15 minutes): how one program reduces a block with a tree
+**What you will learn**: how one program reduces a block with a tree
 (``tl.sum``); three ways to combine the programs (one atomic add each, two passes, or a persistent
 grid with one partial sum per program); why the running sums are fp32 whatever the input dtype, shown
 on bf16; and which designs give the same bits run after run, measured. Sums along one dimension get

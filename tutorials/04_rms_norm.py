@@ -8,7 +8,7 @@ fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.f
 whose backward is **one persistent kernel** reading the input and the incoming gradient once for both
 gradients, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
 
-**What you will learn** (about 15 minutes): to predict a normalization's speed from its bytes; to fuse
+**What you will learn**: to predict a normalization's speed from its bytes; to fuse
 two reductions of different loop orders (*mix-order reduction*) into one kernel, the weight gradient in
 fp32 registers, one partial per program, summed in a fixed order (bitwise deterministic); to stream rows
 too long for registers; where the dtype matters. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.

@@ -12,7 +12,7 @@ fusion of the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU
 deprecates it for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which
 needs a Hopper GPU or newer and is the way past 8 K columns.
 
-**What you will learn** (about 15 minutes): to write a memory-bound Pallas kernel, masked for rows of any length;
+**What you will learn**: to write a memory-bound Pallas kernel, masked for rows of any length;
 to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order (bitwise
 deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's fusion of the
 formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.

@@ -4,12 +4,11 @@ Softmax, long rows: one row split across programs
 
 Past 32 K columns a row no longer fits in one program's registers, and the core page
 (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice. Here
-programs share the row and wait for each other: it is read once. **What you will learn** (about 15
-minutes): how programs exchange partial statistics through flag words without a fence; why a group's
-programs must all be on the GPU at once (the grid sized from the compiled kernel's occupancy); how
-publishing one row ahead (a *lookahead*) shortens the wait; where the launch parameters live
-(``_split_config``). Measured against the core kernels and peers, N = 32 K to 256 K, both directions,
-fp32 and bf16.
+programs share the row and wait for each other: it is read once. **What you will learn**: how programs
+exchange partial statistics through flag words without a fence; why a group's programs must all be on
+the GPU at once (the grid sized from the compiled kernel's occupancy); how publishing one row ahead (a
+*lookahead*) shortens the wait; where the launch parameters live (``_split_config``). Measured against
+the core kernels and peers, N = 32 K to 256 K, both directions, fp32 and bf16.
 """
 
 import contextlib, ctypes, datetime, os, platform, timeit, warnings

@@ -4,7 +4,7 @@ Layer norm, wide rows in the backward: one row shared by several programs
 
 The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps :math:`dw`,
 :math:`db` in fp32 registers; past a few thousand columns they do not fit and it streams rows twice.
-**What you will learn** (about 12 minutes): how to *split* a wide row over programs that exchange the
+**What you will learn**: how to *split* a wide row over programs that exchange the
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 

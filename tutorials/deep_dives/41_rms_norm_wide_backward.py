@@ -4,7 +4,7 @@ RMSNorm, wide rows in the backward: one row shared by several programs
 
 The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
 gradient in registers up to 8 K columns; past that its chunked kernel reads each row twice and adds
-into a ``dw_partial`` row in memory for every row. **What you will learn** (about 12 minutes): how to
+into a ``dw_partial`` row in memory for every row. **What you will learn**: how to
 *split* a wide row over a group of programs that exchange their partial row sums through global
 memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
 rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).

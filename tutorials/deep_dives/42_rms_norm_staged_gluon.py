@@ -6,7 +6,7 @@ Tutorial 04's forward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a whole r
 :math:`N = 32768` in bf16 that is 32 fp32 values in each of 1024 threads: one program fills an SM's
 registers, so each SM works on one row at a time, and between loading it and storing it nothing else
 is on its way from memory. A row whose length is not a power of two pays more: the tile is padded to
-the next one. **What you will learn** (about 10 minutes): to hold the row in *shared memory* in its own
+the next one. **What you will learn**: to hold the row in *shared memory* in its own
 dtype instead, three rows to an SM, so that one program's reduction overlaps the others' loads and
 stores; to write that kernel in **Gluon**, Triton's lower-level language, with explicit layouts and
 asynchronous copies; where it is chosen (``_staged_config``). Without a GPU this page still runs (Gluon
