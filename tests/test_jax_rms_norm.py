@@ -1,9 +1,10 @@
 """Tutorial 05 (core page): RMSNorm as a JAX custom op. The Pallas kernels (interpreted on the CPU) against
 jax.grad of the jnp formula in float64, masks and padding, every output element written, dw repeatable, bad
-input, the launch configs, the sharded function on two CPU devices, and tutorial 04's kernels as carried.
+input, the launch configs, tutorial 04's kernels as carried; and its companion page (05, sharded): the kernels it
+carries, the sharded function on two and four CPU devices.
 
-Loading the page would run its benchmarks; these tests run its definitions only: the page up to its
-"Correctness" section (imports, kernels, configs, the drop-in and the sharded parts).
+Loading a page would run its benchmarks; these tests run its definitions only: page 05 up to its "Correctness"
+section (imports, kernels, configs, the drop-in), the sharded page up to "What crosses the links".
 
 Two CPU devices need XLA_FLAGS=--xla_force_host_platform_device_count=2 before JAX is first imported. pytest
 runs every test file in one process, so it is set below before `import jax`, but only takes effect if no
@@ -31,16 +32,17 @@ import jax.numpy as jnp  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "tutorials" / "05_jax_rms_norm.py"
-DEFINITIONS_END = "\n# Correctness\n"  # the page's definitions end where its Correctness section begins
+SHARDED = ROOT / "tutorials" / "05_jax_rms_norm_sharded.py"
+DEFINITIONS_END = {PAGE: "\n# Correctness\n", SHARDED: "\n# What crosses the links\n"}  # where the definitions end
 # a few roundings of the output dtype (on a GPU, fp32 sums in another order: same bound)
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def load_definitions(path=PAGE):
-    source = path.read_text(encoding="utf-8")
-    assert DEFINITIONS_END in source, f"{path.name} has no '# Correctness' section heading"
+    source, end = path.read_text(encoding="utf-8"), DEFINITIONS_END[path]
+    assert end in source, f"{path.name} has no {end.strip()!r} section heading"
     namespace = {"__name__": "tutorial_05_definitions", "__file__": str(path)}
-    exec(compile(source[:source.index(DEFINITIONS_END)], str(path), "exec"), namespace)
+    exec(compile(source[:source.index(end)], str(path), "exec"), namespace)
     return namespace
 
 
@@ -190,9 +192,11 @@ DEVICES = int(sys.argv[2])
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, sys.argv[1])
-from test_jax_rms_norm import load_definitions, inputs, gradients
+import functools
+from test_jax_rms_norm import SHARDED, load_definitions, inputs, gradients
 import jax, jax.numpy as jnp, numpy as np
-page = load_definitions()
+page = load_definitions(SHARDED)
+one_device = page["differentiable"](functools.partial(page["_forward"], eps=1e-6), page["_backward"])
 assert jax.device_count() == DEVICES, jax.devices()
 mesh = page["Mesh"](np.array(jax.devices()), (page["AXIS"],))
 rows = page["NamedSharding"](mesh, page["P"](page["AXIS"]))
@@ -202,7 +206,7 @@ for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the sam
     step = jax.jit(lambda x, w, dy: gradients(sharded, x, w, dy))
     compiled = step.lower(jax.device_put(x, rows), w, dy).compile()
     y_s, dx_s, dw_s = compiled(jax.device_put(x, rows), w, dy)
-    y_1, dx_1, dw_1 = jax.jit(lambda x, w, dy: gradients(page["rms_norm"], x, w, dy))(x, w, dy)
+    y_1, dx_1, dw_1 = jax.jit(lambda x, w, dy: gradients(one_device, x, w, dy))(x, w, dy)
     assert dx_s.sharding.spec == page["P"](page["AXIS"]), dx_s.sharding
     # rows are computed one by one as on one device: y and dx are the same bits
     assert np.array_equal(np.asarray(y_s, np.float32), np.asarray(y_1, np.float32)), (shape, "y")
@@ -226,6 +230,21 @@ assert stacked.shape == (300 * DEVICES,) and dw.shape == (300,)
 np.testing.assert_allclose(np.asarray(stacked).reshape(DEVICES, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
 print("sharded ok")
 """
+
+
+def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page):
+    """The sharded page measures tutorial 05's kernels: the same source, launch parameters and constants."""
+    import inspect
+    sharded = load_definitions(SHARDED)
+    for name in ("_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "bwd_kernel", "dw_sum_kernel", "_fwd_config",
+                 "_bwd_config", "_sum_config", "_forward", "_backward", "differentiable"):
+        assert inspect.getsource(sharded[name]) == inspect.getsource(page[name]), name
+    for name in ("MIN_ELEMENTS", "WHOLE_ROW_N", "CHUNK_N", "WARPS_PER_SM", "MAX_N"):
+        assert sharded[name] == page[name], name
+    source = SHARDED.read_text(encoding="utf-8")
+    for name in ("_warps", "_params"):  # lambdas: their lines
+        line = next(l for l in PAGE.read_text(encoding="utf-8").splitlines() if l.startswith(f"{name} = "))
+        assert line in source.splitlines(), name
 
 
 @pytest.mark.parametrize("devices", [2, 4])

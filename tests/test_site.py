@@ -37,10 +37,7 @@ def test_every_tutorial_has_a_page():
 # page is two pages (issue 17).
 MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (issue 17)
 # Core pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
-LONGER = {"05_jax_rms_norm": 599}  # two forward kernels since issue 19 (16-bit rows past 16 K read twice in chunks:
-# 86.8% -> 94.0% of the copy at bf16 32768 on an H100), the whole-row one persistent for fp32 rows of 32 K (84.5% ->
-# 89.4%), beside the backward, the sharding and the JAX timing; 2 more for the note on Pallas' backends that issue 33
-# asks of its introduction; to trim when the sharding moves to a page of its own (issue 31)
+LONGER = {}
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
 # recommended column of its results: 2 to 4 lines; to trim
 LONGER |= {"02_layer_norm": 554, "04_rms_norm": 554, "23_layer_norm_wide_backward": 607, "41_rms_norm_wide_backward": 607}

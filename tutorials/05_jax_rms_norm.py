@@ -4,9 +4,9 @@ RMSNorm as a JAX custom op
 
 Tutorial 04's RMSNorm for JAX: a forward and a fused backward written as Pallas kernels
 (``jax.experimental.pallas``, which lowers to Triton on NVIDIA GPUs), made one differentiable function with
-``jax.custom_vjp``, compiled by ``jax.jit`` and run over every device with ``jax.shard_map``, where one ``psum``
-of the weight gradient is all that crosses the links. Measured against the speed of light (a copy), XLA's own
-fusion of the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU that built this page.
+``jax.custom_vjp`` and compiled by ``jax.jit``. Measured against the speed of light (a copy), XLA's own fusion of
+the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU that built this page. Over several GPUs, with
+``jax.shard_map`` and one ``psum``: :ref:`sphx_glr_tutorials_05_jax_rms_norm_sharded.py`.
 
 **Which Pallas backend.** Pallas' Triton backend, used here, runs on every NVIDIA GPU the site supports; JAX 0.11
 deprecates it for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which
@@ -14,21 +14,15 @@ needs a Hopper GPU or newer and is the way past 8 K columns.
 
 **What you will learn**: to write a memory-bound Pallas kernel, masked for rows of any length;
 to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order (bitwise
-deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's fusion of the
-formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+deterministic); where XLA's fusion of the formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
 """
 
 import contextlib, datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, \
     subprocess, timeit
-# Before JAX starts: no GPU memory taken up front (PyTorch pages share this process when the site is built),
-# and two CPU devices, so that sharding runs without a GPU (the flag touches only JAX's CPU backend).
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts: no GPU memory taken up front
 import jax, jax.numpy as jnp, jaxlib, numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import matplotlib.pyplot as plt, pandas as pd
 
 ON_GPU = jax.default_backend() == "gpu"
@@ -284,27 +278,6 @@ def rms_norm(x, weight, eps=1e-6):
     return _rms_norm_rows(float(eps))(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape)
 
 # %%
-# Over devices: rows split, one psum
-# ----------------------------------
-# ``jax.shard_map`` runs a function on each device's rows, the weight replicated. :math:`y, dx` need nothing
-# from other devices; :math:`dw` sums *all* rows: each device its own (the kernels above), then one ``psum``
-# adds the devices' fp32 vectors: :math:`N` fp32 values a device cross the links (128 KB at N = 32768).
-
-AXIS = "rows"
-def sharded_parts(mesh, eps=1e-6, psum=True):
-    """The forward and backward over mesh, rows split; psum=False leaves each device's dw apart (stacked)."""
-    rows, whole = P(AXIS), P()
-    # check_vma=False: Pallas' outputs carry no record of how they vary over devices; out_specs says it
-    forward = jax.shard_map(lambda x, w: _forward(x, w, eps), mesh=mesh, in_specs=(rows, whole),
-                            out_specs=(rows, rows), check_vma=False)
-    def local_backward(x, w, rstd, dy):
-        dx, dw = _backward(x, w, rstd, dy)
-        return dx, jax.lax.psum(dw, AXIS) if psum else dw  # the one step across devices: N fp32 values
-    backward = jax.shard_map(local_backward, mesh=mesh, in_specs=(rows, whole, rows, rows),
-                             out_specs=(rows, whole if psum else rows), check_vma=False)
-    return forward, backward
-
-# %%
 # Correctness
 # -----------
 # Against ``jax.grad`` of the formula in float64, :math:`\lVert out - ref \rVert / \lVert ref \rVert` of
@@ -338,27 +311,6 @@ TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roun
 for q in ("y", "dx", "dw"):
     assert (errors[f"Pallas {q}"] <= (2 * errors[f"XLA {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
-
-# %%
-# What crosses the links
-# ----------------------
-# ``differentiable(*sharded_parts(mesh))`` is the drop-in over a mesh of every device (each GPU, or two CPU
-# devices): :math:`y, dx` are the same bits, :math:`dw` adds partials in another grouping. The jaxpr has the
-# ``psum``, XLA's HLO an *all-reduce* of :math:`N` fp32 values, found below in what this build compiled.
-
-MESH = Mesh(np.array(jax.devices()), (AXIS,))
-x = jax.device_put(jax.random.normal(jax.random.key(7), (64 * MESH.size, 1000)), NamedSharding(MESH, P(AXIS)))
-w, dy = 1 + 0.1 * jax.random.normal(jax.random.key(8), (1000,)), jax.random.normal(jax.random.key(9), x.shape)
-sharded_step = jax.jit(lambda x, w, dy: gradients(differentiable(*sharded_parts(MESH)), x, w, dy))
-(y_s, dx_s, dw_s), (y_1, dx_1, dw_1) = sharded_step(x, w, dy), gradients(rms_norm, x, w, dy)
-assert (y_s == y_1).all() and (dx_s == dx_1).all() and jnp.allclose(dw_s, dw_1, rtol=1e-5, atol=1e-5)
-print(f"{MESH.size} device(s): y and dx bit for bit the single-device ones, dx split as {dx_s.sharding.spec}; "
-      f"dw within {float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1))):.1e} of its largest value")
-jaxpr, hlo = str(jax.make_jaxpr(sharded_step)(x, w, dy)), sharded_step.lower(x, w, dy).compile().as_text()
-for line in [l for l in jaxpr.splitlines() if "psum" in l] + [l for l in hlo.splitlines() if " all-reduce(" in l]:
-    print(line.strip().split(", metadata")[0][:150])
-if " all-reduce(" not in hlo:
-    print(f"No all-reduce in the compiled HLO: over {MESH.size} device the psum adds nothing, and XLA removed it.")
 
 # %%
 # Benchmark
@@ -521,26 +473,6 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
 title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 # %%
-# Sharded: per device, and the psum apart
-# ---------------------------------------
-# :math:`2^{26}` bf16 elements *a device*, meshes of 1, 2, 4, ... devices and of all that there are; GB/s a device.
-# *backward, no psum* leaves each device's :math:`dw` apart: the difference is the all-reduce.
-
-shard_records, MESHES = [], sorted({jax.device_count()} | {2**k for k in range(8) if 2**k < jax.device_count()})
-for n_devices, n_cols in itertools.product(MESHES, [1024, 32768] if ON_GPU else [1024]):
-    mesh = Mesh(np.array(jax.devices()[:n_devices]), (AXIS,))
-    x = jax.device_put(jnp.ones((n_devices * TOTAL_ELEMENTS // n_cols, n_cols), jnp.bfloat16), NamedSharding(mesh, P(AXIS)))
-    w, dy, nbytes = jnp.ones((n_cols,), jnp.bfloat16), x + 1, x.nbytes // n_devices  # bytes of x a device
-    (forward, backward), (_, backward_alone) = sharded_parts(mesh, EPS), sharded_parts(mesh, EPS, psum=False)
-    rstd = jax.jit(forward)(x, w)[1]
-    shard_records.append({"devices": n_devices, "N": n_cols, "forward": 2 * nbytes / bench(jax.jit(forward), x, w) * 1e-6}
-                         | {name: 3 * nbytes / bench(jax.jit(fn), x, w, rstd, dy) * 1e-6
-                            for name, fn in [("backward", backward), ("backward, no psum", backward_alone)]})
-    del x, dy, rstd
-shards = pd.DataFrame(shard_records).set_index(["devices", "N"])
-shards.style.format("{:.3g}")
-
-# %%
 # Reading the numbers
 # -------------------
 # Computed from the tables above, in this build:
@@ -551,9 +483,6 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
     print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
           f"{part.index.min()}..{part.index.max()}, at {xla.min():.3g}x to {xla.max():.3g}x XLA's fusion"
           + (f", {t04.min():.3g}x to {t04.max():.3g}x tutorial 04's kernel where it ran." if t04.notna().any() else "."))
-for (n_devices, n_cols), r in shards.iterrows():
-    print(f"{n_devices} device(s), N = {n_cols}: the backward runs at {r['backward']:.3g} GB/s a device, at "
-          f"{r['backward'] / r['backward, no psum']:.3g}x its speed without the psum ({4 * n_cols:,} bytes a device).")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
@@ -570,7 +499,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (the introduction). **Exercises**: sum :math:`dw` with
 # ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``
 # and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean
-# Square Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
+# Square Layer Normalization* (2019); the Pallas documentation.
 #
 # Where this page was made
 # ------------------------
