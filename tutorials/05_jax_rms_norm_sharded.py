@@ -34,6 +34,34 @@ print(f"Built on {WHERE} · JAX {jax.__version__} · jaxlib {jaxlib.__version__}
       f"torch {version('torch')} · Triton {version('triton')} · {BUILT}")
 
 # %%
+# Over devices: rows split, one psum
+# ----------------------------------
+# ``jax.shard_map`` runs a function on each device's block of rows (``P(AXIS)``: split along the first axis), the
+# weight replicated (``P()``). :math:`y` and :math:`dx` of a row need only that row: nothing crosses the links. But
+# :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` sums *all* rows: each device sums its own with 05's kernels (below),
+# then ``jax.lax.psum`` adds the devices' fp32 vectors, an *all-reduce* of :math:`N` values (128 KB at N = 32768),
+# whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the kernels alone.
+
+AXIS = "rows"
+def sharded_parts(mesh, eps=1e-6, psum=True):
+    """The forward and backward over mesh, rows split; psum=False leaves each device's dw apart (stacked)."""
+    rows, whole = P(AXIS), P()
+    # check_vma=False: Pallas' outputs carry no record of how they vary over devices; out_specs says it
+    forward = jax.shard_map(lambda x, w: _forward(x, w, eps), mesh=mesh, in_specs=(rows, whole),
+                            out_specs=(rows, rows), check_vma=False)
+    def local_backward(x, w, rstd, dy):
+        dx, dw = _backward(x, w, rstd, dy)
+        return dx, jax.lax.psum(dw, AXIS) if psum else dw  # the one step across devices: N fp32 values
+    backward = jax.shard_map(local_backward, mesh=mesh, in_specs=(rows, whole, rows, rows),
+                             out_specs=(rows, whole if psum else rows), check_vma=False)
+    return forward, backward
+
+def gradients(fn, x, w, dy):
+    y, pullback = jax.vjp(fn, x, w)
+    return (y, *pullback(dy))
+
+
+# %%
 # Tutorial 05's kernels and drop-in, carried
 # ------------------------------------------
 # The forward kernel, the fused backward (``dx`` and this device's ``dw``, summed over its rows in fp32 in a fixed
@@ -210,33 +238,6 @@ def differentiable(forward, backward):
     return f
 
 # %%
-# Over devices: rows split, one psum
-# ----------------------------------
-# ``jax.shard_map`` runs a function on each device's block of rows (``P(AXIS)``: split along the first axis), the
-# weight replicated (``P()``). :math:`y` and :math:`dx` of a row need only that row: nothing crosses the links. But
-# :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` sums *all* rows: each device sums its own with the kernels above,
-# then ``jax.lax.psum`` adds the devices' fp32 vectors, an *all-reduce* of :math:`N` values (128 KB at N = 32768),
-# whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the kernels alone.
-
-AXIS = "rows"
-def sharded_parts(mesh, eps=1e-6, psum=True):
-    """The forward and backward over mesh, rows split; psum=False leaves each device's dw apart (stacked)."""
-    rows, whole = P(AXIS), P()
-    # check_vma=False: Pallas' outputs carry no record of how they vary over devices; out_specs says it
-    forward = jax.shard_map(lambda x, w: _forward(x, w, eps), mesh=mesh, in_specs=(rows, whole),
-                            out_specs=(rows, rows), check_vma=False)
-    def local_backward(x, w, rstd, dy):
-        dx, dw = _backward(x, w, rstd, dy)
-        return dx, jax.lax.psum(dw, AXIS) if psum else dw  # the one step across devices: N fp32 values
-    backward = jax.shard_map(local_backward, mesh=mesh, in_specs=(rows, whole, rows, rows),
-                             out_specs=(rows, whole if psum else rows), check_vma=False)
-    return forward, backward
-
-def gradients(fn, x, w, dy):
-    y, pullback = jax.vjp(fn, x, w)
-    return (y, *pullback(dy))
-
-# %%
 # What crosses the links
 # ----------------------
 # ``differentiable(*sharded_parts(mesh))`` is the drop-in over a mesh of every device (each GPU, or two CPU devices),
@@ -302,7 +303,7 @@ for k in ("forward", "backward"):
     scaling[f"{k}, x one device"] = scaling[f"{k}, GB/s a device"] / one[f"{k}, GB/s a device"].reindex(
         scaling.index.droplevel("devices")).to_numpy()
     scaling[f"{k}, GB/s in all"] = scaling[f"{k}, GB/s a device"] * scaling.index.get_level_values("devices")
-scaling.style.format("{:.3g}").format({"psum share": "{:.1%}"})
+scaling.style.format({c: "{:.1%}" if c == "psum share" else "{:.3g}" for c in scaling.columns})
 
 # %%
 # The same numbers as a plot: GB/s a device against the number of devices, one line a row length:
