@@ -227,6 +227,22 @@ rstd = forward(xs, w)[1]
 dw, stacked = backward(xs, w, rstd, dy)[1], alone(xs, w, rstd, dy)[1]
 assert stacked.shape == (300 * DEVICES,) and dw.shape == (300,)
 np.testing.assert_allclose(np.asarray(stacked).reshape(DEVICES, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
+# the timed programs: chained(...) runs the steps in turn, each on the last one's output, as one loop on one device does
+import ast
+tree = ast.parse(SHARDED.read_text(encoding="utf-8"))
+page["CHAIN"] = 3
+exec(compile(ast.Module([n for n in tree.body if getattr(n, "name", "") == "chained"], []), str(SHARDED), "exec"), page)
+forwards, backwards = page["chained"](forward, backward)
+f1, b1 = functools.partial(page["_forward"], eps=1e-6), page["_backward"]
+y, g, dw_total = x, dy, 0
+for _ in range(3):
+    y = f1(y, w)[0]
+    g, part = b1(x, w, f1(x, w)[1], g)
+    dw_total = dw_total + part
+np.testing.assert_array_equal(np.asarray(forwards(xs, w)), np.asarray(y))
+g_s, dw_s = backwards(xs, w, rstd, jax.device_put(dy, rows))
+np.testing.assert_array_equal(np.asarray(g_s), np.asarray(g))
+np.testing.assert_allclose(np.asarray(dw_s), np.asarray(dw_total), rtol=1e-5, atol=1e-5)
 print("sharded ok")
 """
 
@@ -250,7 +266,7 @@ def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page):
 def test_sharded_on_cpu_devices_equals_one_device(devices):
     """In a subprocess with 2 or 4 CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
     single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
-    HLO has an all-reduce of N fp32 values and the jaxpr a psum."""
+    HLO has an all-reduce of N fp32 values and the jaxpr a psum; the timed chains compute what a loop does."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)

@@ -9,7 +9,8 @@ and in all, and what the all-reduce costs.
 
 **What you will learn**: to shard a custom JAX op with ``jax.shard_map``; why :math:`y` and :math:`dx` need no
 communication and :math:`dw` needs one all-reduce of :math:`N` values; to find that all-reduce in the jaxpr and in
-the HLO that XLA compiled; to read *weak scaling* (the same rows a device, more devices) from a table. Prerequisites:
+the HLO that XLA compiled; to time a sharded op as a training step runs it, not as the host starts it; to read
+*weak scaling* (the same rows a device, more devices) from a table. Prerequisites:
 :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`, whose kernels this page carries.
 """
 
@@ -264,44 +265,67 @@ if " all-reduce(" not in hlo:
 # Weak scaling, measured
 # ----------------------
 # :math:`2^{26}` elements *a device* (the same rows on each), bf16 and fp32, on meshes of 1, 2, 4, ... devices and of
-# all there are. A timing issues ``CALLS`` calls back to back, waits for the last and takes the median of ``REPEATS``
-# runs, compiled before. GB/s a device counts its :math:`x, y` forward and :math:`x, dy, dx` backward; perfect weak
-# scaling keeps it at the one-device figure as devices are added, and the total grows with them. *psum share*: the
-# part of the backward's time that the all-reduce adds (from the backward with and without it).
+# all there are; the weight is replicated on the mesh before the timing (left on one device, ``jit`` would copy it to
+# the others at every call). GB/s a device counts its :math:`x, y` forward and :math:`x, dy, dx` backward; perfect
+# weak scaling keeps it at the one-device figure as devices are added, and the total grows with them.
+#
+# **How to time it.** The host's start of a sharded program takes longer with each device, and the kernels over
+# :math:`2^{26}` elements are short enough that, timed one op a program, more devices measure the host, not the
+# kernels. In training the op is one of many in one jitted step, started once. So each
+# timing runs a program of ``CHAIN`` steps, each on the last one's output (:math:`y` feeds the next forward,
+# :math:`dx` the next backward as its :math:`dy`), ``CALLS`` such programs back to back, the median of ``REPEATS``
+# runs. The column *one op a program* keeps the plain timing of one forward a call, to show what the host costs.
+# *psum share*: the part of the backward's time that the all-reduce adds (from the chains with and without it).
 
-TOTAL_ELEMENTS, (CALLS, REPEATS) = (2**26, (10, 7)) if ON_GPU else (2**13, (1, 1))
+TOTAL_ELEMENTS, CHAIN, (CALLS, REPEATS) = (2**26, 8, (10, 7)) if ON_GPU else (2**13, 2, (1, 1))
 SWEEP_N = [1024, 4096, 32768] if ON_GPU else [1024]
 MESHES = sorted({jax.device_count()} | {2**k for k in range(8) if 2**k < jax.device_count()})
 
-def bench(fn, *args):  # median ms of one call
-    def run():  # CALLS calls back to back (JAX queues them), then one wait for the last
-        for _ in range(CALLS):
+def bench(fn, *args, calls=CALLS):  # median ms of one call
+    def run():  # calls back to back (JAX queues them), then one wait for the last
+        for _ in range(calls):
             out = fn(*args)
         jax.block_until_ready(out)
     run()  # compile and warm up outside the timing
-    return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
+    return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / calls
+
+def chained(forward, backward, steps=CHAIN):
+    """Programs of steps forwards (y -> next x) and steps backwards (dx -> next dy, the dw summed)."""
+    def forwards(x, w):
+        for _ in range(steps):
+            x = forward(x, w)[0]
+        return x
+    def backwards(x, w, rstd, dy):
+        dw_total = 0
+        for _ in range(steps):
+            dy, dw = backward(x, w, rstd, dy)
+            dw_total = dw_total + dw
+        return dy, dw_total
+    return jax.jit(forwards), jax.jit(backwards)
 
 records = []
 for dtype, n_cols, n_devices in itertools.product(["bfloat16", "float32"], SWEEP_N, MESHES):
     mesh = Mesh(np.array(jax.devices()[:n_devices]), (AXIS,))
-    shape = (n_devices * TOTAL_ELEMENTS // n_cols, n_cols)
-    x = jax.device_put(jax.random.normal(jax.random.key(0), shape, dtype), NamedSharding(mesh, P(AXIS)))
-    dy = jax.device_put(jax.random.normal(jax.random.key(1), shape, dtype), NamedSharding(mesh, P(AXIS)))
-    w, nbytes = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype), x.nbytes // n_devices
+    rows, whole, shape = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P()), (n_devices * TOTAL_ELEMENTS // n_cols, n_cols)
+    x = jax.device_put(jax.random.normal(jax.random.key(0), shape, dtype), rows)
+    dy = jax.device_put(jax.random.normal(jax.random.key(1), shape, dtype), rows)
+    w = jax.device_put((1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype), whole)
     (forward, backward), (_, alone) = sharded_parts(mesh, EPS), sharded_parts(mesh, EPS, psum=False)
-    forward, backward, alone = jax.jit(forward), jax.jit(backward), jax.jit(alone)
-    rstd = forward(x, w)[1]
-    ms = {"forward": bench(forward, x, w), "backward": bench(backward, x, w, rstd, dy),
-          "backward, no psum": bench(alone, x, w, rstd, dy)}
+    (forwards, backwards), (_, backwards_alone) = chained(forward, backward), chained(forward, alone)
+    rstd, nbytes = jax.jit(forward)(x, w)[1], x.nbytes // n_devices
+    ms = {"forward": bench(forwards, x, w) / CHAIN, "backward": bench(backwards, x, w, rstd, dy) / CHAIN,
+          "backward, no psum": bench(backwards_alone, x, w, rstd, dy) / CHAIN,
+          "forward, one op a program": bench(jax.jit(forward), x, w, calls=10)}
     records.append({"dtype": dtype, "N": n_cols, "devices": n_devices}
-                   | {f"{k}, GB/s a device": (2 if k == "forward" else 3) * nbytes / t * 1e-6 for k, t in ms.items()}
+                   | {f"{k}, GB/s a device": (3 if "backward" in k else 2) * nbytes / t * 1e-6 for k, t in ms.items()}
                    | {"psum share": 1 - ms["backward, no psum"] / ms["backward"]})
     del x, dy, rstd
 scaling = pd.DataFrame(records).set_index(["dtype", "N", "devices"])
 one = scaling.xs(1, level="devices")  # each (dtype, N) on one device: the weak-scaling baseline
-for k in ("forward", "backward"):
+for k in ("forward", "backward, no psum", "forward, one op a program"):
     scaling[f"{k}, x one device"] = scaling[f"{k}, GB/s a device"] / one[f"{k}, GB/s a device"].reindex(
         scaling.index.droplevel("devices")).to_numpy()
+for k in ("forward", "backward"):
     scaling[f"{k}, GB/s in all"] = scaling[f"{k}, GB/s a device"] * scaling.index.get_level_values("devices")
 scaling.style.format({c: "{:.1%}" if c == "psum share" else "{:.3g}" for c in scaling.columns})
 
@@ -325,13 +349,17 @@ title = fig.suptitle(f"RMSNorm in JAX, {TOTAL_ELEMENTS:,} elements a device, on 
 many = scaling[scaling.index.get_level_values("devices") > 1]
 at = lambda i: f"{i[0]}, N = {i[1]}, {i[2]} devices"  # a row of the table, in words
 if len(many):
-    for k in ("forward", "backward"):
-        worst = many[f"{k}, x one device"]
-        print(f"{k}: on {', '.join(map(str, MESHES[1:]))} devices each runs at {worst.min():.3g}x to {worst.max():.3g}x "
-              f"its one-device GB/s (worst: {at(worst.idxmin())}); 1.0x is perfect weak scaling.")
-    share = many["psum share"]
-    print(f"The psum adds {share.min():.1%} to {share.max():.1%} to the backward's time (the most: {at(share.idxmax())}), "
-          "for N fp32 values a device, whatever the rows.")
+    for k in ("forward", "backward, no psum"):
+        ratio = many[f"{k}, x one device"]
+        print(f"{k}: on {', '.join(map(str, MESHES[1:]))} devices each runs at {ratio.min():.3g}x to {ratio.max():.3g}x "
+              f"its one-device GB/s (worst: {at(ratio.idxmin())}); 1.0x is perfect weak scaling.")
+    share, from_4k = many["psum share"], many[many.index.get_level_values("N") >= 4096]["psum share"]
+    beyond = f"; from N = 4096 at most {from_4k.max():.1%}" if len(from_4k) else ""
+    print(f"The psum adds {share.min():.1%} to {share.max():.1%} to the backward's time (the most: {at(share.idxmax())}"
+          f"{beyond}), for N fp32 values a device, whatever the rows.")
+    alone = many["forward, one op a program, x one device"]
+    print(f"Timed one op a program, the forward runs at {alone.min():.3g}x to {alone.max():.3g}x its one-device speed "
+          f"(worst: {at(alone.idxmin())}): there the host's start of each device's program is what is measured.")
 else:
     print(f"This build had {jax.device_count()} device: the table is the one-device baseline; on a machine with "
           "several GPUs the same page measures their weak scaling.")
@@ -342,7 +370,9 @@ if not ON_GPU:
 # Going further
 # -------------
 # Weak scaling holds when each device's kernels run as fast as alone and the all-reduce is small next to them: the
-# psum moves :math:`N` fp32 values however many rows a device has. Rows are the easy axis; splitting the *columns*
+# psum moves :math:`N` fp32 values however many rows a device has, and XLA's GPU backend runs collectives
+# asynchronously, so one step's all-reduce can overlap the next step's kernels. What does not scale is the host's
+# start of a program, longer with each device: a program must hold enough work to hide it. Rows are the easy axis; splitting the *columns*
 # over devices (tensor parallelism) would need a psum of each row's sum of squares in the forward and of its dot
 # product in the backward. **Exercise**: time ``sharded_parts(mesh, psum=False)`` with a ``jax.lax.psum`` of your own
 # after it, outside ``shard_map``: what does XLA compile? References: JAX's guide to ``shard_map``; the Pallas
