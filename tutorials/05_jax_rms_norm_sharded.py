@@ -327,7 +327,7 @@ for k in ("forward", "backward, no psum", "forward, one op a program"):
         scaling.index.droplevel("devices")).to_numpy()
 for k in ("forward", "backward"):
     scaling[f"{k}, GB/s in all"] = scaling[f"{k}, GB/s a device"] * scaling.index.get_level_values("devices")
-scaling.style.format({c: "{:.1%}" if c == "psum share" else "{:.3g}" for c in scaling.columns})
+scaling.style.format({c: "{:.1%}" if c == "psum share" else "{:.2f}" if "x one" in c else "{:,.0f}" for c in scaling.columns})
 
 # %%
 # The same numbers as a plot: GB/s a device against the number of devices, one line a row length:
