@@ -202,6 +202,19 @@ def _page_facts(path):
     return title, first, minutes
 
 
+_LEARN = re.compile(r"\*\*What you will\s+learn\*\*")
+
+
+def _reading_time_in_header(app, docname, source):
+    """A page's header gives its reading time by the landing page's formula (its words / _WORDS_PER_MINUTE),
+    computed from the script, never typed in it: 'What you will learn' gets '(about N min)'."""
+    parts = docname.split("/")
+    script = _TUTORIALS.joinpath(*parts[1:]).with_suffix(".py") if parts[0] == "tutorials" else None
+    if script is not None and script.is_file():
+        minutes = _page_facts(script)[2]
+        source[0] = _LEARN.sub(f"**What you will learn** (about {minutes} min)", source[0], count=1)
+
+
 def _write_reading_path(app):
     """The landing page's reading path: the core pages in order with their reading time, then the deep
     dives grouped under the core page they extend (deep dive NK_ extends core page 0N_)."""
@@ -236,6 +249,7 @@ def _write_reading_path(app):
 
 def setup(app):
     app.connect("builder-inited", _write_reading_path)
+    app.connect("source-read", _reading_time_in_header)
     app.connect("builder-inited", _drop_cdn_scripts, priority=900)  # after sphinx-gallery wrote them
     app.connect("builder-inited", _explain_memory, priority=900)
     app.add_html_math_renderer(

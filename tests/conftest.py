@@ -44,10 +44,10 @@ class _Page(collections.UserDict):
         self.data, self.path, self.rest = scope, path, rest
 
     def __missing__(self, name):
-        if self.rest is None or UNTIMED:
-            if UNTIMED:
-                pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
-                            allow_module_level=True)
+        if UNTIMED:
+            pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
+                        allow_module_level=True)
+        if self.rest is None:  # the whole page has run: the name is nowhere
             raise KeyError(name)
         rest, self.rest = self.rest, None
         exec(compile(rest, str(self.path), "exec"), self.data)  # padded: the file's own line numbers

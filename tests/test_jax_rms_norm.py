@@ -1,9 +1,10 @@
 """Tutorial 05 (core page): RMSNorm as a JAX custom op. The Pallas kernels (interpreted on the CPU) against
 jax.grad of the jnp formula in float64, masks and padding, every output element written, dw repeatable, bad
-input, the launch configs, the sharded function on two CPU devices, and tutorial 04's kernels as carried.
+input, the launch configs, no Triton kernel pasted in; and its companion page (05, sharded): the kernels it
+carries, the sharded function on two and four CPU devices.
 
-Loading the page would run its benchmarks; these tests run its definitions only: the page up to its
-"Correctness" section (imports, kernels, configs, the drop-in and the sharded parts).
+Loading a page would run its benchmarks; these tests run its definitions only: page 05 up to its "Correctness"
+section (imports, kernels, configs, the drop-in), the sharded page up to "What crosses the links".
 
 Two CPU devices need XLA_FLAGS=--xla_force_host_platform_device_count=2 before JAX is first imported. pytest
 runs every test file in one process, so it is set below before `import jax`, but only takes effect if no
@@ -11,13 +12,12 @@ other test file imported JAX first. The sharded check therefore runs in a subpro
 always has two CPU devices.
 """
 
-import ast
 import contextlib
 import os
 import pathlib
+import re
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -31,16 +31,17 @@ import jax.numpy as jnp  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "tutorials" / "05_jax_rms_norm.py"
-DEFINITIONS_END = "\n# Correctness\n"  # the page's definitions end where its Correctness section begins
+SHARDED = ROOT / "tutorials" / "05_jax_rms_norm_sharded.py"
+DEFINITIONS_END = {PAGE: "\n# Correctness\n", SHARDED: "\n# What crosses the links\n"}  # where the definitions end
 # a few roundings of the output dtype (on a GPU, fp32 sums in another order: same bound)
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def load_definitions(path=PAGE):
-    source = path.read_text(encoding="utf-8")
-    assert DEFINITIONS_END in source, f"{path.name} has no '# Correctness' section heading"
+    source, end = path.read_text(encoding="utf-8"), DEFINITIONS_END[path]
+    assert end in source, f"{path.name} has no {end.strip()!r} section heading"
     namespace = {"__name__": "tutorial_05_definitions", "__file__": str(path)}
-    exec(compile(source[:source.index(DEFINITIONS_END)], str(path), "exec"), namespace)
+    exec(compile(source[:source.index(end)], str(path), "exec"), namespace)
     return namespace
 
 
@@ -186,27 +187,30 @@ def test_configs(page, n_cols, itemsize):
 
 SHARDED_CHECK = r"""
 import os, sys
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+DEVICES = int(sys.argv[2])
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, sys.argv[1])
-from test_jax_rms_norm import load_definitions, inputs, gradients
+import functools
+from test_jax_rms_norm import SHARDED, load_definitions, inputs, gradients
 import jax, jax.numpy as jnp, numpy as np
-page = load_definitions()
-assert jax.device_count() == 2, jax.devices()
+page = load_definitions(SHARDED)
+one_device = page["differentiable"](functools.partial(page["_forward"], eps=1e-6), page["_backward"])
+assert jax.device_count() == DEVICES, jax.devices()
 mesh = page["Mesh"](np.array(jax.devices()), (page["AXIS"],))
 rows = page["NamedSharding"](mesh, page["P"](page["AXIS"]))
 sharded = page["differentiable"](*page["sharded_parts"](mesh))
-for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the same on one device as on two
+for shape, dtype in [((64, 300), "float32")]:  # the chunked kernels are the same on one device as on several
     x, w, dy = inputs(shape, dtype, seed=5)
     step = jax.jit(lambda x, w, dy: gradients(sharded, x, w, dy))
     compiled = step.lower(jax.device_put(x, rows), w, dy).compile()
     y_s, dx_s, dw_s = compiled(jax.device_put(x, rows), w, dy)
-    y_1, dx_1, dw_1 = jax.jit(lambda x, w, dy: gradients(page["rms_norm"], x, w, dy))(x, w, dy)
+    y_1, dx_1, dw_1 = jax.jit(lambda x, w, dy: gradients(one_device, x, w, dy))(x, w, dy)
     assert dx_s.sharding.spec == page["P"](page["AXIS"]), dx_s.sharding
     # rows are computed one by one as on one device: y and dx are the same bits
     assert np.array_equal(np.asarray(y_s, np.float32), np.asarray(y_1, np.float32)), (shape, "y")
     assert np.array_equal(np.asarray(dx_s, np.float32), np.asarray(dx_1, np.float32)), (shape, "dx")
-    # dw: each device sums its rows' partials, then the psum adds the two: another grouping of the fp32
+    # dw: each device sums its rows' partials, then the psum adds them: another grouping of the fp32
     # sums, so not bitwise but within fp32 rounding (about 1e-7 of the largest value)
     diff = np.max(np.abs(np.asarray(dw_s, np.float64) - np.asarray(dw_1, np.float64)))
     scale = np.max(np.abs(np.asarray(dw_1, np.float64)))
@@ -221,40 +225,58 @@ forward, backward = page["sharded_parts"](mesh)
 _, alone = page["sharded_parts"](mesh, psum=False)
 rstd = forward(xs, w)[1]
 dw, stacked = backward(xs, w, rstd, dy)[1], alone(xs, w, rstd, dy)[1]
-assert stacked.shape == (600,) and dw.shape == (300,)
-np.testing.assert_allclose(np.asarray(stacked).reshape(2, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
+assert stacked.shape == (300 * DEVICES,) and dw.shape == (300,)
+np.testing.assert_allclose(np.asarray(stacked).reshape(DEVICES, 300).sum(0), np.asarray(dw), rtol=1e-6, atol=1e-6)
+# the timed programs: chained(...) runs the steps in turn, each on the last one's output, as one loop on one device does
+import ast
+tree = ast.parse(SHARDED.read_text(encoding="utf-8"))
+page["CHAIN"] = 3
+exec(compile(ast.Module([n for n in tree.body if getattr(n, "name", "") == "chained"], []), str(SHARDED), "exec"), page)
+forwards, backwards = page["chained"](forward, backward)
+f1, b1 = functools.partial(page["_forward"], eps=1e-6), page["_backward"]
+y, g, dw_total = x, dy, 0
+for _ in range(3):
+    y = f1(y, w)[0]
+    g, part = b1(x, w, f1(x, w)[1], g)
+    dw_total = dw_total + part
+np.testing.assert_array_equal(np.asarray(forwards(xs, w)), np.asarray(y))
+g_s, dw_s = backwards(xs, w, rstd, jax.device_put(dy, rows))
+np.testing.assert_array_equal(np.asarray(g_s), np.asarray(g))
+np.testing.assert_allclose(np.asarray(dw_s), np.asarray(dw_total), rtol=1e-5, atol=1e-5)
 print("sharded ok")
 """
 
 
-def test_sharded_on_two_cpu_devices_equals_one_device():
-    """In a subprocess with two CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
+def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page):
+    """The sharded page measures tutorial 05's kernels: the same source, launch parameters and constants."""
+    import inspect
+    sharded = load_definitions(SHARDED)
+    for name in ("_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "bwd_kernel", "dw_sum_kernel", "_fwd_config",
+                 "_bwd_config", "_sum_config", "_forward", "_backward", "differentiable"):
+        assert inspect.getsource(sharded[name]) == inspect.getsource(page[name]), name
+    for name in ("MIN_ELEMENTS", "WHOLE_ROW_N", "CHUNK_N", "WARPS_PER_SM", "MAX_N"):
+        assert sharded[name] == page[name], name
+    source = SHARDED.read_text(encoding="utf-8")
+    for name in ("_warps", "_params"):  # lambdas: their lines
+        line = next(l for l in PAGE.read_text(encoding="utf-8").splitlines() if l.startswith(f"{name} = "))
+        assert line in source.splitlines(), name
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_sharded_on_cpu_devices_equals_one_device(devices):
+    """In a subprocess with 2 or 4 CPU devices (XLA_FLAGS set before JAX starts there): y and dx bit for bit the
     single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
-    HLO has an all-reduce of N fp32 values and the jaxpr a psum."""
+    HLO has an all-reduce of N fp32 values and the jaxpr a psum; the timed chains compute what a loop does."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests")], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
-def _function_sources(path, names):
-    """{name: (decorators, dedented source)} of the functions `names` defined anywhere in path."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    return {node.name: ([ast.unparse(d) for d in node.decorator_list],
-                        textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno])))
-            for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef) and node.name in names}
-
-
-def test_carries_tutorial_04_kernels_unchanged():
-    """The benchmark's tutorial-04 column runs tutorial 04's fused kernels, carried verbatim."""
-    names = ["rms_norm_fwd_kernel", "rms_norm_bwd_kernel", "dw_reduce_kernel"]
-    ours_ = _function_sources(PAGE, names)
-    theirs = _function_sources(ROOT / "tutorials" / "04_rms_norm.py", names)
-    for name in names:
-        assert name in ours_, f"tutorial 05 does not carry {name}"
-        assert ours_[name] == theirs[name], f"{name} differs from tutorial 04's"
-        assert ours_[name][0] == ["triton.jit"]
+def test_no_triton_kernel_is_pasted_into_the_core_page():
+    """Page 05 teaches one idea in JAX; tutorial 04's Triton kernels stay on their own page (issue 31)."""
+    source = PAGE.read_text(encoding="utf-8")
+    assert "@triton.jit" not in source and not re.search(r"^\s*(import triton|from triton)", source, re.M)
 
 
 @pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated:DeprecationWarning")
@@ -281,31 +303,3 @@ def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
             raise
         for module in lowered:
             assert "__gpu$xla.gpu.triton" in module.as_text(), f"{dtype} {n_cols}: no Triton kernel"
-
-
-def test_carried_tutorial_04_launch_matches_torch(tmp_path):
-    """The page's launcher for tutorial 04's kernels (its benchmark column, run only with a CUDA GPU) against
-    torch.nn.functional.rms_norm; without a GPU through Triton's interpreter (conftest sets TRITON_INTERPRET)."""
-    torch = pytest.importorskip("torch")
-    triton = pytest.importorskip("triton")
-    import triton.language as tl
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA GPU, and Triton's interpreter is off (TRITON_INTERPRET=1 before Triton's import)")
-    source = PAGE.read_text(encoding="utf-8")
-    start = source.index("if TORCH_PEER:  # tutorial 04's kernels")
-    block = textwrap.dedent("\n".join(source[start:source.index("\nelse:\n", start)].splitlines()[1:]))
-    (carried := tmp_path / "carried_04.py").write_text(block, encoding="utf-8")  # Triton reads kernels' source
-    namespace = {"torch": torch, "triton": triton, "tl": tl, "NUM_SMS": 4}
-    exec(compile(block, str(carried), "exec"), namespace)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for n_cols in (1, 257, 4096):
-        gen = torch.Generator().manual_seed(n_cols)
-        x, dy = (torch.randn(6, n_cols, generator=gen).to(device) for _ in range(2))
-        w = (1 + 0.1 * torch.randn(n_cols, generator=gen)).to(device)
-        y, rstd, dx, dw = torch.empty_like(x), torch.empty(6, device=device), torch.empty_like(x), torch.empty_like(w)
-        namespace["tutorial_04"](x, w, rstd, y=y, eps=1e-6)
-        namespace["tutorial_04"](x, w, rstd, dy=dy, dx=dx, dw=dw, eps=1e-6)
-        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        yr = torch.nn.functional.rms_norm(xr, (n_cols,), wr, 1e-6)
-        for ours_, theirs in zip((y, dx, dw), (yr, *torch.autograd.grad(yr, (xr, wr), dy))):
-            torch.testing.assert_close(ours_, theirs.detach(), rtol=1e-5, atol=1e-5)

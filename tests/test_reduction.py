@@ -287,9 +287,9 @@ def test_read_pass_reads_every_word(tut, dtype, n):
     CPU), where they cost the interpreter seconds, not minutes."""
     x = _input((n,), dtype, seed=n + 3)
     words = x.view(torch.int32)
-    configs = [*tut["READ_CONFIGS"]] + [dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)] * (
-        DEVICE == "cuda" or n <= 4098)
-    for config in configs:
+    small = [dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)]
+    small *= DEVICE == "cuda" or n <= 4098  # many programs: slow in the interpreter
+    for config in [*tut["READ_CONFIGS"], *small]:
         out = tut["read_pass"](x, **config)
         assert out.dtype == torch.int32 and out.numel() >= 1
         assert _xor_all(out) == _xor_all(words), f"n={n} {dtype} {config}: the xor of the words read differs"

@@ -8,14 +8,14 @@ writes the output once, and runs as fast as a device-to-device copy of the same 
 light*. On this page you build that kernel in Triton, forward and backward, as a drop-in replacement
 for :func:`torch.softmax`, and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn** (about 15 minutes): how to count the bytes a kernel must move and predict its
+**What you will learn**: how to count the bytes a kernel must move and predict its
 speed before measuring it; how to fuse a row reduction into one pass, whole rows in registers and
 several short rows a program, with its launch parameters in one small config function; how *online
 softmax* streams rows too long for registers; and how to write the backward pass and wrap both in
-``torch.autograd.Function``. Prerequisites: PyTorch and the first two official Triton tutorials.
+``torch.autograd.Function``. Prerequisites: PyTorch; the Triton the page uses is explained where it first appears.
 """
 
-import datetime, math, os, platform, subprocess, timeit, warnings
+import contextlib, datetime, math, os, platform, subprocess, timeit, warnings
 
 import torch
 
@@ -60,15 +60,20 @@ def naive_softmax(x):
 #
 # The fused kernel
 # ----------------
+# **The Triton this page needs.** A kernel (``@triton.jit``) runs as many *programs* as its launch grid asks,
+# ``kernel[(grid,)](...)``; ``tl.program_id(0)`` tells a program which one it is. ``tl.arange(0, BLOCK_N)`` is the
+# block :math:`0, 1, \ldots`; ``tl.load`` reads and ``tl.store`` writes a block of addresses (``x_ptr + offsets``),
+# ``mask=`` turning off lanes past the row's end (``other=``: what they load). ``tl.constexpr`` sizes are fixed at
+# compile time, powers of two; ``num_warps`` (32 threads each) share a program's work; ``tl.sum``, ``tl.max`` reduce.
+#
 # One program handles ``BLOCK_M`` whole rows at a time: it loads them into registers, reduces each row
 # to its maximum and its sum, and writes the result. Padding columns (the block is a power of two, the
 # row need not be) load as :math:`-\infty`, whose exponential is 0. Rows past the end are clamped onto
 # the last row: a duplicate never stored, not garbage. Arithmetic is in fp32 whatever the dtype: fp16
 # and bf16 are read and written as such (half the bytes), but not rounded on the way.
 #
-# The program walks over blocks ``pid``, ``pid + num_programs``, ...: with one program per block of
-# rows, as here, that loop runs once; a *persistent* grid of fewer programs is measured in
-# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+# The loop over blocks ``pid``, ``pid + num_programs``, ... runs once here (a program per block); a *persistent*
+# grid of fewer programs is measured in :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -365,12 +370,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # training on an :math:`x` that requires gradients (``torch.autograd.grad``). quack (CuTe-DSL kernels, for
 # compute capability 9.0 and newer) runs as ``quack.softmax``; "-" marks a point a peer cannot run.
 
-TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
-SWEEP_N = [2**k for k in range(8, 16)] if ON_GPU else [256, 1024, 4096, 16384, 32768]
-try:
+TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
+LigerSoftmaxFunction = None  # not installed: no Liger column
+with contextlib.suppress(ImportError):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
-except ImportError:  # not installed: no Liger column
-    LigerSoftmaxFunction = None
 quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
 if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
     try:
@@ -386,15 +389,14 @@ def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
     if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
         return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # compile and warm up outside the timing
-    torch.cuda.synchronize()
+    fn()  # compile and warm up outside the timing (torch.cuda.graph and do_bench synchronize first)
     timed = fn
     if graph:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
 
 def providers():
     """name -> softmax along the last dim; peers that cannot run here are left out."""

@@ -9,13 +9,13 @@ hidden in it and its fix, and measures it against the persistent, lock-free desi
 :ref:`sphx_glr_tutorials_02_layer_norm.py`, whose kernels it carries so that it runs alone: which is
 faster, and which gives the same bits on every run.
 
-**What you will learn** (about 10 minutes): how a spin lock is built from atomics in Triton; why
+**What you will learn**: how a spin lock is built from atomics in Triton; why
 releasing it right after the stores loses rows, and what a barrier changes; why even the fixed design
 gives a different :math:`dw` on every run; and what a persistent grid with one partial line per
 program buys instead. Prerequisites: the layer-norm page above (its backward formula).
 """
 
-import datetime, math, os, platform, subprocess, timeit
+import datetime, os, platform, subprocess, timeit
 
 import torch
 if not torch.cuda.is_available():
@@ -113,8 +113,8 @@ def _classic_config(n_cols):
 # %%
 # Design 2: a persistent, lock-free reduction
 # -------------------------------------------
-# Carried from :ref:`sphx_glr_tutorials_02_layer_norm.py`, which explains it: as many programs as the
-# GPU runs at once, each taking every :math:`P`-th block of rows, its :math:`dw` and :math:`db` summed
+# Carried from :ref:`sphx_glr_tutorials_02_layer_norm.py`, which explains it: one program an SM, its
+# loads pipelined, each taking every :math:`P`-th block of rows, its :math:`dw` and :math:`db` summed
 # in fp32 registers and written once into its own line of a ``[P, N]`` buffer; no lock, no atomic, no
 # program waits for another, and every addition happens in an order the grid and the code fix. Both
 # designs end with the same second pass over the buffers, top to bottom, in fp32.
@@ -123,37 +123,25 @@ def _classic_config(n_cols):
 def layer_norm_bwd_kernel(
     x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
     pid = tl.program_id(0)
-    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # The loads of the first block; in the loop, those of the next block are issued before this one is
-    # computed, so the memory works while the arithmetic and the stores go on. Rows past the end load
-    # as zeros: dy = 0 adds nothing to dw and db, and they are never stored.
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    in_range = (rows < n_rows)[:, None] & col_ok[None, :]
-    rows = rows.to(tl.int64)
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
-        x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-        next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
-        in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
-        next_rows = next_rows.to(tl.int64)
-        x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-        dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-        mean = tl.load(mean_ptr + rows)
-        rstd = tl.load(rstd_ptr + rows)
+        rows = rows.to(tl.int64)
+        ok = row_ok[:, None] & col_ok[None, :]  # rows past the end load as zeros: dy = 0 adds nothing to dw, db
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
         g = dy
         if HAS_W:
@@ -161,8 +149,7 @@ def layer_norm_bwd_kernel(
         c1 = tl.sum(x_hat * g, axis=1) / n_cols
         c2 = tl.sum(g, axis=1) / n_cols
         dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
         if COMPUTE_DWDB:
             dw_acc += dy * x_hat
             db_acc += dy
@@ -170,7 +157,6 @@ def layer_norm_bwd_kernel(
         offs = tl.cast(pid, tl.int64) * n_cols + cols
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
-
 
 @triton.jit
 def sum_partials_kernel(
@@ -192,55 +178,37 @@ def sum_partials_kernel(
 
 # The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # x, dy, the next block's and 2 fp32 accumulators fit registers
+MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # a block of x, dy and 2 fp32 accumulators fit one program's registers
 BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every dtype)
-BWD_WARPS_PER_SM = 32  # as many programs per SM as fit in this many warps (at least one)
+BWD_PROGRAMS_PER_SM = 1  # one program an SM, its loads pipelined; fewer partial lines to sum
+BWD_VALUES_PER_THREAD = 32  # fp32 values of a block a thread (each accumulator holds as many)
+BWD_STAGE_BYTES = 98304  # shared memory for the pipelined loads, STAGES x (x and dy of a block)
+SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: narrow strips, many programs
 # The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
 # which the landing page names at those N; design 1 is the classic design it is measured against.
 RANGE = {}
-_occupancy = {}
 
 def _warps(n_elements, element_size, bytes_per_thread, least=4):
     """Warps such that each thread holds about bytes_per_thread bytes of a tile (least to 32 warps)."""
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 
-def programs_per_sm(kernel, args, meta):
-    """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
-    # one compiled version per dtype, 16-byte alignment of pointers, integers equal to 1 or multiples of 16
-    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
-                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
-           tuple(sorted(meta.items())))
-    if key not in _occupancy and not ON_GPU:
-        _occupancy[key] = 1  # the interpreter runs programs one after another: any small grid will do
-    if key not in _occupancy:
-        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
-        compiled = kernel.warmup(*args, grid=(1,), **meta)
-        compiled._init_handles()
-        smem = compiled.metadata.shared
-        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,  # threads, registers, smem
-                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
-                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
-    return _occupancy[key]
-
-def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None):
+def _bwd_config(n_rows, n_cols, element_size, programs=None):
     """The core page's (kernel, meta, lines, rows per program) of design 2, for rows that fit."""
     if n_cols > MAX_BWD_FUSED_N[min(element_size, 4)]:
         raise ValueError(f"rows of {n_cols} columns take the core page's chunked kernel, not carried here")
-    block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, BWD_MIN_BYTES // element_size // block_n)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 32))
+    block_m = max(1, BWD_MIN_BYTES // element_size // (block_n := triton.next_power_of_2(n_cols)))
+    stages = BWD_STAGE_BYTES // (2 * block_m * block_n * element_size)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * BWD_VALUES_PER_THREAD),
+                STAGES=max(2, min(4, stages)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
     n_blocks = triton.cdiv(n_rows, block_m)
-    lines = min(occupancy(layer_norm_bwd_kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"])) * NUM_SMS
-    lines = max(1, min(lines if programs is None else programs, n_blocks))
+    lines = max(1, min(BWD_PROGRAMS_PER_SM * NUM_SMS if programs is None else programs, n_blocks))
     rows_per_program = triton.cdiv(n_blocks, lines) * block_m
     return layer_norm_bwd_kernel, meta, triton.cdiv(n_rows, rows_per_program), rows_per_program
 
 def sum_partials(dw_partial, db_partial, dw, db):
     """dw = dw_partial.sum(0), db = db_partial.sum(0), in a fixed order (the core page's second pass)."""
-    block_c = 128 if ON_GPU else 4096  # the interpreter wants few programs
-    sum_partials_kernel[(triton.cdiv(dw_partial.shape[1], block_c),)](
-        dw_partial, db_partial, dw, db, dw_partial.shape[0], dw_partial.shape[1], BLOCK_P=32, BLOCK_C=block_c,
-        num_warps=4)
+    sum_partials_kernel[(triton.cdiv(dw_partial.shape[1], SUM_META["BLOCK_C"]),)](
+        dw_partial, db_partial, dw, db, dw_partial.shape[0], dw_partial.shape[1], **SUM_META)
 
 # %%
 # The two launchers, on 2-D tensors whose rows have unit stride: ``dx2d``, ``dw`` and ``db`` are written.
@@ -264,14 +232,11 @@ def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dw, db, programs=No
     """Design 2, as the core page launches it for rows that fit in one program."""
     n_rows, n_cols = x2d.shape
     flags = dict(HAS_W=True, COMPUTE_DWDB=True)
-    dw_partial = db_partial = torch.empty(1, device=x2d.device, dtype=torch.float32)  # to compile with
-    args = lambda: (x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,  # noqa: E731
-                    n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
-    kernel, meta, lines, _ = _bwd_config(n_rows, n_cols, x2d.element_size(),
-                                         lambda k, m: programs_per_sm(k, args(), m | flags), programs)
+    kernel, meta, lines, _ = _bwd_config(n_rows, n_cols, x2d.element_size(), programs)
     # one line per program, every line written: nothing needs clearing
     dw_partial, db_partial = (torch.empty((lines, n_cols), device=x2d.device, dtype=torch.float32) for _ in range(2))
-    kernel[(lines,)](*args(), **meta, **flags)
+    kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,
+                     n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta, **flags)
     sum_partials(dw_partial, db_partial, dw, db)
 
 DESIGNS = {"1: spin locks": backward_classic, "2: persistent": backward_persistent}
@@ -394,7 +359,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
 
 peers = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
 if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU

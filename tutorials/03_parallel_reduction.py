@@ -7,7 +7,7 @@ numbers into one as fast as the memory can deliver them, measured against a kern
 the same input (the *speed of light*). You build ``reduce_sum(x, dim=None)``, a drop-in for
 :func:`torch.sum`, and measure it against PyTorch and ``torch.compile`` on the GPU that built this page.
 
-**What you will learn** (about 15 minutes): how one program reduces a block with a tree
+**What you will learn**: how one program reduces a block with a tree
 (``tl.sum``); three ways to combine the programs (one atomic add each, two passes, or a persistent
 grid with one partial sum per program); why the running sums are fp32 whatever the input dtype, shown
 on bf16; and which designs give the same bits run after run, measured. Sums along one dimension get
@@ -351,7 +351,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
 def providers(out):
     """name -> a whole sum of x (ours write it to ``out``); peers that cannot run here are left out."""
@@ -460,7 +460,8 @@ determinism.style.format({f"GB/s at n = {SWEEP_VECTOR[-1]:,}": "{:.0f}"}, na_rep
 # Computed from the tables above, in this build:
 
 BIG_BYTES = 2**28 if ON_GPU else 2**14  # "large" inputs: 256 MB and more on the GPU (16 KB on the CPU)
-large = results[results.dtype.map({"float32": 4, "bfloat16": 2}) * results.n >= BIG_BYTES]
+SIZE = {"float32": 4, "bfloat16": 2}  # bytes an element
+large = results[results.dtype.map(SIZE) * results.n >= BIG_BYTES]
 if ON_GPU:  # on the CPU the copy is the speed of light itself
     light, copy, ratio = large["speed of light GB/s"], large["copy GB/s"], large["speed of light GB/s"] / large["copy GB/s"]
     print(f"Speed of light: on inputs of {BIG_BYTES // 2**20} MB and more {LIGHT} read {light.min():.0f}-"
@@ -480,13 +481,12 @@ for dtype, part in table.groupby(level="dtype", observed=True):  # where the per
     part = part.droplevel("dtype")
     short = part[part["persistent, % of light"] < 95]
     ahead = part[part.filter(items=["torch", "torch.compile"]).max(axis=1) > part.persistent]  # a peer read faster
-    size = {"float32": 4, "bfloat16": 2}[dtype]  # bytes an element; below, us beyond the read-only pass at each short n
-    extra = (short.index * size * (1 / short.persistent - 1 / short["speed of light"]) * 1e-3).to_numpy()
-    grows = len(extra) > 1 and extra[-1] > 2 * extra[0]  # a fixed cost (the second pass's launch) would not grow
-    print(f"{dtype}: under 95% of {LIGHT} at n = {list(short.index) or 'no n'}" + (", taking " + ", ".join(
-          f"{us:.1f}" for us in extra) + " us more than that pass" + (": the gap grows with n, so more than the one-program"
-          " second pass's fixed cost, the first pass itself reads slower there" if grows else "") if ON_GPU else "") +
-          f"; torch or torch.compile read faster at n = {list(ahead.index) or 'no n'}.")
+    extra = (short.index * SIZE[dtype] * (1 / short.persistent - 1 / short["speed of light"]) * 1e-3).to_numpy()  # us
+    gap = f", taking {', '.join(f'{us:.1f}' for us in extra)} us more than that pass" if ON_GPU and len(extra) else ""
+    if ON_GPU and len(extra) > 1 and extra[-1] > 2 * extra[0]:  # a fixed cost (the second pass's launch) would not grow
+        gap += ": the gap grows with n, so more than the one-program second pass's fixed cost, the first pass reads slower"
+    print(f"{dtype}: under 95% of {LIGHT} at n = {list(short.index) or 'no n'}{gap}; torch or torch.compile read faster"
+          f" at n = {list(ahead.index) or 'no n'}.")
 varying = determinism[determinism["distinct results"] > 1].index.tolist()
 print(f"Determinism: over {DETERMINISM_RUNS} runs, " + (f"{', '.join(varying)} gave more than one result; every "
       "other design gave one." if varying else "every design gave one result" + (" (the interpreter runs "

@@ -8,7 +8,7 @@ fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.f
 whose backward is **one persistent kernel** reading the input and the incoming gradient once for both
 gradients, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
 
-**What you will learn** (about 15 minutes): to predict a normalization's speed from its bytes; to fuse
+**What you will learn**: to predict a normalization's speed from its bytes; to fuse
 two reductions of different loop orders (*mix-order reduction*) into one kernel, the weight gradient in
 fp32 registers, one partial per program, summed in a fixed order (bitwise deterministic); to stream rows
 too long for registers; where the dtype matters. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
@@ -410,7 +410,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
@@ -498,7 +498,7 @@ fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
     part = part.droplevel(["direction", "dtype"])  # indexed by N
     light, ratio, s = part["ours, % of light"], part["ours / best peer"].dropna(), part["ours"] / part["dx, then dw"]
-    short = [n for n in part.index if light[n] < 95 or ratio.get(n, 1) < 0.99]  # issue 18's goal: both
+    short = [n for n in part.index if light[n] < 95 or ratio.get(n, 1) < 0.99]  # the site's bar: both
     print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
           f"{part.index.min()}..{part.index.max()}; against the best peer at each N, from {ratio.min():.3g}x "
           f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}); under 95% of the copy or 0.99x "

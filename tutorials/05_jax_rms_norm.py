@@ -4,31 +4,25 @@ RMSNorm as a JAX custom op
 
 Tutorial 04's RMSNorm for JAX: a forward and a fused backward written as Pallas kernels
 (``jax.experimental.pallas``, which lowers to Triton on NVIDIA GPUs), made one differentiable function with
-``jax.custom_vjp``, compiled by ``jax.jit`` and run over every device with ``jax.shard_map``, where one ``psum``
-of the weight gradient is all that crosses the links. Measured against the speed of light (a copy), XLA's own
-fusion of the ``jax.numpy`` formula and tutorial 04's Triton kernels, on the GPU that built this page.
+``jax.custom_vjp`` and compiled by ``jax.jit``. Measured against the speed of light (a copy) and XLA's own fusion of
+the ``jax.numpy`` formula, on the GPU that built this page. Over several GPUs, with ``jax.shard_map`` and one
+``psum``: :ref:`sphx_glr_tutorials_05_jax_rms_norm_sharded.py`.
 
 **Which Pallas backend.** Pallas' Triton backend, used here, runs on every NVIDIA GPU the site supports; JAX 0.11
 deprecates it for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which
 needs a Hopper GPU or newer and is the way past 8 K columns.
 
-**What you will learn** (about 15 minutes): to write a memory-bound Pallas kernel, masked for rows of any length;
+**What you will learn**: to write a memory-bound Pallas kernel, masked for rows of any length;
 to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order (bitwise
-deterministic); to shard it with ``jax.shard_map`` and find the all-reduce XLA compiled; where XLA's fusion of the
-formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+deterministic); where XLA's fusion of the formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
 """
 
 import contextlib, datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, \
     subprocess, timeit
-# Before JAX starts: no GPU memory taken up front (PyTorch pages share this process when the site is built),
-# and two CPU devices, so that sharding runs without a GPU (the flag touches only JAX's CPU backend).
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts: no GPU memory taken up front
 import jax, jax.numpy as jnp, jaxlib, numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import matplotlib.pyplot as plt, pandas as pd
 
 ON_GPU = jax.default_backend() == "gpu"
@@ -284,27 +278,6 @@ def rms_norm(x, weight, eps=1e-6):
     return _rms_norm_rows(float(eps))(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape)
 
 # %%
-# Over devices: rows split, one psum
-# ----------------------------------
-# ``jax.shard_map`` runs a function on each device's rows, the weight replicated. :math:`y, dx` need nothing
-# from other devices; :math:`dw` sums *all* rows: each device its own (the kernels above), then one ``psum``
-# adds the devices' fp32 vectors: :math:`N` fp32 values a device cross the links (128 KB at N = 32768).
-
-AXIS = "rows"
-def sharded_parts(mesh, eps=1e-6, psum=True):
-    """The forward and backward over mesh, rows split; psum=False leaves each device's dw apart (stacked)."""
-    rows, whole = P(AXIS), P()
-    # check_vma=False: Pallas' outputs carry no record of how they vary over devices; out_specs says it
-    forward = jax.shard_map(lambda x, w: _forward(x, w, eps), mesh=mesh, in_specs=(rows, whole),
-                            out_specs=(rows, rows), check_vma=False)
-    def local_backward(x, w, rstd, dy):
-        dx, dw = _backward(x, w, rstd, dy)
-        return dx, jax.lax.psum(dw, AXIS) if psum else dw  # the one step across devices: N fp32 values
-    backward = jax.shard_map(local_backward, mesh=mesh, in_specs=(rows, whole, rows, rows),
-                             out_specs=(rows, whole if psum else rows), check_vma=False)
-    return forward, backward
-
-# %%
 # Correctness
 # -----------
 # Against ``jax.grad`` of the formula in float64, :math:`\lVert out - ref \rVert / \lVert ref \rVert` of
@@ -340,127 +313,18 @@ for q in ("y", "dx", "dw"):
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
-# What crosses the links
-# ----------------------
-# ``differentiable(*sharded_parts(mesh))`` is the drop-in over a mesh of every device (each GPU, or two CPU
-# devices): :math:`y, dx` are the same bits, :math:`dw` adds partials in another grouping. The jaxpr has the
-# ``psum``, XLA's HLO an *all-reduce* of :math:`N` fp32 values, found below in what this build compiled.
-
-MESH = Mesh(np.array(jax.devices()), (AXIS,))
-x = jax.device_put(jax.random.normal(jax.random.key(7), (64 * MESH.size, 1000)), NamedSharding(MESH, P(AXIS)))
-w, dy = 1 + 0.1 * jax.random.normal(jax.random.key(8), (1000,)), jax.random.normal(jax.random.key(9), x.shape)
-sharded_step = jax.jit(lambda x, w, dy: gradients(differentiable(*sharded_parts(MESH)), x, w, dy))
-(y_s, dx_s, dw_s), (y_1, dx_1, dw_1) = sharded_step(x, w, dy), gradients(rms_norm, x, w, dy)
-assert (y_s == y_1).all() and (dx_s == dx_1).all() and jnp.allclose(dw_s, dw_1, rtol=1e-5, atol=1e-5)
-print(f"{MESH.size} device(s): y and dx bit for bit the single-device ones, dx split as {dx_s.sharding.spec}; "
-      f"dw within {float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1))):.1e} of its largest value")
-jaxpr, hlo = str(jax.make_jaxpr(sharded_step)(x, w, dy)), sharded_step.lower(x, w, dy).compile().as_text()
-for line in [l for l in jaxpr.splitlines() if "psum" in l] + [l for l in hlo.splitlines() if " all-reduce(" in l]:
-    print(line.strip().split(", metadata")[0][:150])
-if " all-reduce(" not in hlo:
-    print(f"No all-reduce in the compiled HLO: over {MESH.size} device the psum adds nothing, and XLA removed it.")
-
-# %%
 # Benchmark
 # ---------
 # :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a timing
 # issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs, compiled before;
 # providers take turns, ``ROUNDS`` times, each keeping its fastest round. The *speed of light* is a copy of :math:`x`
 # in JAX, timed the same way (PyTorch's own copy of the same bytes is in the forward rows, beside it). GB/s counts
-# :math:`x, y` forward, :math:`x, dy, dx` backward (from the saved values). Peers: XLA's fusion of the formula under
-# ``jax.jit``, and tutorial 04's fused kernels (carried here, launched by PyTorch) on the same values:
+# :math:`x, y` forward, :math:`x, dy, dx` backward (from the saved values). The peer: XLA's fusion of the formula
+# under ``jax.jit`` (tutorial 04 measures the same algorithm in Triton, launched from PyTorch):
 
-if TORCH_PEER := ON_GPU and all(importlib.util.find_spec(name) for name in ("torch", "triton")):
-    import torch, triton, triton.language as tl
+if TORCH_PEER := ON_GPU and importlib.util.find_spec("torch") is not None:  # PyTorch's copy, beside JAX's
+    import torch
     TORCH_PEER = torch.cuda.is_available()
-if TORCH_PEER:  # tutorial 04's kernels, unchanged, and its launch parameters for them
-    @triton.jit
-    def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                            HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One program per block of BLOCK_M rows."""
-        cols = tl.arange(0, BLOCK_N)
-        col_ok = cols < n_cols
-        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
-        y = x * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
-        # by column 0's thread of each row; + cols (masked) keeps the tile's layout: no trip through shared memory
-        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
-                 mask=row_ok[:, None] & (cols == 0)[None, :])
-
-
-    @triton.jit
-    def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
-                            dy_row_stride, dx_row_stride, HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """A persistent grid (at most one program per block of rows): program p does blocks p, p + P, ..."""
-        pid, n_programs = tl.program_id(0), tl.num_programs(0)
-        cols = tl.arange(0, BLOCK_N)
-        col_ok = cols < n_cols
-        if HAS_WEIGHT:  # loaded once per program, reused for every row it visits
-            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        # One fp32 partial per (row slot, column), summed over rows once at the end: no talk between warps.
-        dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        # The first block's loads; in the loop, the next block's are issued before this one is computed.
-        # Rows past the end load as zeros (they add nothing to dw) and are never stored.
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-        in_range = (rows < n_rows)[:, None] & col_ok[None, :]
-        rows = rows.to(tl.int64)
-        x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-        dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-        for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
-            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
-            rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_ok = rows < n_rows
-            rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-            next_rows = (block + n_programs) * BLOCK_M + tl.arange(0, BLOCK_M)
-            in_range = (next_rows < n_rows)[:, None] & col_ok[None, :]  # past the end: loads nothing
-            next_rows = next_rows.to(tl.int64)
-            x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=in_range, other=0.0)
-            dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=in_range, other=0.0)
-            rstd = tl.load(rstd_ptr + rows)
-            x_hat = x * rstd[:, None]
-            g = dy * w[None, :] if HAS_WEIGHT else dy
-            if COMPUTE_DW:
-                dw_partial += dy * x_hat
-            c = tl.sum(g * x_hat, axis=1) / n_cols  # the row reduction of dx
-            dx = (g - x_hat * c[:, None]) * rstd[:, None]
-            tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-        if COMPUTE_DW:  # every program stores its partial, zeros included: no buffer needs clearing
-            tl.store(dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=col_ok)
-
-    @triton.jit
-    def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
-        """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
-        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_ok = cols < n_cols
-        acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
-        for start in range(0, n_partials, BLOCK_P):
-            p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
-            acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
-                           mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
-        tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-
-    def tutorial_04(x, w, rstd, y=None, dy=None, dx=None, dw=None, eps=1e-6):  # the forward if y is given
-        (n_rows, n_cols), size, block_n = x.shape, x.element_size(), triton.next_power_of_2(x.shape[1])
-        block_m, warps = max(1, 4096 // block_n), lambda n, per_thread: min(32, max(4, n * size // (32 * per_thread)))
-        if y is not None:
-            return rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](x, w, y, rstd, n_rows, n_cols, x.stride(0),
-                y.stride(0), eps, HAS_WEIGHT=True, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps(block_m * block_n, 64))
-        num_warps, sum_n = warps(block_m * block_n, 16 if n_cols * size >= 16384 else 32), 16 if n_cols <= 4096 else 32
-        grid = max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
-        dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=x.device)
-        rms_norm_bwd_kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, n_rows, n_cols, x.stride(0), dy.stride(0),
-            dx.stride(0), HAS_WEIGHT=True, COMPUTE_DW=True, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        dw_reduce_kernel[(triton.cdiv(n_cols, sum_n),)](dw_partial, dw, grid, n_cols, BLOCK_P=64, BLOCK_N=sum_n, num_warps=4)
-else:
-    print("Tutorial 04's kernels: not measured (they need PyTorch with a CUDA GPU); their column shows '-'.")
 EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**26 if ON_GPU else 2**13, (10, 7, 2) if ON_GPU else (1, 1, 1)
 SWEEP_N = [2**k for k in range(10, 16)] if ON_GPU else [1024, 4096]  # on the CPU: XLA compiles each N, slowly
 
@@ -480,15 +344,8 @@ for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     for provider, fn in [("XLA (jnp, jit)", jax.jit(rms_norm_reference)), ("Pallas (ours)", jax.jit(rms_norm))]:
         runs |= {("forward", provider): (fn, (x, w), {}), ("backward", provider): (pull, (jax.vjp(fn, x, w)[1], dy), {})}
     if TORCH_PEER:  # the same values, copied: a view of JAX's buffers freed after JAX's client ends crashes the process
-        xt, wt, dyt = (torch.from_dlpack(a).clone() for a in (x, w, dy))
-        rstd, sync = torch.empty(xt.shape[0], dtype=torch.float32, device=xt.device), dict(wait=lambda _: torch.cuda.synchronize())
+        xt, sync = torch.from_dlpack(x).clone(), dict(wait=lambda _: torch.cuda.synchronize())
         runs["forward", "PyTorch copy"] = functools.partial(torch.Tensor.copy_, torch.empty_like(xt), xt), (), sync
-        t04 = functools.partial(tutorial_04, xt, wt, rstd, eps=EPS)  # the forward, listed first, fills rstd in each round
-        if n_cols * xt.element_size() <= 65536:  # past its fused kernels tutorial 04 runs kernels not carried here
-            runs["forward", "tutorial 04 (Triton)"] = functools.partial(t04, y=torch.empty_like(xt)), (), sync
-        if n_cols <= 8192:
-            runs["backward", "tutorial 04 (Triton)"] = functools.partial(
-                t04, dy=dyt, dx=torch.empty_like(xt), dw=torch.empty_like(wt)), (), sync
     rounds = [{key: bench(fn, *args, **kwargs) for key, (fn, args, kwargs) in runs.items()} for _ in range(ROUNDS)]  # turns
     ms = {key: min(r[key] for r in rounds) for key in runs}
     light = 2 * x.nbytes / ms.pop(("copy", "speed of light")) * 1e-6
@@ -500,7 +357,7 @@ for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["dtype"] = pd.Categorical(results["dtype"], ["float32", "bfloat16"])  # fp32 first in tables and plot
 table = results.pivot(index=keys, columns="provider", values="GB/s").reindex(
-    columns=["PyTorch copy", "XLA (jnp, jit)", "tutorial 04 (Triton)", "Pallas (ours)"]).loc[["forward", "backward"]]
+    columns=["PyTorch copy", "XLA (jnp, jit)", "Pallas (ours)"]).loc[["forward", "backward"]]
 table.insert(0, "speed of light", results.groupby(keys, observed=True)["speed of light GB/s"].first())
 table["ours, % of light"] = table["Pallas (ours)"] / table["speed of light"] * 100
 table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
@@ -510,7 +367,7 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-styles = {"Pallas (ours)": ("-o", "C0"), "XLA (jnp, jit)": ("--o", "C1"), "tutorial 04 (Triton)": ("-.o", "C2"), "PyTorch copy": (":", "C7")}
+styles = {"Pallas (ours)": ("-o", "C0"), "XLA (jnp, jit)": ("--o", "C1"), "PyTorch copy": (":", "C7")}
 for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], observed=True)):
     shares = part.pivot(index="N", columns="provider", values="% of speed of light")
     shares.plot(ax=ax, style={p: styles[p][0] for p in shares}, color={p: styles[p][1] for p in shares}, markersize=3,
@@ -521,39 +378,15 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
 title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 # %%
-# Sharded: per device, and the psum apart
-# ---------------------------------------
-# :math:`2^{26}` bf16 elements *a device*, meshes of one device and of all (the same where there is one);
-# GB/s a device. *backward, no psum* leaves each device's :math:`dw` apart: the difference is the all-reduce.
-
-shard_records = []
-for n_devices, n_cols in itertools.product(sorted({1, jax.device_count()}), [1024, 32768] if ON_GPU else [1024]):
-    mesh = Mesh(np.array(jax.devices()[:n_devices]), (AXIS,))
-    x = jax.device_put(jnp.ones((n_devices * TOTAL_ELEMENTS // n_cols, n_cols), jnp.bfloat16), NamedSharding(mesh, P(AXIS)))
-    w, dy, nbytes = jnp.ones((n_cols,), jnp.bfloat16), x + 1, x.nbytes // n_devices  # bytes of x a device
-    (forward, backward), (_, backward_alone) = sharded_parts(mesh, EPS), sharded_parts(mesh, EPS, psum=False)
-    rstd = jax.jit(forward)(x, w)[1]
-    shard_records.append({"devices": n_devices, "N": n_cols, "forward": 2 * nbytes / bench(jax.jit(forward), x, w) * 1e-6}
-                         | {name: 3 * nbytes / bench(jax.jit(fn), x, w, rstd, dy) * 1e-6
-                            for name, fn in [("backward", backward), ("backward, no psum", backward_alone)]})
-    del x, dy, rstd
-shards = pd.DataFrame(shard_records).set_index(["devices", "N"])
-shards.style.format("{:.3g}")
-
-# %%
 # Reading the numbers
 # -------------------
 # Computed from the tables above, in this build:
 
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False, observed=True):
     part = part.droplevel(["direction", "dtype"])
-    light, xla, t04 = part["ours, % of light"], part["ours / XLA"], part["Pallas (ours)"] / part["tutorial 04 (Triton)"]
+    light, xla = part["ours, % of light"], part["ours / XLA"]
     print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
-          f"{part.index.min()}..{part.index.max()}, at {xla.min():.3g}x to {xla.max():.3g}x XLA's fusion"
-          + (f", {t04.min():.3g}x to {t04.max():.3g}x tutorial 04's kernel where it ran." if t04.notna().any() else "."))
-for (n_devices, n_cols), r in shards.iterrows():
-    print(f"{n_devices} device(s), N = {n_cols}: the backward runs at {r['backward']:.3g} GB/s a device, at "
-          f"{r['backward'] / r['backward, no psum']:.3g}x its speed without the psum ({4 * n_cols:,} bytes a device).")
+          f"{part.index.min()}..{part.index.max()}, at {xla.min():.3g}x to {xla.max():.3g}x XLA's fusion.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
@@ -570,7 +403,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (the introduction). **Exercises**: sum :math:`dw` with
 # ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``
 # and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean
-# Square Layer Normalization* (2019); the Pallas documentation; JAX's guide to ``shard_map``.
+# Square Layer Normalization* (2019); the Pallas documentation.
 #
 # Where this page was made
 # ------------------------

@@ -4,12 +4,11 @@ Softmax, long rows: one row split across programs
 
 Past 32 K columns a row no longer fits in one program's registers, and the core page
 (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice. Here
-programs share the row and wait for each other: it is read once. **What you will learn** (about 15
-minutes): how programs exchange partial statistics through flag words without a fence; why a group's
-programs must all be on the GPU at once (the grid sized from the compiled kernel's occupancy); how
-publishing one row ahead (a *lookahead*) shortens the wait; where the launch parameters live
-(``_split_config``). Measured against the core kernels and peers, N = 32 K to 256 K, both directions,
-fp32 and bf16.
+programs share the row and wait for each other: it is read once. **What you will learn**: how programs
+exchange partial statistics through flag words without a fence; why a group's programs must all be on
+the GPU at once (the grid sized from the compiled kernel's occupancy); how publishing one row ahead (a
+*lookahead*) shortens the wait; where the launch parameters live (``_split_config``). Measured against
+the core kernels and peers, N = 32 K to 256 K, both directions, fp32 and bf16.
 """
 
 import contextlib, ctypes, datetime, os, platform, timeit, warnings
@@ -483,7 +482,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 OURS = {"core": {}, "split": None, "no lookahead": NO_LOOKAHEAD}  # the split table each launch is given
 
@@ -568,7 +567,7 @@ for (direction, dtype, n_cols), row in table.iterrows():
             f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
     print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
                   if pd.notna(row.get("no lookahead")) else "."))
-short = table[(table["split, % of light"] < 95) | (table["split / best peer"] < 0.99)]  # issue 18's goal: both
+short = table[(table["split, % of light"] < 95) | (table["split / best peer"] < 0.99)]  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short.index) or "no point"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")

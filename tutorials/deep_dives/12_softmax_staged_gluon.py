@@ -6,7 +6,7 @@ The core page's fused kernel (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) hol
 registers. A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values, half of an
 SM's 256 KB of registers: the 32-warp program that holds it is alone on its SM, and alone it loads the
 row, reduces it twice and stores it, one phase after the other, with nothing from another row to fill
-the gaps. **What you will learn** (about 10 minutes): how to keep such a row in *shared memory*
+the gaps. **What you will learn**: how to keep such a row in *shared memory*
 instead, three rows per SM, so that while one program reduces the others load or store; how to write
 that kernel in **Gluon**, Triton's lower-level language, with explicit layouts and asynchronous
 copies; and where it is chosen (``_staged_config``). Gluon kernels compile only for a GPU: without one
@@ -292,7 +292,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 
 def providers():

@@ -4,12 +4,12 @@ Launch parameters: block size, warps and grid, chosen and measured
 
 A kernel's code says what one program does; its launch parameters say how big a program is and how
 many run: the block of rows and columns it holds, its warps, the grid. They decide whether a
-memory-bound kernel reaches the speed of light as much as the code does. **What you will learn**
-(about 15 minutes), with the core softmax kernels (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) as
-the example: how ``BLOCK_N``, ``BLOCK_M`` and ``num_warps`` follow from a few numbers kept in one
-small config function; how to ask the compiled kernel how many programs share an SM, and what limits
-them (threads, registers, shared memory); and whether a *persistent* grid, sized to what the GPU holds
-at once, beats one program per block of rows. The same questions apply to every kernel on this site.
+memory-bound kernel reaches the speed of light as much as the code does. **What you will learn**,
+with the core softmax kernels (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) as the example: how
+``BLOCK_N``, ``BLOCK_M`` and ``num_warps`` follow from a few numbers kept in one small config
+function; how to ask the compiled kernel how many programs share an SM, and what limits them
+(threads, registers, shared memory); and whether a *persistent* grid, sized to what the GPU holds at
+once, beats one program per block of rows. The same questions apply to every kernel on this site.
 """
 
 import datetime, os, platform, subprocess, timeit
@@ -293,7 +293,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 
 rows = []

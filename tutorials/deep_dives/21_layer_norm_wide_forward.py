@@ -2,12 +2,11 @@
 Layer norm, wide rows in the forward: read x twice, or split the row
 ====================================================================
 
-The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads
-:math:`x` once; past 32 K columns it streams the row twice, in chunks. **What you will learn** (about
-10 minutes): why reading :math:`x` *twice* can beat reading it once, when the second read hits L2;
-how to split a row over a group of programs that exchange partial statistics (Chan's formula), so a
-row too long for one program is read once; and where each is chosen (``_twice_config``,
-``_split_config``). Both are measured against the core kernel and the peers where they run.
+The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads :math:`x` once;
+past 32 K columns it streams the row twice, in chunks. **What you will learn**: why reading :math:`x` *twice* can
+beat reading it once, when the second read hits L2; how to split a row over a group of programs that exchange
+partial statistics (Chan's formula), so a row too long for one program is read once; and where each is chosen
+(``_twice_config``, ``_split_config``). Both are measured against the core kernel and the peers where they run.
 """
 
 import contextlib, datetime, os, platform, timeit
@@ -476,7 +475,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 fns = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}  # name -> fn(x, w, b)
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
@@ -566,7 +565,7 @@ for (name_dtype, kernel), part in table.reset_index().groupby(["dtype", "this pa
           f"{', '.join(map(str, pct.index))}; {part['this page / core'].min():.3g}x to "
           f"{part['this page / core'].max():.3g}x the core launcher's speed; against the best peer: "
           + ", ".join(f"{r:.3g}x" for r in part["this page / best peer"]) + ".")
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU: they say nothing about GPU speed.")

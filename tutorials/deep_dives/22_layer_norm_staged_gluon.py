@@ -5,7 +5,7 @@ Layer norm, the widest 16-bit rows: stage the row in shared memory (Gluon)
 The core page's fused forward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) holds a row in registers.
 A bf16 row of :math:`N = 32768` is 64 KB as loaded and 128 KB as fp32 values, half of an SM's
 registers: the program holding it is alone on its SM, and alone it loads the row, reduces it twice and
-stores it, one phase after the other. **What you will learn** (about 10 minutes): how to keep such a
+stores it, one phase after the other. **What you will learn**: how to keep such a
 row in *shared memory* instead, three rows per SM, so that while one program reduces the others load
 or store; how to write that kernel in **Gluon**, Triton's lower-level language, with explicit layouts
 and asynchronous copies; and where it is chosen (``_staged_config``). Gluon kernels compile only for a
@@ -365,7 +365,7 @@ def bench(fn, graph=True):
             with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
                 fn()
             timed = captured.replay
-        return triton.testing.do_bench(timed, warmup=5, rep=20, return_mode="median")
+        return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()

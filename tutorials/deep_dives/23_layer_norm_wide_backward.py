@@ -4,7 +4,7 @@ Layer norm, wide rows in the backward: one row shared by several programs
 
 The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps :math:`dw`,
 :math:`db` in fp32 registers; past a few thousand columns they do not fit and it streams rows twice.
-**What you will learn** (about 12 minutes): how to *split* a wide row over programs that exchange the
+**What you will learn**: how to *split* a wide row over programs that exchange the
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 
@@ -476,7 +476,7 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 fns = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}  # name -> fn(x, w, b)
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
@@ -579,7 +579,7 @@ for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort
     print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
           f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: they say nothing about GPU speed.")

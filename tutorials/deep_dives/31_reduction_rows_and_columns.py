@@ -7,7 +7,7 @@ A matrix of :math:`M \times N` elements, stored row by row, can be summed along 
 results, the weight-gradient pattern of the layer-norm backward). The core page
 (:ref:`sphx_glr_tutorials_03_parallel_reduction.py`) sums both with one row kernel, one program per
 block of rows, a column sum being a row sum of ``x.T``. This page makes both fast. **What you will
-learn** (about 15 minutes): why a column sum needs a layout of its own, and what reusing the row kernel
+learn**: why a column sum needs a layout of its own, and what reusing the row kernel
 on ``x.T`` costs, measured; how the block shape is chosen (in bytes for columns); how splitting the
 reduced axis across programs fills the GPU when there are few rows or few column strips, with a second
 pass that keeps the sum deterministic; and how ``num_stages`` keeps the next tile's loads in flight.
@@ -321,7 +321,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
 # On the CPU the interpreter reads thousands of times slower than memory: the copy stands in there.
 LIGHT = "the read-only pass" if ON_GPU else "the copy"

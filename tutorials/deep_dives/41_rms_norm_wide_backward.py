@@ -4,7 +4,7 @@ RMSNorm, wide rows in the backward: one row shared by several programs
 
 The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
 gradient in registers up to 8 K columns; past that its chunked kernel reads each row twice and adds
-into a ``dw_partial`` row in memory for every row. **What you will learn** (about 12 minutes): how to
+into a ``dw_partial`` row in memory for every row. **What you will learn**: how to
 *split* a wide row over a group of programs that exchange their partial row sums through global
 memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
 rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
@@ -480,7 +480,7 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w); its backward is timed
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
@@ -576,7 +576,7 @@ for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=Fals
           f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
     print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # issue 18's goal
+short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")

@@ -6,7 +6,7 @@ Tutorial 04's forward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a whole r
 :math:`N = 32768` in bf16 that is 32 fp32 values in each of 1024 threads: one program fills an SM's
 registers, so each SM works on one row at a time, and between loading it and storing it nothing else
 is on its way from memory. A row whose length is not a power of two pays more: the tile is padded to
-the next one. **What you will learn** (about 10 minutes): to hold the row in *shared memory* in its own
+the next one. **What you will learn**: to hold the row in *shared memory* in its own
 dtype instead, three rows to an SM, so that one program's reduction overlaps the others' loads and
 stores; to write that kernel in **Gluon**, Triton's lower-level language, with explicit layouts and
 asynchronous copies; where it is chosen (``_staged_config``). Without a GPU this page still runs (Gluon
@@ -258,7 +258,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 
 fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # name -> fn(x, w)
@@ -339,7 +339,7 @@ if ON_GPU:
         print(f"bf16, N = {n_cols}: staged {row['staged, % of light']:.1f}% of the copy, the core kernel "
               f"{row['core, % of light']:.1f}% ({row['staged / core']:.3g}x); against the best peer "
               f"{row['staged / best peer']:.3g}x.")
-    short = table[(table["staged, % of light"] < 95) | (table["staged / best peer"] < 0.99)].index  # issue 18's goal
+    short = table[(table["staged, % of light"] < 95) | (table["staged / best peer"] < 0.99)].index  # the site's bar: both
     print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"N = {n}" for _, n in short) or "none"))
 else:
     print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
