@@ -492,7 +492,7 @@ print(f"At n = {SWEEP_VECTOR[0]:,} a whole fp32 sum takes {SWEEP_VECTOR[0] * 4e-
       f"{small['% of speed of light']:.3g}% of {LIGHT}: the launches of its two passes are a fixed part of so short a "
       "time. Sums along dims run step 1's kernel; where their rows are few or strided, deep dive 31 takes over.")
 print(f"Over {DETERMINISM_RUNS} runs " + (f"{', '.join(varying)} gave more than one result" if varying else "every design "
-      "gave one result (the interpreter runs programs one after another)") + f"; at the largest n the persistent design read "
+      "gave one result" + ("" if ON_GPU else " (the interpreter runs programs one after another)")) + f"; at the largest n the persistent design read "
       f"{vs_atomic.min():.3g}-{vs_atomic.max():.3g}x as fast as the atomic one, so the same bits every run cost "
       + ("nothing measurable." if vs_atomic.min() > 0.97 else "some speed, which the drop-in pays."))
 if not ON_GPU:
