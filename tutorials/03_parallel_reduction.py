@@ -177,8 +177,8 @@ DESIGNS = ("atomic", "two-pass", "persistent")
 VECTOR_BLOCK = 4096  # elements a program loads per step: 8 per thread with 16 warps (16-byte loads)
 VECTOR_NUM_WARPS = 16  # nothing else to overlap the loads with: many warps, many loads in flight
 PROGRAMS_PER_SM = 4  # persistent grid: 4 x 16 warps = 64 warps, the most an SM holds
-FINAL_BLOCK = 1024  # block of the one-program second pass (4 warps)
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+FINAL_BLOCK = 1024  # the second pass's block (4 warps): the persistent grid's partials in a step or two
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4: the CPU's stand-in
 # The n the persistent design is for, read by the site's landing page: every n (2**40: no last).
 RANGE = {("sum of all elements", t): range(1, 2**40) for t in ("float32", "bfloat16")}
 
@@ -383,7 +383,7 @@ def environment_card():
 # Each step on one fp32 tensor viewed as rows of N: 64 (packing matters), 4096 (one row a program is
 # enough) and one row of every element (splitting matters).
 
-LADDER_ELEMENTS = 2**26 if ON_GPU else 2**14  # 256 MB of fp32 on the GPU (64 KB on the CPU)
+LADDER_ELEMENTS = 2**26 if ON_GPU else 2**14  # 256 MB of fp32 on the GPU
 x = torch.randn(LADDER_ELEMENTS, device=DEVICE)
 light, row_out = yardsticks(x)[0], torch.empty(LADDER_ELEMENTS // 64, device=DEVICE)
 steps = [(0, "one row a program, whole in registers", plain_sum_rows, (64, 4096)),
