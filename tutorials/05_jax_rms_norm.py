@@ -353,7 +353,7 @@ def write_summary(table):  # the site's build gathers each page's summary for it
 # %%
 # The ladder, measured
 # --------------------
-# Step 0 against step 1 (the drop-in's forward), fp32, at a short N and (on a GPU) at 32 K, where prefetch matters.
+# Step 0 against step 1 (the drop-in's forward), fp32, at a short N and (on a GPU) 32 K, where prefetch matters.
 
 def plain_forward(x2d, w, eps=EPS):  # step 0 launched with the production block sizes
     n_rows, block_n = x2d.shape[0], pl.next_power_of_2(x2d.shape[1])
@@ -418,7 +418,7 @@ table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
 table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / XLA": "{:.2f}"}, na_rep="-")
 
 # %%
-# Each provider as a percentage of the copy measured next to it:
+# Each provider as a percentage of the copy beside it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
 styles = {"Pallas (ours)": ("-o", "C0"), "XLA (jnp, jit)": ("--o", "C1"), "PyTorch copy": (":", "C7")}
@@ -434,7 +434,7 @@ title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the tables above, in this build:
+# Computed from the tables above:
 
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False, observed=True):
     part = part.droplevel(["direction", "dtype"])
