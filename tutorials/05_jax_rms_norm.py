@@ -333,7 +333,8 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 if TORCH_PEER := ON_GPU and importlib.util.find_spec("torch") is not None:  # PyTorch's copy, beside JAX's
     import torch
     TORCH_PEER = torch.cuda.is_available()
-EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**26 if ON_GPU else 2**13, (10, 7, 2) if ON_GPU else (1, 1, 1)
+# 2**27 elements: each call's kernels run well past the host's time to start a call (at 2**26 a bf16 copy does not)
+EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**27 if ON_GPU else 2**13, (10, 7, 2) if ON_GPU else (1, 1, 1)
 SWEEP_N = [2**k for k in range(10, 16)] if ON_GPU else [1024, 4096]  # on the CPU: XLA compiles each N, slowly
 
 def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
