@@ -400,7 +400,7 @@ for step, idea, launch, widths in steps:
         rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbps, "% of light": 100 * gbps / light})
 del x, row_out
 ladder = pd.DataFrame(rows)
-ladder.style.format({"N": "{:,}", "GB/s": "{:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
+ladder.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
 
 # %%
 speed = ladder.set_index(["step", "N"])["GB/s"]
