@@ -4,6 +4,7 @@ The build is made once per session (the `built_site` fixture in conftest.py). Wi
 every tutorial through Triton's interpreter, so it also checks that each tutorial runs end to end.
 """
 
+import ast
 import html
 import re
 
@@ -66,11 +67,15 @@ LADDERS = [stem for stem in LADDERS if stem in {"03_parallel_reduction", "05_jax
 LOOPS = ("tl.range", "tl.static_range", "fori_loop", "while_loop", "eviction_policy", "cache_modifier", "tl.minimum")
 
 
+def script(stem):
+    """A page's Python source."""
+    return (ROOT / "tutorials" / f"{WHERE[stem]}.py").read_text(encoding="utf-8")
+
+
 def first_kernel(stem):
     """The source of the first kernel a page defines: the first @triton.jit function, or (a Pallas page) the first
     function whose name ends in _kernel."""
-    import ast
-    source = (ROOT / "tutorials" / f"{WHERE[stem]}.py").read_text(encoding="utf-8")
+    source = script(stem)
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and (node.name.endswith("_kernel") or any(
                 "jit" in ast.unparse(d) for d in node.decorator_list)):
@@ -81,7 +86,6 @@ def first_kernel(stem):
 @pytest.mark.parametrize("stem", LADDERS)
 def test_core_page_starts_its_ladder_with_the_plain_kernel(stem):
     """Step 0 is the plain kernel: the whole row in registers, no loop, no clamping, no cache hints, no prefetch."""
-    import ast
     node, source = first_kernel(stem)
     loops = [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While, ast.comprehension))]
     assert not loops, f"{stem}'s first kernel, {node.name}, loops: step 0 is the plain kernel"
@@ -99,7 +103,7 @@ def section(source, heading):
 def test_core_page_keeps_its_plumbing_in_one_labelled_cell(stem):
     """The timer, the CSV for the landing page and the environment card are defined in "How this page measures",
     before the results and nowhere else."""
-    source = (ROOT / "tutorials" / f"{WHERE[stem]}.py").read_text(encoding="utf-8")
+    source = script(stem)
     plumbing = section(source, "How this page measures")
     for needle in ("def bench(", "SOL_RESULTS", "def environment_card("):
         assert needle in plumbing and source.count(needle) == plumbing.count(needle), \
@@ -126,9 +130,10 @@ def test_core_page_shows_its_ladder_measured(built_site, stem):
 
 @pytest.mark.parametrize("stem", LADDERS)
 def test_core_page_reads_in_twenty_minutes(stem):
-    """By the landing page's formula (conf.py: words / 230), a core page reads in at most 20 minutes."""
-    words = len(re.findall(r"\w+", (ROOT / "tutorials" / f"{WHERE[stem]}.py").read_text(encoding="utf-8")))
-    assert round(words / 230) <= 20, f"{stem}: {words} words, about {round(words / 230)} minutes"
+    """By the landing page's formula (conf.py: words / _WORDS_PER_MINUTE), a core page reads in at most 20 minutes."""
+    per_minute = int(re.search(r"^_WORDS_PER_MINUTE = (\d+)", (ROOT / "conf.py").read_text(encoding="utf-8"), re.M)[1])
+    words = len(re.findall(r"\w+", script(stem)))
+    assert round(words / per_minute) <= 20, f"{stem}: {words} words, about {round(words / per_minute)} minutes"
 
 
 @pytest.mark.parametrize("stem", STEMS)

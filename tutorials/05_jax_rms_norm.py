@@ -379,7 +379,7 @@ def plain_forward(x2d, w, eps=EPS):  # step 0 launched with the production block
     out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((n_rows,), jnp.float32)
     return pl.pallas_call(functools.partial(fwd_plain_kernel, eps=eps, BLOCK_M=block_m, BLOCK_N=block_n),
                           out_shape=out_shape, grid=(pl.cdiv(n_rows, block_m),), interpret=INTERPRET,
-                          compiler_params=_params(_warps(block_m * block_n, 4, 64)))(x2d, w)
+                          compiler_params=_params(_warps(block_m * block_n, x2d.dtype.itemsize, 64)))(x2d, w)
 
 STEPS = [(0, "a block of whole rows a program", plain_forward),
          (1, "the row in PARTS, the next block's AHEAD parts loaded early", functools.partial(_forward, eps=EPS))]
