@@ -4,7 +4,7 @@ which must run what they time once, eagerly, before they capture it in a CUDA gr
 
 import ast
 import os
-import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +86,9 @@ import os, sys
 assert not hasattr(sys, "first_page_was_here"), "the first page's process state reached this page"
 assert "FIRST_PAGE_WAS_HERE" not in os.environ
 print("second page ran clean")
+import time, timeit
+# %%
+timeit.repeat(lambda: time.sleep(0.3), number=1, repeat=2)  # the build's log counts this timer's calls
 '''
 
 
@@ -99,9 +102,10 @@ def _gallery(tmp_path):
     return tmp_path
 
 
-def _build(root):
+def _build(root, quiet=True):
     env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0")
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(root), str(root / "_build")],
+    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", *(["-q"] if quiet else []), str(root),
+                           str(root / "_build")],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -111,6 +115,17 @@ def test_each_page_runs_in_a_clean_process(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     second = (root / "gallery" / "p2_second.rst").read_text()
     assert "second page ran clean" in second, "the second page did not run, or not cleanly"
+
+
+def test_the_log_says_where_a_pages_time_went(tmp_path):
+    proc = _build(_gallery(tmp_path), quiet=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("page p2_second:"))
+    timers = re.search(r"timers ([\d.]+) s in (\d+) calls; slowest cells: line (\d+) ([\d.]+) s", line)
+    assert timers, line
+    assert float(timers[1]) >= 0.6 and timers[2] == "1", line  # two sleeps of 0.3 s, in one call of the timer
+    assert SECOND.splitlines()[int(timers[3]) - 1].startswith("timeit.repeat"), line  # the cell that timed
+    assert float(timers[4]) >= 0.6, line
 
 
 def test_a_page_whose_process_dies_fails_alone(tmp_path):

@@ -255,6 +255,36 @@ def test_row_kernel_writes_every_output(tut, dtype, shape, transposed):
     assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} strides {x.stride()}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (3, 5003), (2, 16384)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_plain_kernel_writes_every_row_sum(tut, dtype, shape, transposed):
+    """The ladder's step 0: one program a row, the whole row in one block, on a poisoned output."""
+    x = _input(shape[::-1] if transposed else shape, dtype, seed=sum(shape) + 7)
+    x = x.t() if transposed else x
+    out = torch.full((x.shape[0],), float("nan"), device=DEVICE, dtype=dtype)
+    tut["plain_sum_rows"](x, out)
+    assert not out.isnan().any(), f"{tuple(x.shape)}: {int(out.isnan().sum())} outputs unwritten"
+    err = _rel_error(out, x.double().sum(1))
+    assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} strides {x.stride()}: relative error {err:.2e}"
+
+
+def test_plain_kernel_refuses_rows_longer_than_its_block(tut):
+    with pytest.raises(ValueError, match="at most 16384"):
+        tut["plain_sum_rows"](torch.zeros(1, 16385, device=DEVICE), torch.empty(1, device=DEVICE))
+
+
+def test_ladder_table_measures_each_step(tut):
+    """The ladder: steps 0-2 with the columns the site expects, step 2 (the drop-in's whole sum) at one row of
+    every element, every figure measured (positive and finite)."""
+    ladder = tut["ladder"]
+    assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"], list(ladder.columns)
+    assert sorted(set(ladder.step)) == [0, 1, 2], ladder
+    assert set(ladder[ladder.step == 2].N) == {tut["LADDER_ELEMENTS"]}, ladder
+    assert {64, 4096} <= set(ladder[ladder.step == 0].N) <= set(ladder[ladder.step == 1].N), ladder
+    assert (ladder["GB/s"] > 0).all() and (ladder["% of light"] > 0).all() and ladder["GB/s"].notna().all(), ladder
+
+
 def test_persistent_second_pass_is_exercised(tut):
     """The vector sizes above must reach the persistent design's second pass, or it goes untested."""
     x = torch.zeros(100_003, device=DEVICE)

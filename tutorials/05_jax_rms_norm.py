@@ -2,19 +2,17 @@
 RMSNorm as a JAX custom op
 ==========================
 
-Tutorial 04's RMSNorm for JAX: a forward and a fused backward written as Pallas kernels
-(``jax.experimental.pallas``, which lowers to Triton on NVIDIA GPUs), made one differentiable function with
-``jax.custom_vjp`` and compiled by ``jax.jit``. Measured against the speed of light (a copy) and XLA's own fusion of
-the ``jax.numpy`` formula, on the GPU that built this page. Over several GPUs, with ``jax.shard_map`` and one
-``psum``: :ref:`sphx_glr_tutorials_05_jax_rms_norm_sharded.py`.
+Tutorial 04's RMSNorm for JAX: Pallas kernels (``jax.experimental.pallas``) made one differentiable function with
+``jax.custom_vjp``, against the speed of light (a copy) and XLA's fusion of the formula. Sharded over several GPUs:
+:ref:`sphx_glr_tutorials_05_jax_rms_norm_sharded.py`.
 
-**Which Pallas backend.** Pallas' Triton backend, used here, runs on every NVIDIA GPU the site supports; JAX 0.11
-deprecates it for Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which
-needs a Hopper GPU or newer and is the way past 8 K columns.
+**Which Pallas backend.** JAX 0.11 deprecates Pallas' Triton backend, used here, in favour of Mosaic GPU
+(``jax.experimental.pallas.mosaic_gpu``: shared memory, TMA, barriers, clusters), which needs a Hopper GPU or newer.
+This page keeps the Triton backend because it runs on every NVIDIA GPU the site supports and its kernels read like
+tutorial 04's; Mosaic GPU is the way past 8 K columns on Hopper.
 
-**What you will learn**: to write a memory-bound Pallas kernel, masked for rows of any length;
-to give it a gradient with ``jax.custom_vjp``, the weight gradient summed in fp32 in a fixed order (bitwise
-deterministic); where XLA's fusion of the formula stands. Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+**What you will learn**: a masked Pallas kernel, then one that prefetches; its gradient with ``jax.custom_vjp``,
+:math:`dw` summed in fp32 in a fixed order (bitwise deterministic). Prerequisites: the algorithm, :ref:`sphx_glr_tutorials_04_rms_norm.py`.
 """
 
 import contextlib, datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, \
@@ -50,18 +48,35 @@ def rms_norm_reference(x, weight, eps=1e-6):
 # g_j \hat{x}_j)` sums **along each row**, :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` **down each column**:
 # a fusion of one loop order reads :math:`x, dy` twice: :math:`5MN` elements, where one kernel moves :math:`3MN`.
 #
-# The forward kernel
-# ------------------
-# A Pallas kernel gets *refs* and says what to load and store. Each program takes ``BLOCK_M`` whole rows; a
-# block is a power of two wide (Triton's tiles are), so columns past :math:`N` and rows past :math:`M` are
-# masked: never read, never written. An index array per axis addresses the tile, as pointers do in Triton.
-# An fp32 row of 32 K fills an SM's registers alone, so nothing would be in flight while it is summed and
-# stored: such rows run on a *persistent* grid, a program per SM that loads the next row's first parts early.
+# The forward kernel, step 0: a block of whole rows a program
+# ------------------------------------------------------------
+# The Pallas a reader needs: a kernel gets *refs* (``x_ref``), views of arrays in GPU memory; ``ref.at[idx]``
+# addresses a tile of one and ``plgpu.load``/``plgpu.store`` move it, masked. ``pl.program_id(0)`` is this program's
+# index in the grid. ``pl.pallas_call(kernel, grid=(P,), out_shape=...)`` makes the kernel a function of arrays run by
+# ``P`` programs, ``out_shape`` giving the outputs' shapes and dtypes; ``interpret=True`` runs it on the CPU.
+# Each program takes ``BLOCK_M`` whole rows; a block is a power of two wide (Triton's tiles are), so columns past
+# :math:`N` and rows past :math:`M` are masked: never read, never written. No loop: the block is in registers once.
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
 def _load(ref, idx, ok, policy=None):  # masked elements read as 0; everything is computed in fp32
     return plgpu.load(ref.at[idx], mask=ok, other=0, eviction_policy=policy).astype(jnp.float32)
+
+def fwd_plain_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
+    """Step 0: program p normalises rows p * BLOCK_M ... (p + 1) * BLOCK_M - 1, whole, in one go."""
+    (n_rows, n_cols), cols = x_ref.shape, jnp.arange(BLOCK_N)
+    rows = pl.program_id(0) * BLOCK_M + jnp.arange(BLOCK_M)
+    idx, ok = _tile(rows, cols, n_rows, n_cols)
+    x = _load(x_ref, idx, ok)
+    rstd = jax.lax.rsqrt(jnp.sum(x * x, axis=1) / n_cols + eps)  # padding adds 0
+    y = x * rstd[:, None] * _load(w_ref, cols, cols < n_cols)[None, :]
+    plgpu.store(y_ref.at[idx], y.astype(y_ref.dtype), mask=ok)
+    plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
+
+# %%
+# Step 1, the production forward: the row in ``PARTS`` parts, the next block's first ``AHEAD`` parts loaded before
+# this one is scaled and stored (a prefetch). An fp32 row of 32 K fills an SM's registers alone, so in step 0 nothing
+# would be in flight while it is summed and stored; a program per SM loads early. Shorter rows: step 0's work.
 
 def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N, PARTS, AHEAD):
     """Blocks of BLOCK_M whole rows padded to BLOCK_N columns, in PARTS parts; program p takes blocks p, p + P,
@@ -84,10 +99,7 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N, PARTS, A
     jax.lax.fori_loop(0, n_mine, step, tuple(load(pid, k) for k in range(AHEAD)))
 
 # %%
-# A 16-bit row of 32 K columns is 32 values a thread at 32 warps: one program fills an SM's registers, and no
-# load is in flight while it sums its row. Such rows are read twice in chunks, as in tutorial 04: a first pass
-# sums the squares and asks L2 to keep the row (``evict_last``); a second walks it backwards, the chunks likeliest
-# still in L2 first, and scales. Each pass loads its next chunk before it uses this one.
+# The fallback for 16-bit rows past 16 K, as in tutorial 04: a row read twice in chunks, kept in L2 between.
 
 def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
     """One row a program, read twice in CHUNKS chunks of CHUNK_N columns."""
@@ -113,10 +125,9 @@ def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
 # %%
 # The backward: one kernel for both gradients
 # -------------------------------------------
-# A *persistent* grid, as in tutorial 04: program :math:`p` of a few per SM takes the blocks of rows :math:`p, p + P,
-# p + 2P`, ... in a ``jax.lax.fori_loop``, writes :math:`dx` and adds :math:`dy \odot \hat{x}` into a ``dw_partial``
-# in fp32 registers, stored once. Each step loads the *next* block first: so few programs hide latency alone. A row
-# too long for registers is walked twice: its dot product in a loop, then :math:`dx` and the partial.
+# As in tutorial 04: program :math:`p` of a persistent grid takes blocks :math:`p, p + P`, ... in a
+# ``jax.lax.fori_loop``, writes :math:`dx`, adds :math:`dy \odot \hat{x}` into an fp32 ``dw_partial`` stored once,
+# and loads the next block first. A row too long for registers is walked twice.
 
 def bwd_kernel(x_ref, w_ref, rstd_ref, dy_ref, dx_ref, dw_partial_ref, *, BLOCK_M, CHUNK_N, CHUNKS):
     """Program p does blocks p, p + P, ... and stores its dw_partial row, zeros included."""
@@ -171,8 +182,10 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
 # %%
 # Launch parameters
 # -----------------
-# Block sizes, warps, stages and grids come from one config function a kernel: change them there. The
-# backward's numbers are tutorial 04's; the forward's were measured for this page on an H100 (``dev/DESIGN.md``).
+# One config function a kernel; the backward's numbers are tutorial 04's. The forward picks
+# kernels per N the other way round from tutorial 04 (there fp32 rows past 16 K are read in chunks, here 16-bit
+# ones): JAX, not Triton's front end, builds these kernels' Triton IR, so the same design compiles differently, and
+# on these kernels a whole fp32 row of 32 K with its next parts loaded early beat two passes, which won for 16 bits.
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # a GPU's SMs; on the CPU, four stand-ins
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
@@ -218,8 +231,7 @@ def _sum_config(n_cols):
 # %%
 # The drop-in function
 # --------------------
-# ``pl.pallas_call`` makes a kernel a function of arrays (the configs run as JAX traces: shapes are static);
-# ``jax.custom_vjp`` pairs forward and backward, the forward saving :math:`x`, :math:`w` and ``rstd``.
+# ``jax.custom_vjp`` pairs forward and backward (the page's one idea); the forward saves :math:`x`, :math:`w`, ``rstd``.
 
 def _forward(x2d, w, eps):
     (n_rows, n_cols), f32 = x2d.shape, jnp.float32
@@ -280,9 +292,8 @@ def rms_norm(x, weight, eps=1e-6):
 # %%
 # Correctness
 # -----------
-# Against ``jax.grad`` of the formula in float64, :math:`\lVert out - ref \rVert / \lVert ref \rVert` of
-# :math:`y, dx, dw` next to XLA's error (the formula in the input's dtype): N = 1, odd N, short and chunked
-# rows. :math:`dx` is against the size of its terms, :math:`r g`, which at N = 1 cancel to almost nothing.
+# Relative errors of :math:`y, dx, dw` against ``jax.grad`` of the formula in float64, beside XLA's (:math:`dx`
+# relative to its terms' size, :math:`r g`).
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 32768)] \
     if ON_GPU else [(17, 1), (33, 257), (3, 20000)]
@@ -313,19 +324,17 @@ for q in ("y", "dx", "dw"):
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
-# Benchmark
-# ---------
-# :math:`MN = 2^{26}` elements a GPU, the same arrays for every provider. JAX runs calls asynchronously: a timing
-# issues ``CALLS`` calls back to back, waits for the last, and takes the median of ``REPEATS`` runs, compiled before;
-# providers take turns, ``ROUNDS`` times, each keeping its fastest round. The *speed of light* is a copy of :math:`x`
-# in JAX, timed the same way (PyTorch's own copy of the same bytes is in the forward rows, beside it). GB/s counts
-# :math:`x, y` forward, :math:`x, dy, dx` backward (from the saved values). The peer: XLA's fusion of the formula
-# under ``jax.jit`` (tutorial 04 measures the same algorithm in Triton, launched from PyTorch):
+# How this page measures
+# -----------------------
+# The timer ``bench`` issues ``CALLS`` calls back to back (JAX queues them), waits for the last and takes the median
+# of ``REPEATS`` runs; ``write_summary`` writes the front page's CSV; the environment card closes the page. The
+# *speed of light* is a copy of :math:`x` in JAX; GB/s counts :math:`x, y` forward, :math:`x, dy, dx` backward.
 
 if TORCH_PEER := ON_GPU and importlib.util.find_spec("torch") is not None:  # PyTorch's copy, beside JAX's
     import torch
     TORCH_PEER = torch.cuda.is_available()
-EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**26 if ON_GPU else 2**13, (10, 7, 2) if ON_GPU else (1, 1, 1)
+# 2**27 elements: each call's kernels run well past the host's time to start a call (at 2**26 a bf16 copy does not)
+EPS, TOTAL_ELEMENTS, (CALLS, REPEATS, ROUNDS) = 1e-6, 2**27 if ON_GPU else 2**13, (10, 7, 2) if ON_GPU else (1, 1, 1)
 SWEEP_N = [2**k for k in range(10, 16)] if ON_GPU else [1024, 4096]  # on the CPU: XLA compiles each N, slowly
 
 def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
@@ -335,6 +344,69 @@ def bench(fn, *args, wait=jax.block_until_ready):  # median ms of one call
         wait(out)
     run()  # compile and warm up outside the timing
     return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
+
+def write_summary(table):  # the site's build gathers each page's summary for its landing page
+    if os.environ.get("SOL_RESULTS"):
+        table[["ours, % of light", "ours / XLA"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+            recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]).to_csv(
+            os.path.join(os.environ["SOL_RESULTS"], "05_jax_rms_norm.csv"))
+
+def environment_card():
+    """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), {jax.device_count()} JAX CPU devices"
+    runtime, driver = "none: Pallas' interpreter (interpret=True); the timings are NOT GPU timings", "unknown"
+    if ON_GPU:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
+                            if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
+        device, runtime = f"{jax.device_count()} x {WHERE}, {NUM_SMS} SMs", f"driver {driver}, {plugins}"
+    card = {"device": device, "driver / CUDA": runtime, "JAX": jax.__version__, "jaxlib": jaxlib.__version__,
+            "torch": version("torch"), "Triton": version("triton"), "Python": platform.python_version(), "built": BUILT,
+            "packages": os.environ.get("SOL_LOCK", "not pinned")}
+    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
+
+# %%
+# The ladder, measured
+# --------------------
+# Step 0 against step 1 (the drop-in's forward), fp32, at a short N and (on a GPU) 32 K, where prefetch matters.
+
+def plain_forward(x2d, w, eps=EPS):  # step 0 launched with the production block sizes
+    n_rows, block_n = x2d.shape[0], pl.next_power_of_2(x2d.shape[1])
+    block_m = max(1, MIN_ELEMENTS // block_n)
+    out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((n_rows,), jnp.float32)
+    return pl.pallas_call(functools.partial(fwd_plain_kernel, eps=eps, BLOCK_M=block_m, BLOCK_N=block_n),
+                          out_shape=out_shape, grid=(pl.cdiv(n_rows, block_m),), interpret=INTERPRET,
+                          compiler_params=_params(_warps(block_m * block_n, x2d.dtype.itemsize, 64)))(x2d, w)
+
+STEPS = [(0, "a block of whole rows a program", plain_forward),
+         (1, "the row in PARTS, the next block's AHEAD parts loaded early", functools.partial(_forward, eps=EPS))]
+ladder_rows = []
+for n_cols in ([4096, 32768] if ON_GPU else [1024]):
+    x = jax.random.normal(jax.random.key(0), (TOTAL_ELEMENTS // n_cols, n_cols), jnp.float32)
+    w = jnp.ones((n_cols,), jnp.float32)
+    light = 2 * x.nbytes / bench(jax.jit(jnp.copy), x) * 1e-6
+    for step, idea, fn in STEPS:
+        gbs = 2 * x.nbytes / bench(jax.jit(fn), x, w) * 1e-6
+        ladder_rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbs, "% of light": 100 * gbs / light})
+    del x, w
+ladder = pd.DataFrame(ladder_rows)
+ladder.style.format({"GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hide(axis="index")
+
+# %%
+
+for n_cols, part in ladder.groupby("N"):
+    gain = part["GB/s"].iloc[1] / part["GB/s"].iloc[0]
+    print(f"At N = {n_cols}, step 1 runs at {gain:.2f}x step 0's GB/s ({part['% of light'].iloc[0]:.3g}% -> "
+          f"{part['% of light'].iloc[1]:.3g}% of the copy).")
+
+# %%
+# Benchmark
+# ---------
+# Every N, both directions, providers taking turns ``ROUNDS`` times (the fastest round kept); the peer is XLA's
+# fusion of the formula, PyTorch's copy a cross-check of the light.
 
 copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []  # jit takes a pullback (pytree)
 for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
@@ -364,7 +436,7 @@ table["ours / XLA"] = table["Pallas (ours)"] / table["XLA (jnp, jit)"]
 table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / XLA": "{:.2f}"}, na_rep="-")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# Each provider as a percentage of the copy beside it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
 styles = {"Pallas (ours)": ("-o", "C0"), "XLA (jnp, jit)": ("--o", "C1"), "PyTorch copy": (":", "C7")}
@@ -380,7 +452,7 @@ title = fig.suptitle(f"RMSNorm in JAX, M x N = {TOTAL_ELEMENTS:,} elements, on {
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the tables above, in this build:
+# Computed from the tables above:
 
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False, observed=True):
     part = part.droplevel(["direction", "dtype"])
@@ -389,41 +461,18 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
           f"{part.index.min()}..{part.index.max()}, at {xla.min():.3g}x to {xla.max():.3g}x XLA's fusion.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
-if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / XLA"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(recommended=[
-        int(n in RANGE.get((d, t), ())) for d, t, n in table.index]).to_csv(os.path.join(os.environ["SOL_RESULTS"], "05_jax_rms_norm.csv"))
+write_summary(table)
 
 # %%
 # Going further
 # -------------
-# A backward program keeps a row of ``dw_partial`` in registers, so rows stop at ``MAX_N`` (deep dive 41 of tutorial
-# 04 splits longer rows over programs). Past 8 K columns one program fills an SM's registers, with little left to load
-# ahead, or the backward reads a row twice. Part of what is left is not the kernels': their own Triton IR, compiled by
-# Triton and launched from PyTorch, ran faster than XLA's build of it in our probes, the 32 K backward excepted
-# (``dev/DESIGN.md``). Shared memory is the way on: Mosaic GPU (the introduction). **Exercises**: sum :math:`dw` with
-# ``jnp.sum(dw_partial, axis=0)``: is it bitwise repeatable on your GPU? Time the backward with ``WARPS_PER_SM = 32``
-# and the forward's fp32 rows of 32 K with other ``PARTS`` and ``AHEAD``. References: Zhang and Sennrich, *Root Mean
-# Square Layer Normalization* (2019); the Pallas documentation.
+# Rows stop at ``MAX_N`` (deep dive 41 of tutorial 04 splits longer rows over programs); past 8 K columns shared
+# memory is the way on, with Mosaic GPU. **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``:
+# is it bitwise repeatable on your GPU? Try other ``PARTS`` and ``AHEAD`` for fp32 rows of 32 K. References: Zhang
+# and Sennrich, *Root Mean Square Layer Normalization* (2019); the Pallas documentation.
 #
 # Where this page was made
 # ------------------------
-
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), {jax.device_count()} JAX CPU devices"
-    runtime, driver = "none: Pallas' interpreter (interpret=True); the timings are NOT GPU timings", "unknown"
-    if ON_GPU:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
-                            if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
-        device, runtime = f"{jax.device_count()} x {WHERE}, {NUM_SMS} SMs", f"driver {driver}, {plugins}"
-    card = {"device": device, "driver / CUDA": runtime, "JAX": jax.__version__, "jaxlib": jaxlib.__version__,
-            "torch": version("torch"), "Triton": version("triton"), "Python": platform.python_version(), "built": BUILT,
-            "packages": os.environ.get("SOL_LOCK", "not pinned")}
-    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
-    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 card = environment_card()
 for array in jax.live_arrays():  # the site is built in one process: free this page's GPU memory for the next

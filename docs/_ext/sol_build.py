@@ -28,7 +28,8 @@ versions, the cache folders): a later build of the same source skips its warm-up
 (Triton's interpreter compiles nothing) there is no warm-up.
 
 The log gives each phase's time (lines starting ``phase``): the warm-up (and each page's), the pre-import, each
-page of the timed pass and the pass's total, and the whole build.
+page of the timed pass and the pass's total, and the whole build. Each page's line also says where its time went:
+the seconds inside its timers (``do_bench``, ``timeit.repeat``) and its slowest cells, by first line.
 """
 
 import copy
@@ -246,6 +247,48 @@ def preimport(modules=PREIMPORT, gpu=False):
     return done
 
 
+def _profiled(function, *args):
+    """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
+    (by its first line) and those spent inside the timers (do_bench, timeit.repeat) with their number of calls.
+    Meant for a page's own process: what it patches is left patched."""
+    import sphinx_gallery.gen_rst as gen_rst
+    import timeit
+
+    blocks, timers = [], [0.0, 0]
+    execute = gen_rst.execute_code_block
+
+    def execute_code_block(compiler, block, *rest, **kwargs):
+        start = time.monotonic()
+        try:
+            return execute(compiler, block, *rest, **kwargs)
+        finally:
+            if block[0] == "code":  # a Block is (type, content, lineno); text blocks pass through here too
+                blocks.append((block[2], time.monotonic() - start))
+
+    def timed(timer):
+        def wrapper(*a, **k):
+            start = time.monotonic()
+            try:
+                return timer(*a, **k)
+            finally:
+                timers[0] += time.monotonic() - start
+                timers[1] += 1
+        return wrapper
+
+    gen_rst.execute_code_block = execute_code_block
+    timeit.repeat = timed(timeit.repeat)
+    if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); else the page times with timeit
+        sys.modules["triton.testing"].do_bench = timed(sys.modules["triton.testing"].do_bench)
+    return function(*args), blocks, tuple(timers)
+
+
+def where_the_time_went(blocks, timers, cells=3):
+    """A log line's tail: the timers' share and the slowest code blocks."""
+    slow = sorted(blocks, key=lambda b: -b[1])[:cells]
+    return (f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
+            + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow))
+
+
 def _isolate_pages(app):
     """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process."""
     import sphinx_gallery.gen_rst as gen_rst
@@ -263,9 +306,10 @@ def _isolate_pages(app):
         src = pathlib.Path(src_dir, fname)
         if not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
-        start = time.monotonic()
+        start, profile = time.monotonic(), ""
         try:
-            result = run_in_child(in_process, fname, target_dir, src_dir, gallery_conf)
+            result, blocks, timers = run_in_child(_profiled, in_process, fname, target_dir, src_dir, gallery_conf)
+            profile = f"; {where_the_time_went(blocks, timers)}"
         except ChildProcessError as err:  # the page as text only, unrun, and its failure for sphinx-gallery
             unrun = copy.copy(gallery_conf)
             unrun["plot_gallery"] = False
@@ -276,7 +320,7 @@ def _isolate_pages(app):
         _pages_time[0] += seconds
         _pages_time[1] += 1
         _logger.info(f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
-                     + (" (failed)" if "formatted_exception" in result[3] else ""))
+                     + (" (failed)" if "formatted_exception" in result[3] else "") + profile)
         return result
 
     generate_file_rst.sol_isolated = True
