@@ -494,7 +494,7 @@ if not ON_GPU:
 # **Where this design stops.** The second read hits L2 only while a row an SM fits it (``RANGE``): at 256 K bf16 (66 MB
 # on 132 SMs) part of it goes to memory. The way past is to split a row across programs on several SMs, each holding
 # its slice in registers, exchanging their slices' maximum and sum (the algebra of vocabulary-parallel tensor
-# parallelism): :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does it for softmax. Further still:
+# parallelism): :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it. Further still:
 # never materialize the logits (*fused linear cross-entropy*: Liger; Wijmans et al. 2024, *Cut Your Losses*).
 #
 # **Exercise**: set ``L2_SHARE = 1.5`` and rerun the ladder: where does the second read start to miss? References:
