@@ -67,8 +67,8 @@ def naive_softmax(x):
 #
 # Step 0: the plain kernel
 # ------------------------
-# One program a row loads the whole row into registers (``BLOCK_N``: its length rounded up to a power of
-# two), takes its maximum and the sum of the exponentials, and stores :math:`y`. Padding lanes load
+# One program a row loads the row into registers (``BLOCK_N``: its length rounded up to a power of two),
+# takes its maximum and the sum of the exponentials, and stores :math:`y`. Padding lanes load
 # :math:`-\infty`, whose exponential is 0. The arithmetic is fp32: fp16 and bf16 are read and written as
 # such (half the bytes) but not rounded on the way.
 
@@ -82,7 +82,7 @@ def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK
     tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
 
 def plain_softmax_rows(x2d, y2d):
-    """y2d = softmax(x2d) along dim 1 (unit stride along rows of at most 32 K), one program a row."""
+    """y2d = softmax(x2d) along dim 1, one program a row (rows of unit stride, at most 32 K)."""
     block_n = triton.next_power_of_2(x2d.shape[1])
     num_warps = min(32, max(4, block_n // 256))  # 8 fp32 a thread (two 16-byte loads); 32 warps: a program's most
     softmax_plain_kernel[(x2d.shape[0],)](x2d, y2d, x2d.shape[1], x2d.stride(0), y2d.stride(0),
@@ -129,7 +129,7 @@ BYTES_PER_THREAD = 32  # of the row, per thread: two 16-byte loads in flight, ro
 RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
          ("backward", "float32"): range(1, 32768 + 1), ("backward", "bfloat16"): range(1, 32768 + 1)}
 
-# num_warps: at least 4 (a short block still gets a full program's threads), at most 32 (1024 threads, a program's limit)
+# num_warps: at most 32 (1024 threads, a program's limit); the floor of 4 never binds (a tile holds MIN_ELEMENTS or more)
 def _fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) of the fused kernels, for rows of n_cols elements of element_size
     bytes (the backward passes 4: it widens y and dy to fp32 whatever their dtype)."""
@@ -249,7 +249,7 @@ def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_strid
             tl.store(dx_row + offs_here, dx.to(dx_ptr.dtype.element_ty), mask=offs_here < n_cols,
                      cache_modifier=".cs")
 
-# chunks of 16 K: 16 fp32 a thread in the largest program (32 warps), room left for the running m and s
+# chunks of 16 K: 16 fp32 a thread at 32 warps (a program's most), leaving registers for the running m and s
 def _online_config(n_cols):
     """Meta-parameters of the online kernels: chunks of BLOCK_N columns, one 32-warp program a row."""
     return dict(BLOCK_N=16384, num_warps=32)
@@ -258,7 +258,7 @@ def _online_config(n_cols):
 # The launchers and the drop-in
 # -----------------------------
 # Step 1's kernel where a row fits in registers, else the online one. ``softmax`` takes what
-# :func:`torch.softmax` takes: any shape, ``dim`` and layout, empty and 0-d tensors, a cast first.
+# :func:`torch.softmax` takes: any shape, ``dim``, layout and dtype cast, empty and 0-d tensors.
 
 def softmax_rows_forward(x2d, y2d):
     """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row. Returns the kernel's name."""
@@ -354,10 +354,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # -----------------------
 # :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: what the
 # kernels cost the GPU, not the Python around them. The *speed of light* is a copy of the same tensor, timed
-# beside it without a graph (in one, CUDA may make a large copy a slower copy-engine transfer). GB/s counts
+# beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts
 # the bytes a perfect kernel moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training.
 
-LigerSoftmaxFunction = quack = None  # a peer not installed, or that cannot run here, gets no column
+LigerSoftmaxFunction = quack = None  # a peer missing here, or unable to run here, gets no column
 with contextlib.suppress(ImportError):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 with contextlib.suppress(Exception):  # quack's CuTe-DSL needs compute capability 9.0 or newer
@@ -499,23 +499,23 @@ fig.tight_layout()
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the tables above, in this build:
+# From the tables above, as this build measured them:
 
 inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]
 pct, vs_peer, past = inside["ours, % of light"], inside["ours / best peer"], table.drop(inside.index)["ours, % of light"]
 d, t, n = pct.idxmin()
-print(f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%) and "
-      f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer: done right, a softmax costs about what a copy costs.")
-print(f"Its slowest point there, {d} {t} at N = {n} ({pct.min():.3g}%), has " + (
-    "short rows: more of a program's time goes to its start and reductions than to moving bytes." if n <= 1024 else
-    "rows for the online backward, which reads y and dy twice." if d == "backward" and n > MAX_FUSED_BWD_N else
-    "long rows: each fills much of an SM's registers, so few programs share an SM to overlap loads and stores."))
+why = ("short rows: a program spends more of its time starting and reducing than moving bytes" if n <= 1024 else
+       "rows for the online backward, which reads y and dy twice" if d == "backward" and n > MAX_FUSED_BWD_N else
+       "long rows: one fills much of an SM's registers, leaving few programs to overlap loads and stores" if n >= 16384 else "")
+print(f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
+      f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {d} {t} at N = {n}" + (f", {why}." if why else "."))
 print((f"Past its range ({', '.join(f'{d} {t} N = {n}: {v:.3g}%' for (d, t, n), v in past.items())}) a 16-bit row of "
        "32 K fills half an SM's registers, one program an SM: " if len(past) else "Past its range, ")
       + "deep dive 12 stages such rows in shared memory, and deep dive 11 takes rows past 32 K.")
 n_mid, fp32 = SWEEP_N[len(SWEEP_N) // 2], table.loc["forward"].loc["float32"]
-print(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive softmax (the "
-      f"bytes model said 4x): fusing is most of the gain, packing short rows adds {speed[1, 256] / speed[0, 256]:.3g}x at N = 256.")
+print(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive softmax (the bytes "
+      f"model said 4x), and packing short rows gave {speed[1, 256] / speed[0, 256]:.3g}x at N = 256: a memory-bound kernel "
+      "reaches a copy's speed by moving each byte once with enough bytes in flight per program.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
