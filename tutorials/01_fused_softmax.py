@@ -174,11 +174,11 @@ def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_r
 # %%
 # Rows longer than the registers hold
 # -----------------------------------
-# Past ``MAX_FUSED_N`` (backward: ``MAX_FUSED_BWD_N``) the drop-in streams a row in chunks. *Online softmax*
-# keeps a running maximum :math:`m` and sum :math:`s` of :math:`e^{x - m}`, rescaled when a chunk raises the
-# maximum to :math:`m'`: :math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`; a second pass writes
-# :math:`y`. Past this page's range: :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` explains
-# their cache hints and reads a row once.
+# Past ``MAX_FUSED_N`` (backward: ``MAX_FUSED_BWD_N``) a row is streamed in chunks. *Online softmax* keeps a
+# running maximum :math:`m` and sum :math:`s` of :math:`e^{x - m}`, rescaled when a chunk raises the maximum
+# to :math:`m'`: :math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`; a second pass writes
+# :math:`y`. Cache hints keep the row in L2 for that pass:
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` explains them, and reads a long row once.
 
 @triton.jit
 def softmax_fwd_online_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -325,7 +325,7 @@ def softmax(input, dim=-1, dtype=None):
 # Correctness
 # -----------
 # The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward,
-# next to PyTorch's own in the same dtype: ours should be no worse. Shapes reach every kernel.
+# next to PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's kernels.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 40_000), (2, 70_001)]
@@ -496,6 +496,7 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
     ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    ax.label_outer()
 axes[0][0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 fig.tight_layout()
