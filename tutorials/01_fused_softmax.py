@@ -325,7 +325,8 @@ def softmax(input, dim=-1, dtype=None):
 # Correctness
 # -----------
 # The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward,
-# next to PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's kernels.
+# next to PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's
+# kernels.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 40_000), (2, 70_001)]
@@ -352,10 +353,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # %%
 # How this page measures
 # -----------------------
-# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the
-# GPU's cost, not Python's. The *speed of light* is a copy of the same tensor, timed
-# beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts
-# the bytes a perfect kernel moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training.
+# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the GPU's
+# cost, not Python's. The *speed of light* is a copy of the same tensor, timed beside it without a graph
+# (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel
+# moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training.
 
 LigerSoftmaxFunction = quack = None  # no column for a peer missing or unable to run here
 with contextlib.suppress(ImportError):
