@@ -361,9 +361,14 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 LigerSoftmaxFunction = quack = None  # no column for a peer missing or unable to run here
 with contextlib.suppress(ImportError):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
-with contextlib.suppress(Exception):  # quack's CuTe-DSL needs compute capability 9.0 or newer
+why = "quack's CuTe-DSL needs a GPU of compute capability 9.0 or newer"
+try:
     if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
         import quack
+except Exception as err:  # not installed, or does not load here
+    why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
+if quack is None:
+    print(f"No quack column: {why}.")
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
