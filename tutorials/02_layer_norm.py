@@ -2,14 +2,14 @@
 Layer norm, forward and backward
 ================================
 
-Layer normalization brings each row to zero mean and unit variance, then applies a learned scale :math:`w` and shift
-:math:`b`; memory traffic sets its speed, at best that of a copy of the same bytes (the *speed of light*). You build a
-drop-in for :func:`torch.nn.functional.layer_norm` whose backward sums :math:`dw` and :math:`db` over all rows without
-locks, the same bits on every run, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+Layer norm brings each row to zero mean and unit variance, then scales it by :math:`w` and shifts it by :math:`b`.
+Memory sets its speed: at best a copy's of the same bytes (the *speed of light*). You build a drop-in for
+:func:`torch.nn.functional.layer_norm`, timed against PyTorch, ``torch.compile``, Liger-Kernel and quack, whose
+backward sums :math:`dw` and :math:`db` without locks, the same bits every run.
 
-**What you will learn**: to predict a layer norm's speed from its bytes and fuse it into one read of
-each row; how a persistent grid with per-program partial sums makes :math:`dw` and :math:`db` deterministic and fast; to
-stream rows too long for registers. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+**What you will learn**: a ladder from one row a program to blocks of rows with warps sized to their bytes, and a
+persistent backward whose per-program partial sums are deterministic. The Triton basics are in the primer of
+:ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
 import contextlib, datetime, itertools, math, os, platform, timeit
@@ -25,14 +25,12 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
-# The naive layer norm, its bytes, and the fused forward kernel
-# -------------------------------------------------------------
-# A row :math:`x` with mean :math:`\mu` and variance :math:`\sigma^2` becomes :math:`y = \hat{x} \odot w + b`, where
-# :math:`\hat{x} = (x - \mu) \, r`, :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). One PyTorch operation a line
-# reads :math:`7MN` elements and writes :math:`5MN`, where a kernel keeping each row on chip moves :math:`2MN` (the mean
-# and ``rstd`` it saves for the backward are 8 bytes a row): it should be about **6 times faster**. As in tutorial 01, a
-# program holds ``BLOCK_M`` whole rows padded to ``BLOCK_N``, a power of two, and computes in fp32 their mean, then the
-# variance of :math:`x - \mu` (no second read, no cancellation as in :math:`E[x^2] - \mu^2`).
+# The bytes model
+# ---------------
+# A row :math:`x` becomes :math:`y = \hat{x} \odot w + b`, :math:`\hat{x} = (x - \mu) \, r`, with :math:`\mu` its mean
+# and :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). The naive version reads :math:`7MN` elements and writes
+# :math:`5MN`; a kernel that keeps each row on chip reads :math:`x` and writes :math:`y`, :math:`2MN`: it should be
+# about **6 times faster**.
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     mean = x.mean(dim=-1, keepdim=True)  # read MN
@@ -40,6 +38,41 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):  # over the last dim
     var = (xc * xc).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN
     x_hat = xc * torch.rsqrt(var + eps)  # read MN, write MN
     return x_hat * weight + bias  # read MN, write MN; read MN, write MN
+
+# %%
+# Step 0: one row a program
+# -------------------------
+# Program ``row`` holds its whole row, padded to ``BLOCK_N``, in registers and computes in fp32 the mean, then the
+# variance of :math:`x - \mu` (no cancellation as in :math:`E[x^2] - \mu^2`), with Triton's default of 4 warps.
+
+@triton.jit
+def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_cols, row_stride, eps,
+                                BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < n_cols
+    x = tl.load(x_ptr + row.to(tl.int64) * row_stride + cols, mask=ok, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(ok, x - mean, 0.0)  # the padding must not count in the variance
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row.to(tl.int64) * row_stride + cols, (xc * rstd * w + b).to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+def plain_forward(x, y, w, b, mean, rstd, eps):  # contiguous rows
+    grid, n = x.shape
+    plain_layer_norm_fwd_kernel[(grid,)](x, y, w, b, mean, rstd, n, n, eps, BLOCK_N=triton.next_power_of_2(n))
+
+# %%
+# Step 1: a block of rows a program, warps sized to its bytes
+# -----------------------------------------------------------
+# A row of 512 fp32 is 2 KB, one 16-byte load a thread: then a wait, and an SM holds too few such programs to keep
+# the memory busy. Step 1, the drop-in's forward, gives a program ``BLOCK_M`` rows, at least ``MIN_ELEMENTS``
+# elements, and warps enough for about 64 bytes of :math:`x` a thread. Details: its loop runs once a program here;
+# rows past the end are clamped (``tl.minimum``: loaded, never stored); ``.cg`` loads :math:`x` past L1, kept for
+# :math:`w` and :math:`b`.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -74,24 +107,15 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
             tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
-# The backward pass, without locks
-# --------------------------------
-# With :math:`g = dy \odot w` (:math:`g = dy` without a weight), through each row's mean and variance,
-#
-# .. math:: dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
-#    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
-#
-# :math:`dx` is like the softmax backward: two dot products along the row, then an elementwise step. But every row adds
-# to every column of :math:`dw` and :math:`db`. A *persistent* grid runs one program an SM: program :math:`p` of
-# :math:`P` takes the blocks of rows :math:`p, p + P, \ldots`, writes their :math:`dx` and adds :math:`dy \odot \hat{x}`
-# and :math:`dy` in fp32 registers, stored at the end in *its own* line of a ``[P, N]`` buffer: no lock, no atomic, no
-# waiting. A second kernel sums the lines in a fixed order: the same bits on every run (same GPU, grid).
-# :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py` measures the classic design (spin locks) against it.
-#
-# One program an SM has little in flight if it waits for each block's loads. ``tl.range(..., num_stages=STAGES)`` asks
-# Triton's *software pipeliner* to issue the loads of the next ``STAGES - 1`` blocks before this one is computed, into
-# shared memory (asynchronous copies, ``cp.async``): the memory keeps working while the arithmetic and the stores go on,
-# and the registers hold only the block being computed and the two accumulators.
+# The backward, without locks
+# ---------------------------
+# With :math:`g = dy \odot w`, :math:`dx = r \, (g - \overline{g} - \hat{x} \, \overline{g \hat{x}})` (bars: means
+# along the row), :math:`dw = \sum_\text{rows} dy \odot \hat{x}` and :math:`db = \sum_\text{rows} dy`: every row adds to
+# every column of :math:`dw` and :math:`db`. A *persistent* grid of one program an SM gives program :math:`p` of
+# :math:`P` the blocks of rows :math:`p, p + P, \ldots`; it adds into fp32 registers, stored at the end in *its own*
+# line of a ``[P, N]`` buffer: no lock, no atomic. A second kernel sums the lines in a fixed order: the same bits every
+# run. ``tl.range(..., num_stages=STAGES)``, new here, has Triton load the next ``STAGES - 1`` blocks into shared
+# memory while this one is computed. :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py` measures spin locks.
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -153,10 +177,9 @@ def sum_partials_kernel(
 # %%
 # Rows too long for registers
 # ---------------------------
-# Past ``MAX_FUSED_N`` columns forward and ``MAX_BWD_FUSED_N`` backward, each row is streamed twice in chunks: for
-# statistics (sums of :math:`x - s` and :math:`(x - s)^2`, :math:`s` the row's first element, small even for a large
-# mean) or dot products, then *backwards* (last chunks first, likeliest in L2) to write :math:`y`, or :math:`dx` and the
-# program's partial line. Forward: 3 row transfers, not 2, if the second read misses L2.
+# Past ``MAX_FUSED_N`` columns (forward) and ``MAX_BWD_FUSED_N`` (backward) these kernels stream a row twice in
+# chunks: statistics or dot products, then the outputs, last chunk first (likeliest in L2). ``eviction_policy`` asks
+# L2 to keep or drop a load's lines. Deep dives 21 and 23 are faster there.
 
 @triton.jit
 def layer_norm_fwd_chunked_kernel(
@@ -257,26 +280,27 @@ def layer_norm_bwd_chunked_kernel(
                 tl.store(db_line + offs, db_old + dy, mask=ok)
 
 # %%
-# Launch parameters and the drop-in function
-# ------------------------------------------
-# One config function a kernel sets block sizes, warps and grid, each value measured fastest on an H100 (``dev/DESIGN.md``;
-# how: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). Launchers take 2-D views with unit-stride rows;
-# ``layer_norm`` takes all that :func:`torch.nn.functional.layer_norm` takes and raises a clear error for the rest.
+# Launch parameters and the drop-in
+# ---------------------------------
+# Each value was measured fastest on an H100 (how: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`).
+# Inside the config functions: rows of 512 take 128 bytes a thread and 2 warps or more (faster there), others 64 and
+# 4; the chunked forward runs 32 warps (16 fp32 a thread), the chunked backward 16 (8 of :math:`x` and 8 of
+# :math:`dy`); the backward pipelines 2 to 4 stages, as many as ``BWD_STAGE_BYTES`` holds.
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-MAX_FUSED_N = 32768  # forward: longest row a program holds in registers
-MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # backward: a block of x, dy and 2 fp32 accumulators fit one program's registers
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # the CPU's stand-in: 4
+MAX_FUSED_N = 32768  # forward: the longest row a program holds in registers (32 fp32 a thread, 32 warps)
+MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # backward: a block of x, dy and 2 fp32 accumulators fits one program's registers
 MIN_ELEMENTS = 4096  # forward: fewest elements a block of rows moves, to keep enough bytes in flight
-FWD_MIN_BYTES_PER_SM = 40960  # forward: if an SM's programs hold fewer bytes of x, twice the rows each
-BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (the same bytes in every dtype)
-BWD_PROGRAMS_PER_SM = 1  # backward: one program an SM, its loads pipelined; fewer partial lines to sum
-BWD_VALUES_PER_THREAD = 32  # backward: fp32 values of a block a thread (each accumulator holds as many)
-BWD_STAGE_BYTES = 98304  # backward: shared memory for the pipelined loads, STAGES x (x and dy of a block)
-BWD_WARPS_PER_SM = 32  # chunked backward: as many programs per SM as fit in this many warps (at least one)
-CHUNK_N = {"forward": 16384, "backward": 4096}  # columns per chunk of the chunked kernels
+FWD_MIN_BYTES_PER_SM = 40960  # forward: if an SM's programs hold fewer bytes of x, twice the rows each, for the same
+BWD_MIN_BYTES = 8192  # backward: fewest bytes of x a block moves (any dtype): enough to fill a pipeline stage
+BWD_PROGRAMS_PER_SM = 1  # backward: one program an SM, its loads pipelined: the fewest partial lines to sum
+BWD_VALUES_PER_THREAD = 32  # backward: fp32 values of a block a thread; each accumulator holds as many again
+BWD_STAGE_BYTES = 98304  # backward: shared memory for the stages' x and dy, under half of an H100 SM's 228 KB
+BWD_WARPS_PER_SM = 32  # chunked backward: programs an SM holds, in warps: half of 64 was fastest on an H100
+CHUNK_N = {"forward": 16384, "backward": 4096}  # columns a chunk: as many as the warps hold in registers at once
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1),  # the N these kernels
          ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # are for ("Going further")
-SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: narrow strips, many programs
+SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: strips of 16 columns, many programs
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _occupancy = {}
 
@@ -359,15 +383,6 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
         sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **SUM_META)
     return kernel, lines
 
-def _check(t, name):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"layer_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; these kernels support float32, float16 and "
-                        "bfloat16 (use torch.nn.functional.layer_norm for other dtypes)")
-    if t.device.type != DEVICE.type:
-        raise ValueError(f"layer_norm: {name} is on {t.device}, the kernels on {DEVICE.type}: use .to('{DEVICE.type}')")
-
 def _rows(t, n_rows, n_cols):  # a (n_rows, n_cols) view of t with unit stride along the row, copied only if needed
     return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
 
@@ -394,18 +409,22 @@ class LayerNormFunction(torch.autograd.Function):  # on rows: x2d of (M, N) from
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
-    _check(input, "input")
+    for t, name in ((input, "input"), (weight, "weight"), (bias, "bias")):
+        if name != "input" and t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"layer_norm: {name} is {getattr(t, 'dtype', type(t))}; these kernels take a torch.Tensor of "
+                            "dtype float32, float16 and bfloat16 (torch.nn.functional.layer_norm takes the others)")
+        if t.device.type != DEVICE.type or t.device != input.device:
+            raise ValueError(f"layer_norm: {name} is on {t.device}; the kernels want input, weight, bias on one {DEVICE.type}")
     shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
     if not all(isinstance(d, int) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
-    if not shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
-        raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be one or more trailing dimensions "
-                         f"of input, whose shape is {list(input.shape)}")
-    for t, name in [(t, name) for t, name in ((weight, "weight"), (bias, "bias")) if t is not None]:
-        _check(t, name)
-        if tuple(t.shape) != shape or t.device != input.device:
-            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} on {t.device}, expected normalized_shape "
-                             f"{list(shape)} on input's device, {input.device}")
+    if not shape or input.shape[input.dim() - len(shape):] != shape:
+        raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be input's trailing dims; input is {list(input.shape)}")
+    for t, name in ((weight, "weight"), (bias, "bias")):
+        if t is not None and t.shape != shape:
+            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)}, expected normalized_shape {list(shape)}")
     if (n_cols := math.prod(shape)) >= 2**31:
         raise ValueError(f"layer_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
     x2d = _rows(input, math.prod(input.shape[: input.dim() - len(shape)]), n_cols)  # autograd reshapes dx back
@@ -415,9 +434,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 # %%
 # Correctness
 # -----------
-# :math:`\lVert out - ref \rVert / \lVert ref \rVert` of :math:`y, dx, dw, db` against the naive layer norm in float64,
-# on rows whose mean is far from zero (what breaks a careless variance): one column, short rows, odd and chunked
-# lengths; each within a few roundings of its dtype, and 10 runs on the same inputs (3 on a CPU) bit for bit the same.
+# Errors of :math:`y, dx, dw, db` against the naive layer norm in float64, on rows whose mean is far from zero: each
+# within a few roundings of its dtype, and 10 runs (3 on a CPU) bit for bit the same.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (2048, 4096), (512, 12_288), (64, 30_000), (16, 100_003)] if ON_GPU \
     else [(17, 1), (33, 257), (6, 1000), (3, 40_000)]
@@ -429,64 +447,111 @@ def check_row(shape, dtype, runs=10 if ON_GPU else 3):
     refs = ((y64 := naive_layer_norm(*ins64)).detach(), *torch.autograd.grad(y64, ins64, dy.double()))
     err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1.0)).item()
     first, *again = [(y := layer_norm(x, shape[1:], w, b), *torch.autograd.grad(y, (x, w, b), dy)) for _ in range(runs)]
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}  # dx: exactly 0 where N = 1, as ref
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
     row |= {f"ours {q}": err(out, ref) for q, out, ref in zip(("y", "dx", "dw", "db"), first, refs)}
-    same = all(torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))
-    return row | {"ours, same bits": same}  # compared as bytes: the same bits, whatever the values
+    return row | {"same bits": all(torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))}
 
 torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
 TOLERANCE, OURS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}, ["ours y", "ours dx", "ours dw", "ours db"]
-determinism = dict(zip(errors["dtype"] + ", " + errors["shape"], errors["ours, same bits"]))
-assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and all(determinism.values()), \
-    f"errors above {TOLERANCE}, or different bits between runs:\n{errors}"
+determinism = dict(zip(errors["dtype"] + ", " + errors["shape"], errors["same bits"]))
+assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and all(determinism.values()), errors
 errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 
 # %%
-# Benchmark
-# ---------
-# :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed by
-# :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not Python's. The
-# *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower copy engine). GB/s
-# counts :math:`x, y` forward, :math:`x, dy, dx` backward (with :math:`dw, db`). Below: % of the copy, read; then GB/s.
+# How this page measures
+# ----------------------
+# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays: the kernels' cost, not Python's. The
+# *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may pick a slower copy engine). GB/s
+# counts :math:`x, y` forward, :math:`x, dy, dx` backward.
 
-TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(9, 17)]) if ON_GPU else (2**14, [256, 2048, 16384, 65536])
+if ON_GPU:  # graphs are not captured on the default stream (nor autograd's)
+    torch.cuda.set_stream(torch.cuda.Stream())
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
-    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+    if not ON_GPU:  # the interpreter compiles nothing, and its times mean nothing
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up outside the timing
-    if graph:  # (torch.cuda.graph and do_bench synchronize first)
+    if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
-fns = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
-    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
-    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # every point
-    fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
-    with contextlib.suppress(ImportError):  # Liger, when installed
-        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-        fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-try:  # quack's layer norm is a pair of functions taking fp32 w and b, joined here by an autograd function
-    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "quack needs a GPU of compute capability 9.0 or newer"
-    from quack.rmsnorm import layernorm_bwd, layernorm_fwd
-    class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
-        @staticmethod
-        def forward(ctx, x, w, b):
-            y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
-            ctx.save_for_backward(x, rstd, mean)
-            return y
-        @staticmethod
-        def backward(ctx, dy):
-            x, rstd, mean = ctx.saved_tensors
-            dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)
-            return dx, dw.to(dy.dtype), db.to(dy.dtype)
-    fns["quack"] = QuackLayerNorm.apply
-except Exception as err:  # not installed, or not for this GPU
-    print(f"No quack column: {' '.join(str(err).split())[:100]} ({type(err).__name__})")
-fns["ours"], records = lambda x, w, b: layer_norm(x, x.shape[-1:], w, b), []
+def providers():  # name -> fn(x, w, b); peers that cannot run here are left out
+    found = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
+    if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
+        torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # every point
+        found["torch.compile"] = torch.compile(found["torch"], dynamic=False)
+        with contextlib.suppress(ImportError):
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    try:  # quack takes fp32 w and b: w32, b32, made once a point, outside the timing
+        assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "quack needs a GPU of compute capability 9.0 or newer"
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+        class QuackLayerNorm(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w, b):
+                y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+                ctx.save_for_backward(x, rstd, mean)
+                return y
+            @staticmethod
+            def backward(ctx, dy):
+                dx, dw, db = layernorm_bwd(ctx.saved_tensors[0], w32, dy.contiguous(), *ctx.saved_tensors[1:], True)
+                return dx, dw.to(dy.dtype), db.to(dy.dtype)
+        found["quack"] = QuackLayerNorm.apply
+    except Exception as err:  # not installed, or not for this GPU
+        print(f"No quack column: {' '.join(str(err).split())[:100]} ({type(err).__name__})")
+    return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
+
+def write_results(table):  # the summary the site's front page reads
+    if os.environ.get("SOL_RESULTS"):
+        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm.csv"))
+
+def environment_card():  # everything needed to judge this page's numbers, collapsed
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB" if ON_GPU
+            else f"CPU only ({platform.machine()}, {os.cpu_count()} cores)", "driver / CUDA":
+            f"{collect_env.get_nvidia_driver_version(collect_env.run) or 'unknown'} / {torch.version.cuda}" if ON_GPU else "none: the "
+            "timings are NOT GPU timings", "torch": torch.__version__, "Triton": triton.__version__, "Python":
+            platform.python_version(), "built": BUILT, "packages": os.environ.get("SOL_LOCK", "not pinned")}
+    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
+
+# %%
+# The ladder, measured
+# --------------------
+# Both steps on fp32 rows, :math:`MN` elements in all, at a short N (a row alone moves few bytes) and a wide one (4
+# warps hold many values a thread):
+
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14  # on a GPU, far past the 50 MB L2
+rows = []
+for n_cols in [512, 8192] if ON_GPU else [256, 2048]:
+    x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE)
+    w, b = torch.randn(2, n_cols, device=DEVICE)
+    y, (mean, rstd) = torch.empty_like(x), torch.empty(2, len(x), device=DEVICE)
+    light = 8 * x.numel() / bench(lambda: y.copy_(x), graph=False) * 1e-6  # 4 bytes read, 4 written an element
+    for step, idea, launch in [(0, "one row a program, 4 warps", plain_forward),
+                               (1, "a block of rows a program, warps sized to its bytes", layer_norm_rows_forward)]:
+        launch(x, y, w, b, mean, rstd, 1e-5)
+        torch.testing.assert_close(y, F.layer_norm(x, (n_cols,), w, b), atol=1e-4, rtol=1e-4)
+        gbs = 8 * x.numel() / bench(lambda: launch(x, y, w, b, mean, rstd, 1e-5)) * 1e-6
+        rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbs, "% of light": 100 * gbs / light})
+del x, y
+ladder = pd.DataFrame(rows).sort_values(["step", "N"])
+ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}" if ON_GPU else "{:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
+
+# %%
+speed = ladder.set_index(["step", "N"])["GB/s"]
+print(" ".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0." for n in ladder.N.unique()))
+
+# %%
+# Benchmark
+# ---------
+# Every provider on the same tensors, checked against torch in fp32, then timed; first % of the copy, read; then GB/s.
+
+SWEEP_N = [2**k for k in range(9, 17)] if ON_GPU else [256, 2048, 16384, 65536]
+fns, records = providers(), []
 for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), SWEEP_N):
     x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
     w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
@@ -516,37 +581,43 @@ for ax, (key, part) in zip(axes.flat, table.reset_index([0, 1]).groupby(["direct
                     linestyle=":" if name == "naive" else "-", linewidth=2.5 if name == "ours" else 1.2, label=name)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set(title=", ".join(key), xlabel="row length N (elements)", ylabel="% of the copy's GB/s"), ax.grid(True, alpha=0.3)
-    span = lambda s, unit="x": f"{s.min():.3g}{unit} (N = {s.idxmin()}) to {s.max():.3g}{unit} (N = {s.idxmax()})"
-    short = (part["ours, % of light"] < 95) | (part["ours / best peer"] < 0.99)  # the site's bar: both
-    print(f"{', '.join(key)}: ours at {span(part['ours, % of light'], '%')} of the copy; versus naive (6x predicted "
-          f"forward) {span(part.ours / part.naive)}, versus the best peer {span(part['ours / best peer'])}; "
-          f"under 95% of the copy or 0.99x the best peer at N = {list(part.index[short]) or 'no N'}")
 axes[0][0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"Layer norm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
-        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm.csv"))
+write_results(table)
 table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
                    na_rep="-")
 
 # %%
+# Reading the numbers
+# -------------------
+
+inside = pd.Series([n in RANGE[(d, t)] for d, t, n in table.index], index=table.index)
+mine, past, fwd = table[inside], table.loc[~inside, "ours, % of light"], table.loc["forward"]
+vs_naive = fwd.ours / fwd.naive
+print(f"Inside RANGE, the N these kernels are for, ours ran at {mine['ours, % of light'].min():.3g}% to "
+      f"{mine['ours, % of light'].max():.3g}% of the copy's GB/s (median {mine['ours, % of light'].median():.3g}%) and "
+      f"{mine['ours / best peer'].min():.2f}x to {mine['ours / best peer'].max():.2f}x the fastest peer's.")
+print(f"Forward, it ran {vs_naive.min():.2g}x to {vs_naive.max():.2g}x as fast as the naive layer norm, where the bytes "
+      "model predicts 6x: " + ("the naive's twelve passes also run below a copy's speed." if vs_naive.median() > 6 else
+                                "the fused kernel gives up part of what its bytes allow."))
+print(f"Past RANGE (N = {', '.join(map(str, sorted({n for *_, n in past.index})))}) ours fell to as little as "
+      f"{past.min():.3g}% of the copy: a row that fills a program's registers leaves room for few programs an SM, so few "
+      "bytes are in flight, and past MAX_FUSED_N the chunked kernels read x twice; deep dives 21 (forward) and 23 "
+      "(backward) take over there.")
+print("The take-away: a layer norm is a copy with two reductions on the way; fused into one read of each row, it runs "
+      "at a copy's pace as long as the row fits in a program's registers, and its backward needs no lock to be fast.")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing of a GPU's speed.")
+
+# %%
 # Going further
 # -------------
-# **Where this design stops.** Past ``MAX_FUSED_N`` and ``MAX_BWD_FUSED_N`` columns the chunked kernels read each row
-# twice; before that, a wide row fills a program's registers and few programs share an SM: the forward keeps fewer bytes
-# in flight, the backward stages its next blocks in shared memory instead. Past ``RANGE`` the site recommends
-# deep dives, measured against these kernels: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (:math:`x`
-# read twice, or a row split), :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared
-# memory), :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row shared by programs).
-# **Exercise**: set ``STAGES`` to 1 in ``_bwd_config`` (no pipelining): which widths fall, and why? Reference: Ba et al.
-# (2016).
+# **Where this design stops.** A wide row fills a program's registers and leaves room for few programs an SM: the
+# forward keeps fewer bytes in flight, the backward stages its next blocks in shared memory instead; past the fused
+# limits the chunked kernels read each row twice. Past ``RANGE`` the site recommends deep dives, measured against these
+# kernels: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (:math:`x` read twice, or a row split),
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory),
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row shared by programs).
+# **Exercise**: set ``STAGES`` to 1 in ``_bwd_config``: which widths fall, and why? Reference: Ba et al. (2016).
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
-card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB" if ON_GPU
-        else f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
-        "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run) or 'unknown'} / {torch.version.cuda}"
-        if ON_GPU else "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings",
-        "torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
-        "packages": os.environ.get("SOL_LOCK", "not pinned")}
-html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
-type("Collapsed", (), {"_repr_html_": lambda self: html})()  # everything needed to judge this page's numbers, collapsed
+environment_card()
