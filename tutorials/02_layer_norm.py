@@ -353,6 +353,7 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
         grid = (triton.cdiv(n_cols, SUM_META["BLOCK_C"]),)
         sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **SUM_META)
     return kernel, lines
+
 def _rows(t, n_rows, n_cols):  # unit-stride rows, copied only if needed
     return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
 
