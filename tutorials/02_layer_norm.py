@@ -422,8 +422,8 @@ errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 # %%
 # How this page measures
 # ----------------------
-# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without
-# (CUDA may pick a slower engine in one). GB/s counts *x, y* forward, *x, dy, dx* backward.
+# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
+# graph (CUDA may pick a slower engine in one). GB/s counts *x, y* forward, *x, dy, dx* backward.
 
 if ON_GPU:  # graphs are not captured on the default stream
     torch.cuda.set_stream(torch.cuda.Stream())
@@ -480,7 +480,7 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # Steps 0 and 1 on fp32 rows short (few bytes a row) and wide (many values a thread), among all providers:
 
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
-    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26 elements: far past the 50 MB L2
+    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: far past the 50 MB L2
 fns, records, steps = providers(), [], []
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in SWEEP_N:
