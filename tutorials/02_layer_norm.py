@@ -262,7 +262,7 @@ def layer_norm_bwd_chunked_kernel(
 # Launch parameters and the drop-in
 # ---------------------------------
 # Measured fastest on an H100 (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). In the configs:
-# rows of 512 take 128 bytes a thread (faster there), others 64; chunks, 32 warps forward, 16 backward (16 values a
+# rows of 512 take 128 bytes a thread, others 64; chunks, 32 warps forward, 16 backward (16 values a
 # thread); 2 to 4 stages, as ``BWD_STAGE_BYTES`` allows.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
