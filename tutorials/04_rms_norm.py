@@ -11,7 +11,7 @@ persistent grid that sums the weight gradient in registers, then in a fixed orde
 Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, platform, timeit
+import contextlib, datetime, itertools, math, os, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -89,12 +89,11 @@ def plain_backward(x, w, rstd, dy, dx, dw):  # contiguous rows
 # %%
 # Step 1: several rows a program
 # ------------------------------
-# A program takes ``BLOCK_M`` rows of ``BLOCK_N`` columns, at least ``MIN_ELEMENTS`` (rows of 256: 16 a
-# program), warps sized to the tile. The drop-in's forward below is built so; the ladder
-# times the idea in the backward (step 2's kernel, a program a block). Rows past the end are clamped to the last
-# (``tl.minimum``): no row mask on loads, the duplicate never stored. ``tl.sum`` leaves ``rstd`` in every thread of
-# its row; a 1-D store would go through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``),
-# masked to column 0.
+# A program takes ``BLOCK_M`` rows of ``BLOCK_N`` columns, at least ``MIN_ELEMENTS`` (rows of 256: 16 a program),
+# warps sized to the tile. The ladder times this in the backward (step 2's kernel, a program a block); the
+# drop-in's forward below is built so. Rows past the end are clamped to the last (``tl.minimum``): no row mask on
+# loads, the duplicate never stored. ``tl.sum`` leaves ``rstd`` in every thread of its row; a 1-D store would go
+# through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked to column 0.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -166,7 +165,7 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
 # %%
 # Rows too long for registers
 # ---------------------------
-# Past ``MAX_FUSED_N`` rows stream in chunks, read twice, as in 01; past ``RANGE`` the deep dives below are faster.
+# Past ``MAX_FUSED_N`` rows stream in chunks, read twice, as in 01; past ``RANGE`` the deep dives are faster.
 
 @triton.jit
 def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -311,7 +310,7 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, programs=
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-def _as_rows(t, n_cols):  # rows of unit stride: a view, else a copy
+def _as_rows(t, n_cols):  # a view where one can do
     t2d = t.reshape(t.numel() // n_cols if n_cols else 0, n_cols)
     return t2d if t2d.stride(-1) == 1 or n_cols == 1 else t2d.contiguous()
 
@@ -389,7 +388,7 @@ errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
     else dict.fromkeys(["forward", "backward"], [256, 1024, 4096])
-if ON_GPU:  # graphs are captured off the default stream
+if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
 
 def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
@@ -403,7 +402,7 @@ def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
-def tensors(n_cols, dtype):  # x, w, dy, and a copy's GB/s
+def tensors(n_cols, dtype):  # and a copy's GB/s
     x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE, dtype=dtype)
     w, dy, out = torch.rand(n_cols, device=DEVICE, dtype=dtype) + 0.5, torch.randn_like(x), torch.empty_like(x)
     return x, w, dy, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
@@ -430,8 +429,7 @@ def write_results(table):  # for the landing page
 
 def environment_card():
     card = {"device": WHERE, "driver / CUDA": f"CUDA {torch.version.cuda}" if ON_GPU else "none: Triton's interpreter",
-            "torch": torch.__version__, "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
-            "packages": os.getenv("SOL_LOCK", "unpinned")}
+            "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "unpinned")}
     html = pd.Series(card, name="").to_frame().to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{html}</details>"})()
 
@@ -467,7 +465,7 @@ print(f"Step 1 ran {speed[1, 256] / speed[0, 256]:.3g}x as fast as step 0 at N =
 records = []
 for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), sorted(set(SWEEP_N["forward"] + SWEEP_N["backward"]))):
     x, w, dy, light = tensors(n_cols, dtype)
-    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)  # as in training
+    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
     record = lambda direction, name, ms: records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols,
         "provider": name, "GB/s": gbps(direction == "forward", x, ms), "speed of light GB/s": light})
     for name, fn in fns.items():
@@ -509,8 +507,8 @@ inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
 light, peer = table["ours, % of light"], table["ours / best peer"][inside]
 naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], light[[not i for i in inside]]
 print(f"Inside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, {peer.min():.3g}-"
-      f"{peer.max():.3g}x the best peer's speed. In fp32 the forward ran {naive.min():.3g}-"
-      f"{naive.max():.3g}x as fast as the naive one, where the bytes model predicted 3.5x.")
+      f"{peer.max():.3g}x the best peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x the naive one's speed "
+      "(the bytes model: 3.5x).")
 print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills one program an SM, "
       "longer rows are read twice; deep dive 42 stages such rows in shared memory." if len(past) else "No N past its range "
       "was measured here, where deep dives 42 and 41 take over.")
