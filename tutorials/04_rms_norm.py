@@ -514,7 +514,7 @@ print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}:
       "was measured here, where deep dives 42 and 41 take over.")
 s = ladder[ladder.N == 256].set_index("step")["% of light"]
 print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per row (step 0), "
-      f"{s[2]:.3g}% with a few hundred (step 2).")
+      f"{s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]} partials in all (step 2).")
 
 # %%
 # Going further
