@@ -39,8 +39,8 @@ def test_every_tutorial_has_a_page():
 MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (issue 17)
 # Pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
-# recommended column of its results: 2 to 4 lines; to trim (02 and 04 when issue 31 turns them into ladders)
-LONGER = {"02_layer_norm": 554, "04_rms_norm": 554, "23_layer_norm_wide_backward": 607, "41_rms_norm_wide_backward": 607}
+# recommended column of its results: 2 to 4 lines; to trim
+LONGER = {"23_layer_norm_wide_backward": 607, "41_rms_norm_wide_backward": 607}
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
@@ -61,9 +61,7 @@ def test_core_pages_name_their_deep_dives():
 
 # The core pages that teach a design as a ladder: the first page of each number. A companion page of the same number
 # (02_layer_norm_backward_locks, 05_jax_rms_norm_sharded) extends its core page with one more design, as a deep dive does.
-# Issue 31 turns them into ladders one at a time: the pages already turned are checked here; add each page as it is.
 LADDERS = [stem for stem in CORE if stem == min(c for c in CORE if c[:2] == stem[:2])]
-LADDERS = [stem for stem in LADDERS if stem in {"03_parallel_reduction", "05_jax_rms_norm", "06_cross_entropy"}]
 LOOPS = ("tl.range", "tl.static_range", "fori_loop", "while_loop", "eviction_policy", "cache_modifier", "tl.minimum")
 
 

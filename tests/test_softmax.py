@@ -1,4 +1,4 @@
-"""The core softmax page (tutorials/01_fused_softmax.py: fused and online kernels, the drop-in) against
+"""The core softmax page (tutorials/01_fused_softmax.py: the plain, fused and online kernels, the drop-in) against
 float64, on random shapes and layouts.
 
 Without a GPU these run through Triton's interpreter on the CPU (exact, slow: sizes stay small).
@@ -139,6 +139,19 @@ def test_fused_config_is_todays():
     assert cfg(1000, 4) == (4, 1024, 16) and cfg(4096, 2) == (1, 4096, 8)
     assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 32) and cfg(16384, 4) == (1, 16384, 32)
     assert T["_online_config"](100_000) == dict(BLOCK_N=16384, num_warps=32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_kernel(dtype):
+    """The ladder's step 0 (one row a program) against float64, on rows of odd length and row strides past the
+    row: every element of each row written (outputs start as NaN), nothing written between rows."""
+    for n in (1, 257, 4096):
+        torch.manual_seed(n)
+        x = (torch.randn(5, n + 3, device=DEVICE, dtype=dtype) * 4)[:, :n]
+        out = torch.full((5, n + 8), math.nan, device=DEVICE, dtype=dtype)
+        T["plain_softmax_rows"](x, out[:, :n])
+        assert out[:, n:].isnan().all() and not out[:, :n].isnan().any()
+        assert rel_err(out[:, :n], torch.softmax(x.double(), -1)) < TOL[dtype]
 
 
 def test_writes_stay_inside_the_output():

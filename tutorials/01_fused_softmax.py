@@ -2,20 +2,17 @@
 Fused softmax
 =============
 
-Softmax turns each row of scores into probabilities. It does a handful of arithmetic operations per
-element, so its speed is set by memory traffic alone: the best possible kernel reads the input once,
-writes the output once, and runs as fast as a device-to-device copy of the same bytes, the *speed of
-light*. On this page you build that kernel in Triton, forward and backward, as a drop-in replacement
-for :func:`torch.softmax`, and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+Softmax does a few operations per element, so memory traffic alone sets its speed: the best kernel reads
+the input once, writes the output once, and runs as fast as a copy of the same bytes, the *speed of
+light*. You build it in Triton, forward and backward, as a drop-in for :func:`torch.softmax`, measured
+against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn**: how to count the bytes a kernel must move and predict its
-speed before measuring it; how to fuse a row reduction into one pass, whole rows in registers and
-several short rows a program, with its launch parameters in one small config function; how *online
-softmax* streams rows too long for registers; and how to write the backward pass and wrap both in
-``torch.autograd.Function``. Prerequisites: PyTorch; the Triton the page uses is explained where it first appears.
+**What you will learn**: to count bytes and predict a speed-up; a ladder of two kernels (one row a
+program, then several short rows a program, launched from one config function); the backward pass, in
+``torch.autograd.Function``. No Triton needed beforehand: this page is the site's Triton primer.
 """
 
-import contextlib, datetime, math, os, platform, subprocess, timeit, warnings
+import contextlib, datetime, math, os, subprocess, timeit, warnings
 
 import torch
 
@@ -43,7 +40,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #    y_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \qquad m = \max_j x_j .
 #
 # Subtracting the row maximum :math:`m` changes nothing mathematically but keeps :math:`e^{x - m}`
-# at most 1, so large scores cannot overflow. Written with PyTorch operations, one per line, it is:
+# at most 1, so large scores cannot overflow. With PyTorch operations, one per line:
 
 def naive_softmax(x):
     """Row softmax of a 2-D tensor, one PyTorch operation at a time."""
@@ -56,24 +53,50 @@ def naive_softmax(x):
 # %%
 # Each operation is its own kernel and goes through memory: about :math:`5MN` elements read and
 # :math:`3MN` written, :math:`8MN` in all. A kernel that keeps a row on chip needs only :math:`2MN`
-# (read :math:`x`, write :math:`y`): at the memory's bandwidth, it should be **4 times faster**.
+# (read :math:`x`, write :math:`y`): it should be **4 times faster**.
 #
-# The fused kernel
-# ----------------
-# **The Triton this page needs.** A kernel (``@triton.jit``) runs as many *programs* as its launch grid asks,
-# ``kernel[(grid,)](...)``; ``tl.program_id(0)`` tells a program which one it is. ``tl.arange(0, BLOCK_N)`` is the
-# block :math:`0, 1, \ldots`; ``tl.load`` reads and ``tl.store`` writes a block of addresses (``x_ptr + offsets``),
-# ``mask=`` turning off lanes past the row's end (``other=``: what they load). ``tl.constexpr`` sizes are fixed at
-# compile time, powers of two; ``num_warps`` (32 threads each) share a program's work; ``tl.sum``, ``tl.max`` reduce.
+# A Triton primer
+# ---------------
+# A kernel is a function under ``@triton.jit``; ``kernel[(n,)](...)`` runs ``n`` copies of it, the *programs*,
+# and ``tl.program_id(0)`` tells each which one it is. A program works on blocks: ``tl.arange(0, BLOCK_N)``
+# is the block :math:`0, 1, \ldots`, and ``x_ptr + offsets`` a block of addresses (a tensor arrives as a
+# pointer to its first element). ``tl.load`` reads a block, ``tl.store`` writes one; ``mask=`` turns off
+# lanes past the data's end (``other=``: what they load). ``tl.constexpr`` arguments are fixed at compile
+# time (one compilation per value): block sizes, powers of two. ``num_warps=`` at launch sets how many warps
+# (32 threads each) share a program; ``tl.max`` and ``tl.sum`` reduce a block along an axis.
 #
-# One program handles ``BLOCK_M`` whole rows at a time: it loads them into registers, reduces each row
-# to its maximum and its sum, and writes the result. Padding columns (the block is a power of two, the
-# row need not be) load as :math:`-\infty`, whose exponential is 0. Rows past the end are clamped onto
-# the last row: a duplicate never stored, not garbage. Arithmetic is in fp32 whatever the dtype: fp16
-# and bf16 are read and written as such (half the bytes), but not rounded on the way.
-#
-# The loop over blocks ``pid``, ``pid + num_programs``, ... runs once here (a program per block); a *persistent*
-# grid of fewer programs is measured in :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+# Step 0: the plain kernel
+# ------------------------
+# One program a row loads the row into registers (``BLOCK_N``: its length rounded up to a power of two),
+# takes its maximum and the sum of the exponentials, and stores :math:`y`. Padding lanes load
+# :math:`-\infty`, whose exponential is 0. The arithmetic is fp32; fp16 and bf16 stay 16-bit in memory
+# (half the bytes).
+
+@triton.jit
+def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    numerator = tl.exp(x - tl.max(x, axis=0))
+    y = numerator * (1.0 / tl.sum(numerator, axis=0))  # one division a row, not one an element
+    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+def plain_softmax_rows(x2d, y2d):
+    """y2d = softmax(x2d) along dim 1, one program a row (rows of unit stride, at most 32 K)."""
+    block_n = triton.next_power_of_2(x2d.shape[1])
+    num_warps = min(32, max(4, block_n // 256))  # 8 fp32 a thread (two 16-byte loads); 32 warps: a program's most
+    softmax_plain_kernel[(x2d.shape[0],)](x2d, y2d, x2d.shape[1], x2d.stride(0), y2d.stride(0),
+                                          BLOCK_N=block_n, num_warps=num_warps)
+
+# %%
+# Step 1: several short rows a program
+# ------------------------------------
+# A row of 256 fp32 is 1 KB: step 0 runs :math:`2^{18}` such programs for :math:`2^{26}` elements, each
+# paying its start, each with too few loads in flight to hide the memory's latency. Step 1 gives a program
+# ``BLOCK_M`` rows, at least ``MIN_ELEMENTS`` elements (16 KB of fp32), warps sized to that tile, reduced
+# along axis 1; rows of 4096 or more stay one a program. Two details: the loop over blocks ``pid``,
+# ``pid + num_programs``, ... runs once here (deep dive 13 runs it on a *persistent* grid of fewer programs),
+# and rows past the end are clamped onto the last (never stored), so loads need no row mask.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -95,17 +118,18 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
                  mask=row_ok[:, None] & col_ok[None, :])
 
 # %%
-# **Launch parameters** come from ``_fused_config`` and the constants above it: change them there. Why
-# each number, and the measurements behind it: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+# **Launch parameters** come from ``_fused_config`` and the constants above it: change them there.
+# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each choice.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills
 MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
 BYTES_PER_THREAD = 32  # of the row, per thread: two 16-byte loads in flight, room for a 2nd program/SM
-# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
+# The N these kernels are for: the site's front page recommends them there
 RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
          ("backward", "float32"): range(1, 32768 + 1), ("backward", "bfloat16"): range(1, 32768 + 1)}
 
+# num_warps: at most 32 (1024 threads, a program's limit); the floor of 4 never binds (a tile holds MIN_ELEMENTS or more)
 def _fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) of the fused kernels, for rows of n_cols elements of element_size
     bytes (the backward passes 4: it widens y and dy to fp32 whatever their dtype)."""
@@ -125,7 +149,7 @@ def _fused_config(n_cols, element_size):
 #
 #    dx = y \odot \left(dy - \sum_j y_j \, dy_j\right) .
 #
-# A row reduction (one dot product per row) and an elementwise step: it fuses the same way, reading
+# A row reduction (one dot product a row) and an elementwise step: it fuses as step 1 does, reading
 # :math:`y` and :math:`dy` and writing :math:`dx`. Saving :math:`y` (not :math:`x`) spares the exponentials.
 
 @triton.jit
@@ -148,18 +172,13 @@ def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_r
                  mask=row_ok[:, None] & col_ok[None, :])
 
 # %%
-# Rows too long for registers: online softmax
-# -------------------------------------------
-# A longer row than a program can hold must be streamed in chunks, and the maximum is only known
-# after the whole row has been read. *Online softmax* (Milakov and Gimelshein, 2018) keeps a running
-# maximum :math:`m` and a running sum :math:`s` of :math:`e^{x - m}`; when a chunk raises the maximum
-# to :math:`m'`, the sum so far is rescaled: :math:`s' = s \, e^{m - m'} + \sum_{i \in \text{chunk}}
-# e^{x_i - m'}`. One pass yields both statistics, a second writes :math:`y`: 3 row-sized transfers, 2/3
-# of the speed of light if the second read went to DRAM. So it is kept in L2: pass 1 loads with
-# ``evict_last``, pass 2 walks the row *backwards* (last read, first reread) with ``evict_first`` and
-# streaming stores (``.cs``). The backward does the same, two chunks in flight. The simplest design
-# correct at any length; reading a long row once, shared among several programs, is
-# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`.
+# Rows longer than the registers hold
+# -----------------------------------
+# Past ``MAX_FUSED_N`` (backward: ``MAX_FUSED_BWD_N``) a row is streamed in chunks. *Online softmax* keeps a
+# running maximum :math:`m` and sum :math:`s` of :math:`e^{x - m}`, rescaled when a chunk raises the maximum
+# to :math:`m'`: :math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`; a second pass writes
+# :math:`y`. Cache hints keep the row in L2 for that pass:
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` explains them, and reads a long row once.
 
 @triton.jit
 def softmax_fwd_online_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -230,14 +249,16 @@ def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_strid
             tl.store(dx_row + offs_here, dx.to(dx_ptr.dtype.element_ty), mask=offs_here < n_cols,
                      cache_modifier=".cs")
 
+# chunks of 16 K: 16 fp32 a thread at 32 warps (a program's most), leaving registers for the running m and s
 def _online_config(n_cols):
     """Meta-parameters of the online kernels: chunks of BLOCK_N columns, one 32-warp program a row."""
     return dict(BLOCK_N=16384, num_warps=32)
 
 # %%
-# The launchers and the drop-in function
-# --------------------------------------
-# The fused kernel where the row fits in registers, else the online one; a program per block of rows.
+# The launchers and the drop-in
+# -----------------------------
+# Step 1's kernel where a row fits in registers, else the online one. ``softmax`` takes what
+# :func:`torch.softmax` takes: any shape, ``dim``, layout and dtype cast, empty and 0-d tensors.
 
 def softmax_rows_forward(x2d, y2d):
     """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row. Returns the kernel's name."""
@@ -259,69 +280,41 @@ def softmax_rows_backward(y2d, dy2d, dx2d):
     softmax_bwd_kernel[(triton.cdiv(y2d.shape[0], block_m),)](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     return "fused"
 
-# %%
-# ``softmax(input, dim, dtype=None)`` takes what :func:`torch.softmax` takes: any shape and ``dim``, non-contiguous,
-# empty and 0-d tensors, a cast first. The softmax dimension is moved last; where its rows then have unit stride and
-# even spacing nothing is copied, elsewhere one copy makes it so (a pass over memory: the last dimension
-# is the fast path). Anything the kernels do not handle raises an error that says so.
-
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _check(x, name):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"softmax: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"softmax: {name} has dtype {x.dtype}; these kernels support float32, float16 and "
-                        "bfloat16 (use torch.softmax for other dtypes)")
-    if x.device.type != DEVICE.type:
-        raise ValueError(f"softmax: {name} is on {x.device}, but the kernels run on {DEVICE.type} here "
-                         f"({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: Triton interprets them on the CPU'}); "
-                         f"move it with .to('{DEVICE.type}')")
-
-def _as_rows(t, dim):
-    """A 2-D view (or copy) of ``t`` whose rows run along ``dim`` with unit stride."""
-    t = t.movedim(dim, -1)
-    t = t if t.stride(-1) == 1 else t.contiguous()
-    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
-
-def _from_rows(rows2d, like, dim):
-    """Undo ``_as_rows``: shape ``rows2d`` like ``like``, with ``like``'s layout when it is contiguous."""
-    out = rows2d.view(like.movedim(dim, -1).shape).movedim(-1, dim)
+def _rowwise(launch, like, dim, *tensors):
+    """launch(*rows, out) on 2-D views with unit-stride rows along dim (a copy where needed); out shaped like ``like``."""
+    rows = [t.movedim(dim, -1) for t in tensors]
+    rows = [(t if t.stride(-1) == 1 else t.contiguous()).reshape(math.prod(t.shape[:-1]), t.shape[-1]) for t in rows]
+    out = torch.empty(rows[0].shape, dtype=like.dtype, device=like.device)
+    if out.numel() > 0:
+        launch(*rows, out)
+    out = out.view(like.movedim(dim, -1).shape).movedim(-1, dim)
     return out.contiguous() if like.is_contiguous() else out
 
 class SoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim):
-        x2d = _as_rows(x, dim)
-        y2d = torch.empty(x2d.shape, dtype=x.dtype, device=x.device)
-        if x2d.numel() > 0:
-            softmax_rows_forward(x2d, y2d)
-        y = _from_rows(y2d, x, dim)
+        ctx.dim, y = dim, _rowwise(softmax_rows_forward, x, dim, x)
         ctx.save_for_backward(y)
-        ctx.dim = dim
         return y
 
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        _check(dy, "the gradient")
-        y2d, dy2d = _as_rows(y, ctx.dim), _as_rows(dy.to(y.dtype), ctx.dim)
-        dx2d = torch.empty(y2d.shape, dtype=y.dtype, device=y.device)
-        if y2d.numel() > 0:
-            softmax_rows_backward(y2d, dy2d, dx2d)
-        return _from_rows(dx2d, y, ctx.dim), None
+        return _rowwise(softmax_rows_backward, y, ctx.dim, y, dy.to(y.dtype)), None
 
 def softmax(input, dim=-1, dtype=None):
     """Drop-in for ``torch.softmax(input, dim, dtype=None)`` on float32, float16 and bfloat16, with autograd."""
-    _check(input, "input")
-    if dtype is not None and dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"softmax: dtype={dtype}; these kernels support float32, float16 and bfloat16")
-    x = input if dtype is None else input.to(dtype)  # as torch.softmax: cast first, autograd casts back
-    if not isinstance(dim, int):
-        raise TypeError(f"softmax: dim must be an int, got {type(dim).__name__}")
-    ndim = max(x.dim(), 1)  # a 0-d tensor takes dim 0 or -1, as in torch
+    if not isinstance(input, torch.Tensor) or not isinstance(dim, int):
+        raise TypeError(f"softmax: input must be a torch.Tensor and dim must be an int, got {type(input).__name__}, {type(dim).__name__}")
+    for name, t in (("input's dtype is ", input.dtype), ("dtype=", dtype)):
+        if t is not None and t not in SUPPORTED_DTYPES:
+            raise TypeError(f"softmax: {name}{t}; these kernels support float32, float16 and bfloat16 (else use torch.softmax)")
+    if input.device.type != DEVICE.type:
+        raise ValueError(f"softmax: input is on {input.device}, the kernels run on {DEVICE.type} here: use .to('{DEVICE.type}')")
+    x, ndim = input if dtype is None else input.to(dtype), max(input.dim(), 1)  # 0-d: dim 0 or -1, as in torch
     if not -ndim <= dim < ndim:
-        raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor "
-                         f"(expected a value in [{-ndim}, {ndim - 1}])")
+        raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor (expected [{-ndim}, {ndim - 1}])")
     if x.dim() == 0:
         return SoftmaxFunction.apply(x.reshape(1), 0).reshape(())
     if x.shape[dim] >= 2**31:
@@ -331,9 +324,9 @@ def softmax(input, dim=-1, dtype=None):
 # %%
 # Correctness
 # -----------
-# Against :func:`torch.softmax` in float64, the error :math:`\lVert out - ref \rVert / \lVert ref \rVert`
-# forward and backward, next to PyTorch's own in the same dtype: ours should be no worse. Short rows,
-# several rows a program, a row of odd length, and rows long enough for the online kernels.
+# The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward,
+# next to PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's
+# kernels.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 40_000), (2, 70_001)]
@@ -344,8 +337,7 @@ def check_row(shape, dtype):
     dy = torch.randn(shape, device=DEVICE, dtype=dtype)
     y64 = torch.softmax(x64 := x.detach().double().requires_grad_(True), dim=-1)
     (dx64,) = torch.autograd.grad(y64, x64, dy.double())
-    # ||out - ref|| / ||ref||; where ref is all zeros (dx when N = 1), the absolute error
-    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm().clamp(min=1.0 if ref.norm() == 0 else 0.0)).item()
+    err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1)).item()  # ref = 0: dx at N = 1
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
     for name, fn in [("ours", softmax), ("torch", torch.softmax)]:
         y = fn(x, dim=-1)
@@ -353,56 +345,49 @@ def check_row(shape, dtype):
     return row
 
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# The page builds only if each error is a few roundings of the dtype (the interpreter truncates to bf16)
+# No page unless each error is a few roundings of its dtype (the interpreter truncates to bf16)
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
 errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
 
 # %%
-# Benchmark
-# ---------
-# :math:`M \times N = 2^{26}` elements on a GPU (256 MB in fp32, far past the 50 MB L2), N up to the
-# 32 K this design is built for. Every provider runs on the same tensors, timed by
-# :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a CUDA graph of the call: what the
-# kernels cost the GPU, not the Python around them. The *speed of light* is a copy of the same tensor,
-# timed without a graph (in one, CUDA may make a large copy a slower copy-engine transfer). GB/s counts
-# the bytes a perfect kernel moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in
-# training on an :math:`x` that requires gradients (``torch.autograd.grad``). quack (CuTe-DSL kernels, for
-# compute capability 9.0 and newer) runs as ``quack.softmax``; "-" marks a point a peer cannot run.
+# How this page measures
+# -----------------------
+# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the GPU's
+# cost, not Python's. The *speed of light* is a copy of the same tensor, timed beside it without a graph
+# (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel
+# moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training.
 
-TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
-LigerSoftmaxFunction = None  # not installed: no Liger column
+LigerSoftmaxFunction = quack = None  # no column for a peer missing or unable to run here
 with contextlib.suppress(ImportError):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
-quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
-    try:
+why = "quack's CuTe-DSL needs a GPU of compute capability 9.0 or newer"
+try:
+    if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
         import quack
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+except Exception as err:  # not installed, or does not load here
+    why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
+if quack is None:
+    print(f"No quack column: {why}.")
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
 def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
-    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, one call, wall clock."""
+    if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # compile and warm up outside the timing (torch.cuda.graph and do_bench synchronize first)
-    timed = fn
+    fn()  # compile and warm up outside the timing
     if graph:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-        timed = captured.replay
-    return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
 def providers():
-    """name -> softmax along the last dim; peers that cannot run here are left out."""
+    """name -> softmax along the last dim."""
     found = {"naive": naive_softmax, "torch": lambda t: torch.softmax(t, dim=-1)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
-        warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
+    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+        warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
@@ -410,71 +395,114 @@ def providers():
         if LigerSoftmaxFunction is not None:
             found["Liger"] = LigerSoftmaxFunction.apply
         if quack is not None:
-            found["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor, with autograd
+            found["quack"] = quack.softmax
     return found | {"ours": softmax}
 
-records, fns, missing = [], providers(), {}
-for dtype in (torch.float32, torch.bfloat16):
-    for n_cols in SWEEP_N:
-        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
-        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        reference = torch.softmax(x.float(), dim=-1)
-        xg = x.requires_grad_(True)  # both directions as in training
-        for name, fn in fns.items():
-            y = None
-            for direction, moved, call in (("forward", 2 * nbytes, lambda: fn(xg)),
-                                           ("backward", 3 * nbytes, lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))):
-                try:
-                    y = fn(xg) if y is None else y  # one forward: the backward differentiates it
-                    if direction == "forward":
-                        torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
-                    gbs = moved / bench(call) * 1e-6
-                except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-                    if name == "ours":
-                        raise
-                    why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
-                    missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} N = {n_cols}")
-                    gbs = float("nan")
-                records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                                "GB/s": gbs, "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
-            y = None
-        del x, xg, dy, out, reference
-for (name, why), points in missing.items():
-    print(f"{name}: not measured at {', '.join(points)} ({why})")
-results = pd.DataFrame(records)
+def write_results(table):
+    """The summary the site's front page reads."""
+    if os.environ.get("SOL_RESULTS"):
+        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
 
-def sweep_table(direction):
-    """GB/s per provider (columns), dtype and row length (rows), with ours as % of the speed of light."""
-    part = results[results.direction == direction]
-    table = part.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)[list(fns)]
-    table.insert(0, "speed of light", part.groupby(["dtype", "N"])["speed of light GB/s"].first())
-    table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
-    return table
+def environment_card():
+    """The full environment card, shown collapsed."""
+    card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch":
+            torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "not pinned")}
+    if ON_GPU:
+        props, smi = torch.cuda.get_device_properties(DEVICE), "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+        card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        try:
+            driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown"
+        card["driver / CUDA"] = f"driver {driver}, CUDA {torch.version.cuda}"
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+
+# %%
+# The ladder, measured
+# --------------------
+# Each step's forward on one fp32 tensor viewed as rows of 256 (where packing matters) and of 4096 (where
+# both steps launch alike).
+
+LADDER_ELEMENTS = 2**26 if ON_GPU else 2**15  # 256 MB of fp32 on the GPU, far past its L2
+x = torch.randn(LADDER_ELEMENTS, device=DEVICE)
+y = torch.empty_like(x)
+light = 2 * LADDER_ELEMENTS * 4 / bench(lambda: y.copy_(x), graph=False) * 1e-6
+steps = [(0, "one row a program, the whole row in registers", plain_softmax_rows),
+         (1, "several short rows a program, warps sized to the tile", softmax_rows_forward)]
+rows = []
+for step, idea, launch in steps:
+    for n_cols in (256, 4096):
+        xm, ym = x.view(-1, n_cols), y.view(-1, n_cols)
+        launch(xm, ym)
+        torch.testing.assert_close(ym, torch.softmax(xm, dim=-1))
+        gbps = 2 * LADDER_ELEMENTS * 4 / bench(lambda: launch(xm, ym)) * 1e-6
+        rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbps, "% of light": 100 * gbps / light})
+ladder = pd.DataFrame(rows)
+ladder.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
+
+# %%
+speed = ladder.set_index(["step", "N"])["GB/s"]
+print(f"Packing short rows (step 1) ran rows of 256 at {speed[1, 256] / speed[0, 256]:.3g}x step 0's speed, and rows "
+      f"of 4096, launched alike, at {speed[1, 4096] / speed[0, 4096]:.3g}x.")
+
+# %%
+# Benchmark
+# ---------
+# :math:`M \times N = 2^{26}` elements on a GPU, N up to the 32 K this design is built for; "-" marks a
+# point a peer cannot run.
+
+TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
+records, fns, missing = [], providers(), {}
+for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+    x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+    dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+    light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+    reference, xg = torch.softmax(x.float(), dim=-1), x.requires_grad_(True)
+    for name, fn in fns.items():
+        y = None
+        for direction, passes, call in (("forward", 2, lambda: fn(xg)),
+                                        ("backward", 3, lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))):
+            try:
+                if y is None:  # one forward: the backward differentiates it
+                    y = fn(xg)
+                    torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
+                gbs = passes * nbytes / bench(call) * 1e-6
+            except Exception as err:  # a peer's limit: its point shows "-", and why is printed below
+                if name == "ours":
+                    raise
+                missing.setdefault(f"{name}, {direction}: {type(err).__name__}: {' '.join(str(err).split())[:100]}", []).append(n_cols)
+                gbs = float("nan")
+            records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": gbs,
+                            "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
+for why, points in missing.items():
+    print(f"Not measured at N = {points}: {why}")
+results = pd.DataFrame(records)
 
 # %%
 # Forward and backward, GB/s (higher is better):
 
-table = pd.concat({direction: sweep_table(direction) for direction in ("forward", "backward")}, names=["direction"])
+INDEX, PEERS = ["direction", "dtype", "N"], [p for p in ("torch", "torch.compile", "Liger", "quack") if p in fns]
+table = results.pivot_table(index=INDEX, columns="provider", values="GB/s", dropna=False)[list(fns)].reindex(["forward", "backward"], level=0)
+table.insert(0, "speed of light", results.groupby(INDEX)["speed of light GB/s"].first())
+table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
+table["ours / best peer"] = table["ours"] / table[PEERS].max(axis=1)
+write_results(table)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
                    na_rep="-")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# As a plot, each provider in % of the copy measured beside it:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "ours": "-"}
-for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
-    ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
     for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
-                linewidth=2.5 if name == "ours" else 1.5, label=name)
+        ax.plot(line.N, line["% of speed of light"], marker="o", markersize=3, linewidth=2.5 if name == "ours" else 1.2, label=name)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if j == 0 else None,
-           xlabel="row length N (elements)" if i == 1 else None)
+    ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
+    ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    ax.label_outer()
 axes[0][0].legend(loc="lower left", fontsize=8)
 fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 fig.tight_layout()
@@ -482,69 +510,39 @@ fig.tight_layout()
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the tables above, in this build:
-for direction, longest_fused in (("forward", MAX_FUSED_N), ("backward", MAX_FUSED_BWD_N)):
-    for dtype in ("float32", "bfloat16"):
-        part = results[(results.direction == direction) & (results.dtype == dtype)]
-        ours = part[part.provider == "ours"].set_index("N")
-        ratio = (ours["GB/s"] / part[~part.provider.isin(["ours", "naive"])].groupby("N")["GB/s"].max()).dropna()
-        print(f"{direction}, {dtype}: ours runs at {ours['% of speed of light'].min():.3g}-"
-              f"{ours['% of speed of light'].max():.3g}% of the copy over N = {min(SWEEP_N)}..{max(SWEEP_N)}; "
-              f"against the best peer at each N, from {ratio.min():.3g}x (N = {ratio.idxmin()}) to "
-              f"{ratio.max():.3g}x (N = {ratio.idxmax()}).")
-    print(f"    {direction}: the online kernel ran at {[n for n in SWEEP_N if n > longest_fused] or 'no N: fused throughout'}")
-fwd = results[(results.direction == "forward") & (results.dtype == "float32")].set_index(["N", "provider"])["GB/s"]
-n_mid = SWEEP_N[len(SWEEP_N) // 2]
-print(f"Fusion: at N = {n_mid} in fp32, the fused kernel is {fwd[(n_mid, 'ours')] / fwd[(n_mid, 'naive')]:.3g}x "
-      f"faster than the naive five-kernel softmax (the bytes model predicted 4x).")
-if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
-        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
+# From the tables above, as this build measured them:
+
+inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]
+pct, vs_peer, past = inside["ours, % of light"], inside["ours / best peer"], table.drop(inside.index)["ours, % of light"]
+d, t, n = pct.idxmin()
+why = ("short rows: a program spends more of its time starting and reducing than moving bytes" if n <= 1024 else
+       "rows for the online backward, which reads y and dy twice" if d == "backward" and n > MAX_FUSED_BWD_N else
+       "long rows: one fills much of an SM's registers, leaving few programs to overlap loads and stores" if n >= 16384 else "")
+print(f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
+      f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {d} {t} at N = {n}" + (f", {why}." if why else "."))
+print((f"Past its range ({', '.join(f'{d} {t} N = {n}: {v:.3g}%' for (d, t, n), v in past.items())}) a 16-bit row of "
+       "32 K fills half an SM's registers, one program an SM: " if len(past) else "Past its range, ")
+      + "deep dive 12 stages such rows in shared memory, and deep dive 11 takes rows past 32 K.")
+n_mid, fp32 = SWEEP_N[len(SWEEP_N) // 2], table.loc["forward"].loc["float32"]
+print(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive softmax (the bytes "
+      f"model said 4x), and packing short rows gave {speed[1, 256] / speed[0, 256]:.3g}x at N = 256: a memory-bound kernel "
+      "reaches a copy's speed by moving each byte once with enough bytes in flight per program.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` columns forward and
-# ``MAX_FUSED_BWD_N`` backward; past them the online kernels read each row twice. A 16-bit row of 16 K
-# to 32 K fits but fills half an SM's registers: one program per SM, its load, reductions and store
-# one after the other. Past ``RANGE`` the site recommends a deep dive: for 16-bit forward rows, staging them in
-# shared memory with Gluon, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; for longer rows,
-# splitting each row across programs, :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`.
+# **Where this design stops.** Past ``RANGE``: 16-bit forward rows of 16 K to 32 K staged in shared memory
+# with Gluon, :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; longer rows split across
+# programs, :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. How ``BLOCK_M``, ``num_warps`` and
+# the grid were chosen: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
 #
-# How ``BLOCK_M``, ``num_warps`` and the grid were chosen, how many programs share an SM, and whether
-# a persistent grid pays: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
-#
-# * **Other dimensions.** ``softmax(x, dim=0)`` copies ``x``; a kernel that reduces down columns would
-#   skip that copy (the parallel-reduction tutorial shows the pattern).
-# * **Exercise.** Change ``MIN_ELEMENTS`` and ``BYTES_PER_THREAD`` beside ``_fused_config`` and rerun
-#   the benchmark: which row lengths move, and why?
+# **Exercise.** Change ``MIN_ELEMENTS`` and ``BYTES_PER_THREAD`` and rerun the ladder and the benchmark:
+# which row lengths move, and why? ``softmax(x, dim=0)`` copies ``x``: write a kernel that reduces down
+# columns instead (:ref:`sphx_glr_tutorials_03_parallel_reduction.py` shows the pattern).
 #
 # References: Milakov and Gimelshein, *Online normalizer calculation for softmax* (2018); Triton's
 # fused-softmax tutorial; quack's softmax and its "speed of light" write-up.
-#
-# Where this page was made
-# ------------------------
-
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
-        try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
-            "packages": os.environ.get("SOL_LOCK", "not pinned")}
-    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
 
 environment_card()

@@ -2,19 +2,16 @@
 RMSNorm with a fused backward
 =============================
 
-RMSNorm, the normalization of today's language models, divides each row by its root mean square and
-scales it by a learned weight. Memory traffic sets its speed: the best kernel moves each byte once, as
-fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.functional.rms_norm`
-whose backward is **one persistent kernel** reading the input and the incoming gradient once for both
-gradients, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
+RMSNorm divides each row by its root mean square and scales it by a weight. The best kernel moves each byte
+once, as fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.functional.rms_norm`,
+measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
 
-**What you will learn**: to predict a normalization's speed from its bytes; to fuse
-two reductions of different loop orders (*mix-order reduction*) into one kernel, the weight gradient in
-fp32 registers, one partial per program, summed in a fixed order (bitwise deterministic); to stream rows
-too long for registers; where the dtype matters. Prerequisites: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+**What you will learn**, as a ladder of backward kernels: a row a program; several rows a program; a
+persistent grid that sums the weight gradient in registers, then in a fixed order (deterministic).
+Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, platform, subprocess, timeit
+import contextlib, datetime, itertools, math, os, shutil, subprocess, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -29,23 +26,74 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # RMSNorm and its bytes
 # ---------------------
-# For a row :math:`x` of length :math:`N` and a weight :math:`w` of the same length,
+# For a row :math:`x` of length :math:`N` and a weight :math:`w`,
 #
 # .. math::
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad \hat{x} = r \, x, \qquad y = \hat{x} \odot w .
 #
-# :math:`r` (``rstd``) is the reciprocal of the root mean square. One PyTorch operation a line, in fp32:
+# One PyTorch operation a line, in fp32:
 
-def naive_rms_norm(x, weight, eps):  # over the last dim
-    x32 = x.float()  # free in fp32; in bf16 read MN, write MN
-    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # pow: read MN, write MN; mean: read MN, write M
-    rstd = torch.rsqrt(mean_sq + eps)  # M values
-    return (x32 * rstd).to(x.dtype) * weight  # read MN + M, write MN; read MN + N, write MN
+def naive_rms_norm(x, weight, eps):
+    x32 = x.float()
+    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN, write M
+    rstd = torch.rsqrt(mean_sq + eps)
+    return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
 
 # %%
-# In fp32 that is :math:`4MN` elements read and :math:`3MN` written, where a kernel keeping each row on chip
-# moves :math:`2MN` (:math:`x` in, :math:`y` out, and :math:`r`, one fp32 a row): about **3.5 times faster**.
+# That reads :math:`4MN` elements and writes :math:`3MN`; a kernel keeping rows on chip moves :math:`2MN`,
+# **3.5 times faster**. The backward, with :math:`g = dy \odot w`,
+#
+# .. math::
+#
+#    dx = r \left(g - \hat{x} \frac{1}{N} \sum_j g_j \hat{x}_j\right), \qquad dw_j = \sum_{\text{rows}} dy_j \hat{x}_j ,
+#
+# sums along rows and down columns; at best it reads x, dy and writes dx. Sums are fp32 (bf16 keeps 8 bits).
+#
+# Step 0: the plain backward
+# --------------------------
+# A program a row loads the row (a power of two, masked) into registers with Triton's default 4 warps, writes
+# dx and, as a row of fp32 ``dw_partial``, its share of dw; ``dw_reduce_kernel`` sums the M partials down each
+# strip of columns in a fixed order. To remove: short rows (256 bf16: 512 bytes a program) and the partials (in
+# bf16, 8 bytes an element beside the 6 of x, dy, dx).
+
+@triton.jit
+def plain_rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_cols, BLOCK_N: tl.constexpr):
+    row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    offs, mask = row.to(tl.int64) * n_cols + cols, cols < n_cols  # int64: offsets may pass 2**31
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    x_hat, g = x * rstd, dy * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dx = (g - x_hat * tl.sum(g * x_hat, axis=0) / n_cols) * rstd
+    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(dw_partial_ptr + offs, dy * x_hat, mask=mask)
+
+@triton.jit
+def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+    for start in range(0, n_partials, BLOCK_P):
+        p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
+        acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
+                       mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+
+def plain_backward(x, w, rstd, dy, dx, dw):  # contiguous rows
+    dw_partial, reduce = torch.empty(x.shape, device=x.device), _reduce_config(x.shape[1])
+    plain_rms_norm_bwd_kernel[(len(x),)](x, w, rstd, dy, dx, dw_partial, x.shape[1], BLOCK_N=triton.next_power_of_2(x.shape[1]))
+    dw_reduce_kernel[(triton.cdiv(x.shape[1], reduce["BLOCK_N"]),)](dw_partial, dw, len(x), x.shape[1], **reduce)
+
+# %%
+# Step 1: several rows a program
+# ------------------------------
+# A program takes ``BLOCK_M`` rows of ``BLOCK_N`` columns, at least ``MIN_ELEMENTS`` (rows of 256: 16 a program),
+# warps sized to the tile. The ladder times this in the backward (step 2's kernel, a program a block); the
+# drop-in's forward below is built so. Rows past the end are clamped to the last (``tl.minimum``): no row mask on
+# loads, the duplicate never stored. ``tl.sum`` leaves ``rstd`` in every thread of its row; a 1-D store would go
+# through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked to column 0.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -68,21 +116,11 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# The backward pass, and why it is two reductions
-# -----------------------------------------------
-# With the incoming gradient :math:`dy` and :math:`g = dy \odot w`, the chain rule gives
-#
-# .. math::
-#
-#    dx = r \left(g - \hat{x} \frac{1}{N} \sum_j g_j \hat{x}_j\right), \qquad dw_j = \sum_{\text{rows}} dy_j \hat{x}_j .
-#
-# :math:`dx` needs a dot product **along each row**, :math:`dw` a sum **down each column**. One kernel per
-# reduction means two kernels reading :math:`x` and :math:`dy`: :math:`5MN` elements where :math:`3MN` suffice.
-# A *persistent* kernel fuses them (*mix-order reduction*): a few programs per SM walk their share of the
-# rows, write :math:`dx`, and add :math:`dy \odot \hat{x}` into a ``dw_partial`` in fp32 registers, stored
-# once at the end: :math:`P \times N`, :math:`P` a few hundred where :math:`M` is often hundreds of thousands.
-# A second kernel sums the partials down each column in a fixed order: :math:`dw` is bitwise the same on
-# every run. So few programs hide the memory's latency alone: each loads its *next* block before computing.
+# Step 2: a persistent backward
+# -----------------------------
+# P programs, a few an SM, walk blocks ``pid``, ``pid + P``, ... (``tl.range``, as in 01), adding ``dy * x_hat``
+# into a ``dw_partial`` tile in fp32 registers, stored once: P partials, not one a block. So few programs must
+# keep the memory busy alone: each loads its next block before computing this one. The drop-in's backward:
 
 @triton.jit
 def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
@@ -124,28 +162,10 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
     if COMPUTE_DW:  # every program stores its partial, zeros included: no buffer needs clearing
         tl.store(dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=col_ok)
 
-@triton.jit
-def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
-    for start in range(0, n_partials, BLOCK_P):
-        p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
-        acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
-                       mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-
 # %%
-# Tensors stay in the input's dtype in memory (half the bytes in bf16); :math:`r`, the dot products and
-# ``dw_partial`` are fp32: a bf16 sum of thousands of rows would lose most of its 8 bits of mantissa.
-#
 # Rows too long for registers
 # ---------------------------
-# The backward holds three row-sized tiles and two in flight, the forward one. Past that, the simplest correct
-# design streams each row in chunks: a first pass reduces it, asking L2 to keep it (``evict_last``); a second
-# walks it *backwards* (last chunks first, likeliest in L2), marking them done (``evict_first``), with streaming
-# stores (``.cs``); each pass loads its next chunk first. The backward adds into its program's ``dw_partial`` row.
+# Past ``MAX_FUSED_N`` rows stream in chunks, read twice, as in 01; past ``RANGE`` the deep dives are faster.
 
 @triton.jit
 def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -220,20 +240,19 @@ def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_parti
 # %%
 # Launch parameters
 # -----------------
-# One config function a kernel sets them (change them there); each was measured fastest on an H100 (dev/DESIGN.md).
+# Each value was timed fastest on an H100.
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # longest row a program holds
-MAX_FUSED_BYTES = 65536  # forward: an fp32 row of 32 K fills an SM alone, its loads and stores serialized
-MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
-CHUNK_N = {"forward": 16384, "backward": 8192}  # columns per chunk of the two-pass kernels
-# The N these kernels are for: the site's landing page recommends them there (past them: "Going further")
-RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
-         ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}
-
-# warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps)
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # grids count SMs (4 on the CPU)
+MAX_FUSED_N = {"forward": 32768, "backward": 8192}  # whole rows: the backward holds five row tiles, the forward one
+MAX_FUSED_BYTES = 65536  # an fp32 row of 32 K would fill an SM alone
+MIN_ELEMENTS = 4096  # elements a program moves a step: enough bytes in flight to hide latency
+CHUNK_N = {"forward": 16384, "backward": 8192}  # columns a chunk; the backward holds x, dy and their next chunks
+RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): range(1, 16384 + 1),  # the N these
+         ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # kernels are for
+# warps for about bytes_per_thread bytes of an n-element tile a thread (4 to 32)
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
 
+# Forward: 64 bytes of x a thread (four 16-byte loads in flight), the one tile alive; chunked: 32 values a thread.
 def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
     """(kernel, meta, grid): a program per block of rows (not persistent: nothing to accumulate)."""
     if chunk_n is None and n_cols <= MAX_FUSED_N["forward"] and n_cols * element_size <= MAX_FUSED_BYTES:
@@ -245,6 +264,8 @@ def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
     chunk = chunk_n or CHUNK_N["forward"]  # 32 values of a chunk a thread: 16 warps for 16 K columns
     return rms_norm_fwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 32 * element_size)), n_rows
 
+# Backward: 32 bytes a thread of each of five live tiles (x, dy, the next block's, dw_partial); 16 once a 16 KB
+# row is the tile (more loads in flight); programs an SM: as many as fit in 16 warps, to hide latency with P small.
 def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
     """(kernel, meta, grid): persistent, as many programs an SM as fit in 16 warps (P stays small)."""
     if chunk_n is None and n_cols <= MAX_FUSED_N["backward"]:
@@ -258,15 +279,15 @@ def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
     return rms_norm_bwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 32)), \
         max(1, min(n_rows, NUM_SMS))
 
+# dw's sum: 64 partials a step, strips of 16 columns (32 past 4096), 4 warps: narrow strips, many programs.
 def _reduce_config(n_cols):
     """dw_reduce_kernel: narrow strips of columns, many programs, each summing all partials in order."""
     return dict(BLOCK_P=64, BLOCK_N=16 if n_cols <= 4096 else 32, num_warps=4)
 
 # %%
-# The launchers and the drop-in function
-# --------------------------------------
-# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes (``eps`` defaults to fp32's
-# epsilon); non-contiguous rows are copied once; what the kernels do not handle raises an error saying so.
+# The drop-in function
+# --------------------
+# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; errors name what the kernels lack.
 
 def rms_norm_rows_forward(x2d, w, y2d, rstd, eps, chunk_n=None):  # chunk_n forces the chunked kernel
     n_rows, n_cols = x2d.shape
@@ -289,18 +310,7 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, programs=
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-def _check(t, name):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"rms_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"rms_norm: {name} has dtype {t.dtype}; these kernels support float32, float16 and "
-                        "bfloat16 (use torch.nn.functional.rms_norm for other dtypes)")
-    if t.device.type != DEVICE.type:
-        raise ValueError(f"rms_norm: {name} is on {t.device}, but the kernels run on {DEVICE.type} here "
-                         f"({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: Triton interprets them on the CPU'}); "
-                         f"move it with .to('{DEVICE.type}')")
-
-def _as_rows(t, n_cols):  # a 2-D view of t (a copy where no view can do): rows of n_cols, unit stride
+def _as_rows(t, n_cols):  # a view where one can do
     t2d = t.reshape(t.numel() // n_cols if n_cols else 0, n_cols)
     return t2d if t2d.stride(-1) == 1 or n_cols == 1 else t2d.contiguous()
 
@@ -308,103 +318,83 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, n_cols, eps):
         x2d, w = _as_rows(x, n_cols), None if weight is None else weight.reshape(-1).contiguous()
-        y2d, rstd = x2d.new_empty(x2d.shape), x2d.new_empty(x2d.shape[0], dtype=torch.float32)
-        if x2d.numel() > 0:
+        y2d, rstd = x2d.new_empty(x2d.shape), x2d.new_empty(len(x2d), dtype=torch.float32)
+        if x2d.numel():
             rms_norm_rows_forward(x2d, w, y2d, rstd, eps)
         ctx.save_for_backward(x2d, w, rstd)
-        ctx.x_shape, ctx.weight = x.shape, None if weight is None else (weight.shape, weight.dtype)
+        ctx.w_shape = getattr(weight, "shape", None)
         return y2d.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, w, rstd = ctx.saved_tensors
-        _check(dy, "the gradient")
         dy2d, dx2d = _as_rows(dy.to(x2d.dtype), x2d.shape[1]), torch.empty_like(x2d)
-        dw = x2d.new_empty(x2d.shape[1], dtype=ctx.weight[1]) if w is not None and ctx.needs_input_grad[1] else None
-        if x2d.numel() > 0:
+        dw = torch.empty_like(w) if ctx.needs_input_grad[1] else None
+        if x2d.numel():
             rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw)
         elif dw is not None:
-            dw.zero_()  # no rows: the sum over rows is empty
-        return dx2d.view(ctx.x_shape), None if dw is None else dw.view(ctx.weight[0]), None, None
+            dw.zero_()  # no rows: a sum over none
+        return dx2d.view(dy.shape), dw if dw is None else dw.view(ctx.w_shape), None, None
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """Drop-in for ``torch.nn.functional.rms_norm`` on float32, float16 and bfloat16, with autograd."""
-    _check(input, "input")
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-    if not isinstance(shape, (tuple, list, torch.Size)) or not all(isinstance(d, int) for d in shape):
-        raise TypeError(f"rms_norm: normalized_shape must be a tuple of ints, got {normalized_shape!r}")
-    shape, k = tuple(shape), len(shape)
-    if k == 0:
-        raise ValueError("rms_norm: normalized_shape must have at least one dimension, got ()")
-    if k > input.dim() or tuple(input.shape[input.dim() - k:]) != shape:
-        raise ValueError(f"rms_norm: normalized_shape {list(shape)} must match the last {k} dimension(s) "
-                         f"of input, whose shape is {list(input.shape)}")
-    if weight is not None:
-        _check(weight, "weight")
-        if tuple(weight.shape) != shape:
-            raise ValueError(f"rms_norm: weight has shape {list(weight.shape)}, expected normalized_shape "
-                             f"{list(shape)}")
-        if weight.device != input.device:
-            raise ValueError(f"rms_norm: weight is on {weight.device} but input is on {input.device}")
+    """Drop-in for F.rms_norm, with autograd."""
+    shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
     eps = torch.finfo(torch.float32).eps if eps is None else eps
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
-        raise TypeError(f"rms_norm: eps must be a float or None, got {type(eps).__name__}")
-    if (n_cols := math.prod(shape)) >= 2**31:
-        raise ValueError(f"rms_norm: rows of {n_cols} elements exceed the kernels' limit of 2**31 - 1")
-    return RMSNormFunction.apply(input, weight, n_cols, float(eps))
+    for name, t in {"input": input, "weight": input if weight is None else weight}.items():
+        if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"rms_norm: {name} must be a torch.Tensor of dtype float32, float16 and bfloat16")
+        if t.device.type != DEVICE.type:
+            raise ValueError(f"rms_norm: {name} is on {t.device}, the kernels on {'cuda' if ON_GPU else 'the CPU'}")
+    if not all(isinstance(d, int) for d in shape) or not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        raise TypeError("rms_norm: normalized_shape must be a tuple of ints, eps a float or None")
+    if not 0 < len(shape) <= input.dim() or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:
+        raise ValueError(f"rms_norm: normalized_shape {shape} must be at least one of the last dims of {input.shape}, "
+                         "under 2**31 elements")
+    if weight is not None and (weight.shape != shape or weight.device != input.device):
+        raise ValueError(f"rms_norm: weight has shape {weight.shape} on {weight.device}, not {shape} on {input.device}")
+    return RMSNormFunction.apply(input, weight, math.prod(shape), float(eps))
 
 # %%
 # Correctness
 # -----------
-# Against F.rms_norm in float64, :math:`\lVert out - ref \rVert / \lVert ref \rVert` of :math:`y, dx, dw` next to PyTorch's
-# error: N = 1, odd N, short and chunked rows; :math:`dx` against the size of its terms, :math:`r g` (at N = 1 they cancel).
+# Relative errors against float64 (dx's against its terms' size, ``r * g``: they cancel at N = 1), within a few
+# roundings of the dtype (the interpreter truncates to bf16: twice a GPU's error).
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 100_003), (4, 200_001)] \
     if ON_GPU else [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 def check_row(shape, dtype):
-    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(3).requires_grad_(True)
-    w = (1 + 0.5 * torch.randn(shape[-1], device=DEVICE)).to(dtype).requires_grad_(True)
-    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
-    dy, y64 = torch.randn(shape, device=DEVICE, dtype=dtype), F.rms_norm(x64, shape[-1:], w64, 1e-6)
-    refs = (y64.detach(), *torch.autograd.grad(y64, (x64, w64), dy.double()))
-    r_g = dy.double() * w64.detach() * torch.rsqrt(x64.detach().pow(2).mean(-1, keepdim=True) + 1e-6)
-    scales = [refs[0].norm(), r_g.norm(), refs[2].norm()]  # ||out - ref|| over these
+    x, w, dy = (torch.randn(s, device=DEVICE, dtype=dtype) for s in (shape, shape[-1:], shape))
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    refs = [y64 := F.rms_norm(x64, shape[-1:], w64, 1e-6), *torch.autograd.grad(y64, (x64, w64), dy.double())]
+    scales = refs[0].norm(), (dy * w * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)).norm(), refs[2].norm()
+    outs = [y := rms_norm(x.requires_grad_(), shape[-1:], w.requires_grad_(), 1e-6), *torch.autograd.grad(y, (x, w), dy)]
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn in [("ours", rms_norm), ("torch", F.rms_norm)]:
-        outs = (y := fn(x, shape[-1:], w, eps=1e-6), *torch.autograd.grad(y, (x, w), dy))
-        row |= {f"{name} {q}": ((out.double() - ref).norm() / scale).item()
-                for q, out, ref, scale in zip(("y", "dx", "dw"), outs, refs, scales)}
-    return row
+    return row | {q: ((out - ref).norm() / scale).item() for q, out, ref, scale in zip(("y", "dx", "dw"), outs, refs, scales)}
 
 torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# Each error must be a few roundings of the dtype (the interpreter truncates to bf16: twice a GPU's error) or twice PyTorch's.
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-for q in ("y", "dx", "dw"):
-    assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
-errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
+assert (errors[["y", "dx", "dw"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 
 # %%
-# Benchmark
-# ---------
-# :math:`MN = 2^{26}` elements on a GPU (far past the 50 MB L2), the same tensors for every provider, timed by
-# :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays: the kernels' cost, not Python's. The
-# *speed of light* is a copy of :math:`x`, timed without a graph (in one, CUDA may use a slower copy engine). GB/s
-# counts :math:`x, y` forward, :math:`x, dy, dx` backward, run as in training; Liger runs without its in-place
-# option, quack (CuTe-DSL kernels, compute capability 9.0+) as ``quack.rmsnorm``. *dx, then dw* is the backward
-# without mix-order reduction: our :math:`dx`, then :func:`torch.einsum` for :math:`dw` (its fp32 copies make the
-# saving an upper bound; a lean second pass: 5/3). The backward sweeps the fused range; "-": a peer's limit.
+# How this page measures
+# -----------------------
+# :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays;
+# the *speed of light*: a copy of x, without a graph. GB/s counts x, y forward, x, dy,
+# dx backward.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
-    else {"forward": [256, 1024, 4096], "backward": [256, 1024, 4096]}
+    else dict.fromkeys(["forward", "backward"], [256, 1024, 4096])
+if ON_GPU:  # graph capture needs a side stream
+    torch.cuda.set_stream(torch.cuda.Stream())
 
-def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
-    if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
+def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
+    if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # compile and warm up outside the timing
+    fn()  # warm-up
     torch.cuda.synchronize()
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
@@ -412,143 +402,128 @@ def bench(fn, graph=True):
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
+def tensors(n_cols, dtype):  # and a copy's GB/s
+    x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE, dtype=dtype)
+    w, dy, out = torch.rand(n_cols, device=DEVICE, dtype=dtype) + 0.5, torch.randn_like(x), torch.empty_like(x)
+    return x, w, dy, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
+
+gbps = lambda forward, x, ms: (2 if forward else 3) * x.numel() * x.element_size() / ms * 1e-6  # x, y or x, dy, dx
+
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
-    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
+    torch._dynamo.config.recompile_limit = 1024  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
-    with contextlib.suppress(ImportError):  # Liger, when installed
+    with contextlib.suppress(ImportError):
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:
-        import quack
-        fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
-fns["ours"], records, missing = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS), [], {}
-for dtype in (torch.float32, torch.bfloat16):
-    for n_cols in sorted(set(SWEEP_N["forward"]) | set(SWEEP_N["backward"])):
-        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        w = (1 + 0.1 * torch.randn(n_cols, device=DEVICE)).to(dtype)
-        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
-        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        reference = F.rms_norm(x.float(), (n_cols,), w.float(), EPS)
-        xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)  # as in training
-        point = lambda direction, name, ms: records.append({"direction": direction, "dtype": str(dtype)[6:],
-            "N": n_cols, "provider": name, "GB/s": (gbs := (2 if direction == "forward" else 3) * nbytes / ms * 1e-6),
-            "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
-        for name, fn in fns.items():
-            for direction in (d for d in ("forward", "backward") if n_cols in SWEEP_N[d]):
-                try:
-                    y = fn(xg, wg)
-                    if direction == "forward":
-                        torch.testing.assert_close(y.float(), reference, atol=5e-2, rtol=2e-2)
-                    point(direction, name, bench((lambda: fn(xg, wg)) if direction == "forward" else
-                                                 lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)))
-                except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-                    if name == "ours":
-                        raise
-                    why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
-                    missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} N = {n_cols}")
-                    point(direction, name, float("nan"))
-                y = None
-        if n_cols in SWEEP_N["backward"]:  # dx (our kernel, no dw), then dw (einsum in fp32)
-            rstd, dx = torch.rsqrt(x.float().pow(2).mean(-1) + EPS), torch.empty_like(x)
-            pass2 = lambda: torch.einsum("mn,mn,m->n", dy.float(), x.float(), rstd)
-            point("backward", "dx, then dw", bench(lambda: (rms_norm_rows_backward(x, w, rstd, dy, dx, None), pass2())))
-        del x, w, xg, wg, dy, out, reference
-        torch.cuda.empty_cache() if ON_GPU else None
-for (name, why), points in missing.items():
-    print(f"{name}: not measured at {', '.join(points)} ({why})")
+        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
+try:  # quack, where installed: compute capability 9.0+
+    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "needs a GPU of compute capability 9.0+"
+    import quack
+    fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
+except Exception as err:
+    print(f"No quack column: {err}"[:100])
+fns["ours"] = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS)
+
+def write_results(table):  # for the landing page
+    if os.environ.get("SOL_RESULTS"):
+        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
+
+def environment_card():
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout.split("\n")[0] if ON_GPU and shutil.which("nvidia-smi") else "?"
+    card = {"device": WHERE, "driver / CUDA": f"driver {smi}, CUDA {torch.version.cuda}" if ON_GPU else "none: Triton's interpreter",
+            "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "unpinned")}
+    html = pd.Series(card, name="").to_frame().to_html()
+    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{html}</details>"})()
+
+# %%
+# The ladder, measured
+# --------------------
+# The backward with dw on bf16 rows of 256 (packing matters) and 4096 (a row fills a program):
+
+LADDER = {0: ("a row a program, a dw partial per row", plain_backward),
+          1: ("several rows a program, warps sized to the tile",
+              lambda x, *args: rms_norm_rows_backward(x, *args, programs=x.numel() // MIN_ELEMENTS)),
+          2: ("persistent: dw in registers, the next block loaded ahead", rms_norm_rows_backward)}
+rows = []
+for n_cols in (256, 4096):
+    x, w, dy, light = tensors(n_cols, torch.bfloat16)
+    dx, dw, rstd = torch.empty_like(x), torch.empty_like(w), torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
+    for step, (idea, launch) in LADDER.items():
+        speed = gbps(False, x, bench(lambda: launch(x, w, rstd, dy, dx, dw)))
+        rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
+ladder = pd.DataFrame(rows).sort_values("step", kind="stable")
+ladder.style.format({"GB/s": "{:.4g}", "% of light": "{:.3g}%"}).hide(axis="index")
+
+# %%
+speed = ladder.set_index(["step", "N"])["GB/s"]
+print(f"Step 1 ran {speed[1, 256] / speed[0, 256]:.3g}x as fast as step 0 at N = 256, {speed[1, 4096] / speed[0, 4096]:.3g}x "
+      f"at 4096; step 2 ran {speed[2, 256] / speed[1, 256]:.3g}x and {speed[2, 4096] / speed[1, 4096]:.3g}x as fast as step 1.")
+
+# %%
+# Benchmark
+# ---------
+# The drop-in against its peers ("-": a peer's limit); the backward over its fused range.
+
+records = []
+for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), sorted(set(SWEEP_N["forward"] + SWEEP_N["backward"]))):
+    x, w, dy, light = tensors(n_cols, dtype)
+    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    record = lambda direction, name, ms: records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols,
+        "provider": name, "GB/s": gbps(direction == "forward", x, ms), "speed of light GB/s": light})
+    for name, fn in fns.items():
+        for direction in (d for d in SWEEP_N if n_cols in SWEEP_N[d]):
+            try:
+                y = fn(xg, wg)
+                record(direction, name, bench((lambda: fn(xg, wg)) if direction == "forward" else
+                                              lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)))
+            except Exception as err:  # a peer's limit
+                if name == "ours":
+                    raise
+                print(f"{name}: no {direction} {dtype} N = {n_cols}: {type(err).__name__}")
+                record(direction, name, float("nan"))
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
-table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], [*fns, "dx, then dw"]]
+results["% of speed of light"] = 100 * results["GB/s"] / results["speed of light GB/s"]
+table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], list(fns)]
 table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
-                   na_rep="-")
+write_results(table)
+table.style.format("{:.4g}", na_rep="-")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# As a plot, in % of the copy measured beside each point:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-styles = {"naive": ":", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "ours": "-"}
-for ax, (direction, dtype) in zip(axes.flat, itertools.product(["forward", "backward"], ["float32", "bfloat16"])):
-    part = results[(results.direction == direction) & (results.dtype == dtype)]
-    for name, line in part.groupby("provider", sort=False):  # "dx, then dw" densely dotted
-        ax.semilogx(line.N, line["% of speed of light"], base=2, linestyle=styles.get(name, (0, (1, 1))), marker="o",
-                    markersize=3, linewidth=2.5 if name == "ours" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if dtype == "float32" else None,
-           xlabel="row length N (elements)")
-    ax.legend(loc="lower left", fontsize=7)
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
+    part.pivot(index="N", columns="provider", values="% of speed of light").plot(ax=ax, logx=True, style="o--", ms=3, grid=True,
+        title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)"), ax.legend(fontsize=7)
 fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the table above, in this build:
 
-for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
-    part = part.droplevel(["direction", "dtype"])  # indexed by N
-    light, ratio, s = part["ours, % of light"], part["ours / best peer"].dropna(), part["ours"] / part["dx, then dw"]
-    short = [n for n in part.index if light[n] < 95 or ratio.get(n, 1) < 0.99]  # the site's bar: both
-    print(f"{direction}, {dtype}: ours runs at {light.min():.3g}-{light.max():.3g}% of the copy over N = "
-          f"{part.index.min()}..{part.index.max()}; against the best peer at each N, from {ratio.min():.3g}x "
-          f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}); under 95% of the copy or 0.99x "
-          f"the best peer at N = {short or 'no N'}.")
-    if direction == "forward":
-        chunked = [n for n in part.index if _fwd_config(1, n, 4 if dtype == "float32" else 2)[0] is rms_norm_fwd_chunked_kernel]
-        print(f"    the chunked kernel ran at N = {chunked or 'no N'}")
-    else:
-        print(f"    one kernel for both gradients runs at {s.min():.3g}x to {s.max():.3g}x the speed of dx, then dw")
-n_mid, fwd = SWEEP_N["forward"][len(SWEEP_N["forward"]) // 2], table.xs(("forward", "float32"), level=[0, 1])
-print(f"Fusion: at N = {n_mid} in fp32, the fused forward is {fwd.ours[n_mid] / fwd.naive[n_mid]:.3g}x faster than "
-      f"the naive one-operation-at-a-time RMSNorm (the bytes model predicted 3.5x).")
-if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
-        .to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
+light, peer = table["ours, % of light"], table["ours / best peer"][inside]
+naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], light[[not i for i in inside]]
+print(f"Inside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, {peer.min():.3g}-"
+      f"{peer.max():.3g}x the best peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x the naive one's speed "
+      "(the bytes model: 3.5x).")
+print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills one program an SM, "
+      "longer rows are read twice; deep dive 42 stages such rows in shared memory." if len(past) else "")
+s = ladder[ladder.N == 256].set_index("step")["% of light"]
+print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per row (step 0), "
+      f"{s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]} partials in all (step 2).")
 
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Whole rows in registers stop at ``MAX_FUSED_N`` (forward 32 K, 16 K in fp32 by
-# ``MAX_FUSED_BYTES``; backward 8 K); past it rows are read twice and the backward moves a ``dw_partial`` row
-# per row. Past ``RANGE`` the site recommends, **forward**, 16-bit rows staged in shared memory,
-# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` (longer rows: this page's chunked kernel); **backward**,
-# a row shared by programs, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (chunked past 128 K).
-# **Gaps, and what was tried** (this build's are the N named above): quack holds a forward's row of 64 K in the shared
-# memory of a *cluster* of SMs, read once, where ours reads it twice; this page holds a 16-bit row of 32 K an SM. Tried on an H100
-# (``dev/DESIGN.md``): chunks of 4-32 K columns, 8-32 warps, persistent grids, capped registers for two rows an SM;
-# none faster. Triton 3.6 cannot compile a reduction across a cluster's blocks (Gluon in Triton 3.9 can). **Exercise**:
-# give each thread 64 bytes in ``_bwd_config``; what spills? References: Zhang and Sennrich (2019); Liger; Inductor; quack.
-#
-# Where this page was made
-# ------------------------
-
-def environment_card():
-    """Everything a reader needs to judge this page's numbers, shown collapsed."""
-    device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-    runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    if ON_GPU:
-        props, driver = torch.cuda.get_device_properties(DEVICE), "unknown (no nvidia-smi)"
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
-            "packages": os.environ.get("SOL_LOCK", "not pinned")}
-    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
-    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
+# **Past the range**: forward, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit rows
+# in shared memory; backward, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` shares a row among
+# programs. **Exercise**: give each thread 64 bytes in ``_bwd_config``: what spills? Reference: Zhang and
+# Sennrich (2019).
 
 environment_card()
