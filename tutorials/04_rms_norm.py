@@ -454,7 +454,7 @@ for n_cols in (256, 4096):
         speed = gbps(False, x, bench(lambda: launch(x, w, rstd, dy, dx, dw)))
         rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
 ladder = pd.DataFrame(rows).sort_values("step", kind="stable")
-ladder.style.format({"GB/s": "{:.4g}", "% of light": "{:.3g}%"}).hide(axis="index")
+ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}" if ON_GPU else "{:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
 
 # %%
 speed = ladder.set_index(["step", "N"])["GB/s"]
@@ -512,8 +512,8 @@ naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], lig
 print(f"Inside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, {peer.min():.3g}-"
       f"{peer.max():.3g}x the best peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x the naive one's speed "
       "(the bytes model: 3.5x).")
-print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills one program an SM, "
-      "longer rows are read twice; deep dive 42 stages such rows in shared memory." if len(past) else "")
+print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills an SM, "
+      "longer rows are read twice; deep dive 42 stages them in shared memory." if len(past) else "")
 s = ladder[ladder.N == 256].set_index("step")["% of light"]
 print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per row (step 0), "
       f"{s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]} partials in all (step 2).")
@@ -523,7 +523,7 @@ print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% 
 # -------------
 # **Past the range**: forward, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit rows
 # in shared memory; backward, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` shares a row among
-# programs. **Exercise**: give each thread 64 bytes in ``_bwd_config``: what spills? Reference: Zhang and
+# programs. **Exercise**: give each thread 64 bytes in ``_bwd_config``: what spills? Reference: Zhang,
 # Sennrich (2019).
 
 environment_card()
