@@ -66,7 +66,7 @@ def test_one_slice_against_float64(page, dtype, weighted, mean):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("shape, slices", [((6, 1000), 2), ((5, 777), 4), ((3, 300), 8)])
+@pytest.mark.parametrize("shape, slices", [((6, 1000), 2), ((5, 777), 4), ((3, 300), 8), ((4, 1000), 3), ((5, 777), 5)])
 def test_several_slices_merge_their_words(page, dtype, shape, slices):
     """Every slice's part of the gradient and the loss, from all the slices' words (the others' written beforehand,
     each slice's own then written by the kernel): the merge of the slices' maxima and sums against float64; the last
@@ -157,11 +157,13 @@ def test_split_kernel_compiles_for_an_h100(page, tmp_path):
     head = source[:source.index("# %%\n# Correctness")]
     (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
     cases = []
-    for dtype, size, n_cols in (("bf16", 2, 262144), ("fp32", 4, 131072)):
+    for dtype, size, n_cols in (("bf16", 2, 262144), ("bf16", 2, 151936), ("fp32", 4, 131072)):
         cfg = page["_split_config"](size)
-        slices = 1 << (-(-n_cols // cfg["SLICE_N"]) - 1).bit_length()
+        slices = -(-n_cols // cfg["SLICE_N"])  # 32, 19 (a group of slots past its slices), 32
+        block = 1 << (-(-n_cols // slices) - 1).bit_length()
         for weighted in (False, True):
-            cases.append([dtype, dict(SLICES=slices, BLOCK_N=n_cols // slices, num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
+            cases.append([dtype, dict(SLICES=slices, SLOTS=1 << (slices - 1).bit_length(), BLOCK_N=block,
+                                      num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path)

@@ -169,13 +169,15 @@ def row_statistics(words, m):
 @triton.jit
 def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_ptr, dx_ptr, n_rows, n_cols,
                     x_row_stride, dx_row_stride, ignore_index, HAS_WEIGHT: tl.constexpr, SLICES: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
+                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Program p is slice p % SLICES of group p // SLICES; group g takes rows g, g + G, ... (G groups)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
     n_groups = tl.num_programs(0) // SLICES
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    slots = tl.arange(0, SLICES)
+    slots = tl.arange(0, SLOTS)  # a power of 2 >= SLICES; a slot past the group reads as an empty slice
+    in_group = slots < SLICES
+    EMPTY: tl.constexpr = -36028797018963968  # the word of a slice of -inf only: max -inf (0xFF800000), sum 0
     scale = tl.load(consts_ptr)  # 1 / the mean's denominator, or 1
     x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
                      mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
@@ -186,13 +188,14 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
                          mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
         m, e, word = slice_word(x)
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
-        words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+        words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
         while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
-            words = tl.load(flags_ptr + row * SLICES + slots, volatile=True)
+            words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
         # The test may have been decided on another warp's copy of the words (a tile smaller than the program is
         # held once per group of threads): a copy still unwritten is read again, once.
         stale = words == -1
-        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale, other=-1, volatile=True), words)
+        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale & in_group, other=EMPTY,
+                                        volatile=True), words)
         lse, to_p = row_statistics(words, m)
         target = tl.load(target_ptr + row)
         ignored = target == ignore_index
@@ -251,9 +254,10 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
     cfg = _split_config(x2d.element_size())
     if n_rows == 0 or (slices is None and n_cols < cfg["MIN_N"]):
         return core_rows(x2d, target, weight, ignore_index, mean, dx)
-    slices = slices or (triton.next_power_of_2(triton.cdiv(n_cols, cfg["SLICE_N"])) if ON_GPU else 1)
-    meta = dict(SLICES=slices, BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)), num_warps=cfg["num_warps"],
-                HAS_WEIGHT=weight is not None)
+    # as many slices as SLICE_N needs, not a power of 2 of them: V = 151,936 takes 19 slices of 8192, not 32
+    slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)
+    meta = dict(SLICES=slices, SLOTS=triton.next_power_of_2(slices), BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
+                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None)
     scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     flags = torch.full((n_rows * slices,), -1, dtype=torch.int64, device=x2d.device) if flags is None else flags
