@@ -138,7 +138,8 @@ def loss_constants(target, weight, ignore_index, mean, n_cols):
 # the others re-read the row's words (``volatile``: past the L1 cache) until none is all ones. A written word never
 # is: its upper half would be a NaN, and a NaN maximum is written as the one canonical NaN. The value travels in the
 # word that says it is there, so no memory fence is needed. While it waits, a program already has the loads of its
-# group's next row in flight.
+# group's next row in flight, and its target; what the row needs after the wait (the target's logit and weight) is
+# read before it, so that no load stands between the words and the gradient.
 #
 # **Why every program must be on the GPU at once.** A program waiting for a slice that is not running could hold the
 # SM that slice needs, forever. So the launcher sizes the grid from the occupancy of the kernel Triton compiled for
@@ -181,12 +182,19 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
     scale = tl.load(consts_ptr)  # 1 / the mean's denominator, or 1
     x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
                      mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
+    t_next = tl.load(target_ptr + group, mask=group < n_rows, other=ignore_index)
     for row in tl.range(group, n_rows, n_groups):
-        x = x_next.to(tl.float32)
-        next_row = row + n_groups  # its loads are in flight while this row waits
+        x, target = x_next.to(tl.float32), t_next
+        next_row = row + n_groups  # its loads are in flight while this row waits: the logits and the target
         x_next = tl.load(x_ptr + tl.cast(next_row, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
+        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
+        ignored = target == ignore_index
+        bad = ((target < 0) | (target >= n_cols)) & ~ignored  # out of range: NaN, never a read past the row
+        target = tl.minimum(tl.maximum(target, 0), n_cols - 1)
+        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0  # arrives during the wait
         m, e, word = slice_word(x)
+        x_t = tl.sum(tl.where(cols == target, x, 0.0), axis=0)  # the target's logit if this slice holds it; x dies
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
         words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
         while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
@@ -197,16 +205,11 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
         words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale & in_group, other=EMPTY,
                                         volatile=True), words)
         lse, to_p = row_statistics(words, m)
-        target = tl.load(target_ptr + row)
-        ignored = target == ignore_index
-        bad = ((target < 0) | (target >= n_cols)) & ~ignored  # out of range: NaN, never a read past the row
-        target = tl.minimum(tl.maximum(target, 0), n_cols - 1)
-        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
         dx = row_scale * (e * to_p - tl.where(cols == target, 1.0, 0.0))
         tl.store(dx_ptr + tl.cast(row, tl.int64) * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty),
                  mask=cols < n_cols)
-        loss = w_target * (lse - tl.sum(tl.where(cols == target, x, 0.0), axis=0))  # x_t, in this slice's registers
+        loss = w_target * (lse - x_t)
         tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)),
                  mask=part == target // BLOCK_N)
 
