@@ -46,12 +46,12 @@ def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_
                   BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # int64: M * V passes 2**31
     cols = tl.arange(0, BLOCK_V)
+    target = tl.load(target_ptr + row)
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
     e = tl.exp(x - m)
     total = tl.sum(e, axis=0)
     lse = m + tl.log(total)
-    target = tl.load(target_ptr + row)
     ignored = target == ignore_index
     x_target = tl.sum(tl.where(cols == target, x, 0.0), axis=0)
     tl.store(loss_ptr + row, tl.where(ignored, 0.0, lse - x_target))
@@ -69,7 +69,7 @@ def step0_loss_and_grad(x2d, target, dx):
 
 # %%
 # A program has at most 1,024 threads: 32 K logits already take 32 fp32 registers a thread, twice over (:math:`x`
-# and its exponentials). A row of 128 K spills out of the registers to memory. Step 0 is measured at 32 K only.
+# and its exponentials). A row of 128 K spills. Step 0 is measured at 32 K only.
 #
 # Step 1: the row in chunks, read twice, the second time from L2
 # --------------------------------------------------------------
@@ -84,8 +84,8 @@ def step0_loss_and_grad(x2d, target, dx):
 # the loss of a row is :math:`(1 - \varepsilon) w_t (\ell - x_t) + \frac{\varepsilon}{V} (W \ell - \sum_c w_c
 # x_c)`, so the gradient is :math:`a\, p_c - b_c` with :math:`a = (1-\varepsilon) w_t + \varepsilon W / V` and
 # :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`. ``'mean'`` divides by :math:`\sum w_t` over the
-# rows not ignored (``consts_ptr``). A target out of range is caught on the host; in a CUDA graph the kernel clamps it
-# and makes the row's loss NaN. ``tl.range(..., num_stages=STAGES)`` has Triton issue the next chunks' loads early.
+# rows not ignored (``consts_ptr``). A target out of range: an error on the host; in a CUDA graph, clamped, loss NaN.
+# ``tl.range(..., num_stages=STAGES)`` has Triton issue the next chunks' loads early; the next row's target too.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
@@ -95,13 +95,18 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
     """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
+    t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
         row64 = tl.cast(row, tl.int64)
         x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
-        target = tl.load(target_ptr + row64)
+        target = t_next
+        next_row = row + tl.num_programs(0)
+        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
         ignored = target == ignore_index
         bad = ((target < 0) | (target >= n_cols)) & ~ignored
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
+        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
+        x_target = tl.load(x_row + target).to(tl.float32)
         # Pass 1: m, s and, for smoothing, the sum of w x
         m = tl.full([], -float("inf"), tl.float32)
         s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
@@ -116,8 +121,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                 w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                 wx += tl.where(offs < n_cols, x, 0.0) * w
         lse = m + tl.log(tl.sum(s, axis=0))
-        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
-        loss = (1.0 - smoothing) * w_target * (lse - tl.load(x_row + target).to(tl.float32))
+        loss = (1.0 - smoothing) * w_target * (lse - x_target)
         if SMOOTH:
             loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
         tl.store(loss_ptr + row64, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)))
@@ -152,15 +156,15 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # Step 1 has as many rows in flight as programs fit the SMs; if they outgrow L2, the second read goes to memory. Step 2
 # launches a *persistent* grid walking rows ``p, p + P, ...``, sized so that the rows in flight stay under
 # ``L2_SHARE`` of the cache, and tells the cache what comes next: ``evict_last`` on the first read, ``evict_first`` on
-# the second, and ``.cs`` (streaming) on the gradient's store, so that it does not push rows out. The second pass
+# the second, and ``.cs`` (streaming) on the gradient's store, not to push rows out. The second pass
 # walks the row backwards: its last chunks are the likeliest still there. The launch parameters:
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
 CHUNK_BYTES = 16384  # of a row a step: 8 K bf16 logits; with 8 warps, 64 bytes a thread, four 16-byte loads
 STAGES = 3  # chunks a program has in flight: the pipeliner stages the next two in shared memory
-L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
-MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
+L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for other traffic
+MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads overlap across row boundaries
 SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
 # The V this design is for (the front page recommends it there): a row an SM fits 70% of 50 MB of L2.
 RANGE = {(d, t): range(1, n + 1) for d in ("forward", "forward+backward") for t, n in (("bfloat16", 131072),
