@@ -277,7 +277,7 @@ def _profiled(function, *args):
 
     gen_rst.execute_code_block = execute_code_block
     timeit.repeat = timed(timeit.repeat)
-    if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); else the page times with timeit
+    if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); with SOL_PREIMPORT=0 it is not counted
         sys.modules["triton.testing"].do_bench = timed(sys.modules["triton.testing"].do_bench)
     return function(*args), blocks, tuple(timers)
 
