@@ -183,6 +183,8 @@ def run_in_child(function, *args):
     sys.stdout.flush(), sys.stderr.flush()
     gc.freeze()  # what the child inherits (torch, Triton, ...) is never scanned by its collections: 0.4 s a gc.collect
     pid = os.fork()
+    if pid:
+        gc.unfreeze()  # the parent's own collections go on as before
     if pid == 0:  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers
         os.close(read)
         code = 0
