@@ -22,8 +22,8 @@ if [ -d /tmp/quack-site ]; then  # quack, where dev/quack_install.sh put it (the
 fi
 export PYTHONUNBUFFERED=1
 # Python's own cache: where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as on the lent GPU machine, whose
-# packages carry no .pyc), every process compiles every module it imports from source: 10 of the 15 s that the
-# build's pre-import of torch, Triton and the rest took there, and again in each warm-up and test process.
+# packages carry no .pyc), every process compiles every module it imports from source. There, torch and what the
+# build pre-imports took 22.9 s to import, 10.7 s with bytecode; and again in each warm-up and test process.
 unset PYTHONDONTWRITEBYTECODE
 # JAX (tutorial 05) keeps compiled programs only where told: a second build on the same machine reuses them
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$HOME/.cache/sol-jax} JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0

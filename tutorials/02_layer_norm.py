@@ -53,9 +53,9 @@ def plain_forward(x, y, w, b, eps=1e-5):
 # %%
 # Step 1: blocks of rows, warps sized to their bytes
 # --------------------------------------------------
-# A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep memory busy.
-# The drop-in's forward gives a program ``BLOCK_M`` rows, ``MIN_ELEMENTS`` or more, and warps for about 64 bytes a
-# thread; it also stores the backward's statistics. (Its loop runs once here; ``.cg`` loads skip L1.)
+# A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
+# memory busy. The drop-in's forward gives a program ``BLOCK_M`` rows, ``MIN_ELEMENTS`` or more, and warps for about
+# 64 bytes a thread; it also stores the backward's statistics. (Its loop runs once here; ``.cg`` loads skip L1.)
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,

@@ -287,9 +287,10 @@ def _profiled(function, *args):
 
 
 def where_the_time_went(blocks, timers, cells=3):
-    """A log line's tail: the timers' share and the slowest code blocks."""
+    """A log line's tail: the seconds in the page's code, the timers' share of them, and the slowest code blocks."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
-    return (f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
+    return (f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
+            f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
             + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow))
 
 
