@@ -21,6 +21,10 @@ if [ -d /tmp/quack-site ]; then  # quack, where dev/quack_install.sh put it (the
     export PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONUNBUFFERED=1
+# Python's own cache: where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as on the lent GPU machine, whose
+# packages carry no .pyc), every process compiles every module it imports from source. There, torch and what the
+# build pre-imports took 22.9 s to import, 10.7 s with bytecode; and again in each warm-up and test process.
+unset PYTHONDONTWRITEBYTECODE
 # JAX (tutorial 05) keeps compiled programs only where told: a second build on the same machine reuses them
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$HOME/.cache/sol-jax} JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 start=$(date +%s)

@@ -84,6 +84,14 @@ def test_carried_core_kernel_and_determinism(dive):
         assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
+def test_carried_core_kernels_are_the_core_pages(dive):
+    """The core page's chunked backward and dw sum, which this page carries to run alone, must not drift from 04's."""
+    import inspect
+    core = load_tutorial("04_rms_norm")
+    for name in ("rms_norm_bwd_chunked_kernel", "dw_reduce_kernel"):
+        assert inspect.getsource(dive[name].fn) == inspect.getsource(core[name].fn), f"41 carries a {name} unlike 04's"
+
+
 def test_split_config_keeps_todays_parameters(dive):
     """The launch parameters tuned on an H100, moved unchanged into _split_config (slices only on a GPU)."""
     cfg = dive["_split_config"]

@@ -36,19 +36,14 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # the fixed-order sum of the partials.
 
 @triton.jit
-def rms_norm_bwd_chunked_kernel(
-    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
-    x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr, CHUNK_N: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, CHUNK_N)
-    n_chunks = tl.cdiv(n_cols, CHUNK_N)
+def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
+                                dy_row_stride, dx_row_stride, HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr,
+                                CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
     dw_row = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols  # this program's partial
     for row in tl.range(pid, n_rows, tl.num_programs(0)):
-        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
-        dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
-        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        row64 = tl.cast(row, tl.int64)
+        x_row, dy_row, dx_row = x_ptr + row64 * x_row_stride, dy_ptr + row64 * dy_row_stride, dx_ptr + row64 * dx_row_stride
         rstd = tl.load(rstd_ptr + row)
         # Pass 1: the dot product of g = dy * w and x, two chunks in flight.
         acc = tl.zeros([CHUNK_N], tl.float32)
@@ -75,21 +70,16 @@ def rms_norm_bwd_chunked_kernel(
             in_row = (offs >= 0) & (offs < n_cols)
             x_next = tl.load(x_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
             dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
-            ok = here < n_cols
-            x_hat = x * rstd
-            g = dy
+            ok, x_hat, g = here < n_cols, x * rstd, dy
             if HAS_WEIGHT:
                 g = dy * tl.load(w_ptr + here, mask=ok, other=0.0).to(tl.float32)
             if COMPUTE_DW:  # the program's first row starts its partial: no buffer needs clearing
                 dw = tl.load(dw_row + here, mask=ok & (here * 0 + row > pid), other=0.0)
                 tl.store(dw_row + here, dw + dy * x_hat, mask=ok)
-            tl.store(dx_row + here, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok,
-                     cache_modifier=".cs")
+            tl.store(dx_row + here, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
 
 @triton.jit
-def dw_reduce_kernel(
-    dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-):
+def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
