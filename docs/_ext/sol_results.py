@@ -4,7 +4,7 @@ The contract, a page's side. When the environment variable ``SOL_RESULTS`` names
 writes ``<that folder>/<its file's stem>.csv`` (``01_fused_softmax.csv``), one row per point of its
 benchmark sweep, with exactly these columns (any order; an index written by pandas is one of them):
 
-* ``direction``: ``forward`` or ``backward``; for a sum, its kind (``sum of all elements``, ``row sums``, ``column sums``);
+* ``direction``: ``forward`` or ``backward`` (cross-entropy: ``forward+backward``); for a sum, its kind (``sum of all elements``, ``row sums``, ``column sums``);
 * ``dtype``: the tensors' dtype by its torch name (``float32``, ``bfloat16``);
 * ``N``: the size of the point (a row length, or the elements of a vector);
 * ``ours, % of light``: our kernel's GB/s as a percentage of the speed of light measured beside it (a copy
@@ -67,7 +67,7 @@ SIZE = "N"
 METRICS = ("ours, % of light", "ours / best peer")
 FLAG = "recommended"
 COLUMNS = (*KEYS, SIZE, *METRICS, FLAG)
-OPS = {"1": "softmax", "2": "layer norm", "3": "reduction", "4": "RMSNorm", "5": "RMSNorm in JAX"}
+OPS = {"1": "softmax", "2": "layer norm", "3": "reduction", "4": "RMSNorm", "5": "RMSNorm in JAX", "6": "cross-entropy"}
 INCLUDE = "landing_results.inc"
 FIGURE = "landing_results.png"
 

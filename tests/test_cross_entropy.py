@@ -1,0 +1,378 @@
+"""Tutorial 06 (core page): cross-entropy over a large vocabulary. The drop-in against F.cross_entropy in float64 for
+every option, rows of several chunks (the chunk shrunk so that small rows have many), the in-place gradient, the lazy
+backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICE, ROOT, load_tutorial
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# a few units of rounding of the dtype (the interpreter truncates fp32 -> bf16: twice a GPU's error)
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def tut():
+    return load_tutorial("06_cross_entropy")
+
+
+@pytest.fixture
+def small_chunks(tut, monkeypatch):
+    """Chunks of 64 bf16 or 32 fp32 logits: rows of a few hundred have many, the last one ragged."""
+    monkeypatch.setitem(tut.data, "CHUNK_BYTES", 128)
+
+
+def rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def reference(x, target, dy, **options):
+    """float64 loss and gradient of F.cross_entropy for upstream gradient dy."""
+    if options.get("weight") is not None:
+        options = options | dict(weight=options["weight"].double())
+    x64 = x.detach().double().requires_grad_(True)
+    loss = F.cross_entropy(x64, target, **options)
+    return loss.detach(), torch.autograd.grad(loss, x64, dy.double())[0]
+
+
+def make(shape, dtype, seed, ignored=0.2, ignore_index=-100):
+    gen = torch.Generator().manual_seed(seed)
+    n_classes = shape[1] if len(shape) > 1 else shape[0]
+    x = (3 * torch.randn(shape, generator=gen)).to(DEVICE, dtype).requires_grad_(True)
+    target_shape = shape[:1] + shape[2:] if len(shape) > 1 else ()
+    target = torch.randint(0, n_classes, target_shape, generator=gen)
+    target = target.masked_fill(torch.rand(target_shape, generator=gen) < ignored, ignore_index).to(DEVICE)
+    return x, target, gen
+
+
+def check(tut, x, target, gen, reduction="mean", tol=None, **options):
+    """Ours against float64: loss and gradient, for a random upstream gradient of the loss's shape."""
+    loss = tut["cross_entropy"](x, target, reduction=reduction, **options)
+    dy = torch.randn(loss.shape, generator=gen).to(DEVICE, x.dtype)
+    (dx,) = torch.autograd.grad(loss, x, dy)
+    loss64, dx64 = reference(x, target, dy, reduction=reduction, **options)
+    assert loss.shape == loss64.shape and loss.dtype == x.dtype and dx.shape == x.shape and dx.dtype == x.dtype
+    tol = tol or TOL[x.dtype]
+    assert rel(loss, loss64) <= tol, f"loss: {rel(loss, loss64):.2e} > {tol:.0e} ({reduction}, {options})"
+    assert rel(dx, dx64) <= tol, f"gradient: {rel(dx, dx64):.2e} > {tol:.0e} ({reduction}, {options})"
+    return loss, dx
+
+
+OPTIONS = {"plain": {}, "weight": {"weight": True}, "smoothing": {"label_smoothing": 0.1},
+           "weight and smoothing": {"weight": True, "label_smoothing": 0.3}, "ignore_index 3": {"ignore_index": 3}}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_options_against_float64(tut, small_chunks, dtype, reduction, option):
+    """Ragged rows of several chunks (V = 300), some rows ignored, a random upstream gradient (a vector for 'none')."""
+    options = dict(OPTIONS[option])
+    x, target, gen = make((7, 300), dtype, seed=len(option) + 10 * DTYPES.index(dtype),
+                          ignore_index=options.get("ignore_index", -100))
+    if options.get("weight"):
+        options["weight"] = (torch.rand(300, generator=gen) + 0.5).to(DEVICE)
+    check(tut, x, target, gen, reduction, **options)
+
+
+@pytest.mark.parametrize("n_classes", [1, 2, 33, 64, 65, 1000])
+def test_ragged_vocabularies(tut, small_chunks, n_classes):
+    """V = 1 (loss and gradient exactly 0), one chunk, exactly one, one more than one, many."""
+    x, target, gen = make((5, n_classes), torch.float32, seed=n_classes, ignored=0.0)
+    if n_classes == 1:
+        loss = tut["cross_entropy"](x, target, label_smoothing=0.2)
+        (dx,) = torch.autograd.grad(loss, x)
+        assert loss.item() == 0 and torch.equal(dx, torch.zeros_like(dx))
+        return
+    check(tut, x, target, gen, "none", label_smoothing=0.05)
+
+
+def test_a_long_row_through_the_default_chunks(tut):
+    """The page's own chunk size: a row of 3 chunks of 8 K fp32 logits, the last ragged."""
+    x, target, gen = make((2, 20000), torch.float32, seed=7, ignored=0.0)
+    check(tut, x, target, gen, "mean")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_every_row_ignored(tut, reduction):
+    """As PyTorch: 'mean' is NaN (0 / 0), 'sum' and 'none' are 0; the gradient is 0 everywhere, never NaN."""
+    x = torch.randn(4, 50, device=DEVICE, requires_grad=True)
+    target = torch.full((4,), -100, device=DEVICE)
+    for options in ({}, {"weight": torch.rand(50, device=DEVICE), "label_smoothing": 0.1}):
+        loss, expected = tut["cross_entropy"](x, target, reduction=reduction, **options), \
+            F.cross_entropy(x, target, reduction=reduction, **options)
+        torch.testing.assert_close(loss, expected, equal_nan=True)
+        assert reduction != "mean" or loss.isnan().item()
+        (dx,) = torch.autograd.grad(loss.sum(), x)
+        assert torch.equal(dx, torch.zeros_like(dx)), dx
+
+
+@pytest.mark.parametrize("shape", [(37,), (3, 11, 5), (2, 9, 3, 4)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_one_dim_and_many_dims(tut, shape, reduction):
+    """Classes along dim 1 (dim 0 of a 1-D input), as PyTorch; 'none' keeps the target's shape."""
+    x, target, gen = make(shape, torch.float32, seed=len(shape), ignored=0.0 if len(shape) == 1 else 0.2)
+    check(tut, x, target, gen, reduction, label_smoothing=0.1)
+
+
+def test_non_contiguous_logits(tut, small_chunks):
+    """Transposed (columns of unit stride nowhere: one copy) and sliced (rows with a gap: no copy)."""
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(200, 6, generator=gen).to(DEVICE).requires_grad_(True)
+    target = torch.randint(0, 200, (6,), generator=gen).to(DEVICE)
+    x = base.t()
+    assert not x.is_contiguous()
+    loss = tut["cross_entropy"](x, target, reduction="sum")
+    (dx,) = torch.autograd.grad(loss, base)
+    loss64, dx64 = reference(x, target, torch.ones(()), reduction="sum")
+    assert rel(loss, loss64) <= 1e-5 and rel(dx.t(), dx64) <= 1e-5
+    wide = torch.randn(6, 260, generator=gen).to(DEVICE).requires_grad_(True)
+    x = wide[:, 30:230]
+    loss = tut["cross_entropy"](x, target, label_smoothing=0.2)
+    (dx,) = torch.autograd.grad(loss, wide)
+    loss64, dx64 = reference(x, target, torch.ones(()), label_smoothing=0.2)
+    assert rel(loss, loss64) <= 1e-5 and rel(dx[:, 30:230], dx64) <= 1e-5
+    assert not dx[:, :30].any() and not dx[:, 230:].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_inplace_gradient_equals_the_default_and_default_leaves_logits_alone(tut, dtype, reduction):
+    x, target, gen = make((6, 90), dtype, seed=11)
+    kept = x.detach().clone()
+    dy = torch.randn(() if reduction == "mean" else (6,), generator=gen).to(DEVICE, dtype)
+    loss = tut["cross_entropy"](x, target, reduction=reduction, label_smoothing=0.1)
+    assert torch.equal(x, kept), "the default wrote into the logits"
+    again = tut["cross_entropy"](x, target, reduction=reduction, label_smoothing=0.1)  # the logits used again
+    assert torch.equal(loss, again)
+    (dx,) = torch.autograd.grad(loss, x, dy)
+    assert torch.equal(x, kept), "the default's backward wrote into the logits"
+    x2 = kept.clone().requires_grad_(True)
+    loss2 = tut["cross_entropy"](x2, target, reduction=reduction, label_smoothing=0.1, inplace_backward=True)
+    assert torch.equal(loss2, loss)
+    (dx2,) = torch.autograd.grad(loss2, x2, dy)
+    assert torch.equal(dx2, dx), "in place and default gradients differ"
+    assert dx2.data_ptr() == x2.data_ptr(), "inplace_backward=True did not write over the logits"
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.125, 0.0, -3.0])
+def test_upstream_scalar_gradient_lazily(tut, scale):
+    """The backward multiplies by the upstream gradient unless it is exactly 1 (then it skips the row)."""
+    x, target, gen = make((5, 70), torch.float32, seed=5)
+    (dx,) = torch.autograd.grad(tut["cross_entropy"](x, target) * scale, x)
+    _, dx64 = reference(x, target, torch.tensor(scale))
+    if scale == 0.0:
+        assert torch.equal(dx, torch.zeros_like(dx))
+    else:
+        assert rel(dx, dx64) <= 1e-5
+
+
+def test_scale_grad_rows(tut):
+    """scale_grad: a scalar, and one value a row, some exactly 1 (those rows left bitwise as they were)."""
+    dx = torch.randn(6, 77, device=DEVICE)
+    g = torch.tensor([1.0, 2.0, 1.0, -0.5, 0.0, 1.0], device=DEVICE)
+    out = dx.clone()
+    tut["scale_grad"](out, g)
+    assert torch.equal(out, dx * g[:, None])
+    out = dx.clone()
+    tut["scale_grad"](out, torch.tensor(1.5, device=DEVICE))
+    assert torch.equal(out, dx * 1.5)
+
+
+def test_backward_twice_says_why(tut):
+    x, target, _ = make((3, 20), torch.float32, seed=1)
+    loss = tut["cross_entropy"](x, target)
+    torch.autograd.grad(loss, x, retain_graph=True)
+    with pytest.raises(RuntimeError, match="already ran"):
+        torch.autograd.grad(loss, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("step", [1, 2])
+def test_poisoned_gradient_fully_written_and_nothing_past_the_row(tut, dtype, step):
+    """dx filled with NaN in storage with a padded row stride: every logit's gradient written, the padding untouched."""
+    x, target, gen = make((9, 150), dtype, seed=step, ignored=0.3)
+    store = torch.full((9, 160), float("nan"), device=DEVICE, dtype=dtype)
+    dx = store[:, :150]
+    losses, scale = tut["cross_entropy_rows"](x.detach(), target, None, -100, 0.1, True, dx, step=step, chunk=64)
+    assert not dx.isnan().any() and not losses.isnan().any()
+    assert store[:, 150:].isnan().all(), "the kernel wrote past the end of a row"
+    loss64, dx64 = reference(x, target, torch.ones(()), label_smoothing=0.1)
+    assert rel(losses.sum() * scale, loss64) <= 1e-5 and rel(dx, dx64) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_step_0_kernel(tut, dtype):
+    """The ladder's plain design, the whole row in registers, against float64 ('mean', some rows ignored); every
+    gradient written, nothing past the row (a padded row stride)."""
+    x, target, _ = make((8, 333), dtype, seed=2, ignored=0.3)
+    store = torch.full((8, 340), float("nan"), device=DEVICE, dtype=dtype)
+    dx = store[:, :333]
+    loss = tut["step0_loss_and_grad"](x.detach(), target, dx)
+    loss64, dx64 = reference(x, target, torch.ones(()))
+    assert rel(loss, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
+    assert not dx.isnan().any() and store[:, 333:].isnan().all()
+
+
+def test_minus_infinity_logits(tut, small_chunks):
+    """A masked vocabulary: a first chunk of -inf, as PyTorch (a finite loss, a zero gradient there)."""
+    x = torch.randn(3, 200, device=DEVICE)
+    x[:, :100] = float("-inf")
+    x.requires_grad_(True)
+    target = torch.tensor([150, 199, 100], device=DEVICE)
+    loss = tut["cross_entropy"](x, target, reduction="none")
+    (dx,) = torch.autograd.grad(loss.sum(), x)
+    expected = F.cross_entropy(x, target, reduction="none")
+    (dx_t,) = torch.autograd.grad(expected.sum(), x)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(dx, dx_t)
+
+
+def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(tut):
+    """Past the host's check (under a CUDA graph it cannot look), a bad target makes its row NaN; the rest is right."""
+    x, _, _ = make((4, 40), torch.float32, seed=4, ignored=0.0)
+    target = torch.tensor([3, 40, -7, 39], device=DEVICE)
+    dx = torch.empty_like(x)
+    losses, _ = tut["cross_entropy_rows"](x.detach(), target, None, -100, 0.0, False, dx)
+    assert losses[1:3].isnan().all() and dx[1:3].isnan().all()
+    ok = torch.tensor([0, 3])
+    loss64, dx64 = reference(x[ok], target[ok], torch.ones(2), reduction="none")
+    assert rel(losses[ok], loss64) <= 1e-5 and rel(dx[ok], dx64) <= 1e-5
+
+
+def test_empty_batch(tut):
+    x = torch.randn(0, 10, device=DEVICE, requires_grad=True)
+    target = torch.zeros(0, dtype=torch.long, device=DEVICE)
+    assert tut["cross_entropy"](x, target).isnan().item()
+    loss = tut["cross_entropy"](x, target, reduction="sum")
+    assert loss.item() == 0 and torch.autograd.grad(loss, x)[0].shape == (0, 10)
+
+
+def test_bad_inputs_raise(tut):
+    ce = tut["cross_entropy"]
+    x, t = torch.randn(4, 8, device=DEVICE), torch.tensor([0, 1, 2, 3], device=DEVICE)
+    with pytest.raises(IndexError, match="target 8 is out of bounds for 8 classes"):
+        ce(x, torch.tensor([0, 8, 2, 3], device=DEVICE))
+    with pytest.raises(IndexError, match="target -1 is out of bounds"):
+        ce(x, torch.tensor([0, -1, 2, 3], device=DEVICE))
+    with pytest.raises(TypeError, match="probabilities"):
+        ce(x, torch.softmax(x, 1))
+    with pytest.raises(TypeError, match="dtype"):
+        ce(torch.ones(4, 8, dtype=torch.int32, device=DEVICE), t)
+    with pytest.raises(TypeError, match="dtype"):
+        ce(x.double(), t)
+    with pytest.raises(TypeError, match="class indices"):
+        ce(x, t > 1)
+    with pytest.raises(ValueError, match=r"target has shape \[3\], expected \[4\]"):
+        ce(x, t[:3])
+    with pytest.raises(ValueError, match="expected \\[4, 5\\]"):
+        ce(torch.randn(4, 8, 5, device=DEVICE), t)
+    with pytest.raises(ValueError, match="weight must be"):
+        ce(x, t, weight=torch.ones(7, device=DEVICE))
+    with pytest.raises(ValueError, match="not differentiable"):
+        ce(x, t, weight=torch.ones(8, device=DEVICE, requires_grad=True))
+    with pytest.raises(ValueError, match="reduction"):
+        ce(x, t, reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        ce(x, t, label_smoothing=1.5)
+    with pytest.raises(ValueError, match="no classes"):
+        ce(torch.randn(4, 0, device=DEVICE), t)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        ce([[1.0, 2.0]], t)
+    if DEVICE == "cuda":
+        with pytest.raises(ValueError, match="target is on"):
+            ce(x, t.cpu())
+    else:
+        with pytest.raises(ValueError, match="target is on meta"):
+            ce(x, t.to("meta"))
+        with pytest.raises(ValueError, match="CPU"):
+            ce(x.to("meta"), t.to("meta"))
+
+
+def test_launch_parameters(tut):
+    """Chunks of 16 KB of a row, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
+    an SM, loads pipelined; step 1: a program per row, without cache hints or pipelining."""
+    config, sms, budget = tut["_config"], tut["NUM_SMS"], tut["L2_SHARE"] * tut["L2_BYTES"]
+    meta, grid = config(8192, 128256, 2)
+    assert (meta["CHUNK"], meta["num_warps"], meta["STAGES"]) == (8192, 8, tut["STAGES"]) and meta["KEEP"] == "evict_last"
+    assert config(8192, 128256, 4)[0]["CHUNK"] == 4096
+    for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
+        per_sm = config(100_000, n_cols, size)[1] // sms
+        assert 1 <= per_sm <= tut["MAX_PROGRAMS_PER_SM"], (n_cols, size, per_sm)
+        assert per_sm == 1 or per_sm * sms * n_cols * size <= budget, (n_cols, size, per_sm)  # the second read hits L2
+        assert per_sm == tut["MAX_PROGRAMS_PER_SM"] or (per_sm + 1) * sms * n_cols * size > budget, (n_cols, size)
+    meta, grid = config(8192, 128256, 2, step=1)
+    assert grid == 8192 and (meta["KEEP"], meta["DROP"], meta["STREAM"], meta["STAGES"]) == ("", "", "", 1)
+    assert config(3, 1, 4)[0]["CHUNK"] == 16 and config(3, 1000, 2) == (config(3, 1000, 2)[0], 3)
+    assert all(r.start == 1 for r in tut["RANGE"].values())
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path.insert(0, sys.argv[1])
+import page
+out = []
+for name, dtype, meta in json.loads(sys.argv[2]):
+    kernel = getattr(page, name)
+    num_warps = meta.pop("num_warps")
+    signature = {}
+    for arg in kernel.arg_names:
+        if arg in meta:
+            signature[arg] = "constexpr"
+        elif arg in ("x_ptr", "dx_ptr"):
+            signature[arg] = "*" + dtype
+        elif arg == "target_ptr":
+            signature[arg] = "*i64"
+        elif arg.endswith("_ptr"):
+            signature[arg] = "*fp32"
+        else:
+            signature[arg] = "fp32" if arg == "smoothing" else "i32"
+    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=num_warps))
+    out.append([name, dtype, "ld.global" in compiled.asm["ptx"]])
+print(json.dumps(out))
+"""
+
+
+def test_kernels_compile_for_an_h100(tut, tmp_path):
+    """Triton's interpreter runs what a GPU compiler may refuse (types changing in loops, strings as hints): every
+    kernel of the page, in every variant the drop-in launches, compiled for sm_90 in a process without the interpreter."""
+    source = (ROOT / "tutorials" / "06_cross_entropy.py").read_text(encoding="utf-8")
+    head = source[:source.index("# %%\n# Correctness")]
+    (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
+    cases = []
+    for dtype, size in (("bf16", 2), ("fp32", 4)):
+        for step in (1, 2):
+            meta, _ = tut["_config"](8192, 128256, size, step)
+            for flags in ((False, False, True), (True, True, True), (False, False, False)):
+                cases.append(["cross_entropy_kernel", dtype, dict(meta, HAS_WEIGHT=flags[0], SMOOTH=flags[1], WRITE_GRAD=flags[2])])
+        chunk = tut["_config"](8192, 128256, size)[0]
+        cases += [["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
+                  ["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)]]  # step 0 at the ladder's 32 K
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, f"compiling for sm_90 failed:\n{proc.stderr[-3000:]}"
+    compiled = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(compiled) == len(cases) and all(loads for *_, loads in compiled)
+
+
+def test_tutorial_checked_and_measured(tut):
+    errors, results, ladder = tut["errors"], tut["results"], tut["ladder"]
+    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3
+    ours = results[results.provider == "ours"]
+    assert len(ours) == 2 * 2 * len(tut["SWEEP_V"])
+    assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
+    assert list(ladder.step) == [0, 1, 1, 2, 2] and (ladder["GB/s"] > 0).all()
+    assert list(ladder.N) == [tut["SWEEP_V"][0]] + [tut["SWEEP_V"][0], tut["LADDER_V"][1]] * 2  # step 0 at the short V
+    assert set(tut["table"].index.get_level_values("direction")) == {"forward", "forward+backward"}

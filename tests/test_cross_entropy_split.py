@@ -1,0 +1,180 @@
+"""Deep dive 61: cross-entropy with each row split across programs. The split kernel against float64 with one slice
+and, through flag words written beforehand, with several (the interpreter runs one program at a time, so a slice
+cannot wait for another there); every gradient written and nothing past the row; the fallbacks; the core kernel it
+carries is tutorial 06's; its kernels compile for an H100."""
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICE, ROOT, load_tutorial
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}  # a few roundings (the interpreter truncates fp32 -> bf16)
+
+
+@pytest.fixture(scope="module")
+def page():
+    return load_tutorial("61_cross_entropy_split_rows")
+
+
+def rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def make(shape, dtype, seed, ignored=0.2):
+    gen = torch.Generator().manual_seed(seed)
+    x = (3 * torch.randn(shape, generator=gen)).to(DEVICE, dtype)
+    target = torch.randint(0, shape[1], (shape[0],), generator=gen)
+    return x, target.masked_fill(torch.rand(shape[0], generator=gen) < ignored, -100).to(DEVICE)
+
+
+def reference(x, target, weight=None, reduction="mean"):
+    x64 = x.double().requires_grad_(True)
+    loss = F.cross_entropy(x64, target, weight=None if weight is None else weight.double(), reduction=reduction)
+    return loss.detach(), torch.autograd.grad(loss, x64)[0]
+
+
+def words(x, slices, block):
+    """The flag words the kernel's slices publish, computed here: (max, sum of exp(x - max)) of each slice of each
+    row, the max's fp32 bits above, the sum's below; a slice past the row's end is all -inf (max -inf, sum 0)."""
+    rows, n_cols = x.shape
+    padded = torch.full((rows, slices * block), float("-inf"), dtype=torch.float32, device=x.device)
+    padded[:, :n_cols] = x.float()
+    parts = padded.view(rows, slices, block)
+    m = parts.max(dim=2).values
+    s = torch.exp(parts - torch.where(m == float("-inf"), 0.0, m)[..., None]).sum(dim=2)
+    high = m.view(torch.int32).to(torch.int64) << 32
+    return (high | (s.view(torch.int32).to(torch.int64) & 0xFFFFFFFF)).reshape(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weight"])
+@pytest.mark.parametrize("mean", [True, False], ids=["mean", "sum"])
+def test_one_slice_against_float64(page, dtype, weighted, mean):
+    x, target = make((9, 700), dtype, seed=3)
+    weight = torch.rand(700, device=DEVICE) + 0.5 if weighted else None
+    dx = torch.full_like(x, float("nan"))
+    losses, scale = page["ce_split_rows"](x, target, weight, -100, mean, dx, slices=1)
+    loss64, dx64 = reference(x, target, weight, "mean" if mean else "sum")
+    assert rel(losses.sum() * scale, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, slices", [((6, 1000), 2), ((5, 777), 4), ((3, 300), 8), ((4, 1000), 3), ((5, 777), 5)])
+def test_several_slices_merge_their_words(page, dtype, shape, slices):
+    """Every slice's part of the gradient and the loss, from all the slices' words (the others' written beforehand,
+    each slice's own then written by the kernel): the merge of the slices' maxima and sums against float64; the last
+    slice ragged; every gradient written, and nothing past the end of a row (a padded row stride)."""
+    x, target = make(shape, dtype, seed=slices)
+    block = 1 << (-(-shape[1] // slices) - 1).bit_length()  # next power of 2 of the columns a slice
+    store = torch.full((shape[0], shape[1] + 9), float("nan"), device=DEVICE, dtype=dtype)
+    dx = store[:, :shape[1]]
+    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx, slices=slices,
+                                          flags=words(x, slices, block))
+    loss64, dx64 = reference(x, target)
+    assert not dx.isnan().any() and store[:, shape[1]:].isnan().all(), "a gradient not written, or one past the row"
+    assert rel(losses.sum() * scale, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
+
+
+def test_every_row_ignored_and_a_bad_target(page):
+    x, target = make((4, 500), torch.float32, seed=1, ignored=1.0)
+    dx = torch.empty_like(x)
+    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx, slices=1)
+    assert (losses == 0).all() and (dx == 0).all() and scale.isinf()  # a 'mean' of nothing: NaN, as PyTorch's
+    target = torch.tensor([0, 500, -3, 7], device=DEVICE)  # out of range, as under a CUDA graph (no host check)
+    losses, _ = page["ce_split_rows"](x, target, None, -100, False, dx, slices=1)
+    assert losses[[1, 2]].isnan().all() and dx[[1, 2]].isnan().all() and not losses[[0, 3]].isnan().any()
+
+
+def test_short_rows_empty_batches_and_groups_that_cannot_fit_take_the_core_kernel(page, monkeypatch):
+    x, target = make((7, 300), torch.float32, seed=4)
+    loss64, dx64 = reference(x, target)
+    dx = torch.empty_like(x)
+    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx)  # 300 < MIN_N: the core kernel
+    assert rel(losses.sum() * scale, loss64) <= 1e-5 and rel(dx, dx64) <= 1e-5
+    empty = torch.empty((0, 300), device=DEVICE)
+    assert page["ce_split_rows"](empty, target[:0], None, -100, False, empty, slices=2)[0].numel() == 0
+    monkeypatch.setitem(page.data, "programs_per_sm", lambda kernel, args, meta: 0)  # no group fits at once
+    dx.fill_(float("nan"))
+    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx, slices=1)
+    assert rel(losses.sum() * scale, loss64) <= 1e-5 and rel(dx, dx64) <= 1e-5
+
+
+def test_split_config_and_range(page):
+    """Rows are split from 32,000 logits (the shortest vocabulary measured), where the front page recommends this
+    kernel for forward+backward; the core page claims the forward only, so the two pages never claim one point."""
+    core = load_tutorial("06_cross_entropy")
+    for size, dtype in ((2, "bfloat16"), (4, "float32")):
+        cfg = page["_split_config"](size)
+        assert page["RANGE"][("forward+backward", dtype)].start == cfg["MIN_N"] == 32000
+        assert ("forward+backward", dtype) not in core["RANGE"] and ("forward", dtype) not in page["RANGE"]
+        assert cfg["SLICE_N"] * size // (32 * cfg["num_warps"]) <= 128, "more than 128 bytes of a row a thread"
+
+
+def test_carried_core_kernel_is_the_core_pages(page):
+    """The deep dive is measured against tutorial 06's kernel and launch: its copies must not drift."""
+    core = load_tutorial("06_cross_entropy")
+    assert inspect.getsource(page["cross_entropy_kernel"].fn) == inspect.getsource(core["cross_entropy_kernel"].fn)
+    assert inspect.getsource(page["_config"]) == inspect.getsource(core["_config"])
+    for name in ("CHUNK_BYTES", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM"):
+        assert page[name] == core[name], name
+    x, target = make((5, 3000), torch.bfloat16, seed=5)
+    dx_page, dx_core = torch.empty_like(x), torch.empty_like(x)
+    losses, scale = page["core_rows"](x, target, None, -100, True, dx_page)
+    core_losses, core_scale = core["cross_entropy_rows"](x, target, None, -100, 0.0, True, dx_core)
+    assert torch.equal(losses, core_losses) and torch.equal(dx_page, dx_core) and torch.equal(scale, core_scale)
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path.insert(0, sys.argv[1])
+import page
+out = []
+for dtype, meta in json.loads(sys.argv[2]):
+    kernel, num_warps = page.ce_split_kernel, meta.pop("num_warps")
+    signature = {a: "constexpr" if a in meta else ("*" + dtype if a in ("x_ptr", "dx_ptr") else "*i64" if a in ("target_ptr", "flags_ptr")
+                 else "*fp32" if a.endswith("_ptr") else "i32") for a in kernel.arg_names}
+    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    ptx = compiled.asm["ptx"]
+    out.append(["atom.global" in ptx and "ld.volatile.global" in ptx, compiled.n_regs if hasattr(compiled, "n_regs") else 0])
+print(json.dumps(out))
+"""
+
+
+def test_split_kernel_compiles_for_an_h100(page, tmp_path):
+    """The kernel the GPU runs (with the flags' atomic exchange and volatile loads in its PTX), compiled for sm_90 in a
+    process without the interpreter, as the launcher configures it for 128 K to 256 K logits."""
+    source = (ROOT / "tutorials" / "deep_dives" / "61_cross_entropy_split_rows.py").read_text(encoding="utf-8")
+    head = source[:source.index("# %%\n# Correctness")]
+    (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
+    cases = []
+    for dtype, size, n_cols in (("bf16", 2, 262144), ("bf16", 2, 151936), ("fp32", 4, 131072)):
+        cfg = page["_split_config"](size)
+        slices = -(-n_cols // cfg["SLICE_N"])  # 32, 19 (a group of slots past its slices), 32
+        block = 1 << (-(-n_cols // slices) - 1).bit_length()
+        for weighted in (False, True):
+            cases.append([dtype, dict(SLICES=slices, SLOTS=1 << (slices - 1).bit_length(), BLOCK_N=block,
+                                      num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, f"compiling for sm_90 failed:\n{proc.stderr[-3000:]}"
+    compiled = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(compiled) == len(cases) and all(flags for flags, _ in compiled), compiled
+
+
+def test_page_checked_and_measured(page):
+    errors, results = page["errors"], page["results"]
+    assert len(errors) == len(page["CHECK_SHAPES"]) * 4
+    split = results[results.provider == "split"]
+    assert len(split) == 2 * len(page["SWEEP_V"]) and (split["GB/s"] > 0).all()
+    assert set(results.provider) >= {"core", "split", "torch"}

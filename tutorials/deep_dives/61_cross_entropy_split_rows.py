@@ -1,0 +1,465 @@
+"""
+Cross-entropy, long rows: one row split across programs
+=======================================================
+
+The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2, and a
+program waits on each pass: on an H100 it reached 55-77% of a copy, forward+backward. Here several programs share a
+row, each holding its *slice* in registers:
+the row is read once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the
+slices merge their maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor
+parallelism, on one GPU); why all programs that share a row must be on the GPU at once; measured against the core
+kernel and the peers, forward+backward, bf16 and fp32. Read deep dive
+:ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same idea on softmax.
+"""
+
+import contextlib, ctypes, datetime, os, platform, shutil, subprocess, timeit
+import torch, torch.nn.functional as F
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The core kernel we start from
+# -----------------------------
+# Carried from the core page: one program walks rows ``p, p + P, ...``; per row, pass 1 keeps a running maximum and
+# sum (online softmax) and pass 2 rereads the row, backwards, to write the gradient :math:`a\, p_c - b_c`. The grid is
+# sized so that the rows in flight fit ``L2_SHARE`` of L2 (``_config``).
+
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
+L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
+CHUNK_BYTES = 16384  # of a row a step: 8 K bf16 logits; with 8 warps, 64 bytes a thread, four 16-byte loads
+STAGES = 3  # chunks a program has in flight: the pipeliner stages the next two in shared memory
+L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
+MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
+
+@triton.jit
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
+                         dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr,
+                         WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
+                         STREAM: tl.constexpr, STAGES: tl.constexpr):
+    """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
+    cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
+    scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
+    t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        row64 = tl.cast(row, tl.int64)
+        x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
+        target = t_next
+        next_row = row + tl.num_programs(0)
+        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
+        ignored = target == ignore_index
+        bad = ((target < 0) | (target >= n_cols)) & ~ignored
+        target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
+        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
+        x_target = tl.load(x_row + target).to(tl.float32)
+        # Pass 1: m, s and, for smoothing, the sum of w x
+        m = tl.full([], -float("inf"), tl.float32)
+        s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
+        for chunk in tl.range(0, n_chunks, num_stages=STAGES):
+            offs = chunk * CHUNK + cols
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
+            s = s * tl.exp(m - shift) + tl.exp(x - shift)
+            m = m_new
+            if SMOOTH:
+                w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
+                wx += tl.where(offs < n_cols, x, 0.0) * w
+        lse = m + tl.log(tl.sum(s, axis=0))
+        loss = (1.0 - smoothing) * w_target * (lse - x_target)
+        if SMOOTH:
+            loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
+        tl.store(loss_ptr + row64, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)))
+        if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
+            row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
+            a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
+            for chunk in tl.range(0, n_chunks, num_stages=STAGES):
+                offs = (n_chunks - 1 - chunk) * CHUNK + cols
+                x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
+                b = tl.where(offs == target, hit, 0.0)
+                if SMOOTH:
+                    b += smoothing / n_cols * (tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
+                                               if HAS_WEIGHT else 1.0)
+                dx = row_scale * (a * tl.exp(x - lse) - b)
+                tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
+
+def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None):
+    """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
+    chunk = chunk or max(16, min(CHUNK_BYTES // element_size, triton.next_power_of_2(n_cols)))
+    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
+    if step == 1:
+        return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
+    per_sm = per_sm or max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or STAGES), \
+        min(n_rows, per_sm * NUM_SMS)
+
+def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
+    """The core page's launch: per-row losses (fp32) and the mean's factor; the reduced loss's gradient into dx."""
+    n_rows, n_cols = x2d.shape
+    scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
+    losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
+    if n_rows == 0:
+        return losses, scale
+    meta, grid = _config(n_rows, n_cols, x2d.element_size())
+    cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses, dx, n_rows, n_cols,
+                                  x2d.stride(0), dx.stride(0), ignore_index, float(smoothing),
+                                  HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=True, **meta)
+    return losses, scale
+
+def loss_constants(target, weight, ignore_index, mean, n_cols):
+    """1 / the mean's denominator (the weights of the targets not ignored; 1 for 'sum'), and the kernels' constants
+    [that factor, the sum of the weights], computed on the GPU: no wait for the host."""
+    valid, ones = target != ignore_index, torch.ones((), device=target.device)
+    counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
+    scale = 1.0 / counted.float() if mean else ones
+    return scale, torch.stack([scale, ones * n_cols if weight is None else weight.float().sum()])
+
+# %%
+# One row, several programs
+# -------------------------
+# ``SLICES`` programs (a *group*) share each row, each holding ``BLOCK_N`` of its logits in registers, loaded once.
+# The loss and the gradient need the row's :math:`\ell`, which needs every slice: slice :math:`k` computes its maximum
+# :math:`m_k` and its sum :math:`s_k = \sum e^{x - m_k}`, publishes both, waits for the others', and combines them as
+# the online softmax combines chunks:
+#
+# .. math::
+#
+#    m = \max_k m_k, \qquad s = \sum_k s_k \, e^{m_k - m}, \qquad \ell = m + \log s, \qquad
+#    p = e^{x - m_k} \cdot e^{m_k - m} / s .
+#
+# Then each slice writes its part of the gradient, :math:`w_t\,(p_c - [c = t])` times the mean's factor, from the
+# registers, and the slice that holds the target writes the row's loss :math:`w_t (\ell - x_t)`. Vocabulary-parallel
+# training does the same across GPUs, with an all-reduce of the maxima and the sums.
+#
+# **How a slice publishes.** Its :math:`(m_k, s_k)` are packed into one 64-bit *flag word* (the maximum's fp32 bits
+# above, the sum's below), written with one atomic exchange into a buffer cleared to all ones before the launch;
+# the others re-read the row's words (``volatile``: past the L1 cache) until none is all ones. A written word never
+# is: its upper half would be a NaN, and a NaN maximum is written as the one canonical NaN. The value travels in the
+# word that says it is there, so no memory fence is needed. While it waits, a program already has the loads of its
+# group's next row in flight, and its target; what the row needs after the wait (the target's logit and weight) is
+# read before it, so that no load stands between the words and the gradient.
+#
+# **Why every program must be on the GPU at once.** A program waiting for a slice that is not running could hold the
+# SM that slice needs, forever. So the launcher sizes the grid from the occupancy of the kernel Triton compiled for
+# these tensors, fits every group at once, and falls back to the core kernel when one group cannot. Under Triton's
+# interpreter, which runs one program at a time, a row has one slice.
+
+@triton.jit
+def slice_word(x):
+    """A slice's exponentials e = exp(x - m_k), its maximum m_k, and its flag word: m_k (a NaN as the one canonical
+    NaN, never all ones) in the upper 32 bits, s_k = sum(e) in the lower."""
+    m = tl.max(x, axis=0)
+    e = tl.exp(x - tl.where(m == -float("inf"), 0.0, m))  # a slice of -inf only: no -inf - (-inf)
+    m_bits = tl.where(m != m, 0x7FC00000, m.to(tl.int32, bitcast=True))
+    word = (m_bits.to(tl.int64) << 32) | (tl.sum(e, axis=0).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    return m, e, word
+
+@triton.jit
+def row_statistics(words, m):
+    """From the group's words and this slice's maximum m: the row's log-sum-exp, and the factor that turns this
+    slice's exp(x - m) into p = exp(x - lse). The slices are combined in slice order: the same bits every run."""
+    m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    row_max = tl.max(m_k, axis=0)
+    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    row_sum = tl.sum(s_k * tl.exp(m_k - shift), axis=0)  # a NaN or +inf logit anywhere: NaN, as in PyTorch
+    return shift + tl.log(row_sum), tl.where(m == -float("inf"), 0.0, tl.exp(m - shift)) / row_sum
+
+@triton.jit
+def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_ptr, dx_ptr, n_rows, n_cols,
+                    x_row_stride, dx_row_stride, ignore_index, HAS_WEIGHT: tl.constexpr, SLICES: tl.constexpr,
+                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program p is slice p % SLICES of group p // SLICES; group g takes rows g, g + G, ... (G groups)."""
+    pid = tl.program_id(0)
+    group, part = pid // SLICES, pid % SLICES
+    n_groups = tl.num_programs(0) // SLICES
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    slots = tl.arange(0, SLOTS)  # a power of 2 >= SLICES; a slot past the group reads as an empty slice
+    in_group = slots < SLICES
+    EMPTY: tl.constexpr = -36028797018963968  # the word of a slice of -inf only: max -inf (0xFF800000), sum 0
+    scale = tl.load(consts_ptr)  # 1 / the mean's denominator, or 1
+    x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
+                     mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
+    t_next = tl.load(target_ptr + group, mask=group < n_rows, other=ignore_index)
+    for row in tl.range(group, n_rows, n_groups):
+        x, target = x_next.to(tl.float32), t_next
+        next_row = row + n_groups  # its loads are in flight while this row waits: the logits and the target
+        x_next = tl.load(x_ptr + tl.cast(next_row, tl.int64) * x_row_stride + cols,
+                         mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
+        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
+        ignored = target == ignore_index
+        bad = ((target < 0) | (target >= n_cols)) & ~ignored  # out of range: NaN, never a read past the row
+        target = tl.minimum(tl.maximum(target, 0), n_cols - 1)
+        mine = (target >= part * BLOCK_N) & (target < part * BLOCK_N + BLOCK_N)  # this slice holds the target
+        # what the row needs after the wait is read before it: the target's weight, and its logit (the slice that
+        # holds it only: a load from L2, where the slice just passed, instead of a search of the slice)
+        w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
+        x_t = tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + target, mask=mine, other=0.0).to(tl.float32)
+        m, e, word = slice_word(x)
+        tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
+        words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
+        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+            words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
+        # The test may have been decided on another warp's copy of the words (a tile smaller than the program is
+        # held once per group of threads): a copy still unwritten is read again, once.
+        stale = words == -1
+        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale & in_group, other=EMPTY,
+                                        volatile=True), words)
+        lse, to_p = row_statistics(words, m)
+        row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
+        # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
+        # written over it. The barrier orders the two stores (different threads write the same address).
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+        tl.debug_barrier()
+        tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
+        loss = w_target * (lse - x_t)
+        tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)), mask=mine)
+
+# %%
+# Launch parameters, and a grid that fits at once
+# -----------------------------------------------
+# ``_split_config`` is the one place to change. Small programs: while one waits for its group, others on the same SM
+# load and store, which a few large programs an SM cannot overlap (deep dive 11's sweep on softmax, whose forward has
+# the same registers: a slice in fp32 and its exponentials). The grid: as many whole groups as fit on the GPU at once,
+# by CUDA's occupancy calculator on the kernel compiled for these very tensors, no more than the rows need.
+
+def _split_config(element_size):
+    """Rows of MIN_N logits and more are split in slices of about SLICE_N, num_warps warps a slice."""
+    if element_size <= 2:  # bf16, fp16: 64 logits a thread, 2-3 programs an SM (93-95% of a copy on an H100)
+        return dict(MIN_N=32000, SLICE_N=8192, num_warps=4)  # from the shortest vocabulary measured, Llama 2's
+    return dict(MIN_N=32000, SLICE_N=4096, num_warps=4)  # fp32: 32 logits a thread, the same bytes
+
+# The V this page's kernel is for (the front page recommends it there): every V it measured, where it ran ahead of
+# the core kernel; 2**31: no last
+RANGE = {("forward+backward", t): range(32000, 2**31) for t in ("bfloat16", "float32")}
+_fits = {}
+
+def programs_per_sm(kernel, args, meta):
+    """How many programs of the version Triton compiles for these arguments fit one SM at once (1: interpreter)."""
+    # Triton compiles one version per argument dtype and per integer that is 1 or a multiple of 16
+    key = (tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args), tuple(sorted(meta.items())))
+    if key not in _fits:
+        if not ON_GPU:
+            _fits[key] = 1
+        else:
+            compiled = kernel.warmup(*args, grid=(1,), **meta)
+            compiled._init_handles()
+            count = ctypes.c_int()
+            error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(32 * meta["num_warps"]),
+                ctypes.c_size_t(compiled.metadata.shared))
+            assert error == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUDA error {error}"
+            _fits[key] = count.value
+    return _fits[key]
+
+def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
+    """(per-row losses in fp32, the mean's factor); the reduced loss's gradient into dx. Rows split where they are
+    long and a group fits the GPU at once, else the core kernel. For tests: ``slices`` forces the split, and
+    ``flags`` (words already written) lets the interpreter run more than one slice."""
+    n_rows, n_cols = x2d.shape
+    cfg = _split_config(x2d.element_size())
+    if n_rows == 0 or (slices is None and n_cols < cfg["MIN_N"]):
+        return core_rows(x2d, target, weight, ignore_index, mean, dx)
+    # as many slices as SLICE_N needs, not a power of 2 of them: V = 151,936 takes 19 slices of 8192, not 32
+    slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)
+    meta = dict(SLICES=slices, SLOTS=triton.next_power_of_2(slices), BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
+                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None)
+    scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
+    losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
+    flags = torch.full((n_rows * slices,), -1, dtype=torch.int64, device=x2d.device) if flags is None else flags
+    args = (x2d, target, x2d if weight is None else weight, consts, flags, losses, dx, n_rows, n_cols, x2d.stride(0),
+            dx.stride(0), ignore_index)
+    groups = programs_per_sm(ce_split_kernel, args, meta) * NUM_SMS // slices  # that fit at once
+    if groups == 0:  # a group cannot be on the GPU at once: it could wait forever
+        return core_rows(x2d, target, weight, ignore_index, mean, dx)
+    groups = triton.cdiv(n_rows, triton.cdiv(n_rows, groups))  # as many as the fewest rows a group needs
+    ce_split_kernel[(groups * slices,)](*args, **meta)
+    return losses, scale
+
+# %%
+# Correctness
+# -----------
+# Against ``F.cross_entropy`` in float64 (``'mean'``, some rows ignored, with and without class weights): the relative
+# error of the loss and of the gradient, beside PyTorch's own in the same dtype. The rows are long enough to be split.
+
+CHECK_SHAPES = [(64, 131073), (16, 262144), (33, 200_003), (8, 65537)] if ON_GPU else [(5, 300), (3, 1000)]
+
+def check_row(shape, dtype, weighted):
+    torch.manual_seed(shape[1])
+    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype)
+    target = torch.randint(0, shape[1], (shape[0],), device=DEVICE).masked_fill_(torch.rand(shape[0], device=DEVICE) < 0.2, -100)
+    weight = torch.rand(shape[1], device=DEVICE) + 0.5 if weighted else None
+    x64 = x.double().requires_grad_(True)
+    loss64 = F.cross_entropy(x64, target, weight=None if weight is None else weight.double())
+    dx64 = torch.autograd.grad(loss64, x64)[0]
+    dx = torch.empty_like(x)
+    losses, scale = ce_split_rows(x, target, weight, -100, True, dx, slices=None if ON_GPU else 1)
+    xt = x.clone().requires_grad_(True)
+    loss_t = F.cross_entropy(xt, target, weight=None if weight is None else weight.to(dtype))
+    rel = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "weights": weighted,
+            "ours loss": rel(losses.sum() * scale, loss64), "ours grad": rel(dx, dx64),
+            "torch loss": rel(loss_t.detach(), loss64), "torch grad": rel(torch.autograd.grad(loss_t, xt)[0], dx64)}
+
+errors = pd.DataFrame([check_row(s, d, w) for d in (torch.float32, torch.bfloat16) for s in CHECK_SHAPES for w in (False, True)])
+TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings (bf16: the interpreter truncates, twice a GPU's)
+for q in ("loss", "grad"):
+    assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
+errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index")
+
+# %%
+# How this page measures
+# ----------------------
+# :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``, class-index targets. Each
+# provider is timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays, beside a copy of
+# the logits (the speed of light). GB/s counts the bytes of a training step's loss: the logits read and their
+# gradient written. The two kernels here are timed through their launchers, which write the gradient in the forward
+# (the core page's backward after ``loss.backward()`` moves no bytes); the peers through autograd,
+# ``torch.autograd.grad(loss, logits)``. Liger overwrites its input (it gets a copy) and syncs with the host, so it is
+# timed without a graph; quack needs compute capability 9.0+.
+
+TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
+SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
+
+def bench(fn, graph=True):
+    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, one call's wall clock."""
+    if not ON_GPU:
+        return 1e3 * timeit.timeit(fn, number=1)
+    fn()  # compile and warm up before the capture
+    torch.cuda.synchronize()
+    if graph:
+        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+            fn()
+        fn = captured.replay
+    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+
+def save_results(table):
+    if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's results for its front page
+        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
+            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "61_cross_entropy_split_rows.csv"))
+
+def environment_card():
+    card = {"device": f"CPU only ({platform.machine()}), no CUDA GPU", "driver / CUDA": "none: Triton's interpreter"}
+    if ON_GPU:
+        props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        driver = subprocess.run(smi, capture_output=True, text=True).stdout.split("\n")[0] if shutil.which(smi[0]) else "?"
+        card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
+                "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
+    card |= {"torch": torch.__version__, "Triton": triton.__version__, "built": BUILT,
+             "packages": os.environ.get("SOL_LOCK", "not pinned")}
+    html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
+
+peers, no_graph = {"torch": F.cross_entropy}, set()
+if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
+    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    peers["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
+    with contextlib.suppress(ImportError):  # Liger, when installed
+        from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
+        peers["Liger"], no_graph = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0], {"Liger"}
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels)
+    try:
+        from quack.cross_entropy import cross_entropy as quack_cross_entropy
+        peers["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
+    except Exception as err:  # not installed, or does not load here
+        print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
+else:
+    print("No quack column: quack needs a GPU of compute capability 9.0 or newer.")
+
+# %%
+# Does the split pay?
+# -------------------
+# For each dtype and :math:`V`: the copy, the core kernel, the split kernel, and the peers, on the same tensors.
+
+records, missing = [], {}
+for dtype in (torch.bfloat16, torch.float32):
+    for n_cols in SWEEP_V:
+        x = torch.randn((TOTAL[dtype] // n_cols, n_cols), device=DEVICE, dtype=dtype)
+        target, dx, out = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), torch.empty_like(x), torch.empty_like(x)
+        nbytes = x.numel() * x.element_size()
+        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
+        calls = {"core": lambda: core_rows(x, target, None, -100, True, dx),
+                 "split": lambda: ce_split_rows(x, target, None, -100, True, dx, slices=None if ON_GPU else 1)}
+        for name, fn in peers.items():
+            xg = (x.clone() if name == "Liger" else x).requires_grad_(True)  # Liger writes its gradient over its input
+            calls[name] = lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)
+        for name, call in calls.items():
+            try:
+                ms = bench(call, graph=name not in no_graph)
+            except Exception as err:  # a peer's limit: the point is missing, and why is printed below
+                if name in ("core", "split"):
+                    raise
+                why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
+                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} V = {n_cols}")
+            records.append({"direction": "forward+backward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                            "GB/s": 2 * nbytes / ms * 1e-6, "light": light})
+        x = target = dx = out = calls = xg = None
+        torch.cuda.empty_cache() if ON_GPU else None
+for (name, why), points in missing.items():
+    print(f"{name}: not measured at {', '.join(points)} ({why})")
+
+# %%
+# GB/s (higher is better), the split kernel as a percentage of the copy, against the core kernel and the fastest peer:
+
+results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
+results["% of speed of light"] = 100 * results["GB/s"] / results.light
+table = results.pivot(index=keys, columns="provider", values="GB/s")[["core", "split", *peers]]
+table.insert(0, "speed of light", results.groupby(keys).light.first())
+table["ours, % of light"] = table["split"] / table["speed of light"] * 100
+table["split / core"] = table["split"] / table["core"]
+table["ours / best peer"] = table["split"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+save_results(table)
+table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "split / core": "{:.2f}",
+                                                           "ours / best peer": "{:.2f}"}, na_rep="-")
+
+# %%
+# As a plot, each provider as a percentage of the copy:
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white", layout="constrained")
+for ax, dtype in zip(axes, ("bfloat16", "float32")):
+    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
+        ax.semilogx(line.N, line["% of speed of light"], base=2, marker="o", markersize=3,
+                    linestyle="-" if name in ("core", "split") else "--", linewidth=2.5 if name == "split" else 1.5,
+                    label=name)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.grid(True, alpha=0.3)
+    ax.set(title=f"forward+backward, {dtype}", ylabel="% of the copy's GB/s" if dtype == "bfloat16" else None,
+           xlabel="vocabulary V (logits a row)")
+    ax.legend(loc="lower left", fontsize=7)
+fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
+
+# %%
+# Reading the numbers
+# -------------------
+
+for dtype, part in table.groupby(level="dtype", sort=False):
+    part = part.droplevel(["direction", "dtype"])
+    peer = part["ours / best peer"].dropna()
+    print(f"{dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-{part['ours, % of light'].max():.3g}% "
+          f"of the copy, {part['split / core'].min():.2f}x to {part['split / core'].max():.2f}x the core kernel"
+          + (f", {peer.min():.2f}x to {peer.max():.2f}x the fastest peer." if len(peer) else "."))
+print("The split reads each logit once and writes its gradient once, from registers; the core kernel reads each row "
+      "twice. The front page recommends the split for forward+backward from V = 32,000 on.")
+if not ON_GPU:
+    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+
+# %%
+# Going further
+# -------------
+# **Label smoothing** needs one more share of each slice, :math:`\sum_c w_c x_c`: a second flag word per slice (the
+# launcher here leaves smoothing to the core kernel). **A lookahead**: publish the next row's shares before waiting
+# for this row's (deep dive 11 measures it on softmax). **Clusters**: on Hopper, quack's kernels exchange the shares
+# through distributed shared memory within a thread-block cluster, which Triton does not expose. **Exercise**: set
+# ``SLICE_N`` to 16384 and 2048 and rerun: how do the programs per SM and the speed move?
+
+environment_card()
