@@ -181,6 +181,20 @@ def test_warm_up_runs_each_page_once_untimed_and_reports_failures(tmp_path):
     assert any("02_bad" in line and "exit 3" in line for line in lines), lines
 
 
+def test_a_page_that_failed_beside_the_others_warms_up_again_alone(tmp_path):
+    """A page that ran out of GPU memory beside the others (a cold build on an H100: 04 beside 06 and 61) gets a
+    second warm-up, alone; it is stamped if that one passes."""
+    flaky, good = tmp_path / "01_flaky.py", tmp_path / "02_good.py"
+    flaky.write_text("import pathlib\nmark = pathlib.Path(__file__).with_suffix('.tried')\n"
+                     "if not mark.exists():\n    mark.write_text('')\n    raise SystemExit(4)\n")
+    good.write_text("pass\n")
+    lines = []
+    done = sol_build.warm_up([flaky, good], jobs=2, log=lines.append)
+    assert done["01_flaky"][1] == 0 and done["02_good"][1] == 0, done
+    assert any("exit 4" in line for line in lines) and any("again, one at a time" in line for line in lines), lines
+    assert sum("01_flaky compiled" in line for line in lines) == 2 and sum("02_good compiled" in line for line in lines) == 1
+
+
 def test_only_pages_the_build_will_run_are_warmed(tmp_path):
     from sphinx_gallery.utils import get_md5sum
     src, out = tmp_path / "tutorials", tmp_path / "docs" / "tutorials"

@@ -96,7 +96,8 @@ def pages_to_run(gallery_conf, tutorials, generated):
 
 def warm_up(pages, jobs, log=print):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
-    the longest to compile). Returns {page name: (seconds, exit code, last lines of output)}."""
+    the longest to compile), then each page that failed once more, alone. Returns {page name: (seconds, exit code,
+    last lines of output)}."""
     env = dict(os.environ, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_COMPILE_THREADS="1")  # a page per core: Inductor compiles in the page's process
     env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
@@ -117,6 +118,10 @@ def warm_up(pages, jobs, log=print):
             del running[page]
             log(f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
                 + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)"))
+    failed = [page for page in pages if done[page.stem][1] != 0]
+    if failed and jobs > 1:  # it may have failed for the others' sake (out of GPU memory beside them): once more, alone
+        log(f"warm-up: {len(failed)} failed beside the others; again, one at a time")
+        done.update(warm_up(failed, 1, log))
     return done
 
 
