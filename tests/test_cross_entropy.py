@@ -25,8 +25,8 @@ def tut():
 
 @pytest.fixture
 def small_chunks(tut, monkeypatch):
-    """Chunks of 64 bf16 or 32 fp32 logits: rows of a few hundred have many, the last one ragged."""
-    monkeypatch.setitem(tut.data, "CHUNK_BYTES", 128)
+    """Chunks of 64 logits: rows of a few hundred have many, the last one ragged."""
+    monkeypatch.setitem(tut.data, "CHUNK_N", 64)
 
 
 def rel(out, ref):
@@ -297,12 +297,13 @@ def test_bad_inputs_raise(tut):
 
 
 def test_launch_parameters(tut):
-    """Chunks of 16 KB of a row, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
-    an SM, loads pipelined; step 1: a program per row, without cache hints or pipelining."""
+    """Chunks of 8192 logits, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
+    an SM, loads pipelined for a forward alone; step 1: a program per row, without cache hints or pipelining."""
     config, sms, budget = tut["_config"], tut["NUM_SMS"], tut["L2_SHARE"] * tut["L2_BYTES"]
     meta, grid = config(8192, 128256, 2)
-    assert (meta["CHUNK"], meta["num_warps"], meta["STAGES"]) == (8192, 8, tut["STAGES"]) and meta["KEEP"] == "evict_last"
-    assert config(8192, 128256, 4)[0]["CHUNK"] == 4096
+    assert (meta["CHUNK"], meta["num_warps"], meta["STAGES"]) == (8192, 8, 1) and meta["KEEP"] == "evict_last"
+    assert config(8192, 128256, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
+    assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms
         assert 1 <= per_sm <= tut["MAX_PROGRAMS_PER_SM"], (n_cols, size, per_sm)

@@ -33,8 +33,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
-CHUNK_BYTES = 16384  # of a row a step: 8 K bf16 logits; with 8 warps, 64 bytes a thread, four 16-byte loads
-STAGES = 3  # chunks a program has in flight: the pipeliner stages the next two in shared memory
+CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
+STAGES = 3  # forward alone: chunks in flight, the next two staged in SMEM; with the gradient 1 (faster)
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
 
@@ -89,14 +89,14 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                 dx = row_scale * (a * tl.exp(x - lse) - b)
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
 
-def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None):
+def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    chunk = chunk or max(16, min(CHUNK_BYTES // element_size, triton.next_power_of_2(n_cols)))
+    chunk = chunk or max(16, min(CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     per_sm = per_sm or max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or STAGES), \
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad else STAGES)), \
         min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
