@@ -162,11 +162,11 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
-STAGES = 3  # forward alone: chunks in flight, the next two staged in SMEM; with the gradient 1 (faster)
+STAGES = 3  # chunks in flight (the next two staged in SMEM); with the gradient 1 where several programs an SM run
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for other traffic
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads overlap across row boundaries
 SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
-# The V this design is for (the front page recommends it there): a row an SM fits 70% of 50 MB of L2.
+# Where the front page recommends this design: the forward alone.
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # forward+backward: deep dive 61
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
@@ -176,7 +176,7 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     per_sm = per_sm or max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad else STAGES)), \
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad and per_sm > 1 else STAGES)), \
         min(n_rows, per_sm * NUM_SMS)
 
 # %%
@@ -195,7 +195,7 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=No
     consts = torch.stack([scale, ones * n_cols if weight is None else weight.float().sum()])
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
-        # no gradient, one pass: no row to keep in L2, as many programs an SM as step 2 allows
+        # no gradient: one pass, nothing to keep in L2
         meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, chunk, grad=dx is not None,
                              per_sm=None if dx is not None else MAX_PROGRAMS_PER_SM)
         cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
