@@ -82,6 +82,29 @@ def test_several_slices_merge_their_words(page, dtype, shape, slices):
     assert rel(losses.sum() * scale, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("weighted", [False, True], ids=["plain", "weight"])
+@pytest.mark.parametrize("shape, slices", [((6, 1000), 2), ((5, 777), 5), ((9, 700), 1)])
+def test_the_forward_alone_gives_the_same_losses_and_writes_no_gradient(page, dtype, weighted, shape, slices):
+    """Without the gradient (dx None) only the slice that holds a row's target waits for the words and writes the
+    loss: the losses equal the gradient path's, bit for bit, and against float64; bad targets still give NaN."""
+    x, target = make(shape, dtype, seed=7 * slices)
+    target[0] = shape[1] + 4  # out of range
+    weight = torch.rand(shape[1], device=DEVICE) + 0.5 if weighted else None
+    block = 1 << (-(-shape[1] // slices) - 1).bit_length()
+    before = x.clone()
+    alone, scale = page["ce_split_rows"](x, target, weight, -100, True, None, slices=slices, flags=words(x, slices, block))
+    dx = torch.empty_like(x)
+    with_grad, _ = page["ce_split_rows"](x, target, weight, -100, True, dx, slices=slices, flags=words(x, slices, block))
+    assert torch.equal(x, before) and alone[0].isnan() and torch.equal(alone[1:], with_grad[1:])
+    target[0] = -100
+    loss64, _ = reference(x, target, weight)
+    alone, scale = page["ce_split_rows"](x, target, weight, -100, True, None, slices=slices, flags=words(x, slices, block))
+    assert rel(alone.sum() * scale, loss64) <= TOL[dtype]
+    core, core_scale = page["core_rows"](x, target, weight, -100, True, None)  # the carried core kernel, forward alone
+    assert rel(core.sum() * core_scale, loss64) <= TOL[dtype]
+
+
 def test_every_row_ignored_and_a_bad_target(page):
     x, target = make((4, 500), torch.float32, seed=1, ignored=1.0)
     dx = torch.empty_like(x)
@@ -162,8 +185,9 @@ def test_split_kernel_compiles_for_an_h100(page, tmp_path):
         slices = -(-n_cols // cfg["SLICE_N"])  # 32, 19 (a group of slots past its slices), 32
         block = 1 << (-(-n_cols // slices) - 1).bit_length()
         for weighted in (False, True):
-            cases.append([dtype, dict(SLICES=slices, SLOTS=1 << (slices - 1).bit_length(), BLOCK_N=block,
-                                      num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
+            for grad in (True, False):
+                cases.append([dtype, dict(SLICES=slices, SLOTS=1 << (slices - 1).bit_length(), BLOCK_N=block,
+                                          num_warps=cfg["num_warps"], HAS_WEIGHT=weighted, WRITE_GRAD=grad)])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path)
@@ -176,5 +200,6 @@ def test_page_checked_and_measured(page):
     errors, results = page["errors"], page["results"]
     assert len(errors) == len(page["CHECK_SHAPES"]) * 4
     split = results[results.provider == "split"]
-    assert len(split) == 2 * len(page["SWEEP_V"]) and (split["GB/s"] > 0).all()
+    assert len(split) == 2 * 2 * len(page["SWEEP_V"]) and (split["GB/s"] > 0).all()  # 2 dtypes, 2 directions
+    assert set(split.direction) == {"forward", "forward+backward"}
     assert set(results.provider) >= {"core", "split", "torch"}

@@ -100,16 +100,19 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
         min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
-    """The core page's launch: per-row losses (fp32) and the mean's factor; the reduced loss's gradient into dx."""
+    """The core page's launch: per-row losses (fp32) and the mean's factor; the reduced loss's gradient into dx
+    (None: no gradient)."""
     n_rows, n_cols = x2d.shape
     scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows == 0:
         return losses, scale
-    meta, grid = _config(n_rows, n_cols, x2d.element_size())
-    cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses, dx, n_rows, n_cols,
-                                  x2d.stride(0), dx.stride(0), ignore_index, float(smoothing),
-                                  HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=True, **meta)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None,
+                         per_sm=None if dx is not None else MAX_PROGRAMS_PER_SM)
+    cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
+                                  x2d if dx is None else dx, n_rows, n_cols, x2d.stride(0),
+                                  x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
+                                  HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=dx is not None, **meta)
     return losses, scale
 
 def loss_constants(target, weight, ignore_index, mean, n_cols):
@@ -172,9 +175,26 @@ def row_statistics(words, m):
     return shift + tl.log(row_sum), tl.where(m == -float("inf"), 0.0, tl.exp(m - shift)) / row_sum
 
 @triton.jit
+def wait_for_words(flags_ptr, slots, in_group):
+    """The group's words of a row, once every slice has written its own (a slot past the group: an empty slice)."""
+    EMPTY: tl.constexpr = -36028797018963968  # the word of a slice of -inf only: max -inf (0xFF800000), sum 0
+    words = tl.load(flags_ptr + slots, mask=in_group, other=EMPTY, volatile=True)
+    while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
+        words = tl.load(flags_ptr + slots, mask=in_group, other=EMPTY, volatile=True)
+    # The test may have been decided on another warp's copy of the words (a tile smaller than the program is held
+    # once per group of threads): a copy still unwritten is read again, once.
+    stale = words == -1
+    return tl.where(stale, tl.load(flags_ptr + slots, mask=stale & in_group, other=EMPTY, volatile=True), words)
+
+@triton.jit
+def store_loss(loss_ptr, lse, x_t, w_target, ignored, bad, mine):
+    """The row's loss w_t (lse - x_t), by the slice that holds the target: 0 if ignored, NaN if out of range."""
+    tl.store(loss_ptr, tl.where(ignored, 0.0, tl.where(bad, float("nan"), w_target * (lse - x_t))), mask=mine)
+
+@triton.jit
 def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_ptr, dx_ptr, n_rows, n_cols,
                     x_row_stride, dx_row_stride, ignore_index, HAS_WEIGHT: tl.constexpr, SLICES: tl.constexpr,
-                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr):
+                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr, WRITE_GRAD: tl.constexpr):
     """Program p is slice p % SLICES of group p // SLICES; group g takes rows g, g + G, ... (G groups)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
@@ -182,7 +202,6 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
     slots = tl.arange(0, SLOTS)  # a power of 2 >= SLICES; a slot past the group reads as an empty slice
     in_group = slots < SLICES
-    EMPTY: tl.constexpr = -36028797018963968  # the word of a slice of -inf only: max -inf (0xFF800000), sum 0
     scale = tl.load(consts_ptr)  # 1 / the mean's denominator, or 1
     x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * x_row_stride + cols,
                      mask=cols < tl.where(group < n_rows, n_cols, 0), other=-float("inf"))
@@ -203,24 +222,19 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
         x_t = tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + target, mask=mine, other=0.0).to(tl.float32)
         m, e, word = slice_word(x)
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
-        words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
-        while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
-            words = tl.load(flags_ptr + row * SLICES + slots, mask=in_group, other=EMPTY, volatile=True)
-        # The test may have been decided on another warp's copy of the words (a tile smaller than the program is
-        # held once per group of threads): a copy still unwritten is read again, once.
-        stale = words == -1
-        words = tl.where(stale, tl.load(flags_ptr + row * SLICES + slots, mask=stale & in_group, other=EMPTY,
-                                        volatile=True), words)
-        lse, to_p = row_statistics(words, m)
-        row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
-        # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
-        # written over it. The barrier orders the two stores (different threads write the same address).
-        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
-        tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
-        tl.debug_barrier()
-        tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
-        loss = w_target * (lse - x_t)
-        tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)), mask=mine)
+        if WRITE_GRAD:
+            lse, to_p = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
+            row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
+            # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
+            # written over it. The barrier orders the two stores (different threads write the same address).
+            dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+            tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+            tl.debug_barrier()
+            tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
+            store_loss(loss_ptr + row, lse, x_t, w_target, ignored, bad, mine)
+        elif mine:  # without the gradient only the slice that holds the target waits; the others go on
+            lse, _ = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
+            store_loss(loss_ptr + row, lse, x_t, w_target, ignored, bad, mine)
 
 # %%
 # Launch parameters, and a grid that fits at once
@@ -260,7 +274,7 @@ def programs_per_sm(kernel, args, meta):
     return _fits[key]
 
 def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
-    """(per-row losses in fp32, the mean's factor); the reduced loss's gradient into dx. Rows split where they are
+    """(per-row losses in fp32, the mean's factor); the reduced loss's gradient into dx (None: no gradient). Rows split where they are
     long and a group fits the GPU at once, else the core kernel. For tests: ``slices`` forces the split, and
     ``flags`` (words already written) lets the interpreter run more than one slice."""
     n_rows, n_cols = x2d.shape
@@ -270,12 +284,12 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
     # as many slices as SLICE_N needs, not a power of 2 of them: V = 151,936 takes 19 slices of 8192, not 32
     slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)
     meta = dict(SLICES=slices, SLOTS=triton.next_power_of_2(slices), BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
-                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None)
+                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None, WRITE_GRAD=dx is not None)
     scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     flags = torch.full((n_rows * slices,), -1, dtype=torch.int64, device=x2d.device) if flags is None else flags
-    args = (x2d, target, x2d if weight is None else weight, consts, flags, losses, dx, n_rows, n_cols, x2d.stride(0),
-            dx.stride(0), ignore_index)
+    args = (x2d, target, x2d if weight is None else weight, consts, flags, losses, x2d if dx is None else dx, n_rows,
+            n_cols, x2d.stride(0), x2d.stride(0) if dx is None else dx.stride(0), ignore_index)
     groups = programs_per_sm(ce_split_kernel, args, meta) * NUM_SMS // slices  # that fit at once
     if groups == 0:  # a group cannot be on the GPU at once: it could wait forever
         return core_rows(x2d, target, weight, ignore_index, mean, dx)
@@ -379,7 +393,8 @@ else:
 # %%
 # Does the split pay?
 # -------------------
-# For each dtype and :math:`V`: the copy, the core kernel, the split kernel, and the peers, on the same tensors.
+# For each dtype and :math:`V`: the copy, the core kernel, the split kernel, and the peers, on the same tensors, the
+# forward alone (no gradient: the logits read once) and forward+backward (read once, the gradient written once).
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
@@ -388,22 +403,24 @@ for dtype in (torch.bfloat16, torch.float32):
         target, dx, out = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), torch.empty_like(x), torch.empty_like(x)
         nbytes = x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        calls = {"core": lambda: core_rows(x, target, None, -100, True, dx),
-                 "split": lambda: ce_split_rows(x, target, None, -100, True, dx, slices=None if ON_GPU else 1)}
-        for name, fn in peers.items():
-            xg = (x.clone() if name == "Liger" else x).requires_grad_(True)  # Liger writes its gradient over its input
-            calls[name] = lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)
-        for name, call in calls.items():
-            try:
-                ms = bench(call, graph=name not in no_graph)
-            except Exception as err:  # a peer's limit: the point is missing, and why is printed below
-                if name in ("core", "split"):
-                    raise
-                why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
-                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} V = {n_cols}")
-            records.append({"direction": "forward+backward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                            "GB/s": 2 * nbytes / ms * 1e-6, "light": light})
-        x = target = dx = out = calls = xg = None
+        for direction, grad in (("forward", None), ("forward+backward", dx)):
+            calls = {"core": lambda: core_rows(x, target, None, -100, True, grad),
+                     "split": lambda: ce_split_rows(x, target, None, -100, True, grad, slices=None if ON_GPU else 1)}
+            for name, fn in peers.items():
+                xg = (x.clone() if name == "Liger" else x).requires_grad_(grad is not None)  # Liger writes over its input
+                calls[name] = (lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)) if grad is not None else \
+                    (lambda fn=fn, xg=xg: fn(xg, target))
+            for name, call in calls.items():
+                try:
+                    ms = bench(call, graph=name not in no_graph)
+                except Exception as err:  # a peer's limit: the point is missing, and why is printed below
+                    if name in ("core", "split"):
+                        raise
+                    why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
+                    missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} V = {n_cols}")
+                records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                                "GB/s": (2 if grad is not None else 1) * nbytes / ms * 1e-6, "light": light})
+        x = target = dx = out = calls = xg = grad = None
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
@@ -425,15 +442,16 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # %%
 # As a plot, each provider as a percentage of the copy:
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white", layout="constrained")
-for ax, dtype in zip(axes, ("bfloat16", "float32")):
-    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
+for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "forward+backward") for t in ("bfloat16", "float32")]):
+    part = results[(results.direction == direction) & (results.dtype == dtype)]
+    for name, line in part.groupby("provider", sort=False):
         ax.semilogx(line.N, line["% of speed of light"], base=2, marker="o", markersize=3,
                     linestyle="-" if name in ("core", "split") else "--", linewidth=2.5 if name == "split" else 1.5,
                     label=name)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.grid(True, alpha=0.3)
-    ax.set(title=f"forward+backward, {dtype}", ylabel="% of the copy's GB/s" if dtype == "bfloat16" else None,
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if dtype == "bfloat16" else None,
            xlabel="vocabulary V (logits a row)")
     ax.legend(loc="lower left", fontsize=7)
 fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
@@ -442,14 +460,14 @@ fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 # Reading the numbers
 # -------------------
 
-for dtype, part in table.groupby(level="dtype", sort=False):
-    part = part.droplevel(["direction", "dtype"])
-    peer = part["ours / best peer"].dropna()
-    print(f"{dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-{part['ours, % of light'].max():.3g}% "
-          f"of the copy, {part['split / core'].min():.2f}x to {part['split / core'].max():.2f}x the core kernel"
+for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
+    part, peer = part.droplevel(["direction", "dtype"]), part["ours / best peer"].dropna()
+    print(f"{direction}, {dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-"
+          f"{part['ours, % of light'].max():.3g}% of the copy, {part['split / core'].min():.2f}x to "
+          f"{part['split / core'].max():.2f}x the core kernel"
           + (f", {peer.min():.2f}x to {peer.max():.2f}x the fastest peer." if len(peer) else "."))
-print("The split reads each logit once and writes its gradient once, from registers; the core kernel reads each row "
-      "twice. The front page recommends the split for forward+backward from V = 32,000 on.")
+print("The split reads each logit once and, with the gradient, writes it once, from registers; the core kernel reads "
+      "each row twice for the gradient, and without it holds one running maximum and sum through the row.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
