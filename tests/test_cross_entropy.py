@@ -25,8 +25,9 @@ def tut():
 
 @pytest.fixture
 def small_chunks(tut, monkeypatch):
-    """Chunks of 64 logits: rows of a few hundred have many, the last one ragged."""
+    """Chunks of 64 logits (32 for a bf16 forward alone): rows of a few hundred have many, the last one ragged."""
     monkeypatch.setitem(tut.data, "CHUNK_N", 64)
+    monkeypatch.setitem(tut.data, "FORWARD_CHUNK_N", 32)
 
 
 def rel(out, ref):
@@ -305,6 +306,8 @@ def test_launch_parameters(tut):
     assert meta["STAGES"] == (1 if grid // sms > 1 else tut["STAGES"]), (meta, grid)
     assert config(8192, 32000, 2)[0]["STAGES"] == 1 and config(8192, 32000, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
     assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == tut["STAGES"]
+    assert (config(8192, 32000, 2, grad=False)[0]["CHUNK"], config(8192, 32000, 2, grad=False)[0]["num_warps"]) == (4096, 4)
+    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 8192
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms

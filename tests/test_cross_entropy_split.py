@@ -145,7 +145,7 @@ def test_carried_core_kernel_is_the_core_pages(page):
     core = load_tutorial("06_cross_entropy")
     assert inspect.getsource(page["cross_entropy_kernel"].fn) == inspect.getsource(core["cross_entropy_kernel"].fn)
     assert inspect.getsource(page["_config"]) == inspect.getsource(core["_config"])
-    for name in ("CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM"):
+    for name in ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM"):
         assert page[name] == core[name], name
     x, target = make((5, 3000), torch.bfloat16, seed=5)
     dx_page, dx_core = torch.empty_like(x), torch.empty_like(x)

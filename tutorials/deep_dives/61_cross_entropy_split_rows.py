@@ -34,6 +34,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
+FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program (faster)
 STAGES = 3  # chunks in flight (the next two staged in SMEM); with the gradient 1 where several programs an SM run
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
@@ -91,7 +92,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    chunk = chunk or max(16, min(CHUNK_N, triton.next_power_of_2(n_cols)))
+    chunk = chunk or max(16, min(CHUNK_N if grad or element_size > 2 else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
