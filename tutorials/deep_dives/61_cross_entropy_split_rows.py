@@ -3,12 +3,11 @@ Cross-entropy, long rows: one row split across programs
 =======================================================
 
 The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2, and a
-program waits on each pass: on an H100 it reached 55-77% of a copy, forward+backward. Here several programs share a
-row, each holding its *slice* in registers:
-the row is read once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the
+program waits on each pass: its own table shows what that costs. Here several programs share a row, each holding
+its *slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the
 slices merge their maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor
 parallelism, on one GPU); why all programs that share a row must be on the GPU at once; measured against the core
-kernel and the peers, forward+backward, bf16 and fp32. Read deep dive
+kernel and the peers, forward alone and forward+backward, bf16 and fp32. Read deep dive
 :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same idea on softmax.
 """
 
@@ -247,7 +246,7 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
 
 def _split_config(element_size):
     """Rows of MIN_N logits and more are split in slices of about SLICE_N, num_warps warps a slice."""
-    if element_size <= 2:  # bf16, fp16: 64 logits a thread, 2-3 programs an SM (93-95% of a copy on an H100)
+    if element_size <= 2:  # bf16, fp16: 64 logits a thread, 2-3 programs an SM
         return dict(MIN_N=32000, SLICE_N=8192, num_warps=4)  # from the shortest vocabulary measured, Llama 2's
     return dict(MIN_N=32000, SLICE_N=4096, num_warps=4)  # fp32: 32 logits a thread, the same bytes
 
