@@ -95,7 +95,9 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    per_sm = per_sm or max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
+    # rows in flight under L2_SHARE of L2; no gradient: one pass, nothing to keep in L2
+    per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
+                        if grad else MAX_PROGRAMS_PER_SM)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad and per_sm > 1 else STAGES)), \
         min(n_rows, per_sm * NUM_SMS)
 
@@ -107,8 +109,7 @@ def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows == 0:
         return losses, scale
-    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None,
-                         per_sm=None if dx is not None else MAX_PROGRAMS_PER_SM)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None)
     cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
                                   x2d if dx is None else dx, n_rows, n_cols, x2d.stride(0),
                                   x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
