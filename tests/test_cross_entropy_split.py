@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import test_cross_entropy as dropin
 from conftest import DEVICE, ROOT, load_tutorial
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}  # a few roundings (the interpreter truncates fp32 -> bf16)
@@ -203,3 +204,99 @@ def test_page_checked_and_measured(page):
     assert len(split) == 2 * 2 * len(page["SWEEP_V"]) and (split["GB/s"] > 0).all()  # 2 dtypes, 2 directions
     assert set(split.direction) == {"forward", "forward+backward"}
     assert set(results.provider) >= {"core", "split", "torch"}
+
+
+# The page's drop-in: the core page's, carried, around this page's launcher. With the split forced (every row, one
+# slice in the interpreter), the core page's own checks of the drop-in, run against this page.
+
+@pytest.fixture
+def split_everywhere(page, monkeypatch):
+    """Rows of any length through the split kernel; returns the smoothing of each call that took the core kernel."""
+    monkeypatch.setitem(page.data, "_split_config", lambda size: dict(MIN_N=1, SLICE_N=8192, num_warps=4))
+    core, calls = page["core_rows"], []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("smoothing", args[6] if len(args) > 6 else 0.0))
+        return core(*args, **kwargs)
+    monkeypatch.setitem(page.data, "core_rows", spy)
+    return calls
+
+
+def test_carried_drop_in_is_the_core_pages(page):
+    """Letter for letter the core page's checks, autograd function, lazy backward and drop-in: only the launcher
+    they call, cross_entropy_rows, is this page's."""
+    core = load_tutorial("06_cross_entropy")
+    assert inspect.getsource(page["scale_grad_kernel"].fn) == inspect.getsource(core["scale_grad_kernel"].fn)
+    for name in ("scale_grad", "_check", "cross_entropy"):
+        assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
+    for method in ("forward", "backward"):  # a class's source needs its module imported; its methods' do not
+        assert inspect.getsource(getattr(page["CrossEntropyFunction"], method)) == \
+            inspect.getsource(getattr(core["CrossEntropyFunction"], method)), method
+    assert page["SUPPORTED_DTYPES"] == core["SUPPORTED_DTYPES"]
+    assert page["SCALE_PROGRAMS_PER_SM"] == core["SCALE_PROGRAMS_PER_SM"]
+    assert list(inspect.signature(page["cross_entropy_rows"]).parameters) == \
+        list(inspect.signature(core["cross_entropy_rows"]).parameters)[:7]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("option", list(dropin.OPTIONS))
+def test_drop_in_against_float64(page, split_everywhere, dtype, reduction, option):
+    """Ragged rows (V = 300), some ignored, a random upstream gradient; the split kernel unless label smoothing."""
+    options = dict(dropin.OPTIONS[option])
+    x, target, gen = dropin.make((7, 300), dtype, seed=len(option) + 10 * reduction.count("m"),
+                                 ignore_index=options.get("ignore_index", -100))
+    if options.get("weight"):
+        options["weight"] = (torch.rand(300, generator=gen) + 0.5).to(DEVICE)
+    dropin.check(page, x, target, gen, reduction, **options)
+    assert all(s > 0 for s in split_everywhere), "a call without label smoothing took the core kernel"
+    assert len(split_everywhere) == int(options.get("label_smoothing", 0) > 0)
+
+
+@pytest.mark.parametrize("shape", [(37,), (3, 11, 5), (4, 1), (2, 9, 3, 4)], ids=str)
+def test_drop_in_one_dim_many_dims_and_one_class(page, split_everywhere, shape):
+    x, target, gen = dropin.make(shape, torch.float32, seed=len(shape), ignored=0.0 if len(shape) == 1 else 0.2)
+    if shape[-1] == 1 and len(shape) == 2:  # V = 1: loss and gradient exactly 0
+        loss = page["cross_entropy"](x, target)
+        assert loss.item() == 0 and not torch.autograd.grad(loss, x)[0].any()
+        return
+    dropin.check(page, x, target, gen, "none")
+    assert not split_everywhere
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_drop_in_in_place_equals_the_default_which_leaves_the_logits_alone(page, split_everywhere, reduction):
+    x, target, gen = dropin.make((6, 900), torch.bfloat16, seed=11)
+    kept = x.detach().clone()
+    dy = torch.randn(() if reduction == "mean" else (6,), generator=gen).to(DEVICE, x.dtype)
+    loss = page["cross_entropy"](x, target, reduction=reduction)
+    assert torch.equal(loss, page["cross_entropy"](x, target, reduction=reduction)), "the logits changed"
+    (dx,) = torch.autograd.grad(loss, x, dy)
+    assert torch.equal(x, kept), "the default wrote into the logits"
+    x2 = kept.clone().requires_grad_(True)
+    loss2 = page["cross_entropy"](x2, target, reduction=reduction, inplace_backward=True)
+    (dx2,) = torch.autograd.grad(loss2, x2, dy)
+    assert torch.equal(loss2, loss) and torch.equal(dx2, dx) and dx2.data_ptr() == x2.data_ptr()
+    assert not split_everywhere
+
+
+def test_drop_in_every_row_ignored_and_bad_input(page, split_everywhere):
+    x = torch.randn(4, 50, device=DEVICE, requires_grad=True)
+    ignored = torch.full((4,), -100, device=DEVICE)
+    for reduction in ("mean", "sum", "none"):
+        loss = page["cross_entropy"](x, ignored, reduction=reduction)
+        torch.testing.assert_close(loss, F.cross_entropy(x, ignored, reduction=reduction), equal_nan=True)
+        assert not torch.autograd.grad(loss.sum(), x)[0].any()
+    ce, t = page["cross_entropy"], torch.tensor([0, 1, 2, 3], device=DEVICE)
+    with pytest.raises(IndexError, match="target 50 is out of bounds for 50 classes"):
+        ce(x, torch.tensor([0, 50, 2, 3], device=DEVICE))
+    with pytest.raises(TypeError, match="probabilities"):
+        ce(x, torch.softmax(x, 1))
+    with pytest.raises(TypeError, match="dtype"):
+        ce(torch.ones(4, 50, dtype=torch.int32, device=DEVICE), t)
+    with pytest.raises(ValueError, match="reduction"):
+        ce(x, t, reduction="avg")
+    loss = ce(x, t)
+    torch.autograd.grad(loss, x, retain_graph=True)
+    with pytest.raises(RuntimeError, match="already ran"):
+        torch.autograd.grad(loss, x)

@@ -311,8 +311,8 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays. The *speed of light* is
 # a copy of the logits, timed beside them. GB/s counts the bytes a perfect kernel moves: the logits read (*forward*),
-# plus the gradient written (*forward+backward*). Liger overwrites its input (it gets a copy) and syncs with the host,
-# so it is timed without a graph. quack needs compute capability 9.0+. The front page reads a CSV of the results.
+# plus the gradient written (*forward+backward*). Liger overwrites its input (it gets a copy) and syncs with the host:
+# no graph. quack needs compute capability 9.0+.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -496,12 +496,11 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Reading each row twice costs, even where the rows being read fit L2 (the table). The
-# way past is to split a row across programs on several SMs, each holding its slice in registers, exchanging their
-# slices' maximum and sum (the algebra of vocabulary-parallel tensor parallelism):
-# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it, and the front page recommends it for
-# forward+backward. Further still:
-# never materialize the logits (*fused linear cross-entropy*: Liger; Wijmans et al. 2024, *Cut Your Losses*).
+# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: split a row
+# across programs, each holding its slice in registers, that exchange their maxima and sums (the algebra of
+# vocabulary-parallel tensor parallelism). :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does
+# it, around this page's drop-in; the front page recommends it for forward+backward. Further: never materialize the
+# logits (*fused linear cross-entropy*: Liger; Wijmans et al. 2024, *Cut Your Losses*).
 # References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
 
 environment_card()

@@ -3,12 +3,13 @@ Cross-entropy, long rows: one row split across programs
 =======================================================
 
 The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2, and a
-program waits on each pass: its own table shows what that costs. Here several programs share a row, each holding
-its *slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the
-slices merge their maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor
-parallelism, on one GPU); why all programs that share a row must be on the GPU at once; measured against the core
-kernel and the peers, forward alone and forward+backward, bf16 and fp32. Read deep dive
-:ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same idea on softmax.
+program waits on each pass: its own table shows what that costs. Here several programs share a row, each holding its
+*slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`. **What you
+will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
+vocabulary-parallel tensor parallelism, on one GPU); why all programs that share a row must be on the GPU at once;
+measured against the core kernel and the peers, forward alone and forward+backward, bf16 and fp32; and the core
+page's drop-in around it. Read deep dive :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same
+idea on softmax.
 """
 
 import contextlib, ctypes, datetime, os, platform, shutil, subprocess, timeit
@@ -299,29 +300,127 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
     return losses, scale
 
 # %%
+# The drop-in
+# -----------
+# ``cross_entropy`` is the core page's drop-in for :func:`torch.nn.functional.cross_entropy`, carried letter for letter
+# with its checks, its autograd function and its lazy backward: only ``cross_entropy_rows``, the launcher it calls,
+# is this page's. It splits the rows where ``ce_split_rows`` does and hands label smoothing (one more share a slice,
+# see the end of the page) to the core kernel. The gradient is written in the forward, into a new tensor or, with
+# ``inplace_backward=True``, over the logits; the backward scales it only where the upstream gradient is not 1.
+
+def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
+    """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
+    if smoothing > 0:
+        return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing)
+    return ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
+
+SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
+
+@triton.jit
+def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
+    """dx[row] *= dloss[row] (dloss_stride 0: one scalar), skipping rows whose dloss is 1."""
+    cols = tl.arange(0, CHUNK)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        g = tl.load(dloss_ptr + row * dloss_stride).to(tl.float32)
+        if g != 1.0:
+            dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+            for start in range(0, n_cols, CHUNK):
+                dx = tl.load(dx_row + start + cols, mask=start + cols < n_cols, other=0.0)
+                tl.store(dx_row + start + cols, (dx.to(tl.float32) * g).to(dx.dtype), mask=start + cols < n_cols)
+
+def scale_grad(dx, dloss):
+    (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
+    if n_rows > 0:
+        meta, _ = _config(n_rows, n_cols, dx.element_size())
+        scale_grad_kernel[(min(n_rows, SCALE_PROGRAMS_PER_SM * NUM_SMS),)](
+            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, CHUNK=meta["CHUNK"],
+            num_warps=meta["num_warps"])
+
+class CrossEntropyFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2d, target, weight, ignore_index, reduction, smoothing, inplace):
+        ctx.dx = (x2d if inplace else torch.empty_like(x2d)) if ctx.needs_input_grad[0] else None
+        losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
+        if reduction == "none":
+            return losses.to(x2d.dtype)
+        return (losses.sum() * scale if reduction == "mean" else losses.sum()).to(x2d.dtype)
+
+    @staticmethod
+    def backward(ctx, dloss):
+        if ctx.dx is None:
+            raise RuntimeError("cross_entropy: this loss's backward already ran, and handed its gradient over; "
+                               "compute the loss again instead of retaining its graph (retain_graph=True)")
+        dx, ctx.dx = ctx.dx, None
+        scale_grad(dx, dloss)
+        return dx, None, None, None, None, None, None
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+def _check(logits, target, weight, reduction, label_smoothing):
+    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise TypeError("cross_entropy: logits and target must be torch.Tensors")
+    if logits.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"cross_entropy: logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
+    if logits.device.type != DEVICE.type or target.device != logits.device:
+        raise ValueError(f"cross_entropy: logits are on {logits.device}, target is on {target.device}; the kernels run "
+                         f"on {DEVICE.type} here ({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: the CPU interprets them'})")
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices: for class "
+                        "probabilities use torch.nn.functional.cross_entropy")
+    if logits.dim() == 0 or logits.shape[logits.dim() > 1] == 0:
+        raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} have no classes")
+    n_classes, expected = logits.shape[logits.dim() > 1], logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
+    if tuple(target.shape) != tuple(expected):
+        raise ValueError(f"cross_entropy: target has shape {list(target.shape)}, expected {list(expected)}")
+    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()
+                                   and weight.shape == (n_classes,) and weight.device == logits.device):
+        raise ValueError(f"cross_entropy: weight must be a float tensor of shape [{n_classes}] on {logits.device}")
+    if weight is not None and weight.requires_grad:
+        raise ValueError("cross_entropy: the loss is not differentiable with respect to weight")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+
+def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  inplace_backward=False):
+    _check(logits, target, weight, reduction, label_smoothing)
+    n_classes = logits.shape[logits.dim() > 1]
+    x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
+    x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
+    target1d = target.reshape(-1)
+    if not (ON_GPU and torch.cuda.is_current_stream_capturing()):  # a look on the host (a sync); in a graph: NaN
+        bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
+        if bad.any():
+            raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
+                             f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
+    loss = CrossEntropyFunction.apply(x2d, target1d, weight, int(ignore_index), reduction, float(label_smoothing),
+                                      bool(inplace_backward))
+    return loss.view(target.shape) if reduction == "none" else loss
+
+# %%
 # Correctness
 # -----------
-# Against ``F.cross_entropy`` in float64 (``'mean'``, some rows ignored, with and without class weights): the relative
-# error of the loss and of the gradient, beside PyTorch's own in the same dtype. The rows are long enough to be split.
+# The drop-in against ``F.cross_entropy`` in float64, ``reduction='none'`` with a random upstream gradient (so that
+# the backward scales every row), some rows ignored, with and without class weights: the relative error of the loss
+# and of the gradient, beside PyTorch's own in the same dtype. On a GPU the rows are long enough to be split; the
+# CPU's short rows take the core kernel (the tests force the split there).
 
 CHECK_SHAPES = [(64, 131073), (16, 262144), (33, 200_003), (8, 65537)] if ON_GPU else [(5, 300), (3, 1000)]
 
 def check_row(shape, dtype, weighted):
     torch.manual_seed(shape[1])
-    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype)
+    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype).requires_grad_(True)
     target = torch.randint(0, shape[1], (shape[0],), device=DEVICE).masked_fill_(torch.rand(shape[0], device=DEVICE) < 0.2, -100)
-    weight = torch.rand(shape[1], device=DEVICE) + 0.5 if weighted else None
-    x64 = x.double().requires_grad_(True)
-    loss64 = F.cross_entropy(x64, target, weight=None if weight is None else weight.double())
-    dx64 = torch.autograd.grad(loss64, x64)[0]
-    dx = torch.empty_like(x)
-    losses, scale = ce_split_rows(x, target, weight, -100, True, dx, slices=None if ON_GPU else 1)
-    xt = x.clone().requires_grad_(True)
-    loss_t = F.cross_entropy(xt, target, weight=None if weight is None else weight.to(dtype))
-    rel = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
-    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "weights": weighted,
-            "ours loss": rel(losses.sum() * scale, loss64), "ours grad": rel(dx, dx64),
-            "torch loss": rel(loss_t.detach(), loss64), "torch grad": rel(torch.autograd.grad(loss_t, xt)[0], dx64)}
+    weight, dy = torch.rand(shape[1], device=DEVICE) + 0.5 if weighted else None, torch.randn(shape[0], device=DEVICE).to(dtype)
+    x64 = x.detach().double().requires_grad_(True)
+    loss64 = F.cross_entropy(x64, target, weight=None if weight is None else weight.double(), reduction="none")
+    refs = (loss64.detach(), torch.autograd.grad(loss64, x64, dy.double())[0])
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "weights": weighted}
+    for name, fn, w in (("ours", cross_entropy, weight), ("torch", F.cross_entropy, None if weight is None else weight.to(dtype))):
+        out = (loss := fn(x, target, weight=w, reduction="none"), torch.autograd.grad(loss, x, dy)[0])
+        row |= {f"{name} {q}": ((o.double() - r).norm() / r.norm()).item() for q, o, r in zip(("loss", "grad"), out, refs)}
+    return row
 
 errors = pd.DataFrame([check_row(s, d, w) for d in (torch.float32, torch.bfloat16) for s in CHECK_SHAPES for w in (False, True)])
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings (bf16: the interpreter truncates, twice a GPU's)
