@@ -202,7 +202,7 @@ def _page_facts(path):
     return title, first, minutes
 
 
-_LEARN = re.compile(r"\*\*What you will\s+learn\*\*")
+_LEARN = re.compile(r"\*\*What\s+you\s+will\s+learn\*\*")  # a line may break between any two words
 
 
 def _reading_time_in_header(app, docname, source):

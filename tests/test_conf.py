@@ -132,3 +132,19 @@ def test_the_memory_column_is_the_gpus_peak_or_nothing(gallery_conf):
     mib, value = gallery_conf["measured"]
     assert value == "its value", "the hook must hand back the function's value"
     assert 64 <= mib < 64 + 256, f"a function holding 64 MiB at its peak was reported as {mib} MiB"
+
+
+def test_every_tutorial_has_the_line_that_gets_its_reading_time():
+    """conf.py writes '(about N min)' after the first '**What you will learn**' of each page's docstring: every page has
+    one, however its lines break (a page reflowed into '**What you\\nwill learn**' once lost its reading time)."""
+    import ast
+    import re
+
+    from conftest import TUTORIALS
+
+    learn = re.search(r'^_LEARN = re.compile\((r".*?")\)', (ROOT / "conf.py").read_text(encoding="utf-8"), re.M)
+    pattern = re.compile(ast.literal_eval(learn.group(1)))
+    for path in TUTORIALS:
+        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+        assert len(pattern.findall(docstring)) == 1, f"{path.name}: no single '**What you will learn**' in its docstring"
+    assert pattern.search("**What you\nwill learn**")

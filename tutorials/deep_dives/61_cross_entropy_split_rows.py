@@ -4,8 +4,8 @@ Cross-entropy, long rows: one row split across programs
 
 The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2, and a
 program waits on each pass: its own table shows what that costs. Here several programs share a row, each holding its
-*slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`. **What you
-will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
+*slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`.
+**What you will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
 vocabulary-parallel tensor parallelism, on one GPU); why all programs that share a row must be on the GPU at once;
 measured against the core kernel and the peers, forward alone and forward+backward, bf16 and fp32; and the core
 page's drop-in around it. Read deep dive :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same
