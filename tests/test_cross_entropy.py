@@ -383,3 +383,38 @@ def test_tutorial_checked_and_measured(tut):
     assert list(ladder.step) == [0, 1, 1, 2, 2] and (ladder["GB/s"] > 0).all()
     assert list(ladder.N) == [tut["SWEEP_V"][0]] + [tut["SWEEP_V"][0], tut["LADDER_V"][1]] * 2  # step 0 at the short V
     assert set(tut["table"].index.get_level_values("direction")) == {"forward", "forward+backward"}
+
+
+READ = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path.insert(0, sys.argv[1])
+import read
+signature = {"words_ptr": "*i32", "out_ptr": "*i32", "n_words": "i32", "BLOCK": "constexpr"}
+compiled = triton.compile(ASTSource(read.read_kernel, signature, {"BLOCK": 8192}), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=16))
+print(json.dumps(["ld.global" in compiled.asm["ptx"], "st.global" in compiled.asm["ptx"]]))
+"""
+
+
+def test_the_forwards_light_reads_every_word(tut, tmp_path):
+    """The forward's speed of light, a read pass: each program's xor of its 32-bit words is numpy's (every word read,
+    a ragged last block masked); compiled for sm_90 as the page launches it."""
+    import inspect
+
+    import numpy as np
+
+    words = torch.randint(-2**31, 2**31 - 1, (3 * 512 + 77,), dtype=torch.int32, device=DEVICE)
+    out = torch.full((4,), 7, dtype=torch.int32, device=DEVICE)
+    tut["read_kernel"][(4,)](words, out, words.numel(), BLOCK=512)
+    padded = np.concatenate([words.cpu().numpy(), np.zeros(4 * 512 - words.numel(), np.int32)]).reshape(4, 512)
+    assert np.array_equal(out.cpu().numpy(), np.bitwise_xor.reduce(padded, axis=1))
+    (tmp_path / "read.py").write_text("import triton\nimport triton.language as tl\n\n\n"
+                                      + inspect.getsource(tut["read_kernel"].fn), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", READ, str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True]

@@ -223,11 +223,12 @@ def split_everywhere(page, monkeypatch):
 
 
 def test_carried_drop_in_is_the_core_pages(page):
-    """Letter for letter the core page's checks, autograd function, lazy backward and drop-in: only the launcher
-    they call, cross_entropy_rows, is this page's."""
+    """Letter for letter the core page's checks, autograd function, lazy backward and drop-in (only the launcher
+    they call, cross_entropy_rows, is this page's), and its speeds of light."""
     core = load_tutorial("06_cross_entropy")
     assert inspect.getsource(page["scale_grad_kernel"].fn) == inspect.getsource(core["scale_grad_kernel"].fn)
-    for name in ("scale_grad", "_check", "cross_entropy"):
+    assert inspect.getsource(page["read_kernel"].fn) == inspect.getsource(core["read_kernel"].fn)
+    for name in ("scale_grad", "_check", "cross_entropy", "light_gbs"):
         assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
     for method in ("forward", "backward"):  # a class's source needs its module imported; its methods' do not
         assert inspect.getsource(getattr(page["CrossEntropyFunction"], method)) == \

@@ -5,8 +5,9 @@ Cross-entropy over a large vocabulary
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
 memory-bound tensor of training. You build a drop-in for :func:`torch.nn.functional.cross_entropy` that computes the
 loss **and its gradient in one pass**, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack, with a
-copy of the logits as the speed of light. **What you will learn**: the bytes a loss and its gradient must move; what
-to do when a row outgrows one program's registers; keeping the rows being read in L2. The Triton it uses is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+copy of the logits (forward: a read pass) as the speed of light. **What you will learn**: the bytes a loss and its
+gradient must move; what to do when a row outgrows one program's registers; keeping the rows being read in L2. Its
+Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
 import contextlib, datetime, os, platform, shutil, subprocess, timeit
@@ -33,13 +34,12 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # ``reduction='mean'`` divides both by the rows not ignored (``ignore_index``). PyTorch's eager loss
 # writes and rereads two more tensors: **12 bytes a logit** in bf16. The least is **4**: read each logit once,
-# write its gradient once. Predicted: about 3 times eager's speed, at the speed of a copy.
+# write its gradient once. Predicted: about 3 times eager's speed, a copy's.
 #
 # Step 0: the whole row in registers
 # ----------------------------------
-# One program per row loads its row whole (masked: padding loads as :math:`-\infty`, whose exponential is 0). Then
-# everything follows from registers: the maximum, the sum, :math:`\ell`, the target's logit, the loss and the
-# gradient, written at once: the model's 4 bytes a logit.
+# One program per row loads it whole (padding as :math:`-\infty`, whose exponential is 0); the maximum, the sum,
+# :math:`\ell`, the target's logit, the loss and the gradient all follow from registers: the model's 4 bytes a logit.
 
 @triton.jit
 def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_stride, dx_row_stride, ignore_index,
@@ -64,21 +64,21 @@ def step0_loss_and_grad(x2d, target, dx):
     (n_rows, n_cols), block = x2d.shape, triton.next_power_of_2(x2d.shape[1])
     loss, scale = torch.empty(n_rows, device=x2d.device), 1.0 / (target != -100).sum(dtype=torch.float32)
     ce_row_kernel[(n_rows,)](x2d, target, scale, loss, dx, n_cols, x2d.stride(0), dx.stride(0), -100, BLOCK_V=block,
-                             num_warps=min(32, max(4, block // 512)))  # 16 logits a thread, at most 1,024 threads
+                             num_warps=min(32, max(4, block // 512)))  # 16 logits a thread
     return loss.sum() * scale
 
 # %%
-# A program has at most 1,024 threads: 32 K logits already take 32 fp32 registers a thread, twice over (:math:`x`
-# and its exponentials). A row of 128 K spills. Step 0 is measured at 32 K only.
+# At most 1,024 threads a program: 32 K logits take 32 fp32 registers a thread, twice over (:math:`x` and its
+# exponentials); 128 K spill. Step 0 is measured at 32 K only.
 #
 # Step 1: the row in chunks, read twice, the second time from L2
 # --------------------------------------------------------------
 # A long row is walked in chunks with an *online* softmax (tutorial 01): a running maximum :math:`m` and sum :math:`s`
 # of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. The gradient needs the final
 # :math:`\ell`: so the program reads its row again at once, bytes read microseconds ago and still in L2 (50 MB on an
-# H100; a 256 KB row per SM is 35 MB), and memory still sees 4 bytes a logit. The gradient is written in the forward
-# and saved; the backward multiplies it by the upstream gradient :math:`g`, **lazily**: ``scale_grad_kernel`` skips
-# every row whose :math:`g` is exactly 1 (``loss.backward()``'s) and scales the others in place.
+# H100; a 256 KB row per SM is 35 MB), and memory still sees 4 bytes a logit. The gradient is written in the forward;
+# the backward scales it by the upstream gradient :math:`g` **lazily**: ``scale_grad_kernel`` skips each row whose
+# :math:`g` is exactly 1 (``loss.backward()``'s).
 #
 # The options, in the same pass: with weights :math:`w`, :math:`W = \sum_c w_c` and smoothing :math:`\varepsilon`,
 # the loss of a row is :math:`(1 - \varepsilon) w_t (\ell - x_t) + \frac{\varepsilon}{V} (W \ell - \sum_c w_c
@@ -153,20 +153,19 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # %%
 # Step 2: the rows being read must fit L2
 # ---------------------------------------
-# Step 1 has as many rows in flight as programs fit the SMs; if they outgrow L2, the second read goes to memory. Step 2
-# launches a *persistent* grid walking rows ``p, p + P, ...``, sized so that the rows in flight stay under
-# ``L2_SHARE`` of the cache, and tells the cache what comes next: ``evict_last`` on the first read, ``evict_first`` on
-# the second, and ``.cs`` (streaming) on the gradient's store, not to push rows out. The second pass
-# walks the row backwards: its last chunks are the likeliest still there. The launch parameters:
+# Step 1 has a row in flight per program that fits the SMs; rows past L2 are read twice from memory. Step 2 launches a
+# *persistent* grid (rows ``p, p + P, ...``) whose rows in flight stay under ``L2_SHARE`` of L2, with cache hints:
+# ``evict_last`` on the first read, ``evict_first`` on the second (backwards: the last chunks are likeliest still
+# there), ``.cs`` (streaming) on the gradient's store. The launch parameters:
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
-CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
+CHUNK_N = 8192  # logits a step (16 KB bf16, 32 KB fp32): 64 bytes a thread
 FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program (faster)
-STAGES = 3  # chunks in flight (the next two staged in SMEM); with the gradient 1 where several programs an SM run
-L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for other traffic
-MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads overlap across row boundaries
-SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
+STAGES = 3  # chunks in flight (two staged in SMEM); with the gradient 1 where several programs an SM run
+L2_SHARE = 0.7  # of L2 for the rows in flight, leaving room for other traffic
+MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across row boundaries
+SCALE_PROGRAMS_PER_SM = 4  # the lazy backward's
 # Where the front page recommends this design: the forward alone.
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # forward+backward: deep dive 61
 
@@ -279,8 +278,8 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # %%
 # Correctness
 # -----------
-# Relative errors against float64 of the loss (``'none'``) and of the gradient for a random upstream gradient, beside
-# PyTorch's own in the same dtype, with rows ignored, weights and label smoothing.
+# Relative errors against float64 of the loss (``'none'``) and its gradient for a random upstream gradient, beside
+# PyTorch's in the same dtype; rows ignored, weights, label smoothing.
 
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 
@@ -299,7 +298,7 @@ def check_row(shape, dtype):
     return row
 
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# A few roundings of the dtype (the interpreter truncates to bf16: twice a GPU's error), or twice PyTorch's error.
+# A few roundings (the interpreter truncates to bf16), or twice PyTorch's error.
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 for q in ("loss", "grad"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
@@ -309,10 +308,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # How this page measures
 # ----------------------
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
-# tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays. The *speed of light* is
-# a copy of the logits, timed beside them. GB/s counts the bytes a perfect kernel moves: the logits read (*forward*),
-# plus the gradient written (*forward+backward*). Liger overwrites its input (it gets a copy) and syncs with the host:
-# no graph. quack needs compute capability 9.0+.
+# tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays. GB/s counts the bytes a
+# perfect kernel moves: the logits read (*forward*), plus the gradient written (*forward+backward*). The *speed of
+# light*, timed beside them: a copy of the logits, and for the forward a pass that only reads them (tutorial 03's).
+# Liger overwrites its input (it gets a copy) and syncs with the host: no graph. quack needs compute capability 9.0+.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -329,8 +328,18 @@ def bench(fn, graph=True):
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
-def light_gbs(x):
-    """The speed of light for x: GB/s of a copy of it, the faster of two timings."""
+@triton.jit
+def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0), tl.xor_sum(tl.load(words_ptr + offs, mask=offs < n_words, other=0), axis=0))
+
+def light_gbs(x, read_only=False):
+    """GB/s of a copy of x or, read_only (GPU), of a read pass (its 32-bit words xor-ed): the faster of two."""
+    if read_only and ON_GPU:
+        words = x.view(-1).view(torch.int32)  # 32 KB a program: tutorial 03's fastest here
+        out = torch.empty(triton.cdiv(words.numel(), 8192), device=DEVICE, dtype=torch.int32)
+        run = lambda: read_kernel[(out.numel(),)](words, out, words.numel(), BLOCK=8192, num_warps=16)
+        return max(x.numel() * x.element_size() / bench(run) * 1e-6 for _ in range(2))
     out = torch.empty_like(x)
     return max(2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6 for _ in range(2))
 
@@ -352,29 +361,29 @@ def environment_card():
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 fns, no_graph = {"torch": F.cross_entropy}, set()
-if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
-    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream
+if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
+    torch.cuda.set_stream(torch.cuda.Stream())  # no graph capture on the default stream
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
-    with contextlib.suppress(ImportError):  # Liger, when installed
+    with contextlib.suppress(ImportError):  # Liger
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
         fns["Liger"], no_graph = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0], {"Liger"}
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels)
+if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (CuTe-DSL kernels)
     try:
         from quack.cross_entropy import cross_entropy as quack_cross_entropy
         fns["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
-    except Exception as err:  # not installed, or does not load here
+    except Exception as err:  # not installed, or not loading
         print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
 else:
-    print("No quack column: quack needs a GPU of compute capability 9.0 or newer.")
+    print("No quack column: quack needs compute capability 9.0+.")
 fns["ours"] = cross_entropy
 
 # %%
 # The ladder
 # ----------
-# bf16, forward+backward, at the sweep's shortest and middle :math:`V`; step 0 only where its row fits registers:
+# bf16, forward+backward, at the shortest and middle :math:`V`; step 0 where its row fits registers:
 
 short, long = LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]
 STEPS = {0: "the whole row in registers", 1: "chunks, the row reread from L2", 2: "rows in flight fit L2, cache hints"}
@@ -397,16 +406,17 @@ ladder.style.format({"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hi
 # %%
 # Every provider
 # --------------
-# For each dtype and :math:`V`: the copy, then each provider on the same tensors.
+# Each dtype and :math:`V`: the lights, then every provider, on the same tensors.
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
     for n_cols in SWEEP_V:
         x = torch.randn((TOTAL[dtype] // n_cols, n_cols), device=DEVICE, dtype=dtype)
         target = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE)
-        nbytes, light, reference = x.numel() * x.element_size(), light_gbs(x), F.cross_entropy(x.float(), target)
+        nbytes, reference = x.numel() * x.element_size(), F.cross_entropy(x.float(), target)
+        light = {"forward": light_gbs(x, read_only=True), "forward+backward": light_gbs(x)}
         for name, fn in fns.items():
-            xg = x.clone() if name == "Liger" else x  # Liger writes its gradient over its input
+            xg = x.clone() if name == "Liger" else x  # Liger writes over its input
             for direction in ("forward", "forward+backward"):
                 xg.requires_grad_(direction != "forward")
                 call = (lambda: fn(xg, target)) if direction == "forward" else \
@@ -415,13 +425,13 @@ for dtype in (torch.bfloat16, torch.float32):
                     if direction == "forward":
                         torch.testing.assert_close(fn(xg, target).float(), reference, atol=1e-2, rtol=1e-2)
                     ms = bench(call, graph=name not in no_graph)
-                except Exception as err:  # a peer's limit: the point is missing, and why is printed below
+                except Exception as err:  # a peer's limit: the point is missing (why: printed below)
                     if name == "ours":
                         raise
                     why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
                     missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} V = {n_cols}")
                 records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                                "GB/s": (1 if direction == "forward" else 2) * nbytes / ms * 1e-6, "light": light})
+                                "GB/s": (1 if direction == "forward" else 2) * nbytes / ms * 1e-6, "light": light[direction]})
             x.requires_grad_(False)
             xg = None
         del x, target, reference
@@ -430,7 +440,7 @@ for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
 
 # %%
-# GB/s (higher is better), ours as a percentage of the copy and against the fastest peer:
+# GB/s (higher is better); ours as % of light and against the fastest peer:
 
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of speed of light"] = 100 * results["GB/s"] / results.light
@@ -443,7 +453,7 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
                    na_rep="-")
 
 # %%
-# As a plot, each provider as a percentage of the copy:
+# As a plot, as % of light:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
 for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "forward+backward") for t in ("bfloat16", "float32")]):
@@ -451,15 +461,15 @@ for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "forwa
     for name, line in part.groupby("provider", sort=False):
         ax.semilogx(line.N, line["% of speed of light"], base=2, linestyle="-" if name == "ours" else "--", marker="o", markersize=3,
                     linewidth=2.5 if name == "ours" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.axhline(100, color="black", linewidth=1, label="speed of light")
     ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if dtype == "bfloat16" else None,
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of light" if dtype == "bfloat16" else None,
            xlabel="vocabulary V (logits a row)")
     ax.legend(loc="lower left", fontsize=7)
-fig.suptitle(f"Cross-entropy, M x V = {TOTAL[torch.bfloat16]:,} (bf16), {TOTAL[torch.float32]:,} (fp32) logits, on {WHERE}")
+fig.suptitle(f"Cross-entropy, {TOTAL[torch.bfloat16]:,} bf16 / {TOTAL[torch.float32]:,} fp32 logits, on {WHERE}")
 
 # %%
-# Memory: the peak a forward+backward allocates beyond the logits (bf16, the ladder's longer V):
+# Memory: a forward+backward's peak beyond the logits (bf16, the ladder's longer V):
 
 def peak_gib(fn, x, target):
     torch.cuda.synchronize()
@@ -487,7 +497,7 @@ print(f"Forward+backward in bf16, ours runs at {light.min():.3g}-{light.max():.3
       f"{light.idxmin():,}): each row is read twice, the second time from L2, and a program waits on each pass.")
 print(f"Against the fastest peer, ours runs at {peer.min():.2f}x to {peer.max():.2f}x." if len(peer) else "No peer ran.")
 alone = table.xs("forward", level=0)["ours, % of light"]
-print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% in bf16, "
+print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% of a read pass in bf16, "
       f"{alone['float32'].min():.3g}-{alone['float32'].max():.3g}% in fp32. Same bytes, but bf16 has twice the logits "
       f"a byte: there the work a logit limits.")
 if not ON_GPU:
@@ -496,11 +506,11 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: split a row
-# across programs, each holding its slice in registers, that exchange their maxima and sums (the algebra of
-# vocabulary-parallel tensor parallelism). :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does
-# it, around this page's drop-in; the front page recommends it for forward+backward. Further: never materialize the
-# logits (*fused linear cross-entropy*: Liger; Wijmans et al. 2024, *Cut Your Losses*).
+# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that
+# split a row, each slice in registers, and exchange their maxima and sums (as vocabulary-parallel training does).
+# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it, around this page's drop-in: the front
+# page recommends it for forward+backward. Further: never materialize the logits (*fused linear cross-entropy*: Liger;
+# Wijmans et al. 2024, *Cut Your Losses*).
 # References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
 
 environment_card()
