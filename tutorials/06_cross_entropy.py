@@ -153,10 +153,10 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # %%
 # Step 2: the rows being read must fit L2
 # ---------------------------------------
-# Step 1 has a row in flight per program that fits the SMs; rows past L2 are read twice from memory. Step 2 launches a
-# *persistent* grid (rows ``p, p + P, ...``) whose rows in flight stay under ``L2_SHARE`` of L2, with cache hints:
-# ``evict_last`` on the first read, ``evict_first`` on the second (backwards: the last chunks are likeliest still
-# there), ``.cs`` (streaming) on the gradient's store. The launch parameters:
+# Step 1 has a row in flight for each program the SMs hold; once they outgrow L2, the second read goes to memory.
+# Step 2 launches a *persistent* grid (rows ``p, p + P, ...``) whose rows in flight stay under ``L2_SHARE`` of L2, with
+# cache hints: ``evict_last`` on the first read, ``evict_first`` on the second (backwards: the last chunks are
+# likeliest still there), ``.cs`` (streaming) on the gradient's store. The launch parameters:
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
@@ -406,7 +406,7 @@ ladder.style.format({"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hi
 # %%
 # Every provider
 # --------------
-# Each dtype and :math:`V`: the lights, then every provider, on the same tensors.
+# Each dtype and :math:`V`: the speeds of light, then every provider, on the same tensors.
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
