@@ -434,10 +434,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``, class-index targets. Each
 # provider is timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays, beside the speed of
 # light: a copy of the logits, and for the forward a pass that only reads them (the core page's ``light_gbs``). GB/s
-# counts the bytes of a training step's loss: the logits read and their gradient written. The two kernels here are timed through their launchers, which write the gradient in the forward
-# (the core page's backward after ``loss.backward()`` moves no bytes); the peers through autograd,
-# ``torch.autograd.grad(loss, logits)``. Liger overwrites its input (it gets a copy) and syncs with the host, so it is
-# timed without a graph; quack needs compute capability 9.0+.
+# counts the bytes of a training step's loss: the logits read and their gradient written. The split is timed through
+# this page's drop-in, as the peers, by ``torch.autograd.grad(loss, logits)`` (the backward skips every row: the
+# upstream gradient is 1); the core kernel through its launcher. Liger overwrites its input (it gets a copy) and syncs
+# with the host: no graph. quack needs compute capability 9.0+.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -518,8 +518,10 @@ for dtype in (torch.bfloat16, torch.float32):
         target, dx, nbytes = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), torch.empty_like(x), x.numel() * x.element_size()
         light = {"forward": light_gbs(x, read_only=True), "forward+backward": light_gbs(x)}
         for direction, grad in (("forward", None), ("forward+backward", dx)):
+            x.requires_grad_(grad is not None)
             calls = {"core": lambda: core_rows(x, target, None, -100, True, grad),
-                     "split": lambda: ce_split_rows(x, target, None, -100, True, grad, slices=None if ON_GPU else 1)}
+                     "split": (lambda: torch.autograd.grad(cross_entropy(x, target), x)) if grad is not None else
+                              (lambda: cross_entropy(x, target))}  # the drop-in (a CPU's short rows: the core kernel)
             for name, fn in peers.items():
                 xg = (x.clone() if name == "Liger" else x).requires_grad_(grad is not None)  # Liger writes over its input
                 calls[name] = (lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)) if grad is not None else \
