@@ -497,7 +497,7 @@ print(f"Forward+backward in bf16, ours runs at {light.min():.3g}-{light.max():.3
       f"{light.idxmin():,}): each row is read twice, the second time from L2, and a program waits on each pass.")
 print(f"Against the fastest peer, ours runs at {peer.min():.2f}x to {peer.max():.2f}x." if len(peer) else "No peer ran.")
 alone = table.xs("forward", level=0)["ours, % of light"]
-print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% of a read pass in bf16, "
+print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% of a {'read pass' if ON_GPU else 'copy'} in bf16, "
       f"{alone['float32'].min():.3g}-{alone['float32'].max():.3g}% in fp32. Same bytes, but bf16 has twice the logits "
       f"a byte: there the work a logit limits.")
 if not ON_GPU:

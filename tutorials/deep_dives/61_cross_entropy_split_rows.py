@@ -536,7 +536,7 @@ for dtype in (torch.bfloat16, torch.float32):
                     missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} V = {n_cols}")
                 records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
                                 "GB/s": (2 if grad is not None else 1) * nbytes / ms * 1e-6, "light": light[direction]})
-        x = target = dx = out = calls = xg = grad = None
+        x = target = dx = calls = xg = grad = None
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
@@ -579,7 +579,7 @@ fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
     part, peer = part.droplevel(["direction", "dtype"]), part["ours / best peer"].dropna()
     print(f"{direction}, {dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-"
-          f"{part['ours, % of light'].max():.3g}% of {'a read pass' if direction == 'forward' else 'a copy'}, {part['split / core'].min():.2f}x to "
+          f"{part['ours, % of light'].max():.3g}% of {'a read pass' if direction == 'forward' and ON_GPU else 'a copy'}, {part['split / core'].min():.2f}x to "
           f"{part['split / core'].max():.2f}x the core kernel"
           + (f", {peer.min():.2f}x to {peer.max():.2f}x the fastest peer." if len(peer) else "."))
 print("The split reads each logit once and, with the gradient, writes it once, from registers; the core kernel reads "
