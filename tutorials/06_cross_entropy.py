@@ -38,8 +38,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # Step 0: the whole row in registers
 # ----------------------------------
-# One program per row loads it whole (padding as :math:`-\infty`, whose exponential is 0); the maximum, the sum,
-# :math:`\ell`, the target's logit, the loss and the gradient all follow from registers: the model's 4 bytes a logit.
+# One program per row loads it whole (padding: :math:`-\infty`); all else follows from registers: the model's 4 bytes
+# a logit.
 
 @triton.jit
 def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_stride, dx_row_stride, ignore_index,
@@ -86,6 +86,8 @@ def step0_loss_and_grad(x2d, target, dx):
 # :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`. ``'mean'`` divides by :math:`\sum w_t` over the
 # rows not ignored (``consts_ptr``). A target out of range: an error on the host; in a CUDA graph, clamped, loss NaN.
 # ``tl.range(..., num_stages=STAGES)`` has Triton issue the next chunks' loads early; the next row's target too.
+# bf16 counts instructions: ``exp2`` (:math:`\log_2 e` in an FMA); the target's :math:`b_t` written after the loop,
+# not compared at every logit.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
@@ -93,6 +95,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                          WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
                          STREAM: tl.constexpr, STAGES: tl.constexpr):
     """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
     t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
@@ -115,7 +118,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
-            s = s * tl.exp(m - shift) + tl.exp(x - shift)
+            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2(x * LOG2E - shift * LOG2E)
             m = m_new
             if SMOOTH:
                 w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
@@ -131,12 +134,14 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
             for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
                 x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
-                b = tl.where(offs == target, hit, 0.0)
+                dx = (row_scale * a) * tl.exp2(x * LOG2E - lse * LOG2E)
                 if SMOOTH:
-                    b += smoothing / n_cols * (tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
-                                               if HAS_WEIGHT else 1.0)
-                dx = row_scale * (a * tl.exp(x - lse) - b)
+                    w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
+                    dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
+            tl.debug_barrier()  # then the target's own b (another thread wrote its element)
+            b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
+            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -161,32 +166,32 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
 CHUNK_N = 8192  # logits a step (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program (faster)
-STAGES = 3  # chunks in flight (two staged in SMEM); with the gradient 1 where several programs an SM run
-L2_SHARE = 0.7  # of L2 for the rows in flight, leaving room for other traffic
+FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
+STAGES = 3  # chunks in flight (two staged in SMEM)
+L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across row boundaries
 SCALE_PROGRAMS_PER_SM = 4  # the lazy backward's
-# Where the front page recommends this design: the forward alone.
-RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # forward+backward: deep dive 61
+# The front page recommends this design for the forward alone (forward+backward: deep dive 61)
+RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    chunk = chunk or max(16, min(CHUNK_N if grad or element_size > 2 else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
+    half = element_size <= 2 and not grad
+    chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     # rows in flight under L2_SHARE of L2; no gradient: one pass, nothing to keep in L2
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else MAX_PROGRAMS_PER_SM)
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad and per_sm > 1 else STAGES)), \
-        min(n_rows, per_sm * NUM_SMS)
+                        if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
+    stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 # %%
 # The launcher and the drop-in function
 # -------------------------------------
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets. The gradient
-# goes to a new tensor; ``inplace_backward=True`` writes it over the logits instead: one :math:`M \times V` tensor
-# less, and the logits are gone after the loss.
+# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2, chunk=None):
     """(per-row losses in fp32, 1 / the mean's denominator or 1); the reduced loss's gradient into dx."""
@@ -225,8 +230,8 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss):
         if ctx.dx is None:
-            raise RuntimeError("cross_entropy: this loss's backward already ran, and handed its gradient over; "
-                               "compute the loss again instead of retaining its graph (retain_graph=True)")
+            raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
+                               "compute the loss again, not retain_graph=True")
         dx, ctx.dx = ctx.dx, None
         scale_grad(dx, dloss)
         return dx, None, None, None, None, None, None
@@ -279,7 +284,7 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # Correctness
 # -----------
 # Relative errors against float64 of the loss (``'none'``) and its gradient for a random upstream gradient, beside
-# PyTorch's in the same dtype; rows ignored, weights, label smoothing.
+# PyTorch's; rows ignored, weights, label smoothing.
 
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 
@@ -311,13 +316,13 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays. GB/s counts the bytes a
 # perfect kernel moves: the logits read (*forward*), plus the gradient written (*forward+backward*). The *speed of
 # light*, timed beside them: a copy of the logits, and for the forward a pass that only reads them (tutorial 03's).
-# Liger overwrites its input (it gets a copy) and syncs with the host: no graph. quack needs compute capability 9.0+.
+# Liger overwrites its input (it gets a copy) and syncs with the host: no graph.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 
 def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, one call's wall clock."""
+    """Median ms: CUDA-graph replays by do_bench on a GPU; one call's wall clock on the CPU."""
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up before the capture
@@ -498,8 +503,7 @@ print(f"Forward+backward in bf16, ours runs at {light.min():.3g}-{light.max():.3
 print(f"Against the fastest peer, ours runs at {peer.min():.2f}x to {peer.max():.2f}x." if len(peer) else "No peer ran.")
 alone = table.xs("forward", level=0)["ours, % of light"]
 print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% of a {'read pass' if ON_GPU else 'copy'} in bf16, "
-      f"{alone['float32'].min():.3g}-{alone['float32'].max():.3g}% in fp32. Same bytes, but bf16 has twice the logits "
-      f"a byte: there the work a logit limits.")
+      f"{alone['float32'].min():.3g}-{alone['float32'].max():.3g}% in fp32.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 

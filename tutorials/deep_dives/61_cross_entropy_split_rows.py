@@ -34,8 +34,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
-FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program (faster)
-STAGES = 3  # chunks in flight (the next two staged in SMEM); with the gradient 1 where several programs an SM run
+FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
+STAGES = 3  # chunks in flight (the next two staged in SMEM)
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
 
@@ -45,6 +45,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                          WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
                          STREAM: tl.constexpr, STAGES: tl.constexpr):
     """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
     t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
@@ -67,7 +68,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
-            s = s * tl.exp(m - shift) + tl.exp(x - shift)
+            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2(x * LOG2E - shift * LOG2E)
             m = m_new
             if SMOOTH:
                 w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
@@ -83,24 +84,27 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
             for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
                 x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
-                b = tl.where(offs == target, hit, 0.0)
+                dx = (row_scale * a) * tl.exp2(x * LOG2E - lse * LOG2E)
                 if SMOOTH:
-                    b += smoothing / n_cols * (tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32)
-                                               if HAS_WEIGHT else 1.0)
-                dx = row_scale * (a * tl.exp(x - lse) - b)
+                    w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
+                    dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
+            tl.debug_barrier()  # then the target's own b (another thread wrote its element)
+            b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
+            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    chunk = chunk or max(16, min(CHUNK_N if grad or element_size > 2 else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
+    half = element_size <= 2 and not grad
+    chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     # rows in flight under L2_SHARE of L2; no gradient: one pass, nothing to keep in L2
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else MAX_PROGRAMS_PER_SM)
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages or (1 if grad and per_sm > 1 else STAGES)), \
-        min(n_rows, per_sm * NUM_SMS)
+                        if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
+    stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
+    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
     """The core page's launch: per-row losses (fp32) and the mean's factor; the reduced loss's gradient into dx
@@ -348,8 +352,8 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss):
         if ctx.dx is None:
-            raise RuntimeError("cross_entropy: this loss's backward already ran, and handed its gradient over; "
-                               "compute the loss again instead of retaining its graph (retain_graph=True)")
+            raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
+                               "compute the loss again, not retain_graph=True")
         dx, ctx.dx = ctx.dx, None
         scale_grad(dx, dloss)
         return dx, None, None, None, None, None, None
