@@ -244,7 +244,7 @@ def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(tut):
     losses, _ = tut["cross_entropy_rows"](x.detach(), target, None, -100, 0.0, False, dx)
     assert losses[1:3].isnan().all() and dx[1:3].isnan().all()
     ok = torch.tensor([0, 3])
-    loss64, dx64 = reference(x[ok], target[ok], torch.ones(2), reduction="none")
+    loss64, dx64 = reference(x[ok], target[ok], torch.ones(2, device=DEVICE), reduction="none")
     assert rel(losses[ok], loss64) <= 1e-5 and rel(dx[ok], dx64) <= 1e-5
 
 
