@@ -4,13 +4,12 @@ Cross-entropy over a large vocabulary
 
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
 memory-bound tensor of training. You build a drop-in for :func:`torch.nn.functional.cross_entropy` that computes the
-loss **and its gradient in one pass**, measured against PyTorch, ``torch.compile``, Liger-Kernel and quack, with a
-copy of the logits (forward: a read pass) as the speed of light. **What you will learn**: the bytes a loss and its
+loss **and its gradient in one pass**, against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a loss and its
 gradient must move; what to do when a row outgrows one program's registers; keeping the rows being read in L2. Its
 Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, os, platform, shutil, subprocess, timeit
+import contextlib, datetime, os, shutil, subprocess, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -68,43 +67,40 @@ def step0_loss_and_grad(x2d, target, dx):
     return loss.sum() * scale
 
 # %%
-# At most 1,024 threads a program: 32 K logits take 32 fp32 registers a thread, twice over (:math:`x` and its
-# exponentials); 128 K spill. Step 0 is measured at 32 K only.
+# At 32 K logits, step 0 takes 32 fp32 registers a thread twice over (:math:`x` and its exponentials); 128 K spill.
 #
 # Step 1: the row in chunks, read twice, the second time from L2
 # --------------------------------------------------------------
 # A long row is walked in chunks with an *online* softmax (tutorial 01): a running maximum :math:`m` and sum :math:`s`
 # of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. The gradient needs the final
-# :math:`\ell`: so the program reads its row again at once, bytes read microseconds ago and still in L2 (50 MB on an
-# H100; a 256 KB row per SM is 35 MB), and memory still sees 4 bytes a logit. The gradient is written in the forward;
-# the backward scales it by the upstream gradient :math:`g` **lazily**: ``scale_grad_kernel`` skips each row whose
-# :math:`g` is exactly 1 (``loss.backward()``'s).
+# :math:`\ell`, so the program rereads its row at once, from L2 (50 MB on an H100; a 256 KB row per SM is 35 MB):
+# memory still sees 4 bytes a logit. The gradient is written in the forward; the backward scales it by the upstream
+# gradient :math:`g` **lazily**, skipping each row whose :math:`g` is 1 (``loss.backward()``'s).
 #
 # The options, in the same pass: with weights :math:`w`, :math:`W = \sum_c w_c` and smoothing :math:`\varepsilon`,
 # the loss of a row is :math:`(1 - \varepsilon) w_t (\ell - x_t) + \frac{\varepsilon}{V} (W \ell - \sum_c w_c
 # x_c)`, so the gradient is :math:`a\, p_c - b_c` with :math:`a = (1-\varepsilon) w_t + \varepsilon W / V` and
 # :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`. ``'mean'`` divides by :math:`\sum w_t` over the
-# rows not ignored (``consts_ptr``). A target out of range: an error on the host; in a CUDA graph, clamped, loss NaN.
-# ``tl.range(..., num_stages=STAGES)`` has Triton issue the next chunks' loads early; the next row's target too.
-# bf16 counts instructions: ``exp2`` (:math:`\log_2 e` in an FMA); the target's :math:`b_t` written after the loop,
-# not compared at every logit.
+# rows not ignored. A target out of range: an error on the host; in a CUDA graph, a NaN loss. ``num_stages=STAGES``
+# has Triton load the next chunks early. bf16 counts instructions: ``exp2`` (:math:`\log_2 e` in an FMA), and the
+# target's :math:`b_t` written after the loop, not compared at every logit.
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
-                         dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr,
-                         WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
-                         STREAM: tl.constexpr, STAGES: tl.constexpr):
-    """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, ticket_ptr, n_rows, n_cols,
+                         x_row_stride, dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr,
+                         SMOOTH: tl.constexpr, WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr,
+                         DROP: tl.constexpr, STREAM: tl.constexpr, STAGES: tl.constexpr, REDUCE: tl.constexpr = ""):
+    """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient; REDUCE ('sum',
+    'mean'): the loss into dx_ptr."""
     LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
-    scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
-    t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
+    scale = tl.load(consts_ptr) if WRITE_GRAD else 1.0  # 1 / sum of w_t ('mean') or 1
+    weight_sum = tl.load(consts_ptr + 1) if HAS_WEIGHT else n_cols * 1.0  # W
+    loss_sum, weight_count = tl.zeros([], tl.float32), tl.zeros([], tl.float32)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
         row64 = tl.cast(row, tl.int64)
         x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
-        target = t_next
-        next_row = row + tl.num_programs(0)
-        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
+        target = tl.load(target_ptr + row)
         ignored = target == ignore_index
         bad = ((target < 0) | (target >= n_cols)) & ~ignored
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
@@ -127,7 +123,10 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         loss = (1.0 - smoothing) * w_target * (lse - x_target)
         if SMOOTH:
             loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
-        tl.store(loss_ptr + row64, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)))
+        loss = tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss))
+        loss_sum, weight_count = loss_sum + loss, weight_count + tl.where(ignored, 0.0, w_target)
+        if REDUCE == "":
+            tl.store(loss_ptr + row64, loss)
         if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
             a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
@@ -139,9 +138,20 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                     w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                     dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
-            tl.debug_barrier()  # then the target's own b (another thread wrote its element)
+            tl.debug_barrier()  # then the target's b, over another thread's store
             b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
             tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
+    if REDUCE != "":  # each program's sums; the last to take a ticket adds them all up, in order
+        P = tl.num_programs(0)
+        tl.store(loss_ptr + tl.program_id(0), loss_sum)
+        tl.store(loss_ptr + P + tl.program_id(0), weight_count)
+        tl.debug_barrier()
+        if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == P - 1:
+            p = tl.arange(0, 2048)  # the launcher's most programs
+            loss = tl.sum(tl.load(loss_ptr + p, mask=p < P, other=0.0, volatile=True), axis=0)
+            if REDUCE == "mean":
+                loss /= tl.sum(tl.load(loss_ptr + P + p, mask=p < P, other=0.0, volatile=True), axis=0)
+            tl.store(dx_ptr, loss.to(dx_ptr.dtype.element_ty))
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -161,7 +171,7 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # Step 1 has a row in flight for each program the SMs hold; once they outgrow L2, the second read goes to memory.
 # Step 2 launches a *persistent* grid (rows ``p, p + P, ...``) whose rows in flight stay under ``L2_SHARE`` of L2, with
 # cache hints: ``evict_last`` on the first read, ``evict_first`` on the second (backwards: the last chunks are
-# likeliest still there), ``.cs`` (streaming) on the gradient's store. The launch parameters:
+# likeliest still there), ``.cs`` (streaming) on the gradient's store.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
@@ -169,8 +179,7 @@ CHUNK_N = 8192  # logits a step (16 KB bf16, 32 KB fp32): 64 bytes a thread
 FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
 STAGES = 3  # chunks in flight (two staged in SMEM)
 L2_SHARE = 0.7  # of L2 for the rows in flight
-MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across row boundaries
-SCALE_PROGRAMS_PER_SM = 4  # the lazy backward's
+MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the lazy backward's
 # The front page recommends this design for the forward alone (forward+backward: deep dive 61)
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}
 
@@ -178,10 +187,10 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
     half = element_size <= 2 and not grad
     chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
-    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
+    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    # rows in flight under L2_SHARE of L2; no gradient: one pass, nothing to keep in L2
+    # rows in flight under L2_SHARE of L2 (no gradient: nothing to keep there)
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
     stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
@@ -191,9 +200,10 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
 # The launcher and the drop-in function
 # -------------------------------------
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets. The gradient
-# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less.
+# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less. A
+# reduced forward alone is one launch (``REDUCE``): no small kernels around it, and the same bits every run.
 
-def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2, chunk=None):
+def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2):
     """(per-row losses in fp32, 1 / the mean's denominator or 1); the reduced loss's gradient into dx."""
     n_rows, n_cols = x2d.shape
     valid, ones = target != ignore_index, torch.ones((), device=x2d.device)
@@ -202,9 +212,9 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=No
     consts = torch.stack([scale, ones * n_cols if weight is None else weight.float().sum()])
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
-        meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, chunk, grad=dx is not None)
+        meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None)
         cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
-                                      x2d if dx is None else dx, n_rows, n_cols, x2d.stride(0),
+                                      x2d if dx is None else dx, consts, n_rows, n_cols, x2d.stride(0),
                                       x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
                                       HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=dx is not None,
                                       **meta)
@@ -214,14 +224,28 @@ def scale_grad(dx, dloss):
     (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
     if n_rows > 0:
         meta, _ = _config(n_rows, n_cols, dx.element_size())
-        scale_grad_kernel[(min(n_rows, SCALE_PROGRAMS_PER_SM * NUM_SMS),)](
+        scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
             dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, CHUNK=meta["CHUNK"],
             num_warps=meta["num_warps"])
+
+def reduced_loss(x2d, target, weight, ignore_index, smoothing, mean):
+    """The forward alone, 'mean' or 'sum', in one launch."""
+    (n_rows, n_cols), ticket = x2d.shape, torch.zeros(1, dtype=torch.int32, device=x2d.device)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False)
+    grid = min(grid, 2048)  # the kernel's most
+    sums, loss = torch.empty(2 * grid, device=x2d.device), torch.empty((), device=x2d.device, dtype=x2d.dtype)
+    consts = ticket if weight is None else weight.float().sum().repeat(2)  # W at consts[1]
+    cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, sums, loss, ticket, n_rows,
+                                  n_cols, x2d.stride(0), 0, ignore_index, float(smoothing), HAS_WEIGHT=weight is not None,
+                                  SMOOTH=smoothing > 0, WRITE_GRAD=False, REDUCE="mean" if mean else "sum", **meta)
+    return loss
 
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2d, target, weight, ignore_index, reduction, smoothing, inplace):
         ctx.dx = (x2d if inplace else torch.empty_like(x2d)) if ctx.needs_input_grad[0] else None
+        if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
+            return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
         if reduction == "none":
             return losses.to(x2d.dtype)
@@ -244,8 +268,8 @@ def _check(logits, target, weight, reduction, label_smoothing):
     if logits.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"cross_entropy: logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
     if logits.device.type != DEVICE.type or target.device != logits.device:
-        raise ValueError(f"cross_entropy: logits are on {logits.device}, target is on {target.device}; the kernels run "
-                         f"on {DEVICE.type} here ({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: the CPU interprets them'})")
+        raise ValueError(f"cross_entropy: logits on {logits.device}, target on {target.device}; the kernels run on "
+                         f"{DEVICE.type} here")
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices: for class "
                         "probabilities use torch.nn.functional.cross_entropy")
@@ -258,7 +282,7 @@ def _check(logits, target, weight, reduction, label_smoothing):
                                    and weight.shape == (n_classes,) and weight.device == logits.device):
         raise ValueError(f"cross_entropy: weight must be a float tensor of shape [{n_classes}] on {logits.device}")
     if weight is not None and weight.requires_grad:
-        raise ValueError("cross_entropy: the loss is not differentiable with respect to weight")
+        raise ValueError("cross_entropy: weight must not require a gradient")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
@@ -292,18 +316,16 @@ def check_row(shape, dtype):
     torch.manual_seed(shape[1])
     x = (3 * torch.randn(shape, device=DEVICE)).to(dtype).requires_grad_(True)
     target = torch.randint(0, shape[1], (shape[0],), device=DEVICE).masked_fill_(torch.rand(shape[0], device=DEVICE) < 0.1, -100)
-    weight, dy = torch.rand(shape[1], device=DEVICE) + 0.5, torch.randn(shape[0], device=DEVICE).to(dtype)
-    options = dict(weight=weight, label_smoothing=0.1, reduction="none")
-    loss64 = F.cross_entropy(x64 := x.detach().double().requires_grad_(True), target, **options | dict(weight=weight.double()))
-    refs = (loss64.detach(), torch.autograd.grad(loss64, x64, dy.double())[0])
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn, w in (("ours", cross_entropy, weight), ("torch", F.cross_entropy, weight.to(dtype))):
-        out = (loss := fn(x, target, **options | dict(weight=w)), torch.autograd.grad(loss, x, dy)[0])
-        row |= {f"{name} {q}": ((o.double() - r).norm() / r.norm()).item() for q, o, r in zip(("loss", "grad"), out, refs)}
-    return row
+    weight, dy, runs = torch.rand(shape[1], device=DEVICE) + 0.5, torch.randn(shape[0], device=DEVICE).to(dtype), {}
+    x64 = x.detach().double().requires_grad_(True)
+    for name, fn, xi in (("ours", cross_entropy, x), ("torch", F.cross_entropy, x), ("ref", F.cross_entropy, x64)):
+        loss = fn(xi, target, weight=weight.to(xi.dtype), label_smoothing=0.1, reduction="none")
+        runs[name] = (loss.double(), torch.autograd.grad(loss, xi, dy.to(xi.dtype))[0].double())
+    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]} | {f"{name} {q}": ((o - r).norm() / r.norm()).item()
+            for name in ("ours", "torch") for q, o, r in zip(("loss", "grad"), runs[name], runs["ref"])}
 
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# A few roundings (the interpreter truncates to bf16), or twice PyTorch's error.
+# A few roundings, or twice PyTorch's error.
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 for q in ("loss", "grad"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
@@ -313,16 +335,16 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # How this page measures
 # ----------------------
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
-# tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays. GB/s counts the bytes a
+# tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed), CUDA graphs replayed. GB/s counts the bytes a
 # perfect kernel moves: the logits read (*forward*), plus the gradient written (*forward+backward*). The *speed of
 # light*, timed beside them: a copy of the logits, and for the forward a pass that only reads them (tutorial 03's).
-# Liger overwrites its input (it gets a copy) and syncs with the host: no graph.
+# Liger (given a copy: it overwrites its input) syncs with the host: no graph.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 
 def bench(fn, graph=True):
-    """Median ms: CUDA-graph replays by do_bench on a GPU; one call's wall clock on the CPU."""
+    """Median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)."""
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up before the capture
@@ -339,9 +361,9 @@ def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(tl.load(words_ptr + offs, mask=offs < n_words, other=0), axis=0))
 
 def light_gbs(x, read_only=False):
-    """GB/s of a copy of x or, read_only (GPU), of a read pass (its 32-bit words xor-ed): the faster of two."""
+    """GB/s of a copy of x or, read_only (GPU), of a pass xor-ing its 32-bit words: the faster of two."""
     if read_only and ON_GPU:
-        words = x.view(-1).view(torch.int32)  # 32 KB a program: tutorial 03's fastest here
+        words = x.view(-1).view(torch.int32)  # 32 KB a program: tutorial 03's fastest
         out = torch.empty(triton.cdiv(words.numel(), 8192), device=DEVICE, dtype=torch.int32)
         run = lambda: read_kernel[(out.numel(),)](words, out, words.numel(), BLOCK=8192, num_warps=16)
         return max(x.numel() * x.element_size() / bench(run) * 1e-6 for _ in range(2))
@@ -354,7 +376,7 @@ def save_results(table):
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy.csv"))
 
 def environment_card():
-    card = {"device": f"CPU only ({platform.machine()}), no CUDA GPU", "driver / CUDA": "none: Triton's interpreter"}
+    card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
     if ON_GPU:
         props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         driver = subprocess.run(smi, capture_output=True, text=True).stdout.split("\n")[0] if shutil.which(smi[0]) else "?"
@@ -368,9 +390,7 @@ def environment_card():
 fns, no_graph = {"torch": F.cross_entropy}, set()
 if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # no graph capture on the default stream
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # one a shape, dtype
     fns["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
     with contextlib.suppress(ImportError):  # Liger
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
@@ -379,7 +399,7 @@ if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (CuTe-DSL ker
     try:
         from quack.cross_entropy import cross_entropy as quack_cross_entropy
         fns["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
-    except Exception as err:  # not installed, or not loading
+    except Exception as err:
         print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
 else:
     print("No quack column: quack needs compute capability 9.0+.")
@@ -411,7 +431,6 @@ ladder.style.format({"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hi
 # %%
 # Every provider
 # --------------
-# Each dtype and :math:`V`: the speeds of light, then every provider, on the same tensors.
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
@@ -460,50 +479,39 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # %%
 # As a plot, as % of light:
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "forward+backward") for t in ("bfloat16", "float32")]):
-    part = results[(results.direction == direction) & (results.dtype == dtype)]
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, layout="constrained")
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
     for name, line in part.groupby("provider", sort=False):
-        ax.semilogx(line.N, line["% of speed of light"], base=2, linestyle="-" if name == "ours" else "--", marker="o", markersize=3,
-                    linewidth=2.5 if name == "ours" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light")
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of light" if dtype == "bfloat16" else None,
-           xlabel="vocabulary V (logits a row)")
-    ax.legend(loc="lower left", fontsize=7)
+        ax.semilogx(line.N, line["% of speed of light"], "o-" if name == "ours" else "o--", base=2, label=name)
+    ax.axhline(100, color="black", label="speed of light")
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
+    ax.legend(fontsize=7)
 fig.suptitle(f"Cross-entropy, {TOTAL[torch.bfloat16]:,} bf16 / {TOTAL[torch.float32]:,} fp32 logits, on {WHERE}")
 
 # %%
 # Memory: a forward+backward's peak beyond the logits (bf16, the ladder's longer V):
 
-def peak_gib(fn, x, target):
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    torch.autograd.grad(fn(x, target), x)
-    return (torch.cuda.max_memory_allocated() - before) / 2**30
-
 if ON_GPU:
-    x = torch.randn((TOTAL[torch.bfloat16] // long, long), device=DEVICE, dtype=torch.bfloat16)
+    x, memory = torch.randn((TOTAL[torch.bfloat16] // long, long), device=DEVICE, dtype=torch.bfloat16), {}
     target = torch.randint(0, long, (x.shape[0],), device=DEVICE)
-    memory = {name: peak_gib(fn, x.clone().requires_grad_(True), target) for name, fn in
-              (fns | {"ours, inplace_backward=True": lambda x, t: cross_entropy(x, t, inplace_backward=True)}).items()}
-    print(f"logits: {x.numel() * 2 / 2**30:.2f} GiB; " + "; ".join(f"{k}: {g:.2f}" for k, g in memory.items()))
-    del x, target
-else:
-    print("No GPU here: peak memory is measured on a GPU only.")
+    for name, fn in (fns | {"ours, inplace_backward=True": lambda x, t: cross_entropy(x, t, inplace_backward=True)}).items():
+        xg = x.clone().requires_grad_(True)
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        torch.autograd.grad(fn(xg, target), xg)
+        memory[name] = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}"
+    print(f"logits: {x.numel() * 2 / 2**30:.2f} GiB; peaks:", memory)
+    del x, xg, target
 
 # %%
 # Reading the numbers
 # -------------------
 both = table.xs(("forward+backward", "bfloat16"), level=[0, 1])
 light, peer = both["ours, % of light"], both["ours / best peer"].dropna()
-print(f"Forward+backward in bf16, ours runs at {light.min():.3g}-{light.max():.3g}% of a copy (worst at V = "
-      f"{light.idxmin():,}): each row is read twice, the second time from L2, and a program waits on each pass.")
-print(f"Against the fastest peer, ours runs at {peer.min():.2f}x to {peer.max():.2f}x." if len(peer) else "No peer ran.")
 alone = table.xs("forward", level=0)["ours, % of light"]
-print(f"The forward alone reads each logit once: {alone['bfloat16'].min():.3g}-{alone['bfloat16'].max():.3g}% of a {'read pass' if ON_GPU else 'copy'} in bf16, "
-      f"{alone['float32'].min():.3g}-{alone['float32'].max():.3g}% in fp32.")
+print(f"Forward+backward in bf16: {light.min():.3g}-{light.max():.3g}% of a copy, {peer.min():.2f}x to {peer.max():.2f}x "
+      f"the fastest peer: each row is read twice. The forward alone: {alone.min():.3g}-{alone.max():.3g}% of a "
+      f"{'read pass' if ON_GPU else 'copy'}.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
@@ -511,10 +519,9 @@ if not ON_GPU:
 # Going further
 # -------------
 # **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that
-# split a row, each slice in registers, and exchange their maxima and sums (as vocabulary-parallel training does).
-# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it, around this page's drop-in: the front
-# page recommends it for forward+backward. Further: never materialize the logits (*fused linear cross-entropy*: Liger;
-# Wijmans et al. 2024, *Cut Your Losses*).
+# split a row, each slice in registers, and exchange their maxima and sums (as vocabulary-parallel training does):
+# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward.
+# Further: never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
 # References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
 
 environment_card()

@@ -7,12 +7,11 @@ program waits on each pass: its own table shows what that costs. Here several pr
 *slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`.
 **What you will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
 vocabulary-parallel tensor parallelism, on one GPU); why all programs that share a row must be on the GPU at once;
-measured against the core kernel and the peers, forward alone and forward+backward, bf16 and fp32; and the core
-page's drop-in around it. Read deep dive :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` for the same
-idea on softmax.
+measured against the core kernel and the peers; and the core page's drop-in around it. Deep dive
+:ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 
-import contextlib, ctypes, datetime, os, platform, shutil, subprocess, timeit
+import contextlib, ctypes, datetime, os, shutil, subprocess, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -40,21 +39,21 @@ L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room f
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
-                         dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr,
-                         WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
-                         STREAM: tl.constexpr, STAGES: tl.constexpr):
-    """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient."""
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, ticket_ptr, n_rows, n_cols,
+                         x_row_stride, dx_row_stride, ignore_index, smoothing, HAS_WEIGHT: tl.constexpr,
+                         SMOOTH: tl.constexpr, WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr,
+                         DROP: tl.constexpr, STREAM: tl.constexpr, STAGES: tl.constexpr, REDUCE: tl.constexpr = ""):
+    """Program p takes rows p, p + P, ...: each row's loss and, if WRITE_GRAD, its scaled gradient; REDUCE ('sum',
+    'mean'): the loss into dx_ptr."""
     LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
-    scale, weight_sum = tl.load(consts_ptr), tl.load(consts_ptr + 1)  # 1 / sum of w_t ('mean') or 1; W
-    t_next = tl.load(target_ptr + tl.program_id(0), mask=tl.program_id(0) < n_rows, other=ignore_index)
+    scale = tl.load(consts_ptr) if WRITE_GRAD else 1.0  # 1 / sum of w_t ('mean') or 1
+    weight_sum = tl.load(consts_ptr + 1) if HAS_WEIGHT else n_cols * 1.0  # W
+    loss_sum, weight_count = tl.zeros([], tl.float32), tl.zeros([], tl.float32)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
         row64 = tl.cast(row, tl.int64)
         x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
-        target = t_next
-        next_row = row + tl.num_programs(0)
-        t_next = tl.load(target_ptr + next_row, mask=next_row < n_rows, other=ignore_index)
+        target = tl.load(target_ptr + row)
         ignored = target == ignore_index
         bad = ((target < 0) | (target >= n_cols)) & ~ignored
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
@@ -77,7 +76,10 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         loss = (1.0 - smoothing) * w_target * (lse - x_target)
         if SMOOTH:
             loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
-        tl.store(loss_ptr + row64, tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss)))
+        loss = tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss))
+        loss_sum, weight_count = loss_sum + loss, weight_count + tl.where(ignored, 0.0, w_target)
+        if REDUCE == "":
+            tl.store(loss_ptr + row64, loss)
         if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
             a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
@@ -89,26 +91,36 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                     w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                     dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
-            tl.debug_barrier()  # then the target's own b (another thread wrote its element)
+            tl.debug_barrier()  # then the target's b, over another thread's store
             b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
             tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
+    if REDUCE != "":  # each program's sums; the last to take a ticket adds them all up, in order
+        P = tl.num_programs(0)
+        tl.store(loss_ptr + tl.program_id(0), loss_sum)
+        tl.store(loss_ptr + P + tl.program_id(0), weight_count)
+        tl.debug_barrier()
+        if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == P - 1:
+            p = tl.arange(0, 2048)  # the launcher's most programs
+            loss = tl.sum(tl.load(loss_ptr + p, mask=p < P, other=0.0, volatile=True), axis=0)
+            if REDUCE == "mean":
+                loss /= tl.sum(tl.load(loss_ptr + P + p, mask=p < P, other=0.0, volatile=True), axis=0)
+            tl.store(dx_ptr, loss.to(dx_ptr.dtype.element_ty))
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
     half = element_size <= 2 and not grad
     chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
-    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))  # 64 bytes of a chunk a thread
+    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    # rows in flight under L2_SHARE of L2; no gradient: one pass, nothing to keep in L2
+    # rows in flight under L2_SHARE of L2 (no gradient: nothing to keep there)
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
     stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
-    """The core page's launch: per-row losses (fp32) and the mean's factor; the reduced loss's gradient into dx
-    (None: no gradient)."""
+    """The core page's launch: per-row losses (fp32) and the mean's factor; the gradient into dx (None: none)."""
     n_rows, n_cols = x2d.shape
     scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
@@ -116,14 +128,13 @@ def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
         return losses, scale
     meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None)
     cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
-                                  x2d if dx is None else dx, n_rows, n_cols, x2d.stride(0),
+                                  x2d if dx is None else dx, consts, n_rows, n_cols, x2d.stride(0),
                                   x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
                                   HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=dx is not None, **meta)
     return losses, scale
 
 def loss_constants(target, weight, ignore_index, mean, n_cols):
-    """1 / the mean's denominator (the weights of the targets not ignored; 1 for 'sum'), and the kernels' constants
-    [that factor, the sum of the weights], computed on the GPU: no wait for the host."""
+    """1 / the mean's denominator (1 for 'sum') and the kernels' constants [that factor, W], computed on the GPU."""
     valid, ones = target != ignore_index, torch.ones((), device=target.device)
     counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
     scale = 1.0 / counted.float() if mean else ones
@@ -256,8 +267,7 @@ def _split_config(element_size):
         return dict(MIN_N=32000, SLICE_N=8192, num_warps=4)  # from the shortest vocabulary measured, Llama 2's
     return dict(MIN_N=32000, SLICE_N=4096, num_warps=4)  # fp32: 32 logits a thread, the same bytes
 
-# The V this page's kernel is for (the front page recommends it there): every V it measured, where it ran ahead of
-# the core kernel; 2**31: no last
+# The V the front page recommends this page's kernel for: every V it measured, where it ran ahead of the core kernel
 RANGE = {("forward+backward", t): range(32000, 2**31) for t in ("bfloat16", "float32")}
 _fits = {}
 
@@ -280,9 +290,9 @@ def programs_per_sm(kernel, args, meta):
     return _fits[key]
 
 def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
-    """(per-row losses in fp32, the mean's factor); the reduced loss's gradient into dx (None: no gradient). Rows split where they are
-    long and a group fits the GPU at once, else the core kernel. For tests: ``slices`` forces the split, and
-    ``flags`` (words already written) lets the interpreter run more than one slice."""
+    """(per-row losses in fp32, the mean's factor); the gradient into dx (None: none). Long rows split where a group fits
+    the GPU at once, else the core kernel. Tests: ``slices`` forces the split; ``flags`` (words written) lets the
+    interpreter run more than one slice."""
     n_rows, n_cols = x2d.shape
     cfg = _split_config(x2d.element_size())
     if n_rows == 0 or (slices is None and n_cols < cfg["MIN_N"]):
@@ -306,19 +316,15 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in for :func:`torch.nn.functional.cross_entropy`, carried letter for letter
-# with its checks, its autograd function and its lazy backward: only ``cross_entropy_rows``, the launcher it calls,
-# is this page's. It splits the rows where ``ce_split_rows`` does and hands label smoothing (one more share a slice,
-# see the end of the page) to the core kernel. The gradient is written in the forward, into a new tensor or, with
-# ``inplace_backward=True``, over the logits; the backward scales it only where the upstream gradient is not 1.
+# ``cross_entropy`` is the core page's drop-in, carried letter for letter (its checks, autograd function, lazy backward
+# and one-launch forward alone): only ``cross_entropy_rows``, the launcher it calls, is this page's. It splits the rows
+# where ``ce_split_rows`` does and hands label smoothing (one more share a slice: see the end) to the core kernel.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
     """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
     if smoothing > 0:
         return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing)
     return ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
-
-SCALE_PROGRAMS_PER_SM = 4  # the lazy backward: enough programs to stream the rows it scales
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -336,14 +342,28 @@ def scale_grad(dx, dloss):
     (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
     if n_rows > 0:
         meta, _ = _config(n_rows, n_cols, dx.element_size())
-        scale_grad_kernel[(min(n_rows, SCALE_PROGRAMS_PER_SM * NUM_SMS),)](
+        scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
             dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, CHUNK=meta["CHUNK"],
             num_warps=meta["num_warps"])
+
+def reduced_loss(x2d, target, weight, ignore_index, smoothing, mean):
+    """The forward alone, 'mean' or 'sum', in one launch."""
+    (n_rows, n_cols), ticket = x2d.shape, torch.zeros(1, dtype=torch.int32, device=x2d.device)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False)
+    grid = min(grid, 2048)  # the kernel's most
+    sums, loss = torch.empty(2 * grid, device=x2d.device), torch.empty((), device=x2d.device, dtype=x2d.dtype)
+    consts = ticket if weight is None else weight.float().sum().repeat(2)  # W at consts[1]
+    cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, sums, loss, ticket, n_rows,
+                                  n_cols, x2d.stride(0), 0, ignore_index, float(smoothing), HAS_WEIGHT=weight is not None,
+                                  SMOOTH=smoothing > 0, WRITE_GRAD=False, REDUCE="mean" if mean else "sum", **meta)
+    return loss
 
 class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2d, target, weight, ignore_index, reduction, smoothing, inplace):
         ctx.dx = (x2d if inplace else torch.empty_like(x2d)) if ctx.needs_input_grad[0] else None
+        if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
+            return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
         if reduction == "none":
             return losses.to(x2d.dtype)
@@ -366,8 +386,8 @@ def _check(logits, target, weight, reduction, label_smoothing):
     if logits.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"cross_entropy: logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
     if logits.device.type != DEVICE.type or target.device != logits.device:
-        raise ValueError(f"cross_entropy: logits are on {logits.device}, target is on {target.device}; the kernels run "
-                         f"on {DEVICE.type} here ({'a CUDA GPU' if ON_GPU else 'no CUDA GPU: the CPU interprets them'})")
+        raise ValueError(f"cross_entropy: logits on {logits.device}, target on {target.device}; the kernels run on "
+                         f"{DEVICE.type} here")
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices: for class "
                         "probabilities use torch.nn.functional.cross_entropy")
@@ -380,7 +400,7 @@ def _check(logits, target, weight, reduction, label_smoothing):
                                    and weight.shape == (n_classes,) and weight.device == logits.device):
         raise ValueError(f"cross_entropy: weight must be a float tensor of shape [{n_classes}] on {logits.device}")
     if weight is not None and weight.requires_grad:
-        raise ValueError("cross_entropy: the loss is not differentiable with respect to weight")
+        raise ValueError("cross_entropy: weight must not require a gradient")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
@@ -405,10 +425,9 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # %%
 # Correctness
 # -----------
-# The drop-in against ``F.cross_entropy`` in float64, ``reduction='none'`` with a random upstream gradient (so that
-# the backward scales every row), some rows ignored, with and without class weights: the relative error of the loss
-# and of the gradient, beside PyTorch's own in the same dtype. On a GPU the rows are long enough to be split; the
-# CPU's short rows take the core kernel (the tests force the split there).
+# The drop-in against ``F.cross_entropy`` in float64 (``reduction='none'``, a random upstream gradient, rows ignored,
+# with and without weights): relative errors, beside PyTorch's. A CPU's short rows take the core kernel (the tests
+# force the split there).
 
 CHECK_SHAPES = [(64, 131073), (16, 262144), (33, 200_003), (8, 65537)] if ON_GPU else [(5, 300), (3, 1000)]
 
@@ -416,15 +435,13 @@ def check_row(shape, dtype, weighted):
     torch.manual_seed(shape[1])
     x = (3 * torch.randn(shape, device=DEVICE)).to(dtype).requires_grad_(True)
     target = torch.randint(0, shape[1], (shape[0],), device=DEVICE).masked_fill_(torch.rand(shape[0], device=DEVICE) < 0.2, -100)
-    weight, dy = torch.rand(shape[1], device=DEVICE) + 0.5 if weighted else None, torch.randn(shape[0], device=DEVICE).to(dtype)
+    weight, dy, runs = torch.rand(shape[1], device=DEVICE) + 0.5, torch.randn(shape[0], device=DEVICE).to(dtype), {}
     x64 = x.detach().double().requires_grad_(True)
-    loss64 = F.cross_entropy(x64, target, weight=None if weight is None else weight.double(), reduction="none")
-    refs = (loss64.detach(), torch.autograd.grad(loss64, x64, dy.double())[0])
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "weights": weighted}
-    for name, fn, w in (("ours", cross_entropy, weight), ("torch", F.cross_entropy, None if weight is None else weight.to(dtype))):
-        out = (loss := fn(x, target, weight=w, reduction="none"), torch.autograd.grad(loss, x, dy)[0])
-        row |= {f"{name} {q}": ((o.double() - r).norm() / r.norm()).item() for q, o, r in zip(("loss", "grad"), out, refs)}
-    return row
+    for name, fn, xi in (("ours", cross_entropy, x), ("torch", F.cross_entropy, x), ("ref", F.cross_entropy, x64)):
+        loss = fn(xi, target, weight=weight.to(xi.dtype) if weighted else None, reduction="none")
+        runs[name] = (loss.double(), torch.autograd.grad(loss, xi, dy.to(xi.dtype))[0].double())
+    return {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "weights": weighted} | {
+        f"{name} {q}": ((o - r).norm() / r.norm()).item() for name in ("ours", "torch") for q, o, r in zip(("loss", "grad"), runs[name], runs["ref"])}
 
 errors = pd.DataFrame([check_row(s, d, w) for d in (torch.float32, torch.bfloat16) for s in CHECK_SHAPES for w in (False, True)])
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings (bf16: the interpreter truncates, twice a GPU's)
@@ -435,13 +452,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # %%
 # How this page measures
 # ----------------------
-# :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``, class-index targets. Each
-# provider is timed by :func:`triton.testing.do_bench` (median, L2 flushed) on CUDA-graph replays, beside the speed of
-# light: a copy of the logits, and for the forward a pass that only reads them (the core page's ``light_gbs``). GB/s
-# counts the bytes of a training step's loss: the logits read and their gradient written. The split is timed through
-# this page's drop-in, as the peers, by ``torch.autograd.grad(loss, logits)`` (the backward skips every row: the
-# upstream gradient is 1); the core kernel through its launcher. Liger overwrites its input (it gets a copy) and syncs
-# with the host: no graph. quack needs compute capability 9.0+.
+# As the core page: :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32, ``'mean'``, CUDA graphs timed by
+# :func:`triton.testing.do_bench`, beside a copy (a read pass for the forward). Forward+backward through this page's
+# drop-in, as the peers (``torch.autograd.grad(loss, logits)``); the split's forward alone and the core kernel through
+# their launchers. Liger (given a copy: it overwrites its input) syncs with the host: no graph.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -464,9 +478,9 @@ def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(tl.load(words_ptr + offs, mask=offs < n_words, other=0), axis=0))
 
 def light_gbs(x, read_only=False):
-    """GB/s of a copy of x or, read_only (GPU), of a read pass (its 32-bit words xor-ed): the faster of two."""
+    """GB/s of a copy of x or, read_only (GPU), of a pass xor-ing its 32-bit words: the faster of two."""
     if read_only and ON_GPU:
-        words = x.view(-1).view(torch.int32)  # 32 KB a program: tutorial 03's fastest here
+        words = x.view(-1).view(torch.int32)  # 32 KB a program: tutorial 03's fastest
         out = torch.empty(triton.cdiv(words.numel(), 8192), device=DEVICE, dtype=torch.int32)
         run = lambda: read_kernel[(out.numel(),)](words, out, words.numel(), BLOCK=8192, num_warps=16)
         return max(x.numel() * x.element_size() / bench(run) * 1e-6 for _ in range(2))
@@ -479,23 +493,20 @@ def save_results(table):
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "61_cross_entropy_split_rows.csv"))
 
 def environment_card():
-    card = {"device": f"CPU only ({platform.machine()}), no CUDA GPU", "driver / CUDA": "none: Triton's interpreter"}
+    card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
     if ON_GPU:
         props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         driver = subprocess.run(smi, capture_output=True, text=True).stdout.split("\n")[0] if shutil.which(smi[0]) else "?"
         card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
                 "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
-    card |= {"torch": torch.__version__, "Triton": triton.__version__, "built": BUILT,
-             "packages": os.environ.get("SOL_LOCK", "not pinned")}
+    card |= {"torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.environ.get("SOL_LOCK", "not pinned")}
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 peers, no_graph = {"torch": F.cross_entropy}, set()
 if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # one a shape, dtype
     peers["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
     with contextlib.suppress(ImportError):  # Liger, when installed
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
@@ -512,8 +523,8 @@ else:
 # %%
 # Does the split pay?
 # -------------------
-# For each dtype and :math:`V`: the copy, the core kernel, the split kernel, and the peers, on the same tensors, the
-# forward alone (no gradient: the logits read once) and forward+backward (read once, the gradient written once).
+# Each dtype and :math:`V`: the light, the core kernel, the split and the peers on the same tensors, forward alone and
+# forward+backward.
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
@@ -525,7 +536,7 @@ for dtype in (torch.bfloat16, torch.float32):
             x.requires_grad_(grad is not None)
             calls = {"core": lambda: core_rows(x, target, None, -100, True, grad),
                      "split": (lambda: torch.autograd.grad(cross_entropy(x, target), x)) if grad is not None else
-                              (lambda: cross_entropy(x, target))}  # the drop-in (a CPU's short rows: the core kernel)
+                              (lambda: ce_split_rows(x, target, None, -100, True, None))}
             for name, fn in peers.items():
                 xg = (x.clone() if name == "Liger" else x).requires_grad_(grad is not None)  # Liger writes over its input
                 calls[name] = (lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)) if grad is not None else \
@@ -562,42 +573,33 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 # %%
 # As a plot, each provider as % of light:
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
-for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "forward+backward") for t in ("bfloat16", "float32")]):
-    part = results[(results.direction == direction) & (results.dtype == dtype)]
+fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, layout="constrained")
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
     for name, line in part.groupby("provider", sort=False):
-        ax.semilogx(line.N, line["% of speed of light"], base=2, marker="o", markersize=3,
-                    linestyle="-" if name in ("core", "split") else "--", linewidth=2.5 if name == "split" else 1.5,
-                    label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light")
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of light" if dtype == "bfloat16" else None,
-           xlabel="vocabulary V (logits a row)")
-    ax.legend(loc="lower left", fontsize=7)
+        ax.semilogx(line.N, line["% of speed of light"], "o-" if name in ("core", "split") else "o--", base=2, label=name)
+    ax.axhline(100, color="black", label="speed of light")
+    ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
+    ax.legend(fontsize=7)
 fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 
 # %%
 # Reading the numbers
 # -------------------
-
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
     part, peer = part.droplevel(["direction", "dtype"]), part["ours / best peer"].dropna()
-    print(f"{direction}, {dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-"
-          f"{part['ours, % of light'].max():.3g}% of {'a read pass' if direction == 'forward' and ON_GPU else 'a copy'}, {part['split / core'].min():.2f}x to "
-          f"{part['split / core'].max():.2f}x the core kernel"
-          + (f", {peer.min():.2f}x to {peer.max():.2f}x the fastest peer." if len(peer) else "."))
-print("The split reads each logit once and, with the gradient, writes it once, from registers; the core kernel reads "
-      "each row twice for the gradient, and without it holds one running maximum and sum through the row.")
+    print(f"{direction}, {dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-{part['ours, % of light'].max():.3g}% "
+          f"of {'a read pass' if direction == 'forward' and ON_GPU else 'a copy'}, {part['split / core'].min():.2f}x to "
+          f"{part['split / core'].max():.2f}x the core kernel, {peer.min():.2f}x to {peer.max():.2f}x the fastest peer.")
+print("The split reads each logit once and writes its gradient from registers; the core kernel reads each row twice.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Label smoothing** needs one more share of each slice, :math:`\sum_c w_c x_c`: a second flag word per slice (the
-# launcher here leaves smoothing to the core kernel). **A lookahead**: publish the next row's shares before waiting
-# for this row's (deep dive 11 measures it on softmax). **Clusters**: on Hopper, quack's kernels exchange the shares
-# through distributed shared memory within a thread-block cluster, which Triton does not expose. **Exercise**: set
-# ``SLICE_N`` to 16384 and 2048 and rerun: how do the programs per SM and the speed move?
+# **Label smoothing** needs one more share of each slice, :math:`\sum_c w_c x_c`: a second flag word. **A lookahead**:
+# publish the next row's shares before waiting for this row's (deep dive 11 does it on softmax). **Clusters**: quack
+# exchanges the shares through a cluster's shared memory, which Triton does not expose. **Exercise**: set ``SLICE_N``
+# to 16384 and 2048: how do the programs per SM and the speed move?
 
 environment_card()
