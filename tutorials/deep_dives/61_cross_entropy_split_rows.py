@@ -134,11 +134,11 @@ def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
     return losses, scale
 
 def loss_constants(target, weight, ignore_index, mean, n_cols):
-    """1 / the mean's denominator (1 for 'sum') and the kernels' constants [that factor, W], computed on the GPU."""
+    """1 / the mean's denominator (1 for 'sum') and the kernels' constants [that factor, W (read with weights)]."""
     valid, ones = target != ignore_index, torch.ones((), device=target.device)
     counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
     scale = 1.0 / counted.float() if mean else ones
-    return scale, torch.stack([scale, ones * n_cols if weight is None else weight.float().sum()])
+    return scale, torch.stack([scale, ones if weight is None else weight.float().sum()])
 
 # %%
 # One row, several programs
