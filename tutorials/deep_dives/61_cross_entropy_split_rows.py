@@ -2,17 +2,16 @@
 Cross-entropy, long rows: one row split across programs
 =======================================================
 
-The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2, and a
-program waits on each pass: its own table shows what that costs. Here several programs share a row, each holding its
-*slice* in registers: the row is read once and its gradient written from registers, at every :math:`V`.
+The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2: its own
+table shows what that costs. Here several programs share a row, each holding its *slice* in registers: the row is read
+once and its gradient written from registers, at every :math:`V`.
 **What you will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
 vocabulary-parallel tensor parallelism, on one GPU); why all programs that share a row must be on the GPU at once;
 measured against the core kernel and the peers; and the core page's drop-in around it. Deep dive
 :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 
-import contextlib, ctypes, datetime, os, shutil, subprocess, timeit
-import torch, torch.nn.functional as F
+import contextlib, ctypes, datetime, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -26,9 +25,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The core kernel we start from
 # -----------------------------
-# Carried from the core page: one program walks rows ``p, p + P, ...``; per row, pass 1 keeps a running maximum and
-# sum (online softmax) and pass 2 rereads the row, backwards, to write the gradient :math:`a\, p_c - b_c`. The grid is
-# sized so that the rows in flight fit ``L2_SHARE`` of L2 (``_config``).
+# Carried from the core page: program p walks rows ``p, p + P, ...``; pass 1 keeps a running maximum and sum, pass 2
+# rereads the row backwards to write :math:`a\, p_c - b_c`; the rows in flight fit ``L2_SHARE`` of L2 (``_config``).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
@@ -133,12 +131,30 @@ def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
                                   HAS_WEIGHT=weight is not None, SMOOTH=smoothing > 0, WRITE_GRAD=dx is not None, **meta)
     return losses, scale
 
-def loss_constants(target, weight, ignore_index, mean, n_cols):
-    """1 / the mean's denominator (1 for 'sum') and the kernels' constants [that factor, W (read with weights)]."""
-    valid, ones = target != ignore_index, torch.ones((), device=target.device)
-    counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
-    scale = 1.0 / counted.float() if mean else ones
-    return scale, torch.stack([scale, ones if weight is None else weight.float().sum()])
+def loss_constants(target, weight, ignore_index, mean, n_cols, flags=None):
+    """(1 / the mean's denominator or 1, the constants), one launch that also sets flags to all ones (06: 5 kernels)."""
+    consts, n_flags = torch.empty(2, device=target.device), 0 if flags is None else flags.numel()
+    constants_kernel[(max(1, triton.cdiv(n_flags, 1024)),)](
+        target, target if weight is None else weight, consts, target if flags is None else flags, target.numel(), n_cols,
+        n_flags, ignore_index, MEAN=mean, HAS_WEIGHT=weight is not None, BLOCK=1024)
+    return consts[0], consts
+
+@triton.jit
+def constants_kernel(target_ptr, weight_ptr, consts_ptr, flags_ptr, n_rows, n_cols, n_flags, ignore_index,
+                     MEAN: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+    """Flag words to all ones, a block a program; program 0: [1 / (sum of w_t, rows not ignored) or 1, W = sum of w]."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(flags_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < n_flags)
+    if tl.program_id(0) == 0:
+        counted, weights = tl.zeros([BLOCK], tl.float32), tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_rows if MEAN else 0, BLOCK):
+            t = tl.load(target_ptr + start + offs, mask=start + offs < n_rows, other=ignore_index)
+            w = tl.load(weight_ptr + tl.minimum(tl.maximum(t, 0), n_cols - 1)).to(tl.float32) if HAS_WEIGHT else 1.0
+            counted += tl.where(t != ignore_index, w, 0.0)
+        for start in range(0, n_cols if HAS_WEIGHT else 0, BLOCK):
+            weights += tl.load(weight_ptr + start + offs, mask=start + offs < n_cols, other=0.0).to(tl.float32)
+        tl.store(consts_ptr, 1.0 / tl.sum(counted, axis=0) if MEAN else 1.0)  # every row ignored: inf, a NaN mean
+        tl.store(consts_ptr + 1, tl.sum(weights, axis=0))
 
 # %%
 # One row, several programs
@@ -155,20 +171,18 @@ def loss_constants(target, weight, ignore_index, mean, n_cols):
 #
 # Then each slice writes its part of the gradient, :math:`w_t\,(p_c - [c = t])` times the mean's factor, from the
 # registers, and the slice that holds the target writes the row's loss :math:`w_t (\ell - x_t)`. Vocabulary-parallel
-# training does the same across GPUs, with an all-reduce of the maxima and the sums.
+# training does the same across GPUs, with an all-reduce of the maxima and the sums. The split needs a gradient to pay:
+# without one, the core kernel reads each row once too, and no slice waits (the forward alone stays the core's).
 #
 # **How a slice publishes.** Its :math:`(m_k, s_k)` are packed into one 64-bit *flag word* (the maximum's fp32 bits
-# above, the sum's below), written with one atomic exchange into a buffer cleared to all ones before the launch;
-# the others re-read the row's words (``volatile``: past the L1 cache) until none is all ones. A written word never
-# is: its upper half would be a NaN, and a NaN maximum is written as the one canonical NaN. The value travels in the
-# word that says it is there, so no memory fence is needed. While it waits, a program already has the loads of its
-# group's next row in flight, and its target; what the row needs after the wait (the target's logit and weight) is
-# read before it, so that no load stands between the words and the gradient.
+# above, the sum's below), written with one atomic exchange into a buffer set to all ones before; the others re-read
+# the row's words (``volatile``: past L1) until none is all ones, which a written word never is (its upper half would
+# be a NaN; a NaN maximum is written as the canonical NaN). The value travels in the word that says it is there: no
+# fence. While it waits, a program has its group's next row in flight, and all this row needs after the wait.
 #
 # **Why every program must be on the GPU at once.** A program waiting for a slice that is not running could hold the
-# SM that slice needs, forever. So the launcher sizes the grid from the occupancy of the kernel Triton compiled for
-# these tensors, fits every group at once, and falls back to the core kernel when one group cannot. Under Triton's
-# interpreter, which runs one program at a time, a row has one slice.
+# SM that slice needs, forever. So the grid fits every group at once, by the occupancy of the kernel Triton compiled,
+# or the core kernel runs. Under Triton's interpreter, one program at a time, a row has one slice.
 
 @triton.jit
 def slice_word(x):
@@ -198,20 +212,14 @@ def wait_for_words(flags_ptr, slots, in_group):
     words = tl.load(flags_ptr + slots, mask=in_group, other=EMPTY, volatile=True)
     while tl.max((words == -1).to(tl.int32), axis=0) > 0:  # some slice has not written yet
         words = tl.load(flags_ptr + slots, mask=in_group, other=EMPTY, volatile=True)
-    # The test may have been decided on another warp's copy of the words (a tile smaller than the program is held
-    # once per group of threads): a copy still unwritten is read again, once.
+    # the test may have read another warp's copy of the words (a small tile is held once a warp): a stale one, again
     stale = words == -1
     return tl.where(stale, tl.load(flags_ptr + slots, mask=stale & in_group, other=EMPTY, volatile=True), words)
 
 @triton.jit
-def store_loss(loss_ptr, lse, x_t, w_target, ignored, bad, mine):
-    """The row's loss w_t (lse - x_t), by the slice that holds the target: 0 if ignored, NaN if out of range."""
-    tl.store(loss_ptr, tl.where(ignored, 0.0, tl.where(bad, float("nan"), w_target * (lse - x_t))), mask=mine)
-
-@triton.jit
 def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_ptr, dx_ptr, n_rows, n_cols,
                     x_row_stride, dx_row_stride, ignore_index, HAS_WEIGHT: tl.constexpr, SLICES: tl.constexpr,
-                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr, WRITE_GRAD: tl.constexpr):
+                    SLOTS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Program p is slice p % SLICES of group p // SLICES; group g takes rows g, g + G, ... (G groups)."""
     pid = tl.program_id(0)
     group, part = pid // SLICES, pid % SLICES
@@ -233,33 +241,28 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
         bad = ((target < 0) | (target >= n_cols)) & ~ignored  # out of range: NaN, never a read past the row
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1)
         mine = (target >= part * BLOCK_N) & (target < part * BLOCK_N + BLOCK_N)  # this slice holds the target
-        # what the row needs after the wait is read before it: the target's weight, and its logit (the slice that
-        # holds it only: a load from L2, where the slice just passed, instead of a search of the slice)
+        # read before the wait: the target's weight and logit (its slice only: from L2, where the slice just passed)
         w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         x_t = tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + target, mask=mine, other=0.0).to(tl.float32)
         m, e, word = slice_word(x)
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
-        if WRITE_GRAD:
-            lse, to_p = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
-            row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
-            # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
-            # written over it. The barrier orders the two stores (different threads write the same address).
-            dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
-            tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
-            tl.debug_barrier()
-            tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
-            store_loss(loss_ptr + row, lse, x_t, w_target, ignored, bad, mine)
-        elif mine:  # without the gradient only the slice that holds the target waits; the others go on
-            lse, _ = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
-            store_loss(loss_ptr + row, lse, x_t, w_target, ignored, bad, mine)
+        lse, to_p = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
+        row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
+        # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
+        # written over it. The barrier orders the two stores (different threads write the same address).
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+        tl.debug_barrier()
+        tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
+        # the row's loss w_t (lse - x_t), by the slice that holds the target: 0 if ignored, NaN if out of range
+        tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), w_target * (lse - x_t))), mask=mine)
 
 # %%
 # Launch parameters, and a grid that fits at once
 # -----------------------------------------------
-# ``_split_config`` is the one place to change. Small programs: while one waits for its group, others on the same SM
-# load and store, which a few large programs an SM cannot overlap (deep dive 11's sweep on softmax, whose forward has
-# the same registers: a slice in fp32 and its exponentials). The grid: as many whole groups as fit on the GPU at once,
-# by CUDA's occupancy calculator on the kernel compiled for these very tensors, no more than the rows need.
+# ``_split_config`` is the one place to change. Small programs: while one waits for its group, others on its SM load
+# and store (deep dive 11's sweep on softmax, with the same registers). The grid: as many whole groups as fit on the
+# GPU at once, by CUDA's occupancy calculator on the kernel compiled for these very tensors, no more than rows need.
 
 def _split_config(element_size):
     """Rows of MIN_N logits and more are split in slices of about SLICE_N, num_warps warps a slice."""
@@ -267,13 +270,12 @@ def _split_config(element_size):
         return dict(MIN_N=32000, SLICE_N=8192, num_warps=4)  # from the shortest vocabulary measured, Llama 2's
     return dict(MIN_N=32000, SLICE_N=4096, num_warps=4)  # fp32: 32 logits a thread, the same bytes
 
-# The V the front page recommends this page's kernel for: every V it measured, where it ran ahead of the core kernel
-RANGE = {("forward+backward", t): range(32000, 2**31) for t in ("bfloat16", "float32")}
+RANGE = {("forward+backward", t): range(32000, 2**31) for t in ("bfloat16", "float32")}  # the V the front page gives here
 _fits = {}
 
 def programs_per_sm(kernel, args, meta):
-    """How many programs of the version Triton compiles for these arguments fit one SM at once (1: interpreter)."""
-    # Triton compiles one version per argument dtype and per integer that is 1 or a multiple of 16
+    """How many programs of the version Triton compiles for these arguments (one per dtype, and per integer that is 1
+    or a multiple of 16) fit one SM at once (1: interpreter)."""
     key = (tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args), tuple(sorted(meta.items())))
     if key not in _fits:
         if not ON_GPU:
@@ -290,22 +292,22 @@ def programs_per_sm(kernel, args, meta):
     return _fits[key]
 
 def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
-    """(per-row losses in fp32, the mean's factor); the gradient into dx (None: none). Long rows split where a group fits
-    the GPU at once, else the core kernel. Tests: ``slices`` forces the split; ``flags`` (words written) lets the
+    """(per-row losses in fp32, the mean's factor), the gradient into dx. Long rows split where a group fits the GPU at
+    once, else (and without dx) the core kernel. Tests: ``slices`` forces the split; ``flags`` (words written) lets the
     interpreter run more than one slice."""
     n_rows, n_cols = x2d.shape
     cfg = _split_config(x2d.element_size())
-    if n_rows == 0 or (slices is None and n_cols < cfg["MIN_N"]):
+    if n_rows == 0 or dx is None or (slices is None and n_cols < cfg["MIN_N"]):
         return core_rows(x2d, target, weight, ignore_index, mean, dx)
     # as many slices as SLICE_N needs, not a power of 2 of them: V = 151,936 takes 19 slices of 8192, not 32
     slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)
     meta = dict(SLICES=slices, SLOTS=triton.next_power_of_2(slices), BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
-                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None, WRITE_GRAD=dx is not None)
-    scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
-    losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
-    flags = torch.full((n_rows * slices,), -1, dtype=torch.int64, device=x2d.device) if flags is None else flags
-    args = (x2d, target, x2d if weight is None else weight, consts, flags, losses, x2d if dx is None else dx, n_rows,
-            n_cols, x2d.stride(0), x2d.stride(0) if dx is None else dx.stride(0), ignore_index)
+                num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None)
+    fresh, losses = flags is None, torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
+    flags = torch.empty(n_rows * slices, dtype=torch.int64, device=x2d.device) if fresh else flags  # tests: words written
+    scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols, flags if fresh else None)
+    args = (x2d, target, x2d if weight is None else weight, consts, flags, losses, dx, n_rows, n_cols, x2d.stride(0),
+            dx.stride(0), ignore_index)
     groups = programs_per_sm(ce_split_kernel, args, meta) * NUM_SMS // slices  # that fit at once
     if groups == 0:  # a group cannot be on the GPU at once: it could wait forever
         return core_rows(x2d, target, weight, ignore_index, mean, dx)
@@ -316,15 +318,14 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in, carried letter for letter (its checks, autograd function, lazy backward
-# and one-launch forward alone): only ``cross_entropy_rows``, the launcher it calls, is this page's. It splits the rows
-# where ``ce_split_rows`` does and hands label smoothing (one more share a slice: see the end) to the core kernel.
+# ``cross_entropy`` is the core page's drop-in, carried letter for letter (checks, autograd function, lazy backward,
+# one-launch forward alone): only its launcher ``cross_entropy_rows`` is this page's. It splits rows where
+# ``ce_split_rows`` does; label smoothing (one more share a slice: see the end) and no gradient take the core kernel.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
     """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
-    if smoothing > 0:
-        return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing)
-    return ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
+    return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing) if smoothing > 0 else \
+        ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -453,9 +454,9 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # How this page measures
 # ----------------------
 # As the core page: :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32, ``'mean'``, CUDA graphs timed by
-# :func:`triton.testing.do_bench`, beside a copy (a read pass for the forward). Forward+backward through this page's
-# drop-in, as the peers (``torch.autograd.grad(loss, logits)``); the split's forward alone and the core kernel through
-# their launchers. Liger (given a copy: it overwrites its input) syncs with the host: no graph.
+# :func:`triton.testing.do_bench`, beside a copy (a read pass for the forward). *ours* is this page's drop-in, called as
+# the peers (``torch.autograd.grad(loss, logits)``); *core* and *split* are the two kernels through their launchers.
+# Liger (given a copy: it overwrites its input) syncs with the host: no graph.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -523,7 +524,7 @@ else:
 # %%
 # Does the split pay?
 # -------------------
-# Each dtype and :math:`V`: the light, the core kernel, the split and the peers on the same tensors, forward alone and
+# Each dtype and :math:`V`: the light, the kernels, the drop-in and the peers on the same tensors, forward alone and
 # forward+backward.
 
 records, missing = [], {}
@@ -534,9 +535,11 @@ for dtype in (torch.bfloat16, torch.float32):
         light = {"forward": light_gbs(x, read_only=True), "forward+backward": light_gbs(x)}
         for direction, grad in (("forward", None), ("forward+backward", dx)):
             x.requires_grad_(grad is not None)
-            calls = {"core": lambda: core_rows(x, target, None, -100, True, grad),
-                     "split": (lambda: torch.autograd.grad(cross_entropy(x, target), x)) if grad is not None else
-                              (lambda: ce_split_rows(x, target, None, -100, True, None))}
+            calls = {"core": lambda: core_rows(x, target, None, -100, True, grad)}  # the kernels through their launchers
+            if grad is not None:  # the split writes gradients only
+                calls["split"] = lambda: ce_split_rows(x, target, None, -100, True, grad)
+            calls["ours"] = (lambda: torch.autograd.grad(cross_entropy(x, target), x)) if grad is not None else \
+                (lambda: cross_entropy(x, target))  # the drop-in, as the peers
             for name, fn in peers.items():
                 xg = (x.clone() if name == "Liger" else x).requires_grad_(grad is not None)  # Liger writes over its input
                 calls[name] = (lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)) if grad is not None else \
@@ -545,7 +548,7 @@ for dtype in (torch.bfloat16, torch.float32):
                 try:
                     ms = bench(call, graph=name not in no_graph)
                 except Exception as err:  # a peer's limit: the point is missing, and why is printed below
-                    if name in ("core", "split"):
+                    if name in ("core", "split", "ours"):
                         raise
                     why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
                     missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} V = {n_cols}")
@@ -557,15 +560,15 @@ for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
 
 # %%
-# GB/s (higher is better), the split kernel as % of light, against the core kernel and the fastest peer:
+# GB/s (higher is better); ours as % of light and against the fastest peer, the split kernel against the core:
 
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of speed of light"] = 100 * results["GB/s"] / results.light
-table = results.pivot(index=keys, columns="provider", values="GB/s")[["core", "split", *peers]]
+table = results.pivot(index=keys, columns="provider", values="GB/s")[["core", "split", "ours", *peers]]
 table.insert(0, "speed of light", results.groupby(keys).light.first())
-table["ours, % of light"] = table["split"] / table["speed of light"] * 100
+table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["split / core"] = table["split"] / table["core"]
-table["ours / best peer"] = table["split"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 save_results(table)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "split / core": "{:.2f}",
                                                            "ours / best peer": "{:.2f}"}, na_rep="-")
@@ -576,7 +579,7 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, layout="constrained")
 for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
     for name, line in part.groupby("provider", sort=False):
-        ax.semilogx(line.N, line["% of speed of light"], "o-" if name in ("core", "split") else "o--", base=2, label=name)
+        ax.semilogx(line.N, line["% of speed of light"], "o-" if name in ("core", "split", "ours") else "o--", base=2, label=name)
     ax.axhline(100, color="black", label="speed of light")
     ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
     ax.legend(fontsize=7)
@@ -586,20 +589,17 @@ fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 # Reading the numbers
 # -------------------
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
-    part, peer = part.droplevel(["direction", "dtype"]), part["ours / best peer"].dropna()
-    print(f"{direction}, {dtype}: the split kernel runs at {part['ours, % of light'].min():.3g}-{part['ours, % of light'].max():.3g}% "
-          f"of {'a read pass' if direction == 'forward' and ON_GPU else 'a copy'}, {part['split / core'].min():.2f}x to "
-          f"{part['split / core'].max():.2f}x the core kernel, {peer.min():.2f}x to {peer.max():.2f}x the fastest peer.")
-print("The split reads each logit once and writes its gradient from registers; the core kernel reads each row twice.")
+    ours, peer, split = part["ours, % of light"], part["ours / best peer"].dropna(), part["split / core"].dropna()
+    of = "a read pass" if direction == "forward" and ON_GPU else "a copy"
+    print(f"{direction}, {dtype}: the drop-in at {ours.min():.3g}-{ours.max():.3g}% of {of}, {peer.min():.2f}x to "
+          f"{peer.max():.2f}x the fastest peer" + (f"; the split {split.min():.2f}x to {split.max():.2f}x the core" if len(split) else ""))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Label smoothing** needs one more share of each slice, :math:`\sum_c w_c x_c`: a second flag word. **A lookahead**:
-# publish the next row's shares before waiting for this row's (deep dive 11 does it on softmax). **Clusters**: quack
-# exchanges the shares through a cluster's shared memory, which Triton does not expose. **Exercise**: set ``SLICE_N``
-# to 16384 and 2048: how do the programs per SM and the speed move?
+# **Label smoothing** needs one more share a slice, :math:`\sum_c w_c x_c`: a second flag word. **Clusters**: quack
+# exchanges the shares through a cluster's shared memory, which Triton does not expose. **Exercise**: ``SLICE_N`` 2048?
 
 environment_card()
