@@ -592,7 +592,7 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
     ours, peer, split = part["ours, % of light"], part["ours / best peer"].dropna(), part["split / core"].dropna()
     of = "a read pass" if direction == "forward" and ON_GPU else "a copy"
     print(f"{direction}, {dtype}: the drop-in at {ours.min():.3g}-{ours.max():.3g}% of {of}, {peer.min():.2f}x to "
-          f"{peer.max():.2f}x the fastest peer" + (f"; the split {split.min():.2f}x to {split.max():.2f}x the core" if len(split) else ""))
+          f"{peer.max():.2f}x the fastest peer" + (f"; the split {split.min():.2f}x to {split.max():.2f}x the core" if len(split) else "") + ".")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
