@@ -209,7 +209,7 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=No
     valid, ones = target != ignore_index, torch.ones((), device=x2d.device)
     counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
     scale = 1.0 / counted.float() if mean else ones  # every row ignored: inf, and a NaN 'mean' as PyTorch's
-    consts = torch.stack([scale, ones if weight is None else weight.float().sum()])
+    consts = scale.reshape(1) if weight is None else torch.stack([scale, weight.float().sum()])
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
         meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None)

@@ -132,7 +132,7 @@ def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
     return losses, scale
 
 def loss_constants(target, weight, ignore_index, mean, n_cols, flags=None):
-    """(1 / the mean's denominator or 1, the constants), one launch that also sets flags to all ones (06: 5 kernels)."""
+    """(1 / the mean's denominator or 1, the constants), one launch that also sets flags to all ones (06: torch ops)."""
     consts, n_flags = torch.empty(2, device=target.device), 0 if flags is None else flags.numel()
     constants_kernel[(max(1, triton.cdiv(n_flags, 8192)),)](  # program 0 counts 8192 targets a step
         target, target if weight is None else weight, consts, target if flags is None else flags, target.numel(), n_cols,
