@@ -17,7 +17,7 @@ import types
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TUTORIALS
+from conftest import ROOT, SHOWN_NOT_RUN, TUTORIALS
 
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import sol_results  # noqa: E402
@@ -215,7 +215,10 @@ def range_of(path):
     source = path.read_text(encoding="utf-8")
     (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.Assign) and ast.unparse(n.targets) == "RANGE"]
     scope = {"__name__": f"range_of_{path.stem}", "__file__": str(path)}
-    exec(compile("\n".join(source.splitlines()[:node.end_lineno]), str(path), "exec"), scope)
+    if path.stem in SHOWN_NOT_RUN:  # its imports need a newer JAX: its RANGE alone (which must then stand alone)
+        exec(compile(ast.Module([node], []), str(path), "exec"), scope)
+    else:
+        exec(compile("\n".join(source.splitlines()[:node.end_lineno]), str(path), "exec"), scope)
     return scope["RANGE"]
 
 
@@ -256,7 +259,7 @@ def test_the_pages_that_write_results():
     wanted = {"01_fused_softmax", "02_layer_norm", "02_layer_norm_backward_locks", "03_parallel_reduction",
               "04_rms_norm", "05_jax_rms_norm", "06_cross_entropy", "11_softmax_long_rows", "61_cross_entropy_split_rows", "12_softmax_staged_gluon",
               "21_layer_norm_wide_forward", "22_layer_norm_staged_gluon", "23_layer_norm_wide_backward",
-              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward", "42_rms_norm_staged_gluon"}
+              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward", "42_rms_norm_staged_gluon", "51_rms_norm_mosaic_gpu"}
     assert wanted <= {p.stem for p in WRITERS}
     assert not {"13_launch_heuristics", "05_jax_rms_norm_sharded"} & {p.stem for p in WRITERS}
 
@@ -351,7 +354,7 @@ def landing_section(built_site):
 def test_landing_page_shows_the_table_and_figure_of_this_build(built_site):
     section = landing_section(built_site)
     assert "No results were measured" not in section, "the build ran the tutorials but shows no results"
-    for path in WRITERS:
+    for path in (p for p in WRITERS if p.stem not in SHOWN_NOT_RUN):
         where = path.relative_to(ROOT / "tutorials").with_suffix("").as_posix()
         assert f'href="tutorials/{where}.html' in section, f"no row links to {path.stem}"
     image = re.search(r'<img[^>]+src="(_images/landing_results[^"]*\.png)"', section)
@@ -372,7 +375,7 @@ def test_the_built_sites_results_keep_the_contract(built_site):
     """Every page that writes results has them on the landing page, with the contract's columns (read_results
     checks them: direction, dtype, N, the two metrics, recommended as 1 or 0)."""
     found = sol_results.read_results(USED)
-    assert set(found) == {p.stem for p in WRITERS}, f"results from {sorted(found)}"
+    assert set(found) == {p.stem for p in WRITERS} - SHOWN_NOT_RUN, f"results from {sorted(found)}"
     assert not found["02_layer_norm_backward_locks"]["recommended"].any(), "02's design 2 is recommended on page 02"
 
 

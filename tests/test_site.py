@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import ROOT, TUTORIALS
+from conftest import ROOT, SHOWN_NOT_RUN, TUTORIALS
 
 STEMS = [p.stem for p in TUTORIALS]
 # where each page sits in the gallery: "01_fused_softmax" or "deep_dives/11_softmax_long_rows"
@@ -40,7 +40,9 @@ MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (iss
 # Pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
 # recommended column of its results: 2 to 4 lines; to trim
-LONGER = {"23_layer_norm_wide_backward": 607}
+# 51 carries tutorial 05's Pallas kernels, configs and custom_vjp letter for letter (about 175 lines; tests/
+# test_rms_norm_mosaic_gpu.py checks them), which issue 33 asks it to be measured against
+LONGER = {"23_layer_norm_wide_backward": 607, "51_rms_norm_mosaic_gpu": 680}
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
@@ -136,6 +138,8 @@ def test_core_page_reads_in_twenty_minutes(stem):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
+    if stem in SHOWN_NOT_RUN:
+        pytest.skip(f"{stem}: this build shows it without running it (conf.py: its JAX is too old)")
     text = page(built_site, stem)
     assert '<table class="dataframe' in text or "<table id=" in text, "no HTML table on the page"
     assert re.search(r'<img[^>]+src="[^"]*sphx_glr_' + stem + r'_\d+\.png"', text), "no plot image"
@@ -166,7 +170,7 @@ def test_cpu_build_says_timings_are_not_gpu_timings(built_site):
 
     if torch.cuda.is_available():
         pytest.skip("built on a GPU")
-    for stem in STEMS:
+    for stem in set(STEMS) - SHOWN_NOT_RUN:
         text = html.unescape(page(built_site, stem))
         assert "not GPU timings" in text or "NOT GPU timings" in text, f"{stem} does not say so"
 
@@ -177,7 +181,7 @@ def test_index_lists_tutorials_with_thumbnails_and_run_times(built_site):
         assert f'href="{WHERE[stem]}.html"' in index, f"{stem} missing from the gallery"
         assert f"sphx_glr_{stem}_thumb.png" in index, f"{stem} has no thumbnail"
     times = (built_site / "html" / "sg_execution_times.html").read_text(encoding="utf-8")
-    for stem in STEMS:
+    for stem in set(STEMS) - SHOWN_NOT_RUN:
         assert f"{stem}.py" in times, f"{stem} missing from the run-time page"
 
 
@@ -210,6 +214,8 @@ def test_each_page_gives_the_landing_pages_reading_time(built_site):
 @pytest.mark.parametrize("stem", STEMS)
 def test_notebook_validates_and_runs_on_its_own(built_site, stem, tmp_path):
     """The downloadable notebook runs top to bottom in a fresh Jupyter kernel, outside the repo."""
+    if stem in SHOWN_NOT_RUN:
+        pytest.skip(f"{stem}: needs a newer JAX than this Python has (conf.py)")
     downloads = sorted((built_site / "html" / "_downloads").glob(f"*/{stem}.ipynb"))
     assert downloads, f"no downloadable {stem}.ipynb in the built site"
     nb_path = downloads[0]

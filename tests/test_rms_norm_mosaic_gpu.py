@@ -1,0 +1,99 @@
+"""Deep dive 51 (RMSNorm through Mosaic GPU). Its kernels run on a CPU only in Mosaic GPU's interpreter, which needs
+JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python 3.11, where requirements.txt gives JAX
+0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own (``.venv-mosaic``, made here once, with the JAX
+that requirements-gpu.lock pins for the GPU), or in this interpreter where its JAX is new enough."""
+
+import ast
+import importlib.metadata
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import filelock
+import pytest
+
+from conftest import ROOT
+
+PAGE = ROOT / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+VENV = ROOT / ".venv-mosaic"
+
+
+def _jax_pin():
+    """The JAX that the GPU runs (requirements-gpu.lock), for the venv's CPU build."""
+    lock = (ROOT / "requirements-gpu.lock").read_text(encoding="utf-8")
+    return re.search(r"^jax==(\S+)$", lock, re.M).group(1)
+
+
+def _new_enough(python):
+    probe = "import jax, sys; v = tuple(int(p) for p in jax.__version__.split('.')[:3]); sys.exit(v < (0, 11, 1))"
+    return subprocess.run([python, "-c", probe], capture_output=True, timeout=300).returncode == 0
+
+
+def _python_312():
+    """An interpreter of Python 3.12 or newer: on PATH, or one that pyenv keeps."""
+    found = [shutil.which(f"python3.{minor}") for minor in (12, 13)]
+    found += sorted(map(str, pathlib.Path.home().glob(".pyenv/versions/3.1[2-9]*/bin/python3")))
+    return next((p for p in found if p), None)
+
+
+def mosaic_python():
+    """A Python whose JAX runs Mosaic GPU's interpreter: this one, or .venv-mosaic (made here, once)."""
+    try:
+        if tuple(int(p) for p in importlib.metadata.version("jax").split(".")[:3]) >= (0, 11, 1):
+            return sys.executable
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    python = VENV / "bin" / "python"
+    pin = _jax_pin()
+    with filelock.FileLock(str(VENV) + ".lock"):
+        if not (python.exists() and (VENV / f".installed-jax-{pin}").exists()):
+            base = _python_312()
+            if base is None:
+                pytest.fail("deep dive 51's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on PATH or in "
+                            "~/.pyenv; install one (pyenv install 3.12) and run make test again")
+            shutil.rmtree(VENV, ignore_errors=True)
+            subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=600)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", f"jax=={pin}", f"jaxlib=={pin}", "numpy", "pytest"],
+                           check=True, timeout=1200)
+            (VENV / f".installed-jax-{pin}").touch()
+    return str(python)
+
+
+def test_the_mosaic_gpu_kernels_in_the_interpreter():
+    """tests/mosaic: the kernels against float64 with race detection, the drop-in, every H100 launch lowered."""
+    python = mosaic_python()
+    assert _new_enough(python), f"{python} has no JAX >= 0.11.1"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([python, "-m", "pytest", str(ROOT / "tests" / "mosaic"), "-q", "-p", "no:cacheprovider",
+                           "--confcutdir", str(ROOT / "tests" / "mosaic")], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=2400)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert re.search(r"\b\d+ passed\b", proc.stdout) and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+def _functions(path, rename=None):
+    """{name: source} of a page's top-level functions and assignments, with names renamed as `rename` says."""
+    source = path.read_text(encoding="utf-8")
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.Assign)):
+            name = node.name if isinstance(node, ast.FunctionDef) else ast.unparse(node.targets[0])
+            text = ast.get_source_segment(source, node)
+            for old, new in (rename or {}).items():
+                text = re.sub(rf"\b{old}\b", new, text)
+            found[name] = text
+    return found
+
+
+def test_the_carried_05_kernels_are_05s():
+    """What 51 is measured against is 05 as it is: its kernels, configs and custom_vjp letter for letter (05 names
+    Pallas' Triton backend plgpu; 51, which also uses Mosaic GPU, names it pltriton)."""
+    ours, core = _functions(PAGE), _functions(ROOT / "tutorials" / "05_jax_rms_norm.py", {"plgpu": "pltriton"})
+    carried = ["_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "bwd_kernel", "dw_sum_kernel", "MIN_ELEMENTS",
+               "WHOLE_ROW_N", "CHUNK_N", "WARPS_PER_SM", "_warps", "_params", "_fwd_config", "_bwd_config",
+               "_sum_config", "_forward", "_backward", "differentiable"]
+    for name in carried:
+        assert ours.get(name) == core.get(name), f"51's {name} is not 05's"
