@@ -33,10 +33,12 @@ def _new_enough(python):
 
 
 def _python_312():
-    """An interpreter of Python 3.12 or newer: on PATH, or one that pyenv keeps."""
-    found = [shutil.which(f"python3.{minor}") for minor in (12, 13)]
-    found += sorted(map(str, pathlib.Path.home().glob(".pyenv/versions/3.1[2-9]*/bin/python3")))
-    return next((p for p in found if p), None)
+    """An interpreter of Python 3.12 or newer that runs: one that pyenv keeps, or one on PATH (a pyenv shim on PATH
+    may name a version that is not selected, and fail)."""
+    found = sorted(map(str, pathlib.Path.home().glob(".pyenv/versions/3.1[2-9]*/bin/python3")))
+    found += [p for p in (shutil.which(f"python3.{minor}") for minor in (12, 13)) if p]
+    ok = "import sys; sys.exit(sys.version_info < (3, 12))"
+    return next((p for p in found if subprocess.run([p, "-c", ok], capture_output=True, timeout=60).returncode == 0), None)
 
 
 def mosaic_python():
