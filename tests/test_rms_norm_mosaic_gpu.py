@@ -49,18 +49,18 @@ def mosaic_python():
     except importlib.metadata.PackageNotFoundError:
         pass
     python = VENV / "bin" / "python"
-    pin = _jax_pin()
+    wanted = [f"jax=={_jax_pin()}", f"jaxlib=={_jax_pin()}", "numpy", "pandas", "matplotlib", "pytest"]  # the page's imports
+    marker = VENV / (".installed-" + "-".join(wanted).replace("=", ""))
     with filelock.FileLock(str(VENV) + ".lock"):
-        if not (python.exists() and (VENV / f".installed-jax-{pin}").exists()):
+        if not (python.exists() and marker.exists()):
             base = _python_312()
             if base is None:
                 pytest.fail("deep dive 51's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on PATH or in "
                             "~/.pyenv; install one (pyenv install 3.12) and run make test again")
             shutil.rmtree(VENV, ignore_errors=True)
             subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=600)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", f"jax=={pin}", f"jaxlib=={pin}", "numpy", "pytest"],
-                           check=True, timeout=1200)
-            (VENV / f".installed-jax-{pin}").touch()
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True, timeout=1200)
+            marker.touch()
     return str(python)
 
 
