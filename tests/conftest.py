@@ -25,8 +25,9 @@ collect_ignore = ["mosaic"]
 def _jax_version():
     try:
         import importlib.metadata
+        import re
 
-        return tuple(int(p) for p in importlib.metadata.version("jax").split(".")[:3])
+        return tuple(int(p) for p in re.findall(r"\d+", importlib.metadata.version("jax"))[:3])  # as conf.py reads it
     except Exception:
         return (0, 0, 0)
 
