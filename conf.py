@@ -113,27 +113,19 @@ def _peak_gpu_memory(func):
 # One tutorial only: make html TUTORIAL=01  (a regular expression matched against the file name)
 _only = os.environ.get("SOL_TUTORIAL", "")
 
+import sol_build  # noqa: E402  (docs/_ext, on the path above)
 
-def _jax_version():
-    try:
-        from importlib.metadata import version
-
-        return tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:3])
-    except Exception:  # no JAX: tutorial 05's pages fail the build and say so
-        return (0, 0, 0)
-
-
-# Deep dive 51 (Mosaic GPU) runs only with JAX 0.11.1 or newer (on a CPU, Mosaic GPU's interpreter), which needs
-# Python 3.12; with an older JAX (CI's Python 3.11 gets 0.10.2) the page is shown, not run, and the build says so.
-MOSAIC_GPU_PAGE = "51_"
-_MOSAIC_GPU_RUNS = _jax_version() >= (0, 11, 1)
-if not _MOSAIC_GPU_RUNS:
-    logging.getLogger(__name__).info(f"deep dive {MOSAIC_GPU_PAGE}: shown, not run: it needs JAX 0.11.1 or newer")
+# Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dive 51 needs 0.11.1) are shown, not run, and the build
+# says so
+_SHOWN_NOT_RUN = sorted(sol_build.shown_not_run())
+for _stem in _SHOWN_NOT_RUN:
+    logging.getLogger(__name__).info(f"{_stem}: shown, not run: it needs JAX {sol_build.JAX_NEEDED[_stem]} or newer")
+_RUN = "".join(f"(?!{stem}\\.py)" for stem in _SHOWN_NOT_RUN) + r"\d\d_"
 
 sphinx_gallery_conf = {
     "examples_dirs": ["../tutorials"],
     "gallery_dirs": ["tutorials"],
-    "filename_pattern": re.escape(os.sep) + (_only if _only else r"\d\d_" if _MOSAIC_GPU_RUNS else rf"(?!{MOSAIC_GPU_PAGE})\d\d_"),
+    "filename_pattern": re.escape(os.sep) + (_only if _only else _RUN),
     "within_subsection_order": "FileNameSortKey",
     "reset_modules": ("matplotlib", _free_gpu_memory),
     "reset_modules_order": "both",

@@ -21,20 +21,12 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # tests/mosaic needs JAX >= 0.11.1 (Python 3.12): tests/test_rms_norm_mosaic_gpu.py runs it in a venv of its own
 collect_ignore = ["mosaic"]
 
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import sol_build  # noqa: E402
 
-def _jax_version():
-    try:
-        import importlib.metadata
-        import re
-
-        return tuple(int(p) for p in re.findall(r"\d+", importlib.metadata.version("jax"))[:3])  # as conf.py reads it
-    except Exception:
-        return (0, 0, 0)
-
-
-# Pages the build shows without running them (conf.py's MOSAIC_GPU_PAGE): deep dive 51 runs only with JAX 0.11.1
-# or newer; the tests of what a page's run made skip it where the build could not run it
-SHOWN_NOT_RUN = set() if _jax_version() >= (0, 11, 1) else {"51_rms_norm_mosaic_gpu"}
+# Pages the build shows without running them (this JAX is too old for them): the tests of what a page's run made
+# skip them
+SHOWN_NOT_RUN = sol_build.shown_not_run()
 
 _loaded = {}
 # A page loads in two steps: its cells up to the one that defines its timer (``def bench``: kernels, configs,

@@ -4,7 +4,6 @@ JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python 3.11
 that requirements-gpu.lock pins for the GPU), or in this interpreter where its JAX is new enough."""
 
 import ast
-import importlib.metadata
 import os
 import pathlib
 import re
@@ -15,9 +14,10 @@ import sys
 import filelock
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, SHOWN_NOT_RUN, sol_build
 
 PAGE = ROOT / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+NEEDED = sol_build.JAX_NEEDED[PAGE.stem]
 VENV = ROOT / ".venv-mosaic"
 
 
@@ -28,7 +28,7 @@ def _jax_pin():
 
 
 def _new_enough(python):
-    probe = "import jax, sys; v = tuple(int(p) for p in jax.__version__.split('.')[:3]); sys.exit(v < (0, 11, 1))"
+    probe = f"import jax, re, sys; sys.exit(tuple(int(p) for p in re.findall(r'\\d+', jax.__version__)[:3]) < {NEEDED})"
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=300).returncode == 0
 
 
@@ -43,13 +43,10 @@ def _python_312():
 
 def mosaic_python():
     """A Python whose JAX runs Mosaic GPU's interpreter: this one, or .venv-mosaic (made here, once)."""
-    try:
-        if tuple(int(p) for p in importlib.metadata.version("jax").split(".")[:3]) >= (0, 11, 1):
-            return sys.executable
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    python = VENV / "bin" / "python"
-    wanted = [f"jax=={_jax_pin()}", f"jaxlib=={_jax_pin()}", "numpy", "pandas", "matplotlib", "pytest"]  # the page's imports
+    if PAGE.stem not in SHOWN_NOT_RUN:
+        return sys.executable
+    python, pin = VENV / "bin" / "python", _jax_pin()
+    wanted = [f"jax=={pin}", f"jaxlib=={pin}", "numpy", "pandas", "matplotlib", "pytest"]  # the page's imports
     marker = VENV / (".installed-" + "-".join(wanted).replace("=", ""))
     with filelock.FileLock(str(VENV) + ".lock"):
         if not (python.exists() and marker.exists()):
@@ -67,7 +64,7 @@ def mosaic_python():
 def test_the_mosaic_gpu_kernels_in_the_interpreter():
     """tests/mosaic: the kernels against float64 with race detection, the drop-in, every H100 launch lowered."""
     python = mosaic_python()
-    assert _new_enough(python), f"{python} has no JAX >= 0.11.1"
+    assert _new_enough(python), f"{python} has no JAX >= {NEEDED}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([python, "-m", "pytest", str(ROOT / "tests" / "mosaic"), "-q", "-p", "no:cacheprovider",
                            "--confcutdir", str(ROOT / "tests" / "mosaic")], capture_output=True, text=True, env=env,
