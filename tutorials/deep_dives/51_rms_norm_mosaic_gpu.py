@@ -338,11 +338,11 @@ def _config(n_rows, n_cols, itemsize, backward=False):
 def _check(x, weight):
     if jnp.dtype(x.dtype) not in (jnp.float32, jnp.bfloat16, jnp.float16) or weight.dtype != x.dtype:
         raise TypeError(f"rms_norm: x and weight must share a dtype of float32, bfloat16 or float16; got {x.dtype}, {weight.dtype}")
-    n_cols, unit = (x.shape[-1] if x.ndim else 0), MIN_N
+    n_cols = x.shape[-1] if x.ndim else 0
     if x.ndim == 0 or tuple(weight.shape) != (n_cols,):
         raise ValueError(f"rms_norm: x {tuple(x.shape)} and weight {tuple(weight.shape)}: weight must be (N,) for x (..., N)")
-    if n_cols < MIN_N or n_cols % unit:
-        raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernels take multiples of {unit} from {MIN_N} "
+    if n_cols < MIN_N or n_cols % MIN_N:
+        raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernels take multiples of {MIN_N} from {MIN_N} "
                          f"(tutorial 05 takes any row up to 32 K)")
     if None in (_config(1, n_cols, x.dtype.itemsize), _config(1, n_cols, x.dtype.itemsize, backward=True)):
         raise ValueError(f"rms_norm: no launch takes rows of {n_cols} {x.dtype} here: SMEM_BUDGET {SMEM_BUDGET} bytes, "
