@@ -73,6 +73,20 @@ def test_the_mosaic_gpu_kernels_in_the_interpreter():
     assert re.search(r"\b\d+ passed\b", proc.stdout) and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
 
 
+def test_the_exchange_on_a_gpu():
+    """tests/mosaic/gpu_exchange.py: the backward whose two programs a row swap sums through GMEM semaphores, which the
+    interpreter cannot run, on this machine's GPU against float64 and bit for bit twice."""
+    probe = "import jax, sys; sys.exit(jax.default_backend() != 'gpu')"
+    if PAGE.stem in SHOWN_NOT_RUN or subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                                    timeout=300).returncode:
+        pytest.skip("needs a GPU and a JAX that runs Mosaic GPU (>= 0.11.1)")
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "mosaic" / "gpu_exchange.py"), "-q",
+                           "-p", "no:cacheprovider", "--confcutdir", str(ROOT / "tests" / "mosaic")],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    assert proc.returncode == 0 and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
 def _functions(path, rename=None):
     """{name: source} of a page's top-level functions and assignments, with names renamed as `rename` says."""
     source = path.read_text(encoding="utf-8")

@@ -131,7 +131,8 @@ def test_bad_input_says_why(page, shape, dtype, weight_n, match):
 @pytest.mark.parametrize("n_cols", [8192, 16384, 32768])
 def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
     """The launches the config gives an H100 (132 SMs) lowered for sm_90 (Mosaic GPU's lowering checks the SMEM asked
-    for); rows of up to 16 K keep the row in SMEM, longer ones take two programs a row."""
+    for); rows of up to 16 K keep the row in SMEM, longer ones take two programs a row: swapping sums through GMEM
+    (fp32; run on a GPU by gpu_exchange.py) or reading the row twice (bf16)."""
     monkeypatch.setattr(page, "NUM_SMS", 132)
     monkeypatch.setattr(page, "WARPGROUPS", 4)
     monkeypatch.setattr(page, "MOSAIC_INTERPRET", None)
@@ -142,9 +143,17 @@ def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
         lowering_platforms=("cuda",))
     programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, itemsize, backward=True)
     assert parts == (1 if n_cols <= 16384 else 2) and programs <= 132
-    if parts == 1:
-        kernel = page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag)
+    assert (lag is not None) == (n_cols <= 16384 or itemsize == 4), "fp32 32 K swaps sums, bf16 32 K reads twice"
+    if lag is not None:
+        kernel = page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag,
+                                         parts=parts)
     else:
         kernel = page.rms_norm_bwd_parts.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, parts=parts, chunk=chunk,
                                                slots=slots)
     kernel.lower(lowering_platforms=("cuda",))
+
+
+def test_the_interpreter_never_gets_the_exchange(page):
+    """It has no GMEM semaphores: on a CPU, 32 K rows take the kernel that reads them twice (lag None)."""
+    for itemsize in (2, 4):
+        assert page._config(64, 32768, itemsize, backward=True)[4] is None

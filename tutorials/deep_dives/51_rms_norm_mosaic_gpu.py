@@ -64,8 +64,9 @@ MOSAIC_INTERPRET = plgpu.InterpretGPUParams(detect_races=True, uninitialized_mem
 # The others hand their sums to warpgroup 0 through SMEM; it alone reduces; all read the totals back. One buffer
 # suffices: new sums are written only after ``done_bar`` (read), new totals only after ``part_bar`` (read too).
 
-def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar):
-    """The row's totals of the (T, 256) partial `sums` of every warpgroup (h is this one), as scalars."""
+def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar, exchange=None):
+    """The row's totals of the (T, 256) partial `sums` of every warpgroup (h is this one), as scalars; `exchange`,
+    if given, turns warpgroup 0's totals of this program's columns into the row's (two programs a row, below)."""
     @pl.when(h > 0)
     def _():
         for j, v in enumerate(sums):
@@ -74,8 +75,9 @@ def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar):
     plgpu.barrier_wait(part_bar)
     @pl.when(h == 0)
     def _():
-        for j, v in enumerate(sums):
-            tot[j] = jnp.sum(sum((red[j, o] for o in range(wgs - 1)), v))
+        totals = [jnp.sum(sum((red[j, o] for o in range(wgs - 1)), v)) for j, v in enumerate(sums)]
+        for j, v in enumerate(exchange(totals) if exchange else totals):
+            tot[j] = v
         plgpu.barrier_arrive(done_bar)  # ... and the totals are
     @pl.when(h > 0)
     def _():
@@ -146,7 +148,7 @@ def rms_norm_fwd(x, w, *, eps, programs, wgs, chunk, slots, outs):
 # stays in its slots until its :math:`dx` is stored from the :math:`dy` slot; with ``lag = 1`` the next row's
 # loads go out first. Each thread keeps the running :math:`dw` of its columns in registers, carried by the loop
 # over rows: 32 fp32 a thread at 16 K (64, at 32 K, spill). At the end, each program stores its :math:`dw` row
-# through the hand-over buffer, free by then; the partial rows are summed outside.
+# through the hand-over buffer, free by then; the partial rows are summed outside. ``parts = 2``: the next section.
 
 def _dw_out(h, p, Kh, dw, red, dw_gmem, first):  # dw's chunks from registers through SMEM to row p of dw_gmem
     stage = red.at[h % 2, h // 2]
@@ -162,27 +164,46 @@ def _x_dy_scratch(K, T, wgs, slots, x, w):  # w, the x and dy rings, w's and the
             plgpu.SMEM((wgs * slots, T, LANES), x.dtype), plgpu.Barrier(num_barriers=wgs),
             plgpu.Barrier(num_barriers=wgs * slots), plgpu.Barrier(num_barriers=wgs * slots)]
 
-@functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "lag"))
-def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag):
+@functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "lag", "parts"))
+def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
     (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    Kh = K // wgs
-    assert N % (wgs * chunk) == 0 and chunk % LANES == 0 and slots >= (lag + 1) * Kh and wgs >= 2
+    Kh, groups = K // (parts * wgs), programs // parts  # a warpgroup's chunks of a row; programs a row
+    assert N % (parts * wgs * chunk) == 0 and chunk % LANES == 0 and slots >= (lag + 1) * Kh and wgs >= 2
+    assert parts in (1, 2) and programs % parts == 0
     x4, dy4, w3 = x.reshape(M, K, T, LANES), dy.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
-    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over):
+    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, *refs):
+        sums_gmem, refs = (refs[0], refs[1:]) if parts == 2 else (None, refs)
+        w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over = refs
         p, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")
+        g, q = p // parts, p % parts  # rows g, g + groups, ...; the q-th 1 / parts of their columns
+        first = (q * wgs + h) * Kh  # the warpgroup's first chunk of a row
         def fetch(k):
-            row = p + (k // Kh) * programs
+            row = g + (k // Kh) * groups
             @pl.when(row < M)
             def _():
-                c, s = h * Kh + k % Kh, h * slots + k % slots
+                c, s = first + k % Kh, h * slots + k % slots
                 plgpu.copy_gmem_to_smem(x_gmem.at[row, c], xs.at[s], x_bars.at[s])
                 plgpu.copy_gmem_to_smem(dy_gmem.at[row, c], dys.at[s], dy_bars.at[s])
-        plgpu.copy_gmem_to_smem(w_gmem.at[pl.ds(h * Kh, Kh)], w_smem.at[pl.ds(h * Kh, Kh)], w_bar.at[h])
+        plgpu.copy_gmem_to_smem(w_gmem.at[pl.ds(first, Kh)], w_smem.at[pl.ds(h * Kh, Kh)], w_bar.at[h])
         for k in range(slots):
             fetch(k)
         plgpu.barrier_wait(w_bar.at[h])
+        if parts == 2:
+            *hand_over, mine, both, sums_bar = hand_over
+            sems = pl.get_global(plgpu.SemaphoreType.REGULAR((programs,)))
+        def exchange(row, totals):  # warpgroup 0: this half's totals out to GMEM, the partner told; both halves' in
+            for j, v in enumerate(totals):
+                mine[j] = jnp.full((LANES,), v, jnp.float32)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(mine, sums_gmem.at[row, q])
+            plgpu.wait_smem_to_gmem(0)  # in GMEM before the partner hears of it
+            pl.semaphore_signal(sems.at[p + 1 - 2 * q], 1)
+            pl.semaphore_wait(sems.at[p], 1)
+            plgpu.copy_gmem_to_smem(sums_gmem.at[row], both, sums_bar)
+            plgpu.barrier_wait(sums_bar)  # added in part order: the same bits in both programs
+            return [(jnp.sum(both[0, j]) + jnp.sum(both[1, j])) / LANES for j in range(len(totals))]
         def step(i, dw):
-            row, slot = p + i * programs, [h * slots + (i * Kh + c) % slots for c in range(Kh)]
+            row, slot = g + i * groups, [h * slots + (i * Kh + c) % slots for c in range(Kh)]
             sq, gx = 0.0, 0.0
             for c, s in enumerate(slot):
                 plgpu.barrier_wait(x_bars.at[s])
@@ -190,7 +211,8 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag):
                 x_c = xs[s].astype(jnp.float32)
                 sq = sq + x_c * x_c
                 gx = gx + dys[s].astype(jnp.float32) * w_smem[h * Kh + c].astype(jnp.float32) * x_c
-            sum_sq, sum_gx = _hand_over(h, wgs, (sq, gx), *hand_over)
+            sum_sq, sum_gx = _hand_over(h, wgs, (sq, gx), *hand_over,
+                                        exchange=functools.partial(exchange, row) if parts == 2 else None)
             rstd = jax.lax.rsqrt(sum_sq / N + eps)
             k = rstd * rstd * rstd * sum_gx / N
             dw = list(dw)
@@ -200,7 +222,7 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag):
                 dys[s] = (rstd * dy_c * w_smem[h * Kh + c].astype(jnp.float32) - x_c * k).astype(dys.dtype)
             plgpu.commit_smem()
             for c, s in enumerate(slot):
-                plgpu.copy_smem_to_gmem(dys.at[s], dx_gmem.at[row, h * Kh + c])
+                plgpu.copy_smem_to_gmem(dys.at[s], dx_gmem.at[row, first + c])
             # refill the slots of the row `lag` steps back, once its stores have read them
             plgpu.wait_smem_to_gmem(Kh * lag, wait_read_only=True)
             @pl.when(i >= lag)
@@ -209,22 +231,34 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag):
                     fetch((i - lag) * Kh + c + slots)
             return tuple(dw)
         zeros = tuple(jnp.zeros((T, LANES), jnp.float32) for _ in range(Kh))
-        dw = jax.lax.fori_loop(0, (M - p + programs - 1) // programs, step, zeros)
-        _dw_out(h, p, Kh, dw, hand_over[0], dw_gmem, h * Kh)
-    out_type = (jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((programs, K, T, LANES), jnp.float32))
-    dx, dw_partial = plgpu.kernel(
-        body, out_type=out_type, grid=(programs,), grid_names=("p",), num_threads=wgs, thread_name="wg",
-        scratch_types=_x_dy_scratch(K, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T), interpret=MOSAIC_INTERPRET)(x4, dy4, w3)
+        dw = jax.lax.fori_loop(0, (M - g + groups - 1) // groups, step, zeros)
+        _dw_out(h, g, Kh, dw, hand_over[0], dw_gmem, first)
+    out_type = [jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((groups, K, T, LANES), jnp.float32)]
+    scratch = _x_dy_scratch(K // parts, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T)
+    if parts == 2:  # each half's two totals in GMEM, and SMEM for this half's and both halves' (a TMA copy each)
+        out_type.append(jax.ShapeDtypeStruct((M, 2, 2, LANES), jnp.float32))
+        scratch += [plgpu.SMEM((2, LANES), jnp.float32), plgpu.SMEM((2, 2, LANES), jnp.float32), plgpu.Barrier()]
+    dx, dw_partial, *_ = plgpu.kernel(
+        body, out_type=tuple(out_type), grid=(programs,), grid_names=("p",), num_threads=wgs, thread_name="wg",
+        scratch_types=scratch, interpret=MOSAIC_INTERPRET)(x4, dy4, w3)
     return dx.reshape(M, N), jnp.sum(dw_partial, axis=0).reshape(N)
 
 # %%
 # Rows that one program cannot hold
 # ---------------------------------
-# At 32 K, x and dy no longer fit SMEM beside w, nor :math:`dw` a thread's registers. So ``parts = 2`` programs
-# share each row: both read the whole row for the two sums (the second read comes from L2), then each its own half
-# again for :math:`dx` and its half of :math:`dw`. A ring of a few slots a warpgroup suffices, since nothing waits
-# in SMEM for the sums. The cost is the first pass, done twice; a cluster of two programs could instead add
-# their halves' sums through each other's SMEM (see "Going further").
+# At 32 K, x and dy no longer fit SMEM beside w, nor :math:`dw` a thread's registers. So two programs share each
+# row, each with half its columns, and both need the row's two sums. Two ways:
+#
+# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM. Warpgroup 0
+#   stores the half's sums to GMEM, signals the other program's semaphore (``pl.get_global`` of
+#   ``plgpu.SemaphoreType.REGULAR``, ``pl.semaphore_signal``), waits on its own, then loads both halves' sums and
+#   adds them in part order: the same bits in both programs. Since a program waits for another, all must be resident
+#   at once (one an SM, no more than the SMs). The round trip costs microseconds a row, paid back where half a row is
+#   64 KB of each input (fp32 32 K). Mosaic GPU's interpreter has no GMEM semaphores: a GPU runs this one only.
+# * **Read the row twice** (``rms_norm_bwd_parts``): both programs read the whole row for the sums (the second read
+#   comes from L2), then each its own half again for :math:`dx` and its half of :math:`dw`. Nothing waits in SMEM
+#   for the sums, so a ring of a few slots a warpgroup suffices. It wins where half a row is too few bytes to hide
+#   the round trip (bf16 32 K), and on a CPU.
 
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "parts", "chunk", "slots"))
 def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
@@ -294,8 +328,9 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # One place to change, chosen by measuring on an H100. One program an SM of four warpgroups; the largest chunk whose
 # slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer. The forward: 4 slots in and 2 out a warpgroup, chunks
 # of 1024 (512 for fp32 32 K, where w takes 128 KB). The backward: the whole row in SMEM with ``lag = 1`` where two
-# rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) two programs a row, a ring
-# of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
+# rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) two programs a row, swapping
+# sums for rows of 128 KB and more on a GPU, else reading the row twice through a ring of 3-4 slots of up to 2048
+# (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
@@ -304,11 +339,13 @@ SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks
 WARPGROUPS = 4 if ON_GPU else 2
 MAX_BARRIERS = 32  # in one plgpu.Barrier array
 DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
+EXCHANGE_ROW_BYTES = 128 * 1024  # the swap of sums pays from rows of 128 KB (fp32 32 K); bf16 32 K reads twice
 # recommended: the backward past 8 K (05's range ends there), the forward past 16 K (05 holds its own up to 16 K)
 RANGE = {(d, t): range(8192 * (1 + (d == "forward")) + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 
 def _config(n_rows, n_cols, itemsize, backward=False):
-    """Forward: (programs, chunk, slots, outs); backward: (programs, parts, chunk, slots, lag); None: nothing fits."""
+    """Forward: (programs, chunk, slots, outs); backward: (programs, parts, chunk, slots, lag), lag None for the kernel
+    that reads the row twice; None: nothing fits."""
     wgs = WARPGROUPS
     hand_over = lambda chunk: (2 if backward else 1) * (wgs - 1) * chunk * 4
     if not backward:
@@ -325,8 +362,14 @@ def _config(n_rows, n_cols, itemsize, backward=False):
             if parts == 1 and room >= k:  # the row stays in SMEM: lag + 1 rows of slots
                 lag = 1 if room >= 2 * k else 0
                 return min(n_rows, NUM_SMS), 1, chunk, (lag + 1) * k, lag
+            # two programs a row, each keeping its half in SMEM and swapping sums with the other through GMEM: on a
+            # GPU (the interpreter has no GMEM semaphores), where a half row is worth a round trip, every pair resident
+            half = (SMEM_BUDGET - n_cols // 2 * itemsize - hand_over(chunk) - 6 * LANES * 4) // (2 * wgs * chunk * itemsize)
+            if parts == 2 and MOSAIC_INTERPRET is None and n_cols * itemsize >= EXCHANGE_ROW_BYTES and min(
+                    half, MAX_BARRIERS // wgs) >= k // 2:
+                return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, k // 2, 0
             if parts > 1 and room >= 3:
-                return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room, 4), 0
+                return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room, 4), None
     return None
 
 # %%
@@ -360,7 +403,7 @@ def _bwd(eps, saved, dy):
     x2d, w = saved
     programs, parts, chunk, slots, lag = _config(*x2d.shape, x2d.dtype.itemsize, backward=True)
     launch = dict(eps=eps, programs=programs, wgs=WARPGROUPS, chunk=chunk, slots=slots)
-    dx, dw = (rms_norm_bwd(x2d, w, dy, lag=lag, **launch) if parts == 1 else
+    dx, dw = (rms_norm_bwd(x2d, w, dy, lag=lag, parts=parts, **launch) if lag is not None else
               rms_norm_bwd_parts(x2d, w, dy, parts=parts, **launch))
     return dx, dw.astype(w.dtype)
 
@@ -650,7 +693,8 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
 # this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. The
 # forward must wait for a row's sum before it writes the row, which a copy never does: every provider pays for it,
-# by an amount that changes from one H100 to the next. The backward of 32 K rows reads each row twice instead.
+# by an amount that changes from one H100 to the next. At 32 K the bf16 backward reads each row twice, the fp32 one
+# pays a GMEM round trip a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
@@ -660,7 +704,7 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
 for (direction, dtype, n_cols), row in table.iterrows():
     pct, best = row["ours, % of light"], 100 * max(row["XLA"], row["05 (Pallas, Triton)"]) / row["speed of light"]
     if ON_GPU and n_cols >= 16384 and round(pct, 1) < FLOORS[direction]:
-        why = " (each row read by two programs: Going further)" if direction == "backward" and n_cols > 16384 else ""
+        why = " (two programs a row: Going further)" if direction == "backward" and n_cols > 16384 else ""
         print(f"Under the floor: {direction}, {dtype}, N = {n_cols}: ours {pct:.1f}%, the best of XLA and 05 {best:.1f}%{why}.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
@@ -668,10 +712,11 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Clusters**: at 32 K the two programs of a row could be a cluster and add each other's half-row sums through
-# distributed SMEM, so that each reads only its half. In JAX 0.11.2 a store to the peer's SMEM does not lower
-# (``plgpu.cluster_ref``: "Unsupported memory space: #mosaic_gpu.smem_cluster"). **Exercise**: set ``WARPGROUPS = 2``,
-# or ``lag = 0`` in ``_config``, and compare.
+# **Clusters**: at 32 K the two programs of a row could be a cluster and swap their halves' sums through distributed
+# SMEM, a shorter round trip than GMEM's, which bf16 rows need before swapping beats reading twice. In JAX 0.11.2 a
+# store to the peer's SMEM does not lower (``plgpu.cluster_ref``: "Unsupported memory space:
+# #mosaic_gpu.smem_cluster"). **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
+# ``EXCHANGE_ROW_BYTES = 64 * 1024``, and compare.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
