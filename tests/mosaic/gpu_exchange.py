@@ -3,12 +3,9 @@ interpreter has no GMEM semaphores): against float64, the same bits twice, every
 rows than pairs, and through the drop-in's gradient. Not collected by ``tests/mosaic`` (CPU); run on a GPU by
 ``tests/test_rms_norm_mosaic_gpu.py::test_the_exchange_on_a_gpu``."""
 
-import importlib.util
 import os
-import pathlib
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 jax = pytest.importorskip("jax")
@@ -17,35 +14,13 @@ import jax.numpy as jnp  # noqa: E402
 if jax.default_backend() != "gpu":
     pytest.skip("needs a GPU: the exchange's semaphores do not run in the interpreter", allow_module_level=True)
 
-PAGE = pathlib.Path(__file__).resolve().parents[2] / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+from conftest import data, float64_vjp, rel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    source = PAGE.read_text(encoding="utf-8")
-    head = tmp_path_factory.mktemp("page") / "page51_gpu.py"
-    head.write_text(source[:source.index("# %%\n# Correctness")], encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("page51_gpu", head)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.MOSAIC_INTERPRET is None
-    return module
-
-
-def float64_vjp(x, w, dy, eps=1e-6):
-    x, w, dy = (np.asarray(a, np.float64) for a in (x, w, dy))
-    r = 1 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
-    return r * dy * w - x * r**3 * np.mean(dy * w * x, -1, keepdims=True), np.sum(dy * x * r, 0)
-
-
-def rel(out, ref):
-    return np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(ref)
-
-
-def data(shape, dtype, seed):
-    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
-    x, dy = (jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in (kx, kd))
-    return x, (1 + 0.1 * jax.random.normal(kw, (shape[-1],), jnp.float32)).astype(dtype), dy
+def page(page51):
+    assert page51.MOSAIC_INTERPRET is None, "these tests must run the kernels on the GPU"
+    return page51
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
@@ -57,7 +32,7 @@ def test_the_exchange_against_float64_and_repeatable(page, dtype, n_rows):
     launch = dict(eps=1e-6, programs=2 * min(n_rows, page.NUM_SMS // 2), wgs=page.WARPGROUPS, chunk=1024, slots=4, lag=0,
                   parts=2)
     dx, dw = page.rms_norm_bwd(x, w, dy, **launch)
-    dx_ref, dw_ref = float64_vjp(x, w, dy)
+    _, dx_ref, dw_ref = float64_vjp(x, w, dy)
     assert bool(jnp.isfinite(dx).all()) and rel(dx, dx_ref) <= (1e-6 if dtype == jnp.float32 else 4e-3)
     assert rel(dw, dw_ref) <= 1e-6
     dx2, dw2 = page.rms_norm_bwd(x, w, dy, **launch)
@@ -68,5 +43,5 @@ def test_the_drop_in_swaps_sums_at_fp32_32k(page):
     assert page._config(300, 32768, 4, backward=True)[4] == 0 and page._config(300, 32768, 2, backward=True)[4] is None
     x, w, dy = data((3, 100, 32768), jnp.float32, seed=3)
     dx, dw = jax.vjp(page.rms_norm, x, w)[1](dy)
-    dx_ref, dw_ref = float64_vjp(x.reshape(-1, 32768), w, dy.reshape(-1, 32768))
+    _, dx_ref, dw_ref = float64_vjp(x.reshape(-1, 32768), w, dy.reshape(-1, 32768))
     assert rel(dx.reshape(-1, 32768), dx_ref) <= 1e-6 and rel(dw, dw_ref) <= 1e-6

@@ -3,9 +3,7 @@ against float64; dx and dw the same bits twice; the drop-in's gradient, both bac
 its config gives an H100 lowered for sm_90 (the lowering also checks SMEM). Needs Python 3.12 and JAX >= 0.11.1 (no
 torch): ``tests/test_rms_norm_mosaic_gpu.py`` runs this file in a venv of its own from ``make test``."""
 
-import importlib.util
 import os
-import pathlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the interpreter, also on a GPU machine
 import numpy as np  # noqa: E402
@@ -17,42 +15,18 @@ import jax.numpy as jnp  # noqa: E402
 if tuple(int(p) for p in jax.__version__.split(".")[:3]) < (0, 11, 1):
     pytest.skip("Mosaic GPU's interpreter needs JAX 0.11.1 or newer", allow_module_level=True)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGE = ROOT / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+from conftest import data, float64_vjp, rel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    """The page's definitions: its text up to the correctness cell, as a module (jax.jit needs real source)."""
-    source = PAGE.read_text(encoding="utf-8")
-    head = tmp_path_factory.mktemp("page") / "page51.py"
-    head.write_text(source[:source.index("# %%\n# Correctness")], encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("page51", head)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.MOSAIC_INTERPRET is not None, "these tests must run the kernels in the interpreter"
-    return module
+def page(page51):
+    assert page51.MOSAIC_INTERPRET is not None, "these tests must run the kernels in the interpreter"
+    return page51
 
 
 def races():
     from jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call import get_races
     return get_races().races_found
-
-
-def float64_vjp(x, w, dy, eps=1e-6):
-    x, w, dy = (np.asarray(a, np.float64) for a in (x, w, dy))
-    r = 1 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
-    return x * r * w, r * dy * w - x * r**3 * np.mean(dy * w * x, -1, keepdims=True), np.sum(dy * x * r, 0)
-
-
-def rel(out, ref):
-    return np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(ref)
-
-
-def data(shape, dtype, seed):
-    kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
-    x, dy = (jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in (kx, kd))
-    return x, (1 + 0.1 * jax.random.normal(kw, (shape[-1],), jnp.float32)).astype(dtype), dy
 
 
 TOL = {jnp.float32: 1e-6, jnp.bfloat16: 4e-3}
