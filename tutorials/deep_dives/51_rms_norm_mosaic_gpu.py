@@ -250,12 +250,13 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
 # At 32 K, x and dy no longer fit SMEM beside w, nor :math:`dw` a thread's registers. So two programs share each
 # row, each with half its columns, and both need the row's two sums. Two ways:
 #
-# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM. Warpgroup 0
-#   stores the half's sums to GMEM, signals the other program's semaphore (``pl.get_global`` of
-#   ``plgpu.SemaphoreType.REGULAR``, ``pl.semaphore_signal``), waits on its own, then loads both halves' sums and
-#   adds them in part order: the same bits in both programs. Since a program waits for another, all must be resident
-#   at once (one an SM, no more than the SMs). The round trip costs microseconds a row, paid back where half a row is
-#   64 KB of each input (fp32 32 K). Mosaic GPU's interpreter has no GMEM semaphores: a GPU runs this one only.
+# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM. Warpgroup 0 stores
+#   the half's sums to GMEM, signals the other program's semaphore (``pl.get_global`` of
+#   ``plgpu.SemaphoreType.REGULAR``, ``pl.semaphore_signal``), waits on its own, then loads both halves' sums and adds
+#   them in part order: the same bits in both programs. Since a program waits for another, both must hold an SM at once:
+#   one program an SM, no more than the SMs, and no kernel beside it holding SMs (a cluster would promise it: Going
+#   further). The round trip costs microseconds a row, paid back where half a row is 64 KB of each input (fp32 32 K).
+#   Mosaic GPU's interpreter has no GMEM semaphores: a GPU runs this one only.
 # * **Read the row twice** (``rms_norm_bwd_parts``): both programs read the whole row for the sums (the second read
 #   comes from L2), then each its own half again for :math:`dx` and its half of :math:`dw`. Nothing waits in SMEM
 #   for the sums, so a ring of a few slots a warpgroup suffices. It wins where half a row is too few bytes to hide
@@ -713,9 +714,9 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Clusters**: at 32 K the two programs of a row could be a cluster and swap their halves' sums through distributed
-# SMEM, a shorter round trip than GMEM's, which bf16 rows need before swapping beats reading twice. In JAX 0.11.2 a
-# store to the peer's SMEM does not lower (``plgpu.cluster_ref``: "Unsupported memory space:
+# **Clusters**: at 32 K the two programs of a row could be a cluster, which the GPU schedules together, and swap their
+# halves' sums through distributed SMEM, a shorter round trip than GMEM's, which bf16 rows need to beat reading twice.
+# In JAX 0.11.2 a store to the peer's SMEM does not lower (``plgpu.cluster_ref``: "Unsupported memory space:
 # #mosaic_gpu.smem_cluster"). **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
 # ``EXCHANGE_ROW_BYTES = 64 * 1024``, and compare.
 
