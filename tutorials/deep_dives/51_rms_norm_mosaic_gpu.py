@@ -192,17 +192,17 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
         if parts == 2:
             *hand_over, mine, both, sums_bar = hand_over
             sems = pl.get_global(plgpu.SemaphoreType.REGULAR((programs,)))
-        def exchange(row, totals):  # warpgroup 0: this half's totals out to GMEM, the partner told; both halves' in
-            for j, v in enumerate(totals):
-                mine[j] = jnp.full((LANES,), v, jnp.float32)
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(mine, sums_gmem.at[row, q])
-            plgpu.wait_smem_to_gmem(0)  # in GMEM before the partner hears of it
-            pl.semaphore_signal(sems.at[p + 1 - 2 * q], 1)
-            pl.semaphore_wait(sems.at[p], 1)
-            plgpu.copy_gmem_to_smem(sums_gmem.at[row], both, sums_bar)
-            plgpu.barrier_wait(sums_bar)  # added in part order: the same bits in both programs
-            return [(jnp.sum(both[0, j]) + jnp.sum(both[1, j])) / LANES for j in range(len(totals))]
+            def exchange(row, totals):  # warpgroup 0: this half's totals out to GMEM, the partner told; both in
+                for j, v in enumerate(totals):
+                    mine[j] = jnp.full((LANES,), v, jnp.float32)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(mine, sums_gmem.at[row, q])
+                plgpu.wait_smem_to_gmem(0)  # in GMEM before the partner hears of it
+                pl.semaphore_signal(sems.at[p + 1 - 2 * q], 1)
+                pl.semaphore_wait(sems.at[p], 1)
+                plgpu.copy_gmem_to_smem(sums_gmem.at[row], both, sums_bar)
+                plgpu.barrier_wait(sums_bar)  # added in part order: the same bits in both programs
+                return [(jnp.sum(both[0, j]) + jnp.sum(both[1, j])) / LANES for j in range(len(totals))]
         def step(i, dw):
             row, slot = g + i * groups, [h * slots + (i * Kh + c) % slots for c in range(Kh)]
             sq, gx = 0.0, 0.0
