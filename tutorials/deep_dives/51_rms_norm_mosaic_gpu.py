@@ -355,23 +355,23 @@ def _config(n_rows, n_cols, itemsize, backward=False):
             if n_cols % (wgs * chunk) == 0 and n_cols * itemsize + wgs * 6 * chunk * itemsize + hand_over(chunk) <= SMEM_BUDGET:
                 return min(n_rows, NUM_SMS), chunk, 4, 2
         return None
+    room = lambda chunk, w_cols, extra=0: min(  # x and dy slots a warpgroup beside w_cols of w, the hand-over, extra
+        (SMEM_BUDGET - w_cols * itemsize - hand_over(chunk) - extra) // (2 * wgs * chunk * itemsize), MAX_BARRIERS // wgs)
     for parts in (1, 2, 4):  # the fewest programs a row whose share of dw fits registers
         for chunk in ((1024, 512) if parts == 1 else (2048, 1024, 512)):
             if n_cols > parts * wgs * DW_COLUMNS or n_cols % (parts * wgs * chunk):
                 continue
-            room = (SMEM_BUDGET - n_cols * itemsize - hand_over(chunk)) // (2 * wgs * chunk * itemsize)  # slots a warpgroup
-            room, k = min(room, MAX_BARRIERS // wgs), n_cols // (wgs * chunk)
-            if parts == 1 and room >= k:  # the row stays in SMEM: lag + 1 rows of slots
-                lag = 1 if room >= 2 * k else 0
+            k = n_cols // (wgs * chunk)  # a warpgroup's chunks of a whole row
+            if parts == 1 and room(chunk, n_cols) >= k:  # the row stays in SMEM: lag + 1 rows of slots
+                lag = 1 if room(chunk, n_cols) >= 2 * k else 0
                 return min(n_rows, NUM_SMS), 1, chunk, (lag + 1) * k, lag
-            # two programs a row, each keeping its half in SMEM and swapping sums with the other through GMEM: on a
-            # GPU (the interpreter has no GMEM semaphores), where a half row is worth a round trip, every pair resident
-            half = (SMEM_BUDGET - n_cols // 2 * itemsize - hand_over(chunk) - 6 * LANES * 4) // (2 * wgs * chunk * itemsize)
-            if parts == 2 and MOSAIC_INTERPRET is None and n_cols * itemsize >= EXCHANGE_ROW_BYTES and min(
-                    half, MAX_BARRIERS // wgs) >= k // 2:
+            # two programs a row, each keeping its half (and w's) in SMEM, swapping sums through GMEM (6 x 256 fp32 of
+            # SMEM): on a GPU (no GMEM semaphores in the interpreter), where a half row is worth a round trip
+            if parts == 2 and MOSAIC_INTERPRET is None and n_cols * itemsize >= EXCHANGE_ROW_BYTES and room(
+                    chunk, n_cols // 2, 6 * LANES * 4) >= k // 2:
                 return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, k // 2, 0
-            if parts > 1 and room >= 3:
-                return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room, 4), None
+            if parts > 1 and room(chunk, n_cols) >= 3:
+                return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room(chunk, n_cols), 4), None
     return None
 
 # %%
