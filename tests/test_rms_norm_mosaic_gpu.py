@@ -74,7 +74,7 @@ def test_the_mosaic_gpu_kernels_in_the_interpreter():
 
 
 def test_the_exchange_on_a_gpu():
-    """tests/mosaic/gpu_exchange.py: the backward whose two programs a row swap sums through GMEM semaphores, which the
+    """tests/mosaic/gpu_exchange.py: the backward whose cluster of two programs a row swap sums through SMEM, which the
     interpreter cannot run, on this machine's GPU against float64 and bit for bit twice."""
     probe = "import jax, sys; sys.exit(jax.default_backend() != 'gpu')"
     if PAGE.stem in SHOWN_NOT_RUN or subprocess.run([sys.executable, "-c", probe], capture_output=True,

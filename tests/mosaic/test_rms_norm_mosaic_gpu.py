@@ -105,8 +105,8 @@ def test_bad_input_says_why(page, shape, dtype, weight_n, match):
 @pytest.mark.parametrize("n_cols", [8192, 16384, 32768])
 def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
     """The launches the config gives an H100 (132 SMs) lowered for sm_90 (Mosaic GPU's lowering checks the SMEM asked
-    for); rows of up to 16 K keep the row in SMEM, longer ones take two programs a row: swapping sums through GMEM
-    (fp32; run on a GPU by gpu_exchange.py) or reading the row twice (bf16)."""
+    for); rows of up to 16 K keep the row in SMEM, longer ones take a cluster of two programs a row that swap their
+    sums through SMEM (run on a GPU by gpu_exchange.py)."""
     monkeypatch.setattr(page, "NUM_SMS", 132)
     monkeypatch.setattr(page, "WARPGROUPS", 4)
     monkeypatch.setattr(page, "MOSAIC_INTERPRET", None)
@@ -116,18 +116,24 @@ def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
     page.rms_norm_fwd.trace(x, w, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, outs=outs).lower(
         lowering_platforms=("cuda",))
     programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, itemsize, backward=True)
-    assert parts == (1 if n_cols <= 16384 else 2) and programs <= 132
-    assert (lag is not None) == (n_cols <= 16384 or itemsize == 4), "fp32 32 K swaps sums, bf16 32 K reads twice"
-    if lag is not None:
-        kernel = page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag,
-                                         parts=parts)
-    else:
-        kernel = page.rms_norm_bwd_parts.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, parts=parts, chunk=chunk,
-                                               slots=slots)
-    kernel.lower(lowering_platforms=("cuda",))
+    assert parts == (1 if n_cols <= 16384 else 2) and programs <= 132 and lag is not None, "the row or its half in SMEM"
+    page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag,
+                            parts=parts).lower(lowering_platforms=("cuda",))
+
+
+def test_rows_past_32k_read_twice_on_an_h100(page, monkeypatch):
+    """bf16 rows of 64 K: a quarter of dw a program, four programs a row, which read the row twice; lowered for sm_90."""
+    monkeypatch.setattr(page, "NUM_SMS", 132)
+    monkeypatch.setattr(page, "WARPGROUPS", 4)
+    monkeypatch.setattr(page, "MOSAIC_INTERPRET", None)
+    x, w = jax.ShapeDtypeStruct((2048, 65536), jnp.bfloat16), jax.ShapeDtypeStruct((65536,), jnp.bfloat16)
+    programs, parts, chunk, slots, lag = page._config(2048, 65536, 2, backward=True)
+    assert (parts, lag) == (4, None) and programs <= 132
+    page.rms_norm_bwd_parts.trace(x, w, x, eps=1e-6, programs=programs, wgs=4, parts=parts, chunk=chunk,
+                                  slots=slots).lower(lowering_platforms=("cuda",))
 
 
 def test_the_interpreter_never_gets_the_exchange(page):
-    """It has no GMEM semaphores: on a CPU, 32 K rows take the kernel that reads them twice (lag None)."""
+    """It has no cluster refs (``plgpu.cluster_ref``): on a CPU, 32 K rows take the kernel that reads them twice."""
     for itemsize in (2, 4):
         assert page._config(64, 32768, itemsize, backward=True)[4] is None

@@ -8,8 +8,8 @@ other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a kern
 to 32 K columns stream through SMEM in chunks, four warpgroups each taking a quarter of every row. **What you will
 learn**: a Mosaic GPU kernel (``plgpu.kernel``) with four warpgroups (``num_threads``); a ring of SMEM slots filled
 by TMA copies and guarded by barriers; why the warpgroups must hand their sums to one of them; a forward that keeps
-x in registers; a backward that keeps :math:`dw` in registers, and splits a row over two programs where one cannot
-hold it, which swap their sums through GMEM semaphores or read the row twice; both made one differentiable function
+x in registers; a backward that keeps :math:`dw` in registers, and splits a row over a **cluster** of two programs
+where one cannot hold it, which swap their sums through each other's SMEM; both made one differentiable function
 with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy. Prerequisites:
 :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic GPU's
 interpreter: JAX 0.11.1 or newer, which needs Python 3.12 (a site built with an older JAX shows this page without
@@ -172,11 +172,9 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
     assert N % (parts * wgs * chunk) == 0 and chunk % LANES == 0 and slots >= (lag + 1) * Kh and wgs >= 2
     assert parts in (1, 2) and programs % parts == 0
     x4, dy4, w3 = x.reshape(M, K, T, LANES), dy.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
-    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, *refs):
-        sums_gmem, refs = (refs[0], refs[1:]) if parts == 2 else (None, refs)
-        w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over = refs
-        p, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")
-        g, q = p // parts, p % parts  # rows g, g + groups, ...; the q-th 1 / parts of their columns
+    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over):
+        g, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")  # rows g, g + groups, ...
+        q = jax.lax.axis_index("c") if parts == 2 else 0  # the q-th 1 / parts of their columns
         first = (q * wgs + h) * Kh  # the warpgroup's first chunk of a row
         def fetch(k):
             row = g + (k // Kh) * groups
@@ -190,19 +188,20 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
             fetch(k)
         plgpu.barrier_wait(w_bar.at[h])
         if parts == 2:
-            *hand_over, mine, both, sums_bar = hand_over
-            sems = pl.get_global(plgpu.SemaphoreType.REGULAR((programs,)))
-            def exchange(row, totals):  # warpgroup 0: this half's totals out to GMEM, the partner told; both in
-                for j, v in enumerate(totals):
-                    mine[j] = jnp.full((LANES,), v, jnp.float32)
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(mine, sums_gmem.at[row, q])
-                plgpu.wait_smem_to_gmem(0)  # in GMEM before the partner hears of it
-                pl.semaphore_signal(sems.at[p + 1 - 2 * q], 1)
-                pl.semaphore_wait(sems.at[p], 1)
-                plgpu.copy_gmem_to_smem(sums_gmem.at[row], both, sums_bar)
-                plgpu.barrier_wait(sums_bar)  # added in part order: the same bits in both programs
-                return [(jnp.sum(both[0, j]) + jnp.sum(both[1, j])) / LANES for j in range(len(totals))]
+            *hand_over, sq_out, gx_out, swap = hand_over
+            def exchange(i, totals):  # warpgroup 0: this half's totals out in SMEM, the other half's read from its SMEM
+                @pl.when(i > 0)
+                def _():
+                    plgpu.barrier_wait(swap.at[1])  # the other program has read the last row's
+                for out, v in zip((sq_out, gx_out), totals):
+                    out[...] = jnp.full((LANES,), v, jnp.float32)
+                plgpu.commit_smem()  # every thread has written (a warpgroup barrier) ...
+                plgpu.barrier_arrive(swap.at[0])  # ... then both programs hear of it
+                plgpu.barrier_wait(swap.at[0])
+                theirs = [jnp.sum(plgpu.cluster_ref(out, {"c": 1 - q})[...]) for out in (sq_out, gx_out)]
+                plgpu.barrier_arrive(swap.at[1])
+                # a + b is b + a, bit for bit: both programs get the same totals
+                return [(jnp.sum(out[...]) + t) / LANES for out, t in zip((sq_out, gx_out), theirs)]
         def step(i, dw):
             row, slot = g + i * groups, [h * slots + (i * Kh + c) % slots for c in range(Kh)]
             sq, gx = 0.0, 0.0
@@ -213,7 +212,7 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
                 sq = sq + x_c * x_c
                 gx = gx + dys[s].astype(jnp.float32) * w_smem[h * Kh + c].astype(jnp.float32) * x_c
             sum_sq, sum_gx = _hand_over(h, wgs, (sq, gx), *hand_over,
-                                        exchange=functools.partial(exchange, row) if parts == 2 else None)
+                                        exchange=functools.partial(exchange, i) if parts == 2 else None)
             rstd = jax.lax.rsqrt(sum_sq / N + eps)
             k = rstd * rstd * rstd * sum_gx / N
             dw = list(dw)
@@ -231,17 +230,22 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
                 for c in range(Kh):
                     fetch((i - lag) * Kh + c + slots)
             return tuple(dw)
-        zeros = tuple(jnp.zeros((T, LANES), jnp.float32) for _ in range(Kh))
-        dw = jax.lax.fori_loop(0, (M - g + groups - 1) // groups, step, zeros)
+        zeros, rows = tuple(jnp.zeros((T, LANES), jnp.float32) for _ in range(Kh)), (M - g + groups - 1) // groups
+        dw = jax.lax.fori_loop(0, rows, step, zeros)
+        if parts == 2:
+            @pl.when((h == 0) & (rows > 0))
+            def _():
+                plgpu.barrier_wait(swap.at[1])  # the other program's last read of this SMEM is done
         _dw_out(h, g, Kh, dw, hand_over[0], dw_gmem, first)
-    out_type = [jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((groups, K, T, LANES), jnp.float32)]
-    scratch = _x_dy_scratch(K // parts, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T)
-    if parts == 2:  # each half's two totals in GMEM, and SMEM for this half's and both halves' (a TMA copy each)
-        out_type.append(jax.ShapeDtypeStruct((M, 2, 2, LANES), jnp.float32))
-        scratch += [plgpu.SMEM((2, LANES), jnp.float32), plgpu.SMEM((2, 2, LANES), jnp.float32), plgpu.Barrier()]
-    dx, dw_partial, *_ = plgpu.kernel(
-        body, out_type=tuple(out_type), grid=(programs,), grid_names=("p",), num_threads=wgs, thread_name="wg",
-        scratch_types=scratch, interpret=MOSAIC_INTERPRET)(x4, dy4, w3)
+    scratch, grid = _x_dy_scratch(K // parts, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T), dict(grid=(groups,))
+    if parts == 2:  # a cluster of two a row: this half's two totals in SMEM, and the barriers "written" and "read"
+        scratch += [plgpu.SMEM((LANES,), jnp.float32), plgpu.SMEM((LANES,), jnp.float32),
+                    plgpu.ClusterBarrier(collective_axes=("c",), num_barriers=2)]
+        grid |= dict(cluster=(2,), cluster_names=("c",))
+    dx, dw_partial = plgpu.kernel(
+        body, out_type=(jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((groups, K, T, LANES), jnp.float32)),
+        grid_names=("p",), num_threads=wgs, thread_name="wg", scratch_types=scratch, interpret=MOSAIC_INTERPRET,
+        **grid)(x4, dy4, w3)
     return dx.reshape(M, N), jnp.sum(dw_partial, axis=0).reshape(N)
 
 # %%
@@ -250,17 +254,15 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
 # At 32 K, x and dy no longer fit SMEM beside w, nor :math:`dw` a thread's registers. So two programs share each
 # row, each with half its columns, and both need the row's two sums. Two ways:
 #
-# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM. Warpgroup 0 stores
-#   the half's sums to GMEM, signals the other program's semaphore (``pl.get_global`` of
-#   ``plgpu.SemaphoreType.REGULAR``, ``pl.semaphore_signal``), waits on its own, then loads both halves' sums and adds
-#   them in part order: the same bits in both programs. Since a program waits for another, both must hold an SM at once:
-#   one program an SM, no more than the SMs, and no kernel beside it holding SMs (a cluster would promise it: Going
-#   further). The round trip costs microseconds a row, paid back where half a row is 64 KB of each input (fp32 32 K).
-#   Mosaic GPU's interpreter has no GMEM semaphores: a GPU runs this one only.
+# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM, and the two form a
+#   **cluster** (``cluster=(2,)``), which the GPU schedules together: neither ever waits for an SM the other holds.
+#   Warpgroup 0 writes its half's sums to SMEM; a ``plgpu.ClusterBarrier`` says "written" to both; each reads the
+#   other's through ``plgpu.cluster_ref`` (distributed SMEM, within the GPC) and says "read", which the next row's
+#   write awaits. Both add the two halves' sums: the same bits in both programs, since a + b is b + a. The round trip
+#   takes far less than a row. The interpreter has no cluster refs: a GPU runs this one only.
 # * **Read the row twice** (``rms_norm_bwd_parts``): both programs read the whole row for the sums (the second read
-#   comes from L2), then each its own half again for :math:`dx` and its half of :math:`dw`. Nothing waits in SMEM
-#   for the sums, so a ring of a few slots a warpgroup suffices. It wins where half a row is too few bytes to hide
-#   the round trip (bf16 32 K), and on a CPU.
+#   comes from L2), then each its own half again for :math:`dx` and its half of :math:`dw`. Nothing waits for the
+#   other program, so it runs in the interpreter; on a GPU it takes rows past 32 K (four programs a row).
 
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "parts", "chunk", "slots"))
 def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
@@ -330,9 +332,9 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # One place to change, chosen by measuring on an H100. One program an SM of four warpgroups; the largest chunk whose
 # slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer. The forward: 4 slots in and 2 out a warpgroup, chunks
 # of 1024 (512 for fp32 32 K, where w takes 128 KB). The backward: the whole row in SMEM with ``lag = 1`` where two
-# rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) two programs a row, swapping
-# sums for rows of 128 KB and more on a GPU, else reading the row twice through a ring of 3-4 slots of up to 2048
-# (larger chunks beat a deeper ring there).
+# rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a row on a
+# GPU, with as many slots as fit (two rows of a half for bf16 32 K, one for fp32), else reading the row twice through a ring of 3-4
+# slots of up to 2048 (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
@@ -341,7 +343,6 @@ SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks
 WARPGROUPS = 4 if ON_GPU else 2
 MAX_BARRIERS = 32  # in one plgpu.Barrier array
 DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
-EXCHANGE_ROW_BYTES = 128 * 1024  # the swap of sums pays from rows of 128 KB (fp32 32 K); bf16 32 K reads twice
 # recommended: the backward past 8 K (05's range ends there), the forward past 16 K (05 holds its own up to 16 K)
 RANGE = {(d, t): range(8192 * (1 + (d == "forward")) + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 
@@ -365,11 +366,10 @@ def _config(n_rows, n_cols, itemsize, backward=False):
             if parts == 1 and room(chunk, n_cols) >= k:  # the row stays in SMEM: lag + 1 rows of slots
                 lag = 1 if room(chunk, n_cols) >= 2 * k else 0
                 return min(n_rows, NUM_SMS), 1, chunk, (lag + 1) * k, lag
-            # two programs a row, each keeping its half (and w's) in SMEM, swapping sums through GMEM (6 x 256 fp32 of
-            # SMEM): on a GPU (no GMEM semaphores in the interpreter), where a half row is worth a round trip
-            if parts == 2 and MOSAIC_INTERPRET is None and n_cols * itemsize >= EXCHANGE_ROW_BYTES and room(
-                    chunk, n_cols // 2, 6 * LANES * 4) >= k // 2:
-                return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, k // 2, 0
+            # a cluster of two a row, each keeping its half (and w's) in SMEM, swapping sums through SMEM (2 x 256 fp32):
+            # on a GPU (the interpreter has no cluster refs), with as many slots as fit, the next row's loads in flight
+            if parts == 2 and MOSAIC_INTERPRET is None and room(chunk, n_cols // 2, 2 * LANES * 4) >= k // 2:
+                return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, room(chunk, n_cols // 2, 2 * LANES * 4), 0
             if parts > 1 and room(chunk, n_cols) >= 3:
                 return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room(chunk, n_cols), 4), None
     return None
@@ -695,8 +695,8 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
 # this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. The
 # forward must wait for a row's sum before it writes the row, which a copy never does: every provider pays for it,
-# by an amount that changes from one H100 to the next. At 32 K the bf16 backward reads each row twice, the fp32 one
-# pays a GMEM round trip a row.
+# by an amount that changes from one H100 to the next. At 32 K the backward's two programs a row wait for each
+# other's sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
@@ -706,19 +706,18 @@ for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort
 for (direction, dtype, n_cols), row in table.iterrows():
     pct, best = row["ours, % of light"], 100 * max(row["XLA"], row["05 (Pallas, Triton)"]) / row["speed of light"]
     if ON_GPU and n_cols >= 16384 and round(pct, 1) < FLOORS[direction]:
-        why = " (two programs a row: Going further)" if direction == "backward" and n_cols > 16384 else ""
-        print(f"Under the floor: {direction}, {dtype}, N = {n_cols}: ours {pct:.1f}%, the best of XLA and 05 {best:.1f}%{why}.")
+        print(f"Under the floor: {direction}, {dtype}, N = {n_cols}: ours {pct:.1f}%, the best of XLA and 05 {best:.1f}%.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Clusters**: at 32 K the two programs of a row could be a cluster, which the GPU schedules together, and swap their
-# halves' sums through distributed SMEM, a shorter round trip than GMEM's, which bf16 rows need to beat reading twice.
-# In JAX 0.11.2 a store to the peer's SMEM does not lower (``plgpu.cluster_ref``: "Unsupported memory space:
-# #mosaic_gpu.smem_cluster"). **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
-# ``EXCHANGE_ROW_BYTES = 64 * 1024``, and compare.
+# **Clusters of four**: rows past 32 K take four programs a row, which read the row twice. A cluster of four, each
+# program adding the four halves' sums in the same order, would read it once. In JAX 0.11.2 a read of the other
+# program's SMEM lowers only for a whole ref (at an offset: "Expected type memref<256xf32, strided<[1], offset: ?>"),
+# hence one ref a sum here. **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or give the cluster
+# chunks of 1024 at bf16 32 K (8 slots a warpgroup), and compare.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
