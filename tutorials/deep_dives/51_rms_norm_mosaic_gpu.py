@@ -695,8 +695,9 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
 # this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. The
 # forward must wait for a row's sum before it writes the row, which a copy never does: every provider pays for it,
-# by an amount that changes from one H100 to the next. At 32 K the backward's two programs a row wait for each
-# other's sums once a row.
+# by an amount that changes from one H100 to the next (bf16 16 K: 86-95%), and 05's forward, whose warps need no
+# hand-over, often pays less at 16 K: the landing page recommends 05 there. At 32 K the backward's two programs a row
+# wait for each other's sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
@@ -713,11 +714,10 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Clusters of four**: rows past 32 K take four programs a row, which read the row twice. A cluster of four, each
-# program adding the four halves' sums in the same order, would read it once. In JAX 0.11.2 a read of the other
-# program's SMEM lowers only for a whole ref (at an offset: "Expected type memref<256xf32, strided<[1], offset: ?>"),
-# hence one ref a sum here. **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or give the cluster
-# chunks of 1024 at bf16 32 K (8 slots a warpgroup), and compare.
+# **Clusters of four**: rows past 32 K take four programs a row, which read the row twice; a cluster of four, each
+# adding the four parts' sums in one order, would read it once. (In JAX 0.11.2 a read of another program's SMEM lowers
+# for a whole ref only, hence one ref a sum.) **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
+# give the cluster chunks of 1024 at bf16 32 K (8 slots a warpgroup), and compare.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
