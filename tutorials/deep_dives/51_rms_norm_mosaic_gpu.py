@@ -93,14 +93,13 @@ def _hand_over_scratch(n_sums, wgs, T):  # red, tot, part_bar, done_bar
 # The forward: x in registers
 # ---------------------------
 # Program ``p`` takes rows ``p, p + programs, ...``; warpgroup ``h`` takes chunks ``[h Kh, (h + 1) Kh)`` of each row
-# through its own ring of ``slots`` SMEM slots. Chunks go into registers and, a ringful at a time, their slots are
-# refilled (this row's next chunks or the next row's) after one ``commit_smem``, a fence: one a chunk cost 3-4
-# points at bf16 16 K. The ring never waits for a row. :math:`y` leaves through ``outs`` slots.
+# through its own ring of ``slots`` SMEM slots. Chunks go into registers, and a ringful at a time their slots are
+# refilled (this row's next chunks or the next row's) after one fence, ``commit_smem``. y leaves through ``outs``.
 
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "outs"))
 def rms_norm_fwd(x, w, *, eps, programs, wgs, chunk, slots, outs):
     (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    Kh = K // wgs  # a warpgroup's chunks of a row
+    Kh, batch = K // wgs, min(slots, K // wgs)  # a warpgroup's chunks of a row; slots refilled together
     assert N % (wgs * chunk) == 0 and chunk % LANES == 0 and wgs >= 2, "the chunks must split a row over the warpgroups"
     x4, w3 = x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
     def body(x_gmem, w_gmem, y_gmem, w_smem, ring, out, w_bar, bars, *hand_over):
@@ -116,18 +115,17 @@ def rms_norm_fwd(x, w, *, eps, programs, wgs, chunk, slots, outs):
             fetch(k)
         plgpu.barrier_wait(w_bar.at[h])
         def step(i, carry):  # the program's row i
-            row, xs, sq, done = p + i * programs, [], 0.0, 0
+            row, xs, sq = p + i * programs, [], 0.0
             for c in range(Kh):
                 s = h * slots + (i * Kh + c) % slots
                 plgpu.barrier_wait(bars.at[s])
                 xs.append(ring[s])  # into registers
                 x_c = xs[c].astype(jnp.float32)
                 sq = sq + x_c * x_c
-                if c + 1 - done == min(slots, Kh) or c == Kh - 1:  # the slots read since the last refill, refilled
-                    plgpu.commit_smem()  # once every thread has read them: one fence for all
-                    for d in range(done, c + 1):
+                if (c + 1) % batch == 0 or c == Kh - 1:  # the slots read since the last refill, refilled ...
+                    plgpu.commit_smem()  # ... once every thread has read them: one fence for all
+                    for d in range(c - c % batch, c + 1):
                         fetch(i * Kh + d + slots)
-                    done = c + 1
             (sum_sq,) = _hand_over(h, wgs, (sq,), *hand_over)
             rstd = jax.lax.rsqrt(sum_sq / N + eps)
             for c in range(Kh):
@@ -246,10 +244,9 @@ def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
         scratch += [plgpu.SMEM((LANES,), jnp.float32), plgpu.SMEM((LANES,), jnp.float32),
                     plgpu.ClusterBarrier(collective_axes=("c",), num_barriers=2)]
         grid |= dict(cluster=(2,), cluster_names=("c",))
-    dx, dw_partial = plgpu.kernel(
-        body, out_type=(jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((groups, K, T, LANES), jnp.float32)),
-        grid_names=("p",), num_threads=wgs, thread_name="wg", scratch_types=scratch, interpret=MOSAIC_INTERPRET,
-        **grid)(x4, dy4, w3)
+    dx, dw_partial = plgpu.kernel(body, out_type=(jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct(
+        (groups, K, T, LANES), jnp.float32)), grid_names=("p",), num_threads=wgs, thread_name="wg", scratch_types=scratch,
+        interpret=MOSAIC_INTERPRET, **grid)(x4, dy4, w3)
     return dx.reshape(M, N), jnp.sum(dw_partial, axis=0).reshape(N)
 
 # %%
@@ -612,8 +609,7 @@ CHECK_SHAPES = [(300, 8192), (64, 16384), (33, 32768), (5, 12288)] if ON_GPU els
 
 def float64_vjp(x, w, dy, eps=1e-6):  # y, dx, dw of the formula in float64 (NumPy)
     x, w, dy = (np.asarray(a, np.float64) for a in (x, w, dy))
-    r = 1 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
-    g = dy * w
+    r, g = 1 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps), dy * w
     return x * r * w, r * g - x * r**3 * np.mean(g * x, -1, keepdims=True), np.sum(dy * x * r, 0)
 
 def check_row(shape, dtype):
