@@ -334,8 +334,8 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer. The forward: 4 slots in and 2 out a warpgroup, chunks
 # of 1024 (512 for fp32 32 K, where w takes 128 KB). The backward: the whole row in SMEM with ``lag = 1`` where two
 # rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a row on a
-# GPU, with as many slots as fit (two rows of a half for bf16 32 K, one for fp32), else reading the row twice through a ring of 3-4
-# slots of up to 2048 (larger chunks beat a deeper ring there).
+# GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32), else reading the row twice through a
+# ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
@@ -368,7 +368,7 @@ def _config(n_rows, n_cols, itemsize, backward=False):
                 lag = 1 if room(chunk, n_cols) >= 2 * k else 0
                 return min(n_rows, NUM_SMS), 1, chunk, (lag + 1) * k, lag
             # a cluster of two a row, each keeping its half (and w's) in SMEM, swapping sums through SMEM (2 x 256 fp32):
-            # on a GPU (the interpreter has no cluster refs), with as many slots as fit, the next row's loads in flight
+            # on a GPU (the interpreter has no cluster refs), with as many slots as fit: the next row's loads in flight
             if parts == 2 and MOSAIC_INTERPRET is None and room(chunk, n_cols // 2, 2 * LANES * 4) >= k // 2:
                 return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, room(chunk, n_cols // 2, 2 * LANES * 4), 0
             if parts > 1 and room(chunk, n_cols) >= 3:
@@ -695,8 +695,8 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
 # this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. The
 # forward must wait for a row's sum before it writes the row, which a copy never does: every provider pays for it,
-# by an amount that changes from one H100 to the next (bf16 16 K: 86-95%), and 05's forward, whose warps need no
-# hand-over, often pays less at 16 K: the landing page recommends 05 there. At 32 K the backward's two programs a row
+# by an amount that changes from one H100 to the next, and 05's forward, whose warps need no hand-over, often pays
+# less at 16 K: the landing page recommends 05 there. At 32 K the backward's two programs a row
 # wait for each other's sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
@@ -717,7 +717,7 @@ if not ON_GPU:
 # **Clusters of four**: rows past 32 K take four programs a row, which read the row twice; a cluster of four, each
 # adding the four parts' sums in one order, would read it once. (In JAX 0.11.2 a read of another program's SMEM lowers
 # for a whole ref only, hence one ref a sum.) **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
-# give the cluster chunks of 1024 at bf16 32 K (8 slots a warpgroup), and compare.
+# chunks of ``(1024, 512)`` where ``parts > 1`` (bf16 32 K's cluster then gets 8 slots of 1024), and compare.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
