@@ -79,7 +79,7 @@ def test_the_exchange_on_a_gpu():
     probe = "import jax, sys; sys.exit(jax.default_backend() != 'gpu')"
     if PAGE.stem in SHOWN_NOT_RUN or subprocess.run([sys.executable, "-c", probe], capture_output=True,
                                                     timeout=300).returncode:
-        pytest.skip("needs a GPU and a JAX that runs Mosaic GPU (>= 0.11.1)")
+        pytest.skip(f"needs a GPU and a JAX that runs Mosaic GPU (>= {NEEDED})")
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "mosaic" / "gpu_exchange.py"), "-q",
                            "-p", "no:cacheprovider", "--confcutdir", str(ROOT / "tests" / "mosaic")],

@@ -102,15 +102,22 @@ def test_bad_input_says_why(page, shape, dtype, weight_n, match):
         page.rms_norm(jnp.ones(shape, dtype), jnp.ones((weight_n,), dtype))
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("n_cols", [8192, 16384, 32768])
-def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
-    """The launches the config gives an H100 (132 SMs) lowered for sm_90 (Mosaic GPU's lowering checks the SMEM asked
-    for); rows of up to 16 K keep the row in SMEM, longer ones take a cluster of two programs a row that swap their
-    sums through SMEM (run on a GPU by gpu_exchange.py)."""
+@pytest.fixture
+def h100(page, monkeypatch):
+    """The page as it configures itself on an H100: 132 SMs, four warpgroups, no interpreter."""
     monkeypatch.setattr(page, "NUM_SMS", 132)
     monkeypatch.setattr(page, "WARPGROUPS", 4)
     monkeypatch.setattr(page, "MOSAIC_INTERPRET", None)
+    return page
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("n_cols", [8192, 16384, 32768])
+def test_every_gpu_launch_lowers_for_an_h100(h100, dtype, n_cols):
+    """The launches the config gives an H100 (132 SMs) lowered for sm_90 (Mosaic GPU's lowering checks the SMEM asked
+    for); rows of up to 16 K keep the row in SMEM, longer ones take a cluster of two programs a row that swap their
+    sums through SMEM (run on a GPU by gpu_exchange.py)."""
+    page = h100
     n_rows, itemsize, wgs = 2**27 // n_cols, jnp.dtype(dtype).itemsize, page.WARPGROUPS
     x, w = jax.ShapeDtypeStruct((n_rows, n_cols), dtype), jax.ShapeDtypeStruct((n_cols,), dtype)
     programs, chunk, slots, outs = page._config(n_rows, n_cols, itemsize)
@@ -122,15 +129,13 @@ def test_every_gpu_launch_lowers_for_an_h100(page, monkeypatch, dtype, n_cols):
                             parts=parts).lower(lowering_platforms=("cuda",))
 
 
-def test_rows_past_32k_read_twice_on_an_h100(page, monkeypatch):
+def test_rows_past_32k_read_twice_on_an_h100(h100):
     """bf16 rows of 64 K: a quarter of dw a program, four programs a row, which read the row twice; lowered for sm_90."""
-    monkeypatch.setattr(page, "NUM_SMS", 132)
-    monkeypatch.setattr(page, "WARPGROUPS", 4)
-    monkeypatch.setattr(page, "MOSAIC_INTERPRET", None)
+    page = h100
     x, w = jax.ShapeDtypeStruct((2048, 65536), jnp.bfloat16), jax.ShapeDtypeStruct((65536,), jnp.bfloat16)
     programs, parts, chunk, slots, lag = page._config(2048, 65536, 2, backward=True)
     assert (parts, lag) == (4, None) and programs <= 132
-    page.rms_norm_bwd_parts.trace(x, w, x, eps=1e-6, programs=programs, wgs=4, parts=parts, chunk=chunk,
+    page.rms_norm_bwd_parts.trace(x, w, x, eps=1e-6, programs=programs, wgs=page.WARPGROUPS, parts=parts, chunk=chunk,
                                   slots=slots).lower(lowering_platforms=("cuda",))
 
 

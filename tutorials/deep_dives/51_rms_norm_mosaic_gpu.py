@@ -170,7 +170,7 @@ def _x_dy_scratch(K, T, wgs, slots, x, w):  # w, the x and dy rings, w's and the
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "lag", "parts"))
 def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
     (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    Kh, groups = K // (parts * wgs), programs // parts  # a warpgroup's chunks of a row; programs a row
+    Kh, groups = K // (parts * wgs), programs // parts  # a warpgroup's chunks of a row; groups of `parts` programs
     assert N % (parts * wgs * chunk) == 0 and chunk % LANES == 0 and slots >= (lag + 1) * Kh and wgs >= 2
     assert parts in (1, 2) and programs % parts == 0
     x4, dy4, w3 = x.reshape(M, K, T, LANES), dy.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
