@@ -693,11 +693,11 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # Reading the numbers
 # -------------------
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
-# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. The
-# forward must wait for a row's sum before it writes the row, which a copy never does: every provider pays for it,
-# by an amount that changes from one H100 to the next, and 05's forward, whose warps need no hand-over, often pays
-# less at 16 K: the landing page recommends 05 there. At 32 K the backward's two programs a row
-# wait for each other's sums once a row.
+# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. What
+# holds the forward back is not its sums: on an H100 it measured level with itself without the hand-over, with plain
+# loads for TMA, with two programs an SM, and with a Mosaic GPU kernel that only copies x to y through the same ring
+# (``dev/DESIGN.md``, session 35), all a few points under XLA's copy, more on some H100s. 05's forward often reads
+# higher at 16 K; the landing page recommends it there. At 32 K the backward's two programs a row swap sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
