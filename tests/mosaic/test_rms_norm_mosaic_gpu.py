@@ -36,14 +36,26 @@ DTYPES = pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp3
 @DTYPES
 @pytest.mark.parametrize("wgs, chunk, slots, outs, programs", [
     (2, 512, 2, 2, 3), (2, 1024, 3, 1, 2), (2, 256, 5, 2, 9), (2, 512, 1, 1, 4), (2, 256, 3, 2, 3)])
-def test_forward_against_float64_without_races(page, dtype, wgs, chunk, slots, outs, programs):
+def test_ring_forward_against_float64_without_races(page, dtype, wgs, chunk, slots, outs, programs):
     """Rows of 2048: 1-4 chunks a warpgroup, rings shorter (refilled in batches, 4 chunks by 3 and 1) and longer than a
     row's share, more programs than rows.
     Two warpgroups: with four the interpreter (JAX 0.11.2) sometimes hangs (the GPU runs four: the page's launches)."""
     x, w, dy = data((7, 2048), dtype, seed=chunk + slots)
-    y = page.rms_norm_fwd(x, w, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, outs=outs)
+    y = page.rms_norm_fwd_ring(x, w, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, outs=outs)
     assert rel(y, float64_vjp(x, w, dy)[0]) <= TOL[dtype]
     assert not races(), "the interpreter found a race between threads and TMA"
+
+
+@DTYPES
+@pytest.mark.parametrize("n_cols, chunk", [(2048, 256), (2048, 1024), (4096, 512), (6144, 1024)])
+def test_forward_a_row_a_program_against_float64_without_races(page, dtype, n_cols, chunk):
+    """The forward that loads a row straight into registers, a program a row: 1-4 chunks a warpgroup (6144: 3 chunks
+    of 1024), every element of y written (the interpreter fills what is not with NaN)."""
+    x, w, dy = data((5, n_cols), dtype, seed=n_cols + chunk)
+    y = page.rms_norm_fwd(x, w, eps=1e-6, wgs=2, chunk=chunk)
+    assert not np.isnan(np.asarray(y, np.float32)).any(), "an element of y was not written"
+    assert rel(y, float64_vjp(x, w, dy)[0]) <= TOL[dtype]
+    assert not races(), "the interpreter found a race between threads"
 
 
 @DTYPES
@@ -120,9 +132,11 @@ def test_every_gpu_launch_lowers_for_an_h100(h100, dtype, n_cols):
     page = h100
     n_rows, itemsize, wgs = 2**27 // n_cols, jnp.dtype(dtype).itemsize, page.WARPGROUPS
     x, w = jax.ShapeDtypeStruct((n_rows, n_cols), dtype), jax.ShapeDtypeStruct((n_cols,), dtype)
-    programs, chunk, slots, outs = page._config(n_rows, n_cols, itemsize)
-    page.rms_norm_fwd.trace(x, w, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, outs=outs).lower(
-        lowering_platforms=("cuda",))
+    kernel, launch = page._config(n_rows, n_cols, itemsize)
+    row_bytes = n_cols * itemsize  # a row a program up to 64 KB, two warpgroups up to 32 KB; the ring past 64 KB
+    assert kernel is (page.rms_norm_fwd if row_bytes <= 65536 else page.rms_norm_fwd_ring)
+    assert launch["wgs"] == (2 if row_bytes <= 32768 else 4)
+    kernel.trace(x, w, eps=1e-6, **launch).lower(lowering_platforms=("cuda",))
     programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, itemsize, backward=True)
     assert parts == (1 if n_cols <= 16384 else 2) and programs <= 132 and lag is not None, "the row or its half in SMEM"
     page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag,

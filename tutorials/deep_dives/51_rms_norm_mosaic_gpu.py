@@ -7,8 +7,8 @@ other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a kern
 (SMEM), its **TMA** copy engine, **barriers** and **several warpgroups** of 128 threads a program. Here rows of 8 K
 to 32 K columns stream through SMEM in chunks, four warpgroups each taking a quarter of every row. **What you will
 learn**: a Mosaic GPU kernel (``plgpu.kernel``) with four warpgroups (``num_threads``); a ring of SMEM slots filled
-by TMA copies and guarded by barriers; why the warpgroups must hand their sums to one of them; a forward that keeps
-x in registers; a backward that keeps :math:`dw` in registers, and splits a row over a **cluster** of two programs
+by TMA copies and guarded by barriers; why the warpgroups must hand their sums to one of them; a forward that loads
+a row straight into registers; a backward that keeps :math:`dw` in registers, and splits a row over a **cluster** of two programs
 where one cannot hold it, which swap their sums through each other's SMEM; both made one differentiable function
 with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy. Prerequisites:
 :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic GPU's
@@ -90,14 +90,40 @@ def _hand_over_scratch(n_sums, wgs, T):  # red, tot, part_bar, done_bar
             plgpu.Barrier(num_arrivals=wgs), plgpu.Barrier()]
 
 # %%
-# The forward: x in registers
-# ---------------------------
-# Program ``p`` takes rows ``p, p + programs, ...``; warpgroup ``h`` takes chunks ``[h Kh, (h + 1) Kh)`` of each row
-# through its own ring of ``slots`` SMEM slots. Chunks go into registers, and a ringful at a time their slots are
-# refilled (this row's next chunks or the next row's) after one fence, ``commit_smem``. y leaves through ``outs``.
+# The forward: a row a program
+# ----------------------------
+# Program ``p`` takes row ``p``; warpgroup ``h`` takes chunks ``[h Kh, (h + 1) Kh)`` of it. Reading a GMEM ref,
+# ``x_gmem[row, k]``, is a plain vector load into registers, so no SMEM, TMA or barrier is needed for x, y or w (which
+# L2 keeps): a thread's loads are all in flight at once, and since a program holds only its row, several share an SM
+# and one's hand-over hides behind another's loads. A persistent grid, one program an SM, measured slower.
+
+@functools.partial(jax.jit, static_argnames=("eps", "wgs", "chunk"))
+def rms_norm_fwd(x, w, *, eps, wgs, chunk):
+    (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
+    Kh = K // wgs  # a warpgroup's chunks
+    assert N % (wgs * chunk) == 0 and chunk % LANES == 0 and wgs >= 2, "the chunks must split a row over the warpgroups"
+    def body(x_gmem, w_gmem, y_gmem, *hand_over):
+        row, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")
+        xs = [x_gmem[row, h * Kh + c] for c in range(Kh)]  # in x's dtype: half the registers for 16-bit x
+        (sum_sq,) = _hand_over(h, wgs, (sum(jnp.square(v.astype(jnp.float32)) for v in xs),), *hand_over)
+        rstd = jax.lax.rsqrt(sum_sq / N + eps)
+        for c, v in enumerate(xs):
+            y = v.astype(jnp.float32) * rstd * w_gmem[h * Kh + c].astype(jnp.float32)
+            y_gmem[row, h * Kh + c] = y.astype(y_gmem.dtype)
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((M, K, T, LANES), x.dtype), grid=(M,), grid_names=("p",),
+                        num_threads=wgs, thread_name="wg", scratch_types=_hand_over_scratch(1, wgs, T),
+                        interpret=MOSAIC_INTERPRET)(x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)).reshape(M, N)
+
+# %%
+# Rows past 64 KB: a ring
+# -----------------------
+# An fp32 row of 32 K is 64 registers a thread: one program fills an SM, and nothing hides its hand-over. Then program
+# ``p`` takes rows ``p, p + programs, ...``, each warpgroup through its own ring of ``slots`` SMEM slots that TMA
+# fills with the next row's chunks while this row waits: a ringful at a time the slots are refilled after one fence,
+# ``commit_smem``. y leaves through ``outs`` SMEM slots, stored by TMA.
 
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "outs"))
-def rms_norm_fwd(x, w, *, eps, programs, wgs, chunk, slots, outs):
+def rms_norm_fwd_ring(x, w, *, eps, programs, wgs, chunk, slots, outs):
     (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
     Kh, batch = K // wgs, min(slots, K // wgs)  # a warpgroup's chunks of a row; slots refilled together
     assert N % (wgs * chunk) == 0 and chunk % LANES == 0 and wgs >= 2, "the chunks must split a row over the warpgroups"
@@ -330,9 +356,10 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100. One program an SM of four warpgroups; the largest chunk whose
-# slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer. The forward: 4 slots in and 2 out a warpgroup, chunks
-# of 1024 (512 for fp32 32 K, where w takes 128 KB). The backward: the whole row in SMEM with ``lag = 1`` where two
+# One place to change, chosen by measuring on an H100. The forward: a row a program up to 64 KB (128 bytes a thread),
+# two warpgroups up to 32 KB, chunks of 1024; longer rows the ring, one program an SM, 4 slots in and 2 out a
+# warpgroup. The backward: one program an SM of four warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET``
+# beside w and the hand-over buffer; the whole row in SMEM with ``lag = 1`` where two
 # rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a row on a
 # GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32), else reading the row twice through a
 # ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
@@ -344,18 +371,24 @@ SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks
 WARPGROUPS = 4 if ON_GPU else 2
 MAX_BARRIERS = 32  # in one plgpu.Barrier array
 DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
-# recommended: the backward past 8 K (05's range ends there), the forward past 16 K (05 holds its own up to 16 K)
-RANGE = {(d, t): range(8192 * (1 + (d == "forward")) + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
+ROW_BYTES_A_THREAD = 128  # the forward's x a thread, a row a program: 32 registers, several programs an SM
+# recommended past 8 K, where 05's range ends
+RANGE = {(d, t): range(8192 + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 
 def _config(n_rows, n_cols, itemsize, backward=False):
-    """Forward: (programs, chunk, slots, outs); backward: (programs, parts, chunk, slots, lag), lag None for the kernel
+    """Forward: (kernel, its launch); backward: (programs, parts, chunk, slots, lag), lag None for the kernel
     that reads the row twice; None: nothing fits."""
     wgs = WARPGROUPS
     hand_over = lambda chunk: (2 if backward else 1) * (wgs - 1) * chunk * 4
     if not backward:
-        for chunk in (1024, 512):
+        if n_cols * itemsize <= 4 * 128 * ROW_BYTES_A_THREAD:  # a row a program: two warpgroups where they hold it
+            wgs = min(wgs, 2 if n_cols * itemsize <= 2 * 128 * ROW_BYTES_A_THREAD else 4)
+            for chunk in (1024, 512):
+                if n_cols % (wgs * chunk) == 0:
+                    return rms_norm_fwd, dict(wgs=wgs, chunk=chunk)
+        for chunk in (1024, 512):  # the ring
             if n_cols % (wgs * chunk) == 0 and n_cols * itemsize + wgs * 6 * chunk * itemsize + hand_over(chunk) <= SMEM_BUDGET:
-                return min(n_rows, NUM_SMS), chunk, 4, 2
+                return rms_norm_fwd_ring, dict(programs=min(n_rows, NUM_SMS), wgs=wgs, chunk=chunk, slots=4, outs=2)
         return None
     room = lambda chunk, w_cols, extra=0: min(  # x and dy slots a warpgroup beside w_cols of w, the hand-over, extra
         (SMEM_BUDGET - w_cols * itemsize - hand_over(chunk) - extra) // (2 * wgs * chunk * itemsize), MAX_BARRIERS // wgs)
@@ -396,8 +429,8 @@ def _check(x, weight):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_norm_rows(x2d, w, eps):
-    programs, chunk, slots, outs = _config(*x2d.shape, x2d.dtype.itemsize)
-    return rms_norm_fwd(x2d, w, eps=eps, programs=programs, wgs=WARPGROUPS, chunk=chunk, slots=slots, outs=outs)
+    kernel, launch = _config(*x2d.shape, x2d.dtype.itemsize)
+    return kernel(x2d, w, eps=eps, **launch)
 
 def _fwd(x2d, w, eps):
     return _rms_norm_rows(x2d, w, eps), (x2d, w)
@@ -693,11 +726,10 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # Reading the numbers
 # -------------------
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
-# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. What
-# holds the forward back is not its sums: on an H100 it measured level with itself without the hand-over, with plain
-# loads for TMA, with two programs an SM, and with a Mosaic GPU kernel that only copies x to y through the same ring
-# (``dev/DESIGN.md``, session 35), all a few points under XLA's copy, more on some H100s. 05's forward often reads
-# higher at 16 K; the landing page recommends it there. At 32 K the backward's two programs a row swap sums once a row.
+# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. What held
+# the ring forward under 95 at 16 K was not its sums: on an H100 it measured level without the hand-over, and so did a
+# Mosaic GPU kernel that only copies x to y through the same ring (``dev/DESIGN.md``, session 35); a row a program,
+# several an SM, is not held there. At 32 K the backward's two programs a row swap sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
