@@ -117,10 +117,10 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
 # %%
 # Rows past 64 KB: a ring
 # -----------------------
-# An fp32 row of 32 K is 64 registers a thread: one program fills an SM, and nothing hides its hand-over. Then program
-# ``p`` takes rows ``p, p + programs, ...``, each warpgroup through its own ring of ``slots`` SMEM slots that TMA
-# fills with the next row's chunks while this row waits: a ringful at a time the slots are refilled after one fence,
-# ``commit_smem``. y leaves through ``outs`` SMEM slots, stored by TMA.
+# An fp32 row of 32 K is 64 registers a thread: a program a row left too few programs an SM and measured slower. Here
+# program ``p`` takes rows ``p, p + programs, ...``, one program an SM, each warpgroup through its own ring of
+# ``slots`` SMEM slots that TMA fills with the next row's chunks while this row waits: a ringful at a time the slots
+# are refilled after one fence, ``commit_smem``. y leaves through ``outs`` SMEM slots, stored by TMA.
 
 @functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "outs"))
 def rms_norm_fwd_ring(x, w, *, eps, programs, wgs, chunk, slots, outs):
@@ -356,13 +356,13 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100. The forward: a row a program up to 64 KB (128 bytes a thread),
-# two warpgroups up to 32 KB, chunks of 1024; longer rows the ring, one program an SM, 4 slots in and 2 out a
-# warpgroup. The backward: one program an SM of four warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET``
-# beside w and the hand-over buffer; the whole row in SMEM with ``lag = 1`` where two
-# rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a row on a
-# GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32), else reading the row twice through a
-# ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
+# One place to change, chosen by measuring on an H100. The forward: a row a program up to 64 KB, chunks of 1024, two
+# warpgroups for 16-bit rows up to 16 K, else four (each choice the faster there); longer rows the ring, one program
+# an SM, 4 slots in and 2 out a warpgroup. The backward: one program an SM of four warpgroups, the largest
+# chunk whose slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer; the whole row in SMEM with ``lag = 1``
+# where two rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a
+# row on a GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32), else reading the row twice
+# through a ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
@@ -371,7 +371,7 @@ SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks
 WARPGROUPS = 4 if ON_GPU else 2
 MAX_BARRIERS = 32  # in one plgpu.Barrier array
 DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
-ROW_BYTES_A_THREAD = 128  # the forward's x a thread, a row a program: 32 registers, several programs an SM
+FORWARD_ROW_BYTES = 64 * 1024  # a row a program up to 32 registers a thread of four warpgroups: several an SM
 # recommended past 8 K, where 05's range ends
 RANGE = {(d, t): range(8192 + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 
@@ -381,8 +381,8 @@ def _config(n_rows, n_cols, itemsize, backward=False):
     wgs = WARPGROUPS
     hand_over = lambda chunk: (2 if backward else 1) * (wgs - 1) * chunk * 4
     if not backward:
-        if n_cols * itemsize <= 4 * 128 * ROW_BYTES_A_THREAD:  # a row a program: two warpgroups where they hold it
-            wgs = min(wgs, 2 if n_cols * itemsize <= 2 * 128 * ROW_BYTES_A_THREAD else 4)
+        if n_cols * itemsize <= FORWARD_ROW_BYTES:  # a row a program; two warpgroups for 16-bit rows up to 16 K
+            wgs = min(wgs, 2 if itemsize == 2 and n_cols <= 16384 else 4)
             for chunk in (1024, 512):
                 if n_cols % (wgs * chunk) == 0:
                     return rms_norm_fwd, dict(wgs=wgs, chunk=chunk)
