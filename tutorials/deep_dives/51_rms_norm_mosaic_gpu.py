@@ -5,15 +5,15 @@ RMSNorm, wide rows through Mosaic GPU
 Tutorial 05's Pallas kernels hold a row in registers, which stops paying past 8 K columns. On a Hopper GPU, Pallas'
 other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a kernel the chip's **shared memory**
 (SMEM), its **TMA** copy engine, **barriers** and **several warpgroups** of 128 threads a program. Here rows of 8 K
-to 32 K columns stream through SMEM in chunks, four warpgroups each taking a quarter of every row. **What you will
-learn**: a Mosaic GPU kernel (``plgpu.kernel``) with four warpgroups (``num_threads``); a ring of SMEM slots filled
-by TMA copies and guarded by barriers; why the warpgroups must hand their sums to one of them; a forward that loads
-a row straight into registers; a backward that keeps :math:`dw` in registers, and splits a row over a **cluster** of two programs
-where one cannot hold it, which swap their sums through each other's SMEM; both made one differentiable function
-with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy. Prerequisites:
-:ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic GPU's
-interpreter: JAX 0.11.1 or newer, which needs Python 3.12 (a site built with an older JAX shows this page without
-running it).
+to 32 K columns are split among a program's warpgroups, in chunks. **What you will learn**: a Mosaic GPU kernel
+(``plgpu.kernel``) with several warpgroups (``num_threads``); why they must hand their sums to one of them; a
+forward that loads a row straight into registers, a program a row; a ring of SMEM slots filled by TMA copies and
+guarded by barriers, for longer rows; a backward that keeps :math:`dw` in registers, and splits a row over a
+**cluster** of two programs where one cannot hold it, which swap their sums through each other's SMEM; both made
+one differentiable function with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy.
+Prerequisites: :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic
+GPU's interpreter: JAX 0.11.1 or newer, which needs Python 3.12 (a site built with an older JAX shows this page
+without running it).
 """
 
 import datetime, functools, importlib.metadata, importlib.util, itertools, os, platform, statistics, timeit
