@@ -382,10 +382,10 @@ def _config(n_rows, n_cols, itemsize, backward=False):
     hand_over = lambda chunk: (2 if backward else 1) * (wgs - 1) * chunk * 4
     if not backward:
         if n_cols * itemsize <= FORWARD_ROW_BYTES:  # a row a program; two warpgroups for 16-bit rows up to 16 K
-            wgs = min(wgs, 2 if itemsize == 2 and n_cols <= 16384 else 4)
+            row_wgs = min(wgs, 2 if itemsize == 2 and n_cols <= 16384 else 4)
             for chunk in (1024, 512):
-                if n_cols % (wgs * chunk) == 0:
-                    return rms_norm_fwd, dict(wgs=wgs, chunk=chunk)
+                if n_cols % (row_wgs * chunk) == 0:
+                    return rms_norm_fwd, dict(wgs=row_wgs, chunk=chunk)
         for chunk in (1024, 512):  # the ring
             if n_cols % (wgs * chunk) == 0 and n_cols * itemsize + wgs * 6 * chunk * itemsize + hand_over(chunk) <= SMEM_BUDGET:
                 return rms_norm_fwd_ring, dict(programs=min(n_rows, NUM_SMS), wgs=wgs, chunk=chunk, slots=4, outs=2)
