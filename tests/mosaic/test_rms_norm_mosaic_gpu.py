@@ -34,25 +34,14 @@ DTYPES = pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp3
 
 
 @DTYPES
-@pytest.mark.parametrize("wgs, chunk, slots, outs, programs", [
-    (2, 512, 2, 2, 3), (2, 1024, 3, 1, 2), (2, 256, 5, 2, 9), (2, 512, 1, 1, 4), (2, 256, 3, 2, 3)])
-def test_ring_forward_against_float64_without_races(page, dtype, wgs, chunk, slots, outs, programs):
-    """Rows of 2048: 1-4 chunks a warpgroup, rings shorter (refilled in batches, 4 chunks by 3 and 1) and longer than a
-    row's share, more programs than rows.
-    Two warpgroups: with four the interpreter (JAX 0.11.2) sometimes hangs (the GPU runs four: the page's launches)."""
-    x, w, dy = data((7, 2048), dtype, seed=chunk + slots)
-    y = page.rms_norm_fwd_ring(x, w, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, outs=outs)
-    assert rel(y, float64_vjp(x, w, dy)[0]) <= TOL[dtype]
-    assert not races(), "the interpreter found a race between threads and TMA"
-
-
-@DTYPES
-@pytest.mark.parametrize("n_cols, chunk", [(2048, 256), (2048, 1024), (4096, 512), (6144, 1024)])
-def test_forward_a_row_a_program_against_float64_without_races(page, dtype, n_cols, chunk):
-    """The forward that loads a row straight into registers, a program a row: 1-4 chunks a warpgroup (6144: 3 chunks
-    of 1024), every element of y written (the interpreter fills what is not with NaN)."""
-    x, w, dy = data((5, n_cols), dtype, seed=n_cols + chunk)
-    y = page.rms_norm_fwd(x, w, eps=1e-6, wgs=2, chunk=chunk)
+@pytest.mark.parametrize("wgs, n_cols, chunk", [(2, 2048, 256), (2, 2048, 1024), (2, 4096, 512), (2, 6144, 1024),
+                                                (4, 4096, 512), (4, 8192, 1024), (8, 4096, 256), (8, 8192, 512)])
+def test_forward_a_row_a_program_against_float64_without_races(page, dtype, wgs, n_cols, chunk):
+    """The forward that loads a row straight into registers, a program a row: two, four and eight warpgroups (the
+    counts its config gives a GPU), 1-4 chunks a warpgroup (6144: 3 chunks of 1024), every element of y written (the
+    interpreter fills what is not with NaN)."""
+    x, w, dy = data((5, n_cols), dtype, seed=n_cols + chunk + wgs)
+    y = page.rms_norm_fwd(x, w, eps=1e-6, wgs=wgs, chunk=chunk)
     assert not np.isnan(np.asarray(y, np.float32)).any(), "an element of y was not written"
     assert rel(y, float64_vjp(x, w, dy)[0]) <= TOL[dtype]
     assert not races(), "the interpreter found a race between threads"
@@ -132,15 +121,25 @@ def test_every_gpu_launch_lowers_for_an_h100(h100, dtype, n_cols):
     page = h100
     n_rows, itemsize, wgs = 2**27 // n_cols, jnp.dtype(dtype).itemsize, page.WARPGROUPS
     x, w = jax.ShapeDtypeStruct((n_rows, n_cols), dtype), jax.ShapeDtypeStruct((n_cols,), dtype)
-    kernel, launch = page._config(n_rows, n_cols, itemsize)
-    row_bytes = n_cols * itemsize  # a row a program up to 64 KB (two warpgroups for bf16 up to 16 K); the ring past
-    assert kernel is (page.rms_norm_fwd if row_bytes <= 65536 else page.rms_norm_fwd_ring)
-    assert launch["wgs"] == (2 if itemsize == 2 and n_cols <= 16384 else 4)
-    kernel.trace(x, w, eps=1e-6, **launch).lower(lowering_platforms=("cuda",))
+    launch = page._config(n_rows, n_cols, itemsize)  # as measured fastest: eight warpgroups for fp32 32 K
+    assert launch["wgs"] == (2 if itemsize == 2 and n_cols <= 16384 else 8 if itemsize == 4 and n_cols == 32768 else 4)
+    assert launch["chunk"] == (1024 if (itemsize, n_cols) == (4, 8192) else 2048), "two chunks a warpgroup or more"
+    page.rms_norm_fwd.trace(x, w, eps=1e-6, **launch).lower(lowering_platforms=("cuda",))
     programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, itemsize, backward=True)
     assert parts == (1 if n_cols <= 16384 else 2) and programs <= 132 and lag is not None, "the row or its half in SMEM"
     page.rms_norm_bwd.trace(x, w, x, eps=1e-6, programs=programs, wgs=wgs, chunk=chunk, slots=slots, lag=lag,
                             parts=parts).lower(lowering_platforms=("cuda",))
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_every_row_gets_a_forward_launch_that_splits_it(h100, itemsize):
+    """Every row the drop-in takes (multiples of 2048 up to 64 K): a warpgroup count the kernel runs (2, 4 or 8: at
+    most 1024 threads) and a chunk that splits the row evenly over them, two or more a warpgroup where any does."""
+    for n_cols in range(2048, 65536 + 1, 2048):
+        launch = h100._config(4, n_cols, itemsize)
+        wgs, chunk = launch["wgs"], launch["chunk"]
+        assert wgs in (2, 4, 8) and chunk in (512, 1024, 2048) and n_cols % (wgs * chunk) == 0, (n_cols, launch)
+        assert n_cols >= 2 * wgs * chunk or n_cols < 2 * wgs * 512, (n_cols, launch)
 
 
 def test_rows_past_32k_read_twice_on_an_h100(h100):

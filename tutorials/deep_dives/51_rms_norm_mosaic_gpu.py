@@ -7,8 +7,8 @@ other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a kern
 (SMEM), its **TMA** copy engine, **barriers** and **several warpgroups** of 128 threads a program. Here rows of 8 K
 to 32 K columns are split among a program's warpgroups, in chunks. **What you will learn**: a Mosaic GPU kernel
 (``plgpu.kernel``) with several warpgroups (``num_threads``); why they must hand their sums to one of them; a
-forward that loads a row straight into registers, a program a row; a ring of SMEM slots filled by TMA copies and
-guarded by barriers, for longer rows; a backward that keeps :math:`dw` in registers, and splits a row over a
+forward that loads a row straight into registers, a program a row; a backward that streams a row through rings of
+SMEM slots filled by TMA copies and guarded by barriers, keeps :math:`dw` in registers, and splits a row over a
 **cluster** of two programs where one cannot hold it, which swap their sums through each other's SMEM; both made
 one differentiable function with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy.
 Prerequisites: :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic
@@ -35,8 +35,8 @@ print(f"Built on {WHERE} · JAX {jax.__version__} · jaxlib {jaxlib.__version__}
 # -----------------------------------
 # The forward reads :math:`x` and writes :math:`y = x \cdot r \odot w`, :math:`r = 1/\sqrt{\overline{x^2} + \varepsilon}`:
 # :math:`2MN` elements; the backward reads :math:`x, dy`, writes :math:`dx`: :math:`3MN` (05 derives both), and adds
-# up :math:`dw` over the rows. :math:`r` needs the whole row before one output, so a row must wait somewhere. With
-# one program an SM of 512 threads (four warpgroups), an fp32 row of 32 K is 64 registers a thread: the forward keeps
+# up :math:`dw` over the rows. :math:`r` needs the whole row before one output, so a row must wait somewhere. Split
+# over a program of 1024 threads (eight warpgroups), an fp32 row of 32 K is 32 registers a thread: the forward keeps
 # :math:`x` there. The backward needs :math:`x, dy` twice: it keeps them in SMEM (227 KB an SM), :math:`dw` in registers.
 #
 # A Mosaic GPU kernel
@@ -95,7 +95,8 @@ def _hand_over_scratch(n_sums, wgs, T):  # red, tot, part_bar, done_bar
 # Program ``p`` takes row ``p``; warpgroup ``h`` takes chunks ``[h Kh, (h + 1) Kh)`` of it. Reading a GMEM ref,
 # ``x_gmem[row, k]``, is a plain vector load into registers, so no SMEM, TMA or barrier is needed for x, y or w (which
 # L2 keeps): a thread's loads are all in flight at once, and since a program holds only its row, several share an SM
-# and one's hand-over hides behind another's loads. A persistent grid, one program an SM, measured slower.
+# and one's hand-over hides behind another's loads. A persistent grid, one program an SM streaming rows through a
+# TMA ring in SMEM (the backward's way, below), measured slower at every width, even as a plain copy.
 
 @functools.partial(jax.jit, static_argnames=("eps", "wgs", "chunk"))
 def rms_norm_fwd(x, w, *, eps, wgs, chunk):
@@ -115,69 +116,18 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
                         interpret=MOSAIC_INTERPRET)(x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)).reshape(M, N)
 
 # %%
-# Rows past 64 KB: a ring
-# -----------------------
-# An fp32 row of 32 K is 64 registers a thread: a program a row left too few programs an SM and measured slower. Here
-# program ``p`` takes rows ``p, p + programs, ...``, one program an SM, each warpgroup through its own ring of
-# ``slots`` SMEM slots that TMA fills with the next row's chunks while this row waits: a ringful at a time the slots
-# are refilled after one fence, ``commit_smem``. y leaves through ``outs`` SMEM slots, stored by TMA.
-
-@functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "outs"))
-def rms_norm_fwd_ring(x, w, *, eps, programs, wgs, chunk, slots, outs):
-    (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    Kh, batch = K // wgs, min(slots, K // wgs)  # a warpgroup's chunks of a row; slots refilled together
-    assert N % (wgs * chunk) == 0 and chunk % LANES == 0 and wgs >= 2, "the chunks must split a row over the warpgroups"
-    x4, w3 = x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
-    def body(x_gmem, w_gmem, y_gmem, w_smem, ring, out, w_bar, bars, *hand_over):
-        p, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")
-        def fetch(k):  # the warpgroup's load k: chunk h Kh + k % Kh of its (k // Kh)-th row, into slot k % slots
-            row = p + (k // Kh) * programs
-            @pl.when(row < M)
-            def _():
-                s = h * slots + k % slots
-                plgpu.copy_gmem_to_smem(x_gmem.at[row, h * Kh + k % Kh], ring.at[s], bars.at[s])
-        plgpu.copy_gmem_to_smem(w_gmem.at[pl.ds(h * Kh, Kh)], w_smem.at[pl.ds(h * Kh, Kh)], w_bar.at[h])  # once
-        for k in range(slots):  # the ring filled ahead
-            fetch(k)
-        plgpu.barrier_wait(w_bar.at[h])
-        def step(i, carry):  # the program's row i
-            row, xs, sq = p + i * programs, [], 0.0
-            for c in range(Kh):
-                s = h * slots + (i * Kh + c) % slots
-                plgpu.barrier_wait(bars.at[s])
-                xs.append(ring[s])  # into registers
-                x_c = xs[c].astype(jnp.float32)
-                sq = sq + x_c * x_c
-                if (c + 1) % batch == 0 or c == Kh - 1:  # the slots read since the last refill, refilled ...
-                    plgpu.commit_smem()  # ... once every thread has read them: one fence for all
-                    for d in range(c - c % batch, c + 1):
-                        fetch(i * Kh + d + slots)
-            (sum_sq,) = _hand_over(h, wgs, (sq,), *hand_over)
-            rstd = jax.lax.rsqrt(sum_sq / N + eps)
-            for c in range(Kh):
-                o = h * outs + (i * Kh + c) % outs
-                plgpu.wait_smem_to_gmem(outs - 1, wait_read_only=True)  # the store that last used slot o has read it
-                out[o] = (xs[c].astype(jnp.float32) * rstd * w_smem[h * Kh + c].astype(jnp.float32)).astype(out.dtype)
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(out.at[o], y_gmem.at[row, h * Kh + c])
-            return carry
-        jax.lax.fori_loop(0, (M - p + programs - 1) // programs, step, 0)  # rows p, p + programs, ... before M
-        plgpu.wait_smem_to_gmem(0)
-    scratch = [plgpu.SMEM((K, T, LANES), w.dtype), plgpu.SMEM((wgs * slots, T, LANES), x.dtype),
-               plgpu.SMEM((wgs * outs, T, LANES), x.dtype), plgpu.Barrier(num_barriers=wgs),
-               plgpu.Barrier(num_barriers=wgs * slots)] + _hand_over_scratch(1, wgs, T)
-    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(x4.shape, x.dtype), grid=(programs,), grid_names=("p",),
-                        num_threads=wgs, thread_name="wg", scratch_types=scratch, interpret=MOSAIC_INTERPRET)(x4, w3).reshape(M, N)
-
-# %%
 # The backward: dw in registers
 # -----------------------------
 # :math:`dx = r\,(dy \odot w) - x\,r^3\,\overline{dy \odot w \odot x}` needs two row sums before the first
 # :math:`dx`, then :math:`x` and :math:`dy` again. Where the row fits SMEM (x, dy and w, up to 16 K columns) it
 # stays in its slots until its :math:`dx` is stored from the :math:`dy` slot; with ``lag = 1`` the next row's
 # loads go out first. Each thread keeps the running :math:`dw` of its columns in registers, carried by the loop
-# over rows: 32 fp32 a thread at 16 K (64, at 32 K, spill). At the end, each program stores its :math:`dw` row
-# through the hand-over buffer, free by then; the partial rows are summed outside. ``parts = 2``: the next section.
+# over rows: 32 fp32 a thread at 16 K (64, at 32 K, spill). Program ``p`` takes rows ``p, p + programs, ...``, one
+# program an SM, each warpgroup through its own **ring** of ``slots`` SMEM slots for x and for dy: ``fetch(k)`` starts
+# the TMA copy of the warpgroup's k-th chunk into slot ``k % slots``, which arrives on that slot's barrier, and the
+# slots start full. A slot is refilled once the TMA store of the :math:`dx` computed in it has read it. At the end,
+# each program stores its :math:`dw` row through the hand-over buffer, free by then; the partial rows are summed
+# outside. ``parts = 2``: the next section.
 
 def _dw_out(h, p, Kh, dw, red, dw_gmem, first):  # dw's chunks from registers through SMEM to row p of dw_gmem
     stage = red.at[h % 2, h // 2]
@@ -356,13 +306,13 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100. The forward: a row a program up to 64 KB, chunks of 1024, two
-# warpgroups for 16-bit rows up to 16 K, else four (each choice the faster there); longer rows the ring, one program
-# an SM, 4 slots in and 2 out a warpgroup. The backward: one program an SM of four warpgroups, the largest
-# chunk whose slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer; the whole row in SMEM with ``lag = 1``
-# where two rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a
-# row on a GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32), else reading the row twice
-# through a ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
+# One place to change, chosen by measuring on an H100. The forward: a row a program; two warpgroups for 16-bit rows up
+# to 16 K, four for rows up to 64 KB, eight past (32 fp32 a thread at 32 K); the largest chunk that gives each
+# warpgroup two or more (with one, its loads and its sums cannot overlap). The backward: one program an SM of four
+# warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer; the whole row in
+# SMEM with ``lag = 1`` where two rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a
+# thread) a cluster of two a row on a GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32),
+# else reading the row twice through a ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
@@ -371,25 +321,19 @@ SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks
 WARPGROUPS = 4 if ON_GPU else 2
 MAX_BARRIERS = 32  # in one plgpu.Barrier array
 DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
-FORWARD_ROW_BYTES = 64 * 1024  # a row a program up to 32 registers a thread of four warpgroups: several an SM
 # recommended past 8 K, where 05's range ends
 RANGE = {(d, t): range(8192 + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
 
 def _config(n_rows, n_cols, itemsize, backward=False):
-    """Forward: (kernel, its launch); backward: (programs, parts, chunk, slots, lag), lag None for the kernel
+    """Forward: rms_norm_fwd's launch; backward: (programs, parts, chunk, slots, lag), lag None for the kernel
     that reads the row twice; None: nothing fits."""
+    if not backward:  # eight warpgroups only where they split the row into chunks of 512 or more
+        wgs = 2 if itemsize == 2 and n_cols <= 16384 else 4 if n_cols * itemsize <= 65536 or n_cols % 4096 else 8
+        wgs = wgs if MOSAIC_INTERPRET is None else WARPGROUPS  # the interpreter: two
+        chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
+        return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
     wgs = WARPGROUPS
-    hand_over = lambda chunk: (2 if backward else 1) * (wgs - 1) * chunk * 4
-    if not backward:
-        if n_cols * itemsize <= FORWARD_ROW_BYTES:  # a row a program; two warpgroups for 16-bit rows up to 16 K
-            row_wgs = min(wgs, 2 if itemsize == 2 and n_cols <= 16384 else 4)
-            for chunk in (1024, 512):
-                if n_cols % (row_wgs * chunk) == 0:
-                    return rms_norm_fwd, dict(wgs=row_wgs, chunk=chunk)
-        for chunk in (1024, 512):  # the ring
-            if n_cols % (wgs * chunk) == 0 and n_cols * itemsize + wgs * 6 * chunk * itemsize + hand_over(chunk) <= SMEM_BUDGET:
-                return rms_norm_fwd_ring, dict(programs=min(n_rows, NUM_SMS), wgs=wgs, chunk=chunk, slots=4, outs=2)
-        return None
+    hand_over = lambda chunk: 2 * (wgs - 1) * chunk * 4
     room = lambda chunk, w_cols, extra=0: min(  # x and dy slots a warpgroup beside w_cols of w, the hand-over, extra
         (SMEM_BUDGET - w_cols * itemsize - hand_over(chunk) - extra) // (2 * wgs * chunk * itemsize), MAX_BARRIERS // wgs)
     for parts in (1, 2, 4):  # the fewest programs a row whose share of dw fits registers
@@ -423,14 +367,13 @@ def _check(x, weight):
     if n_cols < MIN_N or n_cols % MIN_N:
         raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernels take multiples of {MIN_N} from {MIN_N} "
                          f"(tutorial 05 takes any row up to 32 K)")
-    if None in (_config(1, n_cols, x.dtype.itemsize), _config(1, n_cols, x.dtype.itemsize, backward=True)):
+    if _config(1, n_cols, x.dtype.itemsize, backward=True) is None:
         raise ValueError(f"rms_norm: no launch takes rows of {n_cols} {x.dtype} here: SMEM_BUDGET {SMEM_BUDGET} bytes, "
                          f"dw in registers up to {WARPGROUPS * DW_COLUMNS} columns a program, at most 4 programs a row")
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_norm_rows(x2d, w, eps):
-    kernel, launch = _config(*x2d.shape, x2d.dtype.itemsize)
-    return kernel(x2d, w, eps=eps, **launch)
+    return rms_norm_fwd(x2d, w, eps=eps, **_config(*x2d.shape, x2d.dtype.itemsize))
 
 def _fwd(x2d, w, eps):
     return _rms_norm_rows(x2d, w, eps), (x2d, w)
@@ -726,10 +669,10 @@ fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHER
 # Reading the numbers
 # -------------------
 # This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
-# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. What held
-# the ring forward under 95 at 16 K was not its sums: on an H100 it measured level without the hand-over, and so did a
-# Mosaic GPU kernel that only copies x to y through the same ring (``dev/DESIGN.md``, session 35); a row a program,
-# several an SM, is not held there. At 32 K the backward's two programs a row swap sums once a row.
+# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. A forward
+# through a TMA ring, one program an SM, stayed under 95 at 16 K on an H100, and not for its sums: it measured level
+# without the hand-over, and a Mosaic GPU kernel that only copies x to y through the same ring did no better
+# (``dev/DESIGN.md``, sessions 35 and 36). At 32 K the backward's two programs a row swap sums once a row.
 
 FLOORS = {"forward": 95, "backward": 85}
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
@@ -746,8 +689,9 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Clusters of four**: rows past 32 K take four programs a row, which read the row twice; a cluster of four, each
-# adding the four parts' sums in one order, would read it once. (In JAX 0.11.2 a read of another program's SMEM lowers
+# **Rows past 32 K**: the forward's eight warpgroups then hold more than 32 fp32 a thread, and slow down; a cluster
+# of two a row, as in the backward, would halve that. The backward takes four programs a row, which read the row
+# twice; a cluster of four, each adding the four parts' sums in one order, would read it once. (In JAX 0.11.2 a read of another program's SMEM lowers
 # for a whole ref only, hence one ref a sum.) **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
 # chunks of ``(1024, 512)`` where ``parts > 1`` (bf16 32 K's cluster then gets 8 slots of 1024), and compare.
 
