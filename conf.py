@@ -115,7 +115,7 @@ _only = os.environ.get("SOL_TUTORIAL", "")
 
 import sol_build  # noqa: E402  (docs/_ext, on the path above)
 
-# Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dive 51 needs 0.11.1) are shown, not run, and the build
+# Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dives 51 and 52 need 0.11.1) are shown, not run, and the build
 # says so
 _SHOWN_NOT_RUN = sorted(sol_build.shown_not_run())
 for _stem in _SHOWN_NOT_RUN:
@@ -139,9 +139,9 @@ sphinx_gallery_conf = {
     "show_memory": _peak_gpu_memory if _HAS_CUDA else False,
     # One cell for every notebook: the packages that any tutorial imports (jax: tutorial 05's)
     "first_notebook_cell": (
-        "# Needs: pip install torch triton pandas matplotlib jax  (jax: tutorials 05 and 51; on a CUDA GPU, \"jax[cuda13]\")\n"
+        "# Needs: pip install torch triton pandas matplotlib jax  (jax: tutorials 05, 51 and 52; on a CUDA GPU, \"jax[cuda13]\")\n"
         "# Runs on a CUDA GPU, or on the CPU through Triton's interpreter (Pallas' for tutorial 05): small sizes, slow.\n"
-        "# Tutorial 51 needs a Hopper GPU, or on the CPU JAX 0.11.1 or newer (Python 3.12) for Mosaic GPU's interpreter."
+        "# Tutorials 51 and 52 need a Hopper GPU, or on the CPU JAX 0.11.1 or newer (Python 3.12) for Mosaic GPU's interpreter."
     ),
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,

@@ -259,7 +259,8 @@ def test_the_pages_that_write_results():
     wanted = {"01_fused_softmax", "02_layer_norm", "02_layer_norm_backward_locks", "03_parallel_reduction",
               "04_rms_norm", "05_jax_rms_norm", "06_cross_entropy", "11_softmax_long_rows", "61_cross_entropy_split_rows", "12_softmax_staged_gluon",
               "21_layer_norm_wide_forward", "22_layer_norm_staged_gluon", "23_layer_norm_wide_backward",
-              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward", "42_rms_norm_staged_gluon", "51_rms_norm_mosaic_gpu"}
+              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward", "42_rms_norm_staged_gluon", "51_rms_norm_mosaic_gpu",
+              "52_rms_norm_mosaic_gpu_backward"}
     assert wanted <= {p.stem for p in WRITERS}
     assert not {"13_launch_heuristics", "05_jax_rms_norm_sharded"} & {p.stem for p in WRITERS}
 

@@ -1,4 +1,4 @@
-"""Deep dive 51 (RMSNorm through Mosaic GPU). Its kernels run on a CPU only in Mosaic GPU's interpreter, which needs
+"""Deep dives 51 and 52 (RMSNorm through Mosaic GPU: the forward, the backward). Their kernels run on a CPU only in Mosaic GPU's interpreter, which needs
 JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python 3.11, where requirements.txt gives JAX
 0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own (``.venv-mosaic``, made here once, with the JAX
 that requirements-gpu.lock pins for the GPU), or in this interpreter where its JAX is new enough."""
@@ -17,7 +17,9 @@ import pytest
 from conftest import ROOT, SHOWN_NOT_RUN, sol_build
 
 PAGE = ROOT / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+BACKWARD = ROOT / "tutorials" / "deep_dives" / "52_rms_norm_mosaic_gpu_backward.py"
 NEEDED = sol_build.JAX_NEEDED[PAGE.stem]
+assert sol_build.JAX_NEEDED[BACKWARD.stem] == NEEDED, "tests/mosaic runs both pages with one JAX"
 VENV = ROOT / ".venv-mosaic"
 
 
@@ -52,7 +54,7 @@ def mosaic_python():
         if not (python.exists() and marker.exists()):
             base = _python_312()
             if base is None:
-                pytest.fail("deep dive 51's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on PATH or in "
+                pytest.fail("deep dives 51 and 52's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on PATH or in "
                             "~/.pyenv; install one (pyenv install 3.12) and run make test again")
             shutil.rmtree(VENV, ignore_errors=True)
             subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=600)
@@ -101,12 +103,27 @@ def _functions(path, rename=None):
     return found
 
 
-def test_the_carried_05_kernels_are_05s():
-    """What 51 is measured against is 05 as it is: its kernels, configs and custom_vjp letter for letter (05 names
-    Pallas' Triton backend plgpu; 51, which also uses Mosaic GPU, names it pltriton)."""
-    ours, core = _functions(PAGE), _functions(ROOT / "tutorials" / "05_jax_rms_norm.py", {"plgpu": "pltriton"})
-    carried = ["_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "bwd_kernel", "dw_sum_kernel", "MIN_ELEMENTS",
-               "WHOLE_ROW_N", "CHUNK_N", "WARPS_PER_SM", "_warps", "_params", "_fwd_config", "_bwd_config",
-               "_sum_config", "_forward", "_backward", "differentiable"]
-    for name in carried:
-        assert ours.get(name) == core.get(name), f"51's {name} is not 05's"
+CARRIED_05 = {PAGE: ["_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "MIN_ELEMENTS", "_warps", "_params",
+                     "_fwd_config", "_forward"],
+              BACKWARD: ["_tile", "_load", "bwd_kernel", "dw_sum_kernel", "MIN_ELEMENTS", "WHOLE_ROW_N", "CHUNK_N",
+                         "WARPS_PER_SM", "_warps", "_params", "_bwd_config", "_sum_config", "_backward"]}
+
+
+@pytest.mark.parametrize("page", list(CARRIED_05), ids=lambda p: p.stem[:2])
+def test_the_carried_05_kernels_are_05s(page):
+    """What 51 and 52 are measured against is 05 as it is: its forward's and its backward's kernels and configs,
+    letter for letter (05 names Pallas' Triton backend plgpu; 51 and 52, which also use Mosaic GPU, name it pltriton)."""
+    ours, core = _functions(page), _functions(ROOT / "tutorials" / "05_jax_rms_norm.py", {"plgpu": "pltriton"})
+    for name in CARRIED_05[page]:
+        assert ours.get(name) is not None and ours.get(name) == core.get(name), f"{page.stem[:2]}'s {name} is not 05's"
+
+
+def test_52_carries_51s_forward():
+    """52's drop-in runs 51's forward as 51 has it: the kernel, the tile constant, the hand-over's scratch, the launch
+    rule (52 names it _forward_config, and its WARPGROUPS is 51's count for the interpreter)."""
+    ours = _functions(BACKWARD)
+    theirs = _functions(PAGE, {"_config": "_forward_config", "INTERPRET_WARPGROUPS": "WARPGROUPS"})
+    for name in ("rms_norm_fwd", "LANES", "_hand_over_scratch", "_config", "MOSAIC_INTERPRET", "INTERPRET"):
+        mine = "_forward_config" if name == "_config" else name
+        assert ours.get(mine) is not None and ours.get(mine) == theirs.get(name), f"52's {mine} is not 51's {name}"
+    assert ours["WARPGROUPS"].endswith("else 2") and _functions(PAGE)["INTERPRET_WARPGROUPS"].endswith("= 2")

@@ -40,12 +40,7 @@ MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (iss
 # Pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
 # recommended column of its results: 2 to 4 lines; to trim
-# 51 carries tutorial 05's Pallas kernels, configs and custom_vjp letter for letter (about 175 lines; tests/
-# test_rms_norm_mosaic_gpu.py checks them), which issue 33 asks it to be measured against, and two kernels for rows
-# past 16 K: a cluster of two a row swapping sums through SMEM (GPU only: 93-95% of the copy at 32 K), and one that
-# reads the row twice, for the interpreter and rows past 32 K (DESIGN.md, session 34): due to split into a forward
-# and a backward page
-LONGER = {"23_layer_norm_wide_backward": 607, "51_rms_norm_mosaic_gpu": 704}
+LONGER = {"23_layer_norm_wide_backward": 607}
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)

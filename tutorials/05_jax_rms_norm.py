@@ -466,8 +466,10 @@ write_summary(table)
 # %%
 # Going further
 # -------------
-# Rows stop at ``MAX_N`` (deep dive 41 of tutorial 04 splits longer rows over programs); past 8 K columns shared
-# memory is the way on, with Mosaic GPU on Hopper: :ref:`sphx_glr_tutorials_deep_dives_51_rms_norm_mosaic_gpu.py`.
+# Rows stop at ``MAX_N`` (deep dive 41 of tutorial 04 splits longer rows over programs); past 8 K columns the way on
+# is Mosaic GPU on Hopper: a row split over a program's warpgroups for the forward
+# (:ref:`sphx_glr_tutorials_deep_dives_51_rms_norm_mosaic_gpu.py`), shared memory and clusters for the backward
+# (:ref:`sphx_glr_tutorials_deep_dives_52_rms_norm_mosaic_gpu_backward.py`).
 # **Exercises**: sum :math:`dw` with ``jnp.sum(dw_partial, axis=0)``:
 # is it bitwise repeatable on your GPU? Try other ``PARTS`` and ``AHEAD`` for fp32 rows of 32 K. References: Zhang
 # and Sennrich, *Root Mean Square Layer Normalization* (2019); the Pallas documentation.

@@ -89,10 +89,10 @@ def will_run(src, copy, gallery_conf):
         md5.exists() and md5.read_text() == get_md5sum(str(src), mode="t"))
 
 
-# Pages that need a newer JAX than some supported Pythons can install (51: Mosaic GPU's interpreter needs JAX 0.11.1,
+# Pages that need a newer JAX than some supported Pythons can install (51, 52: Mosaic GPU's interpreter needs JAX 0.11.1,
 # which needs Python 3.12; the CPU machines' Python 3.11 gets 0.10.2). Where this JAX is older, conf.py shows such a
 # page without running it, and the tests of what a page's run makes skip it.
-JAX_NEEDED = {"51_rms_norm_mosaic_gpu": (0, 11, 1)}
+JAX_NEEDED = {"51_rms_norm_mosaic_gpu": (0, 11, 1), "52_rms_norm_mosaic_gpu_backward": (0, 11, 1)}
 
 
 def jax_version():

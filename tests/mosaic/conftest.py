@@ -1,5 +1,5 @@
-"""What tests/mosaic's files share: deep dive 51's definitions as a module, and the float64 reference. JAX is imported
-only inside, so that each file picks its platform first (the interpreter on a CPU, or a GPU)."""
+"""What tests/mosaic's files share: deep dives 51's and 52's definitions as modules, and the float64 reference. JAX is
+imported only inside, so that each file picks its platform first (the interpreter on a CPU, or a GPU)."""
 
 import importlib.util
 import pathlib
@@ -7,19 +7,28 @@ import pathlib
 import numpy as np
 import pytest
 
-PAGE = pathlib.Path(__file__).resolve().parents[2] / "tutorials" / "deep_dives" / "51_rms_norm_mosaic_gpu.py"
+PAGES = pathlib.Path(__file__).resolve().parents[2] / "tutorials" / "deep_dives"
+
+
+def _load(stem, tmp_path_factory):
+    """A page's definitions: its text up to the correctness cell, as a module (jax.jit needs real source)."""
+    source = (PAGES / f"{stem}.py").read_text(encoding="utf-8")
+    head = tmp_path_factory.mktemp("page") / f"page{stem[:2]}.py"
+    head.write_text(source[:source.index("# %%\n# Correctness")], encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"page{stem[:2]}", head)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def page51(tmp_path_factory):
-    """The page's definitions: its text up to the correctness cell, as a module (jax.jit needs real source)."""
-    source = PAGE.read_text(encoding="utf-8")
-    head = tmp_path_factory.mktemp("page") / "page51.py"
-    head.write_text(source[:source.index("# %%\n# Correctness")], encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("page51", head)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load("51_rms_norm_mosaic_gpu", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def page52(tmp_path_factory):
+    return _load("52_rms_norm_mosaic_gpu_backward", tmp_path_factory)
 
 
 def float64_vjp(x, w, dy, eps=1e-6):

@@ -1,4 +1,4 @@
-"""Deep dive 51's backward with a cluster of two programs a row that swap their sums through SMEM, run on a GPU
+"""Deep dive 52's backward with a cluster of two programs a row that swap their sums through SMEM, run on a GPU
 (Mosaic GPU's interpreter has no cluster refs): against float64, the same bits twice, every row count from one row to
 more rows than pairs, rows whose half is not a whole number of rings, and through the drop-in's gradient. Not
 collected by ``tests/mosaic`` (CPU); run on a GPU by
@@ -19,13 +19,13 @@ from conftest import data, float64_vjp, rel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def page(page51):
-    assert page51.MOSAIC_INTERPRET is None, "these tests must run the kernels on the GPU"
-    return page51
+def page(page52):
+    assert page52.MOSAIC_INTERPRET is None, "these tests must run the kernels on the GPU"
+    return page52
 
 
 def launch(page, n_rows, n_cols, dtype):
-    programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, jnp.dtype(dtype).itemsize, backward=True)
+    programs, parts, chunk, slots, lag = page._config(n_rows, n_cols, jnp.dtype(dtype).itemsize)
     assert (parts, lag) == (2, 0), "the config gives these rows the exchange"
     return dict(eps=1e-6, programs=programs, wgs=page.WARPGROUPS, chunk=chunk, slots=slots, lag=lag, parts=parts)
 

@@ -1,16 +1,15 @@
 """
-RMSNorm, wide rows through Mosaic GPU
-=====================================
+RMSNorm, wide rows through Mosaic GPU: the forward
+==================================================
 
 Tutorial 05's Pallas kernels hold a row in registers, which stops paying past 8 K columns. On a Hopper GPU, Pallas'
-other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a kernel the chip's **shared memory**
-(SMEM), its **TMA** copy engine, **barriers** and **several warpgroups** of 128 threads a program. Here rows of 8 K
-to 32 K columns are split among a program's warpgroups, in chunks. **What you will learn**: a Mosaic GPU kernel
-(``plgpu.kernel``) with several warpgroups (``num_threads``); why they must hand their sums to one of them; a
-forward that loads a row straight into registers, a program a row; a backward that streams a row through rings of
-SMEM slots filled by TMA copies and guarded by barriers, keeps :math:`dw` in registers, and splits a row over a
-**cluster** of two programs where one cannot hold it, which swap their sums through each other's SMEM; both made
-one differentiable function with ``jax.custom_vjp`` as in 05; measured against 05's kernels, XLA and JAX's copy.
+other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a program **several warpgroups** of 128
+threads, the chip's **shared memory** (SMEM) and **barriers** between them. Here rows of 8 K to 32 K columns are
+split among a program's warpgroups, a program a row. **What you will learn**: a Mosaic GPU kernel (``plgpu.kernel``)
+with several warpgroups (``num_threads``); loads from GPU memory straight into registers; why the warpgroups must hand
+their sums to one of them, through SMEM and two barriers; how many warpgroups a row, and how large a chunk; measured
+against 05's forward, XLA and JAX's copy. The backward, with TMA rings in SMEM and clusters, is the next page:
+:ref:`sphx_glr_tutorials_deep_dives_52_rms_norm_mosaic_gpu_backward.py`.
 Prerequisites: :ref:`sphx_glr_tutorials_05_jax_rms_norm.py`. Needs a Hopper GPU (H100, H200) or, on a CPU, Mosaic
 GPU's interpreter: JAX 0.11.1 or newer, which needs Python 3.12 (a site built with an older JAX shows this page
 without running it).
@@ -31,43 +30,39 @@ print(f"Built on {WHERE} · JAX {jax.__version__} · jaxlib {jaxlib.__version__}
       f"Triton {version('triton')} · {BUILT}")  # torch and Triton: not used here, named as on every page
 
 # %%
-# The bytes, and where a row can live
+# The bytes, and where a row can wait
 # -----------------------------------
 # The forward reads :math:`x` and writes :math:`y = x \cdot r \odot w`, :math:`r = 1/\sqrt{\overline{x^2} + \varepsilon}`:
-# :math:`2MN` elements; the backward reads :math:`x, dy`, writes :math:`dx`: :math:`3MN` (05 derives both), and adds
-# up :math:`dw` over the rows. :math:`r` needs the whole row before one output, so a row must wait somewhere. Split
-# over a program of 1024 threads (eight warpgroups), an fp32 row of 32 K is 32 registers a thread: the forward keeps
-# :math:`x` there. The backward needs :math:`x, dy` twice: it keeps them in SMEM (227 KB an SM), :math:`dw` in registers.
+# :math:`2MN` elements, a copy's bytes (05 derives it). :math:`r` needs the whole row before one output, so the row
+# must wait somewhere: here, in registers. Split over a program of 1024 threads (eight warpgroups), an fp32 row of
+# 32 K is 32 registers a thread. (05 reads 16-bit rows past 16 K twice instead, the second time from L2.)
 #
 # A Mosaic GPU kernel
 # -------------------
 # ``plgpu.kernel(body, out_type, grid, num_threads, scratch_types)`` runs ``body`` once for each warpgroup of each
 # program (``jax.lax.axis_index("wg")`` tells which); the body gets *refs* to the inputs and outputs in GPU memory
 # (GMEM) and to the scratch it asked for: SMEM arrays (``plgpu.SMEM``), shared by the program's warpgroups, and
-# barriers (``plgpu.Barrier``). ``plgpu.copy_gmem_to_smem(src, dst, barrier)`` starts a TMA copy that arrives on
-# ``barrier`` when done; ``plgpu.barrier_wait`` waits for it. ``plgpu.copy_smem_to_gmem`` stores, after
-# ``plgpu.commit_smem()`` has made the threads' SMEM writes visible to TMA; ``plgpu.wait_smem_to_gmem(n,
-# wait_read_only=True)`` waits until at most ``n`` of the warpgroup's stores still read SMEM. Values read from a
-# ref are arrays in registers, computed on with ``jax.numpy``. A TMA copy takes at most 256 elements along each
-# dimension, so a chunk of ``chunk`` elements is a ``(chunk // 256, 256)`` tile.
+# barriers (``plgpu.Barrier``; ``plgpu.barrier_arrive``, ``plgpu.barrier_wait``). Reading a ref gives an array in
+# registers, computed on with ``jax.numpy``; assigning to a ref writes it. A chunk of ``chunk`` elements is a
+# ``(chunk // 256, 256)`` tile: rows of 256, the longest a TMA copy takes (the next page's), in a layout Mosaic GPU
+# spreads over a warpgroup's 128 threads.
 
-LANES = 256  # a TMA copy's longest dimension
+LANES = 256  # a tile's rows: a TMA copy's longest dimension
 
 INTERPRET = not ON_GPU  # 05's kernels: Pallas' Triton interpreter; ours: Mosaic GPU's, which also finds races
 MOSAIC_INTERPRET = plgpu.InterpretGPUParams(detect_races=True, uninitialized_memory="nan") if INTERPRET else None
 
 # %%
-# One reduction for four warpgroups
-# ---------------------------------
-# Each warpgroup adds up its quarter of a row elementwise, in registers. The total needs ``jnp.sum`` across threads,
+# One reduction for several warpgroups
+# ------------------------------------
+# Each warpgroup adds up its share of a row elementwise, in registers. The total needs ``jnp.sum`` across threads,
 # which Mosaic GPU does through a scratch buffer in SMEM: **one a kernel**, not one a warpgroup, so two warpgroups
 # summing at once race for it (on the GPU: wrong results that change from run to run; the interpreter misses it).
 # The others hand their sums to warpgroup 0 through SMEM; it alone reduces; all read the totals back. One buffer
 # suffices: new sums are written only after ``done_bar`` (read), new totals only after ``part_bar`` (read too).
 
-def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar, exchange=None):
-    """The row's totals of the (T, 256) partial `sums` of every warpgroup (h is this one), as scalars; `exchange`,
-    if given, turns warpgroup 0's totals of this program's columns into the row's (two programs a row, below)."""
+def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar):
+    """The row's totals of the (T, 256) partial `sums` of every warpgroup (h is this one), as scalars."""
     @pl.when(h > 0)
     def _():
         for j, v in enumerate(sums):
@@ -76,9 +71,8 @@ def _hand_over(h, wgs, sums, red, tot, part_bar, done_bar, exchange=None):
     plgpu.barrier_wait(part_bar)
     @pl.when(h == 0)
     def _():
-        totals = [jnp.sum(sum((red[j, o] for o in range(wgs - 1)), v)) for j, v in enumerate(sums)]
-        for j, v in enumerate(exchange(totals) if exchange else totals):
-            tot[j] = v
+        for j, v in enumerate(sums):
+            tot[j] = jnp.sum(sum((red[j, o] for o in range(wgs - 1)), v))
         plgpu.barrier_arrive(done_bar)  # ... and the totals are
     @pl.when(h > 0)
     def _():
@@ -96,7 +90,7 @@ def _hand_over_scratch(n_sums, wgs, T):  # red, tot, part_bar, done_bar
 # ``x_gmem[row, k]``, is a plain vector load into registers, so no SMEM, TMA or barrier is needed for x, y or w (which
 # L2 keeps): a thread's loads are all in flight at once, and since a program holds only its row, several share an SM
 # and one's hand-over hides behind another's loads. A persistent grid, one program an SM streaming rows through a
-# TMA ring in SMEM (the backward's way, below), measured slower at every width, even as a plain copy.
+# TMA ring in SMEM (the backward's way, next page), measured slower at every width, even as a plain copy.
 
 @functools.partial(jax.jit, static_argnames=("eps", "wgs", "chunk"))
 def rms_norm_fwd(x, w, *, eps, wgs, chunk):
@@ -116,247 +110,34 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
                         interpret=MOSAIC_INTERPRET)(x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)).reshape(M, N)
 
 # %%
-# The backward: dw in registers
-# -----------------------------
-# :math:`dx = r\,(dy \odot w) - x\,r^3\,\overline{dy \odot w \odot x}` needs two row sums before the first
-# :math:`dx`, then :math:`x` and :math:`dy` again. Where the row fits SMEM (x, dy and w, up to 16 K columns) it
-# stays in its slots until its :math:`dx` is stored from the :math:`dy` slot; with ``lag = 1`` the next row's
-# loads go out first. Each thread keeps the running :math:`dw` of its columns in registers, carried by the loop
-# over rows: 32 fp32 a thread at 16 K (64, at 32 K, spill). Program ``p`` takes rows ``p, p + programs, ...``, one
-# program an SM, each warpgroup through its own **ring** of ``slots`` SMEM slots for x and for dy: ``fetch(k)`` starts
-# the TMA copy of the warpgroup's k-th chunk into slot ``k % slots``, which arrives on that slot's barrier, and the
-# slots start full. A slot is refilled once the TMA store of the :math:`dx` computed in it has read it. At the end,
-# each program stores its :math:`dw` row through the hand-over buffer, free by then; the partial rows are summed
-# outside. ``parts = 2``: the next section.
-
-def _dw_out(h, p, Kh, dw, red, dw_gmem, first):  # dw's chunks from registers through SMEM to row p of dw_gmem
-    stage = red.at[h % 2, h // 2]
-    for c in range(Kh):
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-        stage[...] = dw[c]
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(stage, dw_gmem.at[p, first + c])
-    plgpu.wait_smem_to_gmem(0)
-
-def _x_dy_scratch(K, T, wgs, slots, x, w):  # w, the x and dy rings, w's and the rings' barriers
-    return [plgpu.SMEM((K, T, LANES), w.dtype), plgpu.SMEM((wgs * slots, T, LANES), x.dtype),
-            plgpu.SMEM((wgs * slots, T, LANES), x.dtype), plgpu.Barrier(num_barriers=wgs),
-            plgpu.Barrier(num_barriers=wgs * slots), plgpu.Barrier(num_barriers=wgs * slots)]
-
-@functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "chunk", "slots", "lag", "parts"))
-def rms_norm_bwd(x, w, dy, *, eps, programs, wgs, chunk, slots, lag, parts=1):
-    (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    Kh, groups = K // (parts * wgs), programs // parts  # a warpgroup's chunks of a row; groups of `parts` programs
-    assert N % (parts * wgs * chunk) == 0 and chunk % LANES == 0 and slots >= (lag + 1) * Kh and wgs >= 2
-    assert parts in (1, 2) and programs % parts == 0
-    x4, dy4, w3 = x.reshape(M, K, T, LANES), dy.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
-    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over):
-        g, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")  # rows g, g + groups, ...
-        q = jax.lax.axis_index("c") if parts == 2 else 0  # the q-th 1 / parts of their columns
-        first = (q * wgs + h) * Kh  # the warpgroup's first chunk of a row
-        def fetch(k):
-            row = g + (k // Kh) * groups
-            @pl.when(row < M)
-            def _():
-                c, s = first + k % Kh, h * slots + k % slots
-                plgpu.copy_gmem_to_smem(x_gmem.at[row, c], xs.at[s], x_bars.at[s])
-                plgpu.copy_gmem_to_smem(dy_gmem.at[row, c], dys.at[s], dy_bars.at[s])
-        plgpu.copy_gmem_to_smem(w_gmem.at[pl.ds(first, Kh)], w_smem.at[pl.ds(h * Kh, Kh)], w_bar.at[h])
-        for k in range(slots):
-            fetch(k)
-        plgpu.barrier_wait(w_bar.at[h])
-        if parts == 2:
-            *hand_over, sq_out, gx_out, swap = hand_over
-            def exchange(i, totals):  # warpgroup 0: this half's totals out in SMEM, the other half's read from its SMEM
-                @pl.when(i > 0)
-                def _():
-                    plgpu.barrier_wait(swap.at[1])  # the other program has read the last row's
-                for out, v in zip((sq_out, gx_out), totals):
-                    out[...] = jnp.full((LANES,), v, jnp.float32)
-                plgpu.commit_smem()  # every thread has written (a warpgroup barrier) ...
-                plgpu.barrier_arrive(swap.at[0])  # ... then both programs hear of it
-                plgpu.barrier_wait(swap.at[0])
-                theirs = [jnp.sum(plgpu.cluster_ref(out, {"c": 1 - q})[...]) for out in (sq_out, gx_out)]
-                plgpu.barrier_arrive(swap.at[1])
-                # a + b is b + a, bit for bit: both programs get the same totals
-                return [(jnp.sum(out[...]) + t) / LANES for out, t in zip((sq_out, gx_out), theirs)]
-        def step(i, dw):
-            row, slot = g + i * groups, [h * slots + (i * Kh + c) % slots for c in range(Kh)]
-            sq, gx = 0.0, 0.0
-            for c, s in enumerate(slot):
-                plgpu.barrier_wait(x_bars.at[s])
-                plgpu.barrier_wait(dy_bars.at[s])
-                x_c = xs[s].astype(jnp.float32)
-                sq = sq + x_c * x_c
-                gx = gx + dys[s].astype(jnp.float32) * w_smem[h * Kh + c].astype(jnp.float32) * x_c
-            sum_sq, sum_gx = _hand_over(h, wgs, (sq, gx), *hand_over,
-                                        exchange=functools.partial(exchange, i) if parts == 2 else None)
-            rstd = jax.lax.rsqrt(sum_sq / N + eps)
-            k = rstd * rstd * rstd * sum_gx / N
-            dw = list(dw)
-            for c, s in enumerate(slot):  # dx over dy in its slot, then stored from there
-                x_c, dy_c = xs[s].astype(jnp.float32), dys[s].astype(jnp.float32)
-                dw[c] = dw[c] + dy_c * x_c * rstd
-                dys[s] = (rstd * dy_c * w_smem[h * Kh + c].astype(jnp.float32) - x_c * k).astype(dys.dtype)
-            plgpu.commit_smem()
-            for c, s in enumerate(slot):
-                plgpu.copy_smem_to_gmem(dys.at[s], dx_gmem.at[row, first + c])
-            # refill the slots of the row `lag` steps back, once its stores have read them
-            plgpu.wait_smem_to_gmem(Kh * lag, wait_read_only=True)
-            @pl.when(i >= lag)
-            def _():
-                for c in range(Kh):
-                    fetch((i - lag) * Kh + c + slots)
-            return tuple(dw)
-        zeros, rows = tuple(jnp.zeros((T, LANES), jnp.float32) for _ in range(Kh)), (M - g + groups - 1) // groups
-        dw = jax.lax.fori_loop(0, rows, step, zeros)
-        if parts == 2:
-            @pl.when((h == 0) & (rows > 0))
-            def _():
-                plgpu.barrier_wait(swap.at[1])  # the other program's last read of this SMEM is done
-        _dw_out(h, g, Kh, dw, hand_over[0], dw_gmem, first)
-    scratch, grid = _x_dy_scratch(K // parts, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T), dict(grid=(groups,))
-    if parts == 2:  # a cluster of two a row: this half's two totals in SMEM, and the barriers "written" and "read"
-        scratch += [plgpu.SMEM((LANES,), jnp.float32), plgpu.SMEM((LANES,), jnp.float32),
-                    plgpu.ClusterBarrier(collective_axes=("c",), num_barriers=2)]
-        grid |= dict(cluster=(2,), cluster_names=("c",))
-    dx, dw_partial = plgpu.kernel(body, out_type=(jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct(
-        (groups, K, T, LANES), jnp.float32)), grid_names=("p",), num_threads=wgs, thread_name="wg", scratch_types=scratch,
-        interpret=MOSAIC_INTERPRET, **grid)(x4, dy4, w3)
-    return dx.reshape(M, N), jnp.sum(dw_partial, axis=0).reshape(N)
-
-# %%
-# Rows that one program cannot hold
-# ---------------------------------
-# At 32 K, x and dy no longer fit SMEM beside w, nor :math:`dw` a thread's registers. So two programs share each
-# row, each with half its columns, and both need the row's two sums. Two ways:
-#
-# * **Swap them** (``rms_norm_bwd`` with ``parts = 2``, above): each program keeps its half in SMEM, and the two form a
-#   **cluster** (``cluster=(2,)``), which the GPU schedules together: neither ever waits for an SM the other holds.
-#   Warpgroup 0 writes its half's sums to SMEM; a ``plgpu.ClusterBarrier`` says "written" to both; each reads the
-#   other's through ``plgpu.cluster_ref`` (distributed SMEM, within the GPC) and says "read", which the next row's
-#   write awaits. Both add the two halves' sums: the same bits in both programs, since a + b is b + a. The round trip
-#   takes far less than a row. The interpreter has no cluster refs: a GPU runs this one only.
-# * **Read the row twice** (``rms_norm_bwd_parts``): both programs read the whole row for the sums (the second read
-#   comes from L2), then each its own half again for :math:`dx` and its half of :math:`dw`. Nothing waits for the
-#   other program, so it runs in the interpreter; on a GPU it takes rows past 32 K (four programs a row).
-
-@functools.partial(jax.jit, static_argnames=("eps", "programs", "wgs", "parts", "chunk", "slots"))
-def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
-    (M, N), K, T = x.shape, x.shape[1] // chunk, chunk // LANES
-    K1, K2 = K // wgs, K // (parts * wgs)  # a warpgroup's chunks of a row: first pass, second pass
-    L, groups = K1 + K2, programs // parts
-    assert N % (parts * wgs * chunk) == 0 and chunk % LANES == 0 and slots >= 2 and programs % parts == 0
-    x4, dy4, w3 = x.reshape(M, K, T, LANES), dy.reshape(M, K, T, LANES), w.reshape(K, T, LANES)
-    def body(x_gmem, dy_gmem, w_gmem, dx_gmem, dw_gmem, w_smem, xs, dys, w_bar, x_bars, dy_bars, *hand_over):
-        p, h = jax.lax.axis_index("p"), jax.lax.axis_index("wg")
-        g, q = p // parts, p % parts  # rows g, g + groups, ...; columns [q N / parts, (q + 1) N / parts)
-        mine = q * (K // parts) + h * K2  # the warpgroup's first chunk in the second pass
-        def fetch(i, j):  # the warpgroup's load j (static, may run into later rows) counted from row i's first
-            i, j = i + j // L, j % L
-            row, c, s = g + i * groups, h * K1 + j if j < K1 else mine + j - K1, h * slots + (i * L + j) % slots
-            @pl.when(row < M)
-            def _():
-                plgpu.copy_gmem_to_smem(x_gmem.at[row, c], xs.at[s], x_bars.at[s])
-                plgpu.copy_gmem_to_smem(dy_gmem.at[row, c], dys.at[s], dy_bars.at[s])
-        plgpu.copy_gmem_to_smem(w_gmem.at[pl.ds(h * K1, K1)], w_smem.at[pl.ds(h * K1, K1)], w_bar.at[h])
-        for j in range(slots):
-            fetch(0, j)
-        for o in range(wgs):  # the second pass uses other warpgroups' columns of w
-            plgpu.barrier_wait(w_bar.at[o])
-        def step(i, dw):
-            row, sq, gx = g + i * groups, 0.0, 0.0
-            for c in range(K1):  # first pass: the sums over the warpgroup's quarter of the whole row
-                s = h * slots + (i * L + c) % slots
-                plgpu.barrier_wait(x_bars.at[s])
-                plgpu.barrier_wait(dy_bars.at[s])
-                x_c = xs[s].astype(jnp.float32)
-                sq = sq + x_c * x_c
-                gx = gx + dys[s].astype(jnp.float32) * w_smem[h * K1 + c].astype(jnp.float32) * x_c
-                plgpu.commit_smem()
-                fetch(i, c + slots)
-            sum_sq, sum_gx = _hand_over(h, wgs, (sq, gx), *hand_over)
-            rstd = jax.lax.rsqrt(sum_sq / N + eps)
-            k = rstd * rstd * rstd * sum_gx / N
-            dw = list(dw)
-            for c in range(K2):  # second pass: dx and dw of the program's own columns
-                s = h * slots + (i * L + K1 + c) % slots
-                plgpu.barrier_wait(x_bars.at[s])
-                plgpu.barrier_wait(dy_bars.at[s])
-                x_c, dy_c = xs[s].astype(jnp.float32), dys[s].astype(jnp.float32)
-                dw[c] = dw[c] + dy_c * x_c * rstd
-                dys[s] = (rstd * dy_c * w_smem[mine + c].astype(jnp.float32) - x_c * k).astype(dys.dtype)
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(dys.at[s], dx_gmem.at[row, mine + c])
-                if c > 0:  # the previous slot's store has read it: refill it
-                    plgpu.wait_smem_to_gmem(1, wait_read_only=True)
-                    fetch(i, K1 + c - 1 + slots)
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-            fetch(i, L - 1 + slots)
-            return tuple(dw)
-        zeros = tuple(jnp.zeros((T, LANES), jnp.float32) for _ in range(K2))
-        dw = jax.lax.fori_loop(0, (M - g + groups - 1) // groups, step, zeros)
-        _dw_out(h, g, K2, dw, hand_over[0], dw_gmem, mine)
-    out_type = (jax.ShapeDtypeStruct(x4.shape, dy.dtype), jax.ShapeDtypeStruct((groups, K, T, LANES), jnp.float32))
-    dx, dw_partial = plgpu.kernel(
-        body, out_type=out_type, grid=(programs,), grid_names=("p",), num_threads=wgs, thread_name="wg",
-        scratch_types=_x_dy_scratch(K, T, wgs, slots, x, w) + _hand_over_scratch(2, wgs, T), interpret=MOSAIC_INTERPRET)(x4, dy4, w3)
-    return dx.reshape(M, N), jnp.sum(dw_partial, axis=0).reshape(N)
-
-# %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100. The forward: a row a program; two warpgroups for 16-bit rows up
-# to 16 K, four for rows up to 64 KB, eight past (32 fp32 a thread at 32 K); the largest chunk that gives each
-# warpgroup two or more (with one, its loads and its sums cannot overlap). The backward: one program an SM of four
-# warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer; the whole row in
-# SMEM with ``lag = 1`` where two rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32 registers a
-# thread) a cluster of two a row on a GPU with as many slots as fit (two rows of a half at bf16 32 K, one at fp32),
-# else reading the row twice through a ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
+# One place to change, chosen by measuring on an H100: two warpgroups for 16-bit rows up to 16 K, four for rows up
+# to 64 KB, eight past (32 fp32 a thread at 32 K); the largest chunk that gives each warpgroup two or more (with one,
+# its loads and its sums cannot overlap).
 
-NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
-SMEM_BUDGET = 224 * 1024  # of an H100 SM's 227 KB (Mosaic GPU's lowering checks the total)
-# 512 threads: one warpgroup alone was bound by issuing instructions, not bytes; the interpreter (JAX 0.11.2)
-# sometimes hangs with four, never with two
-WARPGROUPS = 4 if ON_GPU else 2
-MAX_BARRIERS = 32  # in one plgpu.Barrier array
-DW_COLUMNS = 32 * 128  # a warpgroup's dw in registers: 32 fp32 a thread; 64 spill to memory, a third of the speed
+NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # 05's forward: a program an SM for fp32 32 K
+MIN_N, MAX_N = 2048, 65536  # rows: multiples of 4 chunks of 512; past 64 K, more than 64 values a thread spill
+INTERPRET_WARPGROUPS = 2  # the interpreter (JAX 0.11.2) sometimes hung with four in the next page's rings
 # recommended past 8 K, where 05's range ends
-RANGE = {(d, t): range(8192 + 1, 32768 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
+RANGE = {("forward", t): range(8192 + 1, 32768 + 1) for t in ("float32", "bfloat16")}
 
-def _config(n_rows, n_cols, itemsize, backward=False):
-    """Forward: rms_norm_fwd's launch; backward: (programs, parts, chunk, slots, lag), lag None for the kernel
-    that reads the row twice; None: nothing fits."""
-    if not backward:  # eight warpgroups only where they split the row into chunks of 512 or more
-        wgs = 2 if itemsize == 2 and n_cols <= 16384 else 4 if n_cols * itemsize <= 65536 or n_cols % 4096 else 8
-        wgs = wgs if MOSAIC_INTERPRET is None else WARPGROUPS  # the interpreter: two
-        chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
-        return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
-    wgs = WARPGROUPS
-    hand_over = lambda chunk: 2 * (wgs - 1) * chunk * 4
-    room = lambda chunk, w_cols, extra=0: min(  # x and dy slots a warpgroup beside w_cols of w, the hand-over, extra
-        (SMEM_BUDGET - w_cols * itemsize - hand_over(chunk) - extra) // (2 * wgs * chunk * itemsize), MAX_BARRIERS // wgs)
-    for parts in (1, 2, 4):  # the fewest programs a row whose share of dw fits registers
-        for chunk in ((1024, 512) if parts == 1 else (2048, 1024, 512)):
-            if n_cols > parts * wgs * DW_COLUMNS or n_cols % (parts * wgs * chunk):
-                continue
-            k = n_cols // (wgs * chunk)  # a warpgroup's chunks of a whole row
-            if parts == 1 and room(chunk, n_cols) >= k:  # the row stays in SMEM: lag + 1 rows of slots
-                lag = 1 if room(chunk, n_cols) >= 2 * k else 0
-                return min(n_rows, NUM_SMS), 1, chunk, (lag + 1) * k, lag
-            # a cluster of two a row, each keeping its half (and w's) in SMEM, swapping sums through SMEM (2 x 256 fp32):
-            # on a GPU (the interpreter has no cluster refs), with as many slots as fit: the next row's loads in flight
-            if parts == 2 and MOSAIC_INTERPRET is None and room(chunk, n_cols // 2, 2 * LANES * 4) >= k // 2:
-                return 2 * min(n_rows, NUM_SMS // 2), 2, chunk, room(chunk, n_cols // 2, 2 * LANES * 4), 0
-            if parts > 1 and room(chunk, n_cols) >= 3:
-                return max(1, min(n_rows, NUM_SMS // parts)) * parts, parts, chunk, min(room(chunk, n_cols), 4), None
-    return None
+def _config(n_cols, itemsize):
+    """rms_norm_fwd's launch for rows of n_cols: eight warpgroups only where each gets chunks of 512 or more."""
+    wgs = 2 if itemsize == 2 and n_cols <= 16384 else 4 if n_cols * itemsize <= 65536 or n_cols % 4096 else 8
+    wgs = wgs if MOSAIC_INTERPRET is None else INTERPRET_WARPGROUPS
+    chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
+    return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
 
 # %%
 # The drop-in function
 # --------------------
-# As in 05: ``jax.custom_vjp`` pairs the kernels; the forward saves :math:`x` and :math:`w` (the backward
-# recomputes :math:`r` in its first pass, which reads :math:`x` anyway).
+# As 05's: any shape ``(..., N)``, jit-able, and differentiable through ``jax.custom_vjp``, whose backward here is
+# XLA's (the formula's ``jax.vjp``): the next page gives it a kernel.
+
+def reference(x, w, eps=1e-6):  # the formula, computed in fp32 at least: XLA fuses it
+    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + eps) * w.astype(x32.dtype)).astype(x.dtype)
 
 def _check(x, weight):
     if jnp.dtype(x.dtype) not in (jnp.float32, jnp.bfloat16, jnp.float16) or weight.dtype != x.dtype:
@@ -364,29 +145,16 @@ def _check(x, weight):
     n_cols = x.shape[-1] if x.ndim else 0
     if x.ndim == 0 or tuple(weight.shape) != (n_cols,):
         raise ValueError(f"rms_norm: x {tuple(x.shape)} and weight {tuple(weight.shape)}: weight must be (N,) for x (..., N)")
-    if n_cols < MIN_N or n_cols % MIN_N:
-        raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernels take multiples of {MIN_N} from {MIN_N} "
-                         f"(tutorial 05 takes any row up to 32 K)")
-    if _config(1, n_cols, x.dtype.itemsize, backward=True) is None:
-        raise ValueError(f"rms_norm: no launch takes rows of {n_cols} {x.dtype} here: SMEM_BUDGET {SMEM_BUDGET} bytes, "
-                         f"dw in registers up to {WARPGROUPS * DW_COLUMNS} columns a program, at most 4 programs a row")
+    if n_cols < MIN_N or n_cols % MIN_N or n_cols > MAX_N:
+        raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernel takes multiples of {MIN_N} from {MIN_N} "
+                         f"to {MAX_N} (tutorial 05 takes any row up to 32 K)")
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_norm_rows(x2d, w, eps):
-    return rms_norm_fwd(x2d, w, eps=eps, **_config(*x2d.shape, x2d.dtype.itemsize))
+    return rms_norm_fwd(x2d, w, eps=eps, **_config(x2d.shape[1], x2d.dtype.itemsize))
 
-def _fwd(x2d, w, eps):
-    return _rms_norm_rows(x2d, w, eps), (x2d, w)
-
-def _bwd(eps, saved, dy):
-    x2d, w = saved
-    programs, parts, chunk, slots, lag = _config(*x2d.shape, x2d.dtype.itemsize, backward=True)
-    launch = dict(eps=eps, programs=programs, wgs=WARPGROUPS, chunk=chunk, slots=slots)
-    dx, dw = (rms_norm_bwd(x2d, w, dy, lag=lag, parts=parts, **launch) if lag is not None else
-              rms_norm_bwd_parts(x2d, w, dy, parts=parts, **launch))
-    return dx, dw.astype(w.dtype)
-
-_rms_norm_rows.defvjp(_fwd, _bwd)
+_rms_norm_rows.defvjp(lambda x2d, w, eps: (_rms_norm_rows(x2d, w, eps), (x2d, w)),  # saves x and w
+                      lambda eps, saved, dy: jax.vjp(functools.partial(reference, eps=eps), *saved)[1](dy))
 
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last axis of x (..., N), weight (N,): differentiable, jit-able."""
@@ -398,10 +166,10 @@ def rms_norm(x, weight, eps=1e-6):
     return _rms_norm_rows(rows, weight, float(eps)).reshape(x.shape)
 
 # %%
-# Tutorial 05's kernels, carried
+# Tutorial 05's forward, carried
 # ------------------------------
-# What this page is measured against: 05's Pallas kernels (its Triton backend, ``pltriton`` here) and its
-# ``custom_vjp`` around them, as 05 has them, launch parameters included.
+# What this page is measured against: 05's Pallas forward kernels (its Triton backend, ``pltriton`` here) and their
+# launch parameters, as 05 has them.
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
@@ -449,60 +217,7 @@ def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
         return x_next
     jax.lax.fori_loop(0, CHUNKS, scale, chunk(CHUNKS - 1, "evict_first"))
 
-def bwd_kernel(x_ref, w_ref, rstd_ref, dy_ref, dx_ref, dw_partial_ref, *, BLOCK_M, CHUNK_N, CHUNKS):
-    """Program p does blocks p, p + P, ... and stores its dw_partial row, zeros included."""
-    (n_rows, n_cols), pid, n_programs = x_ref.shape, pl.program_id(0), pl.num_programs(0)
-    cols = [k * CHUNK_N + jnp.arange(CHUNK_N) for k in range(CHUNKS)]
-    weight = lambda col: _load(w_ref, col, col < n_cols)[None, :]
-    w_kept = weight(cols[0]) if CHUNKS == 1 else None  # a whole row: loaded once per program
-
-    def x_and_dy(rows, col, policy=None):
-        idx, ok = _tile(rows, col, n_rows, n_cols)
-        return _load(x_ref, idx, ok, policy), _load(dy_ref, idx, ok, policy)
-
-    def step(i, carry):
-        dw_partial, ahead = carry
-        rows = (pid + i * n_programs) * BLOCK_M + jnp.arange(BLOCK_M)
-        rstd = pltriton.load(rstd_ref.at[rows], mask=rows < n_rows, other=0)[:, None]
-        if CHUNKS == 1:  # the next block's loads go out first; past the end they load nothing
-            (x, dy), ahead = ahead, x_and_dy(rows + n_programs * BLOCK_M, cols[0])
-            dot = jnp.sum(dy * w_kept * x, axis=1, keepdims=True)
-        else:  # a loop, not unrolled: one chunk's loads alive at a time, kept in L2 for the second walk
-            def add(k, acc):
-                col = k * CHUNK_N + jnp.arange(CHUNK_N)
-                x, dy = x_and_dy(rows, col, "evict_last")
-                return acc + dy * weight(col) * x
-            dot = jnp.sum(jax.lax.fori_loop(0, CHUNKS, add, jnp.zeros((BLOCK_M, CHUNK_N), jnp.float32)), 1, keepdims=True)
-        mean_gx_hat = dot * rstd / n_cols  # (1/N) sum_j g_j x_hat_j: the row reduction of dx
-        dw_partial = list(dw_partial)
-        for k, col in enumerate(cols):  # unrolled: each dw_partial[k] is a tile of registers
-            if CHUNKS > 1:
-                x, dy = x_and_dy(rows, col, "evict_first")
-            x_hat, (idx, ok) = x * rstd, _tile(rows, col, n_rows, n_cols)
-            dx = (dy * (w_kept if CHUNKS == 1 else weight(col)) - x_hat * mean_gx_hat) * rstd
-            pltriton.store(dx_ref.at[idx], dx.astype(dx_ref.dtype), mask=ok)
-            dw_partial[k] = dw_partial[k] + dy * x_hat  # the column reduction, in fp32
-        return dw_partial, ahead
-
-    first = pid * BLOCK_M + jnp.arange(BLOCK_M)
-    init = [jnp.zeros((BLOCK_M, CHUNK_N), jnp.float32)] * CHUNKS, x_and_dy(first, cols[0]) if CHUNKS == 1 else None
-    n_mine = pl.cdiv(pl.cdiv(n_rows, BLOCK_M) - pid, n_programs)  # blocks pid, pid + P, ... before the end
-    dw_partial, _ = jax.lax.fori_loop(0, n_mine, step, init)
-    for k, col in enumerate(cols):
-        pltriton.store(dw_partial_ref.at[pid, col], jnp.sum(dw_partial[k], axis=0), mask=col < n_cols)
-
-def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
-    """dw[j] = sum over p of dw_partial[p, j] in a fixed order: bitwise the same on every run."""
-    n_partials, n_cols = dw_partial_ref.shape
-    cols = pl.program_id(0) * BLOCK_N + jnp.arange(BLOCK_N)
-    add = lambda i, acc: acc + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
-    acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
-    pltriton.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
-
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
-WHOLE_ROW_N = 8192  # the backward's longest row held whole (x, dy, the next block's, dw_partial in registers)
-CHUNK_N = 4096  # the backward's columns per chunk of a longer row
-WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
 # warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps);
 # Triton's compiler parameters pick Pallas' Triton backend; one stage: our loops prefetch by hand
 _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (32 * bytes_per_thread)))
@@ -521,21 +236,6 @@ def _fwd_config(n_rows, n_cols, itemsize):
     return fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, PARTS=1, AHEAD=0), pl.cdiv(n_rows, block_m), \
         _params(min(16, warps))
 
-def _bwd_config(n_rows, n_cols, itemsize):
-    """(meta, grid, compiler params): persistent; the grid depends on the shape only, so do dw's sums."""
-    block_n = pl.next_power_of_2(n_cols)
-    if block_n > WHOLE_ROW_N:  # a row at a time: dw_partial takes n_cols / (32 * warps) registers a thread
-        meta, warps = dict(BLOCK_M=1, CHUNK_N=CHUNK_N, CHUNKS=pl.cdiv(n_cols, CHUNK_N)), 32
-    else:  # x, dy, the next block's and dw_partial alive: 32 bytes a thread; 16 once a 16 KB row fills a program
-        meta = dict(BLOCK_M=max(1, MIN_ELEMENTS // block_n), CHUNK_N=block_n, CHUNKS=1)
-        warps = _warps(meta["BLOCK_M"] * block_n, itemsize, 16 if n_cols * itemsize >= 16384 else 32)
-    grid = min(pl.cdiv(n_rows, meta["BLOCK_M"]), max(1, WARPS_PER_SM // warps) * NUM_SMS)
-    return meta, max(1, grid), _params(warps)
-
-def _sum_config(n_cols):
-    """dw_sum_kernel: narrow strips of columns, many programs, each summing all partials in order."""
-    return dict(BLOCK_P=64, BLOCK_N=16 if n_cols <= 4096 else 32), _params(4)
-
 def _forward(x2d, w, eps):
     (n_rows, n_cols), f32 = x2d.shape, jnp.float32
     if n_rows == 0:
@@ -545,75 +245,40 @@ def _forward(x2d, w, eps):
     return pl.pallas_call(functools.partial(kernel, eps=eps, **meta), out_shape=out_shape, grid=(grid,),
                           compiler_params=params, interpret=INTERPRET)(x2d, w)
 
-def _backward(x2d, w, rstd, dy2d):  # dx in x's dtype, dw in fp32 (the sum over this device's rows)
-    (n_rows, n_cols), f32 = x2d.shape, jnp.float32
-    if n_rows == 0:  # no rows: the sum over rows is empty
-        return jnp.zeros(x2d.shape, x2d.dtype), jnp.zeros((n_cols,), f32)
-    meta, grid, params = _bwd_config(n_rows, n_cols, x2d.dtype.itemsize)
-    out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct((grid, n_cols), f32)
-    dx, dw_partial = pl.pallas_call(functools.partial(bwd_kernel, **meta), out_shape=out_shape, grid=(grid,),
-                                    compiler_params=params, interpret=INTERPRET)(x2d, w, rstd, dy2d)
-    meta, params = _sum_config(n_cols)
-    dw = pl.pallas_call(functools.partial(dw_sum_kernel, **meta), out_shape=jax.ShapeDtypeStruct((n_cols,), f32),
-                        grid=(pl.cdiv(n_cols, meta["BLOCK_N"]),), compiler_params=params, interpret=INTERPRET)(dw_partial)
-    return dx, dw
-
-def differentiable(forward, backward):
-    """f(x, w) with our gradient: forward(x, w) -> (y, rstd), backward(x, w, rstd, dy) -> (dx, dw in fp32)."""
-    def f_forward(x, w):
-        y, rstd = forward(x, w)
-        return y, (x, w, rstd)  # what the backward gets
-    def f_backward(saved, dy):
-        dx, dw = backward(*saved, dy)
-        return dx, dw.astype(saved[1].dtype)
-    f = jax.custom_vjp(lambda x, w: forward(x, w)[0])
-    f.defvjp(f_forward, f_backward)
-    return f
-
-rms_norm_05 = lambda x, w, eps=1e-6: differentiable(functools.partial(_forward, eps=eps), _backward)(x, w)
+forward_05 = lambda x, w: _forward(x, w, 1e-6)[0]  # rows (x 2-D); y only
 
 # %%
 # Correctness
 # -----------
-# :math:`y, dx, dw` against ``jax.vjp`` of the formula in float64, relative errors, beside XLA's own in the dtype.
+# :math:`y` against the formula in float64, relative errors, beside 05's and XLA's in the dtype.
 
-def reference(x, w, eps=1e-6):
-    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
-    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + eps) * w.astype(x32.dtype)).astype(x.dtype)
-
-CHECK_SHAPES = [(300, 8192), (64, 16384), (33, 32768), (5, 12288)] if ON_GPU else [(5, 2048), (3, 4096)]
-
-def float64_vjp(x, w, dy, eps=1e-6):  # y, dx, dw of the formula in float64 (NumPy)
-    x, w, dy = (np.asarray(a, np.float64) for a in (x, w, dy))
-    r, g = 1 / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps), dy * w
-    return x * r * w, r * g - x * r**3 * np.mean(g * x, -1, keepdims=True), np.sum(dy * x * r, 0)
+CHECK_SHAPES = [(300, 8192), (64, 16384), (33, 32768), (5, 12288), (3, 24576)] if ON_GPU else [(5, 2048), (3, 4096)]
 
 def check_row(shape, dtype):
-    kx, kw, kd = jax.random.split(jax.random.key(shape[1]), 3)
-    x, dy = (jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in (kx, kd))
+    kx, kw = jax.random.split(jax.random.key(shape[1]))
+    x = jax.random.normal(kx, shape, jnp.float32).astype(dtype)
     w = (1 + 0.1 * jax.random.normal(kw, (shape[1],), jnp.float32)).astype(dtype)
-    ref, row = float64_vjp(x, w, dy), {"shape": f"{shape[0]} x {shape[1]}", "dtype": jnp.dtype(dtype).name}
-    for name, fn in (("ours", rms_norm), ("XLA", reference)):
-        y, pullback = jax.vjp(fn, x, w)
-        for what, o, r in zip(("y", "dx", "dw"), (y, *pullback(dy)), ref):
-            row[f"{name} {what}"] = np.linalg.norm(np.asarray(o, np.float64) - r) / np.linalg.norm(r)
+    x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    y64, row = x64 / np.sqrt(np.mean(x64 * x64, -1, keepdims=True) + 1e-6) * w64, {"shape": f"{shape[0]} x {shape[1]}"}
+    row["dtype"] = jnp.dtype(dtype).name
+    for name, fn in (("ours", rms_norm), ("05", forward_05), ("XLA", reference)):
+        row[f"{name} y"] = np.linalg.norm(np.asarray(fn(x, w), np.float64) - y64) / np.linalg.norm(y64)
     return row
 
 errors = pd.DataFrame([check_row(s, d) for d in (jnp.float32, jnp.bfloat16) for s in CHECK_SHAPES])
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings, or at most twice XLA's
-for q in ("y", "dx", "dw"):
-    ok = errors[f"ours {q}"] <= (2 * errors[f"XLA {q}"]).clip(lower=errors.dtype.map(TOLERANCE))
-    assert ok.all(), errors
+assert (errors["ours y"] <= (2 * errors["XLA y"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
-# How this page measures
-# ----------------------
+# How this page measures, and the benchmark
+# -----------------------------------------
 # As 05: ``bench`` queues ``CALLS`` calls and waits for the last, median of ``REPEATS``; the light is
-# ``jax.jit(jnp.copy)`` of :math:`x`; GB/s counts :math:`2MN` elements forward, :math:`3MN` backward.
+# ``jax.jit(jnp.copy)`` of :math:`x`, the faster of three (a copy's speed moves from one reading to the next on a
+# shared machine); GB/s counts :math:`2MN` elements.
 
 TOTAL_ELEMENTS, (CALLS, REPEATS) = (2**27, (10, 7)) if ON_GPU else (2**13, (1, 1))
-SWEEP_N = [8192, 16384, 32768] if ON_GPU else [2048, 4096]
+SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
 
 def bench(fn, *args):
     def run():
@@ -623,26 +288,19 @@ def bench(fn, *args):
     run()
     return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
 
-# %%
-# Benchmark
-# ---------
-# The light is the faster of three copies: a copy's speed moves from one reading to the next on a shared machine.
-
-copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []
-providers = {"XLA": jax.jit(reference), "05 (Pallas, Triton)": jax.jit(rms_norm_05), "Mosaic GPU (ours)": jax.jit(rms_norm)}
+copy, records = jax.jit(jnp.copy), []
+providers = {"XLA": jax.jit(reference), "05 (Pallas, Triton)": jax.jit(forward_05), "Mosaic GPU (ours)": jax.jit(rms_norm)}
 for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
-    x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
+    x = jax.random.normal(jax.random.key(0), (TOTAL_ELEMENTS // n_cols, n_cols), dtype)
     w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
     light = max(2 * x.nbytes / bench(copy, x) * 1e-6 for _ in range(3))
     for provider, fn in providers.items():
-        for direction, gbs in (("forward", 2 * x.nbytes / bench(fn, x, w)),
-                               ("backward", 3 * x.nbytes / bench(pull, jax.vjp(fn, x, w)[1], dy))):
-            records.append({"direction": direction, "dtype": dtype, "N": n_cols, "provider": provider, "GB/s": gbs * 1e-6,
-                            "light": light})
-    del x, w, dy
+        records.append({"direction": "forward", "dtype": dtype, "N": n_cols, "provider": provider,
+                        "GB/s": 2 * x.nbytes / bench(fn, x, w) * 1e-6, "light": light})
+    del x, w
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of light"] = 100 * results["GB/s"] / results.light
-table = results.pivot(index=keys, columns="provider", values="GB/s")[list(providers)].loc[["forward", "backward"]]
+table = results.pivot(index=keys, columns="provider", values="GB/s")[list(providers)]
 table.insert(0, "speed of light", results.groupby(keys).light.first())
 table["ours, % of light"] = table["Mosaic GPU (ours)"] / table["speed of light"] * 100
 table["ours / XLA"] = table["Mosaic GPU (ours)"] / table["XLA"]
@@ -656,44 +314,41 @@ table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "
 
 # %%
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, layout="constrained")
-for ax, (direction, part) in zip(axes, results.groupby("direction", sort=False)):
-    for (provider, dtype), line in part.groupby(["provider", "dtype"]):
-        ax.semilogx(line.N, line["% of light"], "o-" if "ours" in provider else "o--", base=2, label=f"{provider}, {dtype}")
-    ax.axhline(100, color="black", label="speed of light (copy)")
-    ax.set(title=direction, xlabel="row length N", ylabel="% of the copy's GB/s")
-    ax.legend(fontsize=7)
-fig.suptitle(f"RMSNorm through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+for (provider, dtype), line in results.groupby(["provider", "dtype"]):
+    ax.semilogx(line.N, line["% of light"], "o-" if "ours" in provider else "o--", base=2, label=f"{provider}, {dtype}")
+ax.axhline(100, color="black", label="speed of light (copy)")
+ax.set(title=f"RMSNorm forward through Mosaic GPU, {TOTAL_ELEMENTS:,} elements, on {WHERE}", xlabel="row length N",
+       ylabel="% of the copy's GB/s")
+ax.legend(fontsize=7)
 
 # %%
 # Reading the numbers
 # -------------------
-# This page's floors, from 16 K columns on: the forward at 95% of the copy, the backward at 85%. The lines below are
-# this build's figures; each one under its floor is named, beside the best of XLA and 05 at the same point. A forward
-# through a TMA ring, one program an SM, stayed under 95 at 16 K on an H100, and not for its sums: it measured level
-# without the hand-over, and a Mosaic GPU kernel that only copies x to y through the same ring did no better
-# (``dev/DESIGN.md``, sessions 35 and 36). At 32 K the backward's two programs a row swap sums once a row.
+# This page's floor, from 16 K columns on: 95% of the copy. The lines below are this build's figures; each one under
+# the floor is named, beside the best of XLA and 05 at the same point. A forward through a TMA ring, one program an
+# SM, stayed under 95 at 16 K on an H100, and not for its sums: it measured level without the hand-over, and a Mosaic
+# GPU kernel that only copies x to y through the same ring did no better (``dev/DESIGN.md``, sessions 35 and 36).
 
-FLOORS = {"forward": 95, "backward": 85}
-for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
+FLOOR = 95
+for dtype, part in table.groupby(level="dtype", sort=False):
     ours, xla, t05 = part["ours, % of light"], part["ours / XLA"], part["ours / 05"]
-    print(f"{direction}, {dtype}: ours at {ours.min():.3g}-{ours.max():.3g}% of the copy, {xla.min():.2f}x to "
+    print(f"forward, {dtype}: ours at {ours.min():.3g}-{ours.max():.3g}% of the copy, {xla.min():.2f}x to "
           f"{xla.max():.2f}x XLA's fusion, {t05.min():.2f}x to {t05.max():.2f}x tutorial 05's kernels.")
-for (direction, dtype, n_cols), row in table.iterrows():
+for (_, dtype, n_cols), row in table.iterrows():
     pct, best = row["ours, % of light"], 100 * max(row["XLA"], row["05 (Pallas, Triton)"]) / row["speed of light"]
-    if ON_GPU and n_cols >= 16384 and round(pct, 1) < FLOORS[direction]:
-        print(f"Under the floor: {direction}, {dtype}, N = {n_cols}: ours {pct:.1f}%, the best of XLA and 05 {best:.1f}%.")
+    if ON_GPU and n_cols >= 16384 and round(pct, 1) < FLOOR:
+        print(f"Under the floor: forward, {dtype}, N = {n_cols}: ours {pct:.1f}%, the best of XLA and 05 {best:.1f}%.")
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# **Rows past 32 K**: the forward's eight warpgroups then hold more than 32 fp32 a thread, and slow down; a cluster
-# of two a row, as in the backward, would halve that. The backward takes four programs a row, which read the row
-# twice; a cluster of four, each adding the four parts' sums in one order, would read it once. (In JAX 0.11.2 a read of another program's SMEM lowers
-# for a whole ref only, hence one ref a sum.) **Exercise**: set ``WARPGROUPS = 2``, ``lag = 0`` in ``_config``, or
-# chunks of ``(1024, 512)`` where ``parts > 1`` (bf16 32 K's cluster then gets 8 slots of 1024), and compare.
+# **Rows past 32 K**: eight warpgroups then hold more than 32 fp32 a thread, and slow down; a cluster of two
+# programs a row, swapping their sums as the next page's backward does, would halve that. **Exercise**: give fp32
+# 32 K four warpgroups, or every row chunks of 1024, in ``_config``, and compare; then read the backward, where a row
+# must wait twice as long: :ref:`sphx_glr_tutorials_deep_dives_52_rms_norm_mosaic_gpu_backward.py`.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
