@@ -1,6 +1,6 @@
 """
-RMSNorm, wide rows through Mosaic GPU: the forward
-==================================================
+RMSNorm, wide rows in the forward through Mosaic GPU
+====================================================
 
 Tutorial 05's Pallas kernels hold a row in registers, which stops paying past 8 K columns. On a Hopper GPU, Pallas'
 other backend, Mosaic GPU (``jax.experimental.pallas.mosaic_gpu``), gives a program **several warpgroups** of 128
@@ -326,9 +326,12 @@ ax.legend(fontsize=7)
 # Reading the numbers
 # -------------------
 # This page's floor, from 16 K columns on: 95% of the copy. The lines below are this build's figures; each one under
-# the floor is named, beside the best of XLA and 05 at the same point. A forward through a TMA ring, one program an
-# SM, stayed under 95 at 16 K on an H100, and not for its sums: it measured level without the hand-over, and a Mosaic
-# GPU kernel that only copies x to y through the same ring did no better (``dev/DESIGN.md``, sessions 35 and 36).
+# the floor is named, beside the best of XLA and 05 at the same point. 16-bit rows of 24-32 K sit near the floor and
+# move by a few points from one machine and build to the next, above it or below, with 05's forward beside them
+# moving alike; alone, the kernel measured above the floor on every H100 probed (``dev/DESIGN.md``, session 36, has
+# each build's figures). A forward through a TMA ring, one program an SM, stayed under 95 at 16 K, and not for its
+# sums: it measured level without the hand-over, and a Mosaic GPU kernel that only copies x to y through the same
+# ring did no better (sessions 35 and 36).
 
 FLOOR = 95
 for dtype, part in table.groupby(level="dtype", sort=False):

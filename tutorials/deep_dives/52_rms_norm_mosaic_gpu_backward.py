@@ -1,6 +1,6 @@
 """
-RMSNorm, wide rows through Mosaic GPU: the backward
-===================================================
+RMSNorm, wide rows in the backward through Mosaic GPU
+=====================================================
 
 The backward of RMSNorm reads :math:`x` and :math:`dy` twice around two row sums, and adds up :math:`dw` over the
 rows. For rows of 8 K to 32 K columns on a Hopper GPU, this page streams both through the chip's **shared memory**
