@@ -35,10 +35,11 @@ DTYPES = pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp3
 
 @DTYPES
 @pytest.mark.parametrize("wgs, n_cols, chunk", [(2, 2048, 256), (2, 2048, 1024), (2, 4096, 512), (2, 6144, 1024),
-                                                (4, 4096, 512), (4, 8192, 1024), (8, 4096, 256), (8, 8192, 512)])
+                                                (3, 6144, 1024), (4, 4096, 512), (4, 8192, 1024), (6, 6144, 512),
+                                                (8, 4096, 256), (8, 8192, 512)])
 def test_forward_a_row_a_program_against_float64_without_races(page, dtype, wgs, n_cols, chunk):
-    """The forward that loads a row straight into registers, a program a row: two, four and eight warpgroups (the
-    counts its config gives a GPU), 1-4 chunks a warpgroup (6144: 3 chunks of 1024), every element of y written (the
+    """The forward that loads a row straight into registers, a program a row: two to eight warpgroups (the counts its
+    config gives a GPU), 1-4 chunks a warpgroup (6144 over two: 3 chunks of 1024), every element of y written (the
     interpreter fills what is not with NaN)."""
     x, w, dy = data((5, n_cols), dtype, seed=n_cols + chunk + wgs)
     y = page.rms_norm_fwd(x, w, eps=1e-6, wgs=wgs, chunk=chunk)
@@ -79,22 +80,26 @@ def h100(page, monkeypatch):
 @pytest.mark.parametrize("n_cols", [8192, 16384, 24576, 32768])
 def test_every_gpu_launch_lowers_for_an_h100(h100, dtype, n_cols):
     """The launches the config gives an H100 at the page's sizes, as measured fastest (DESIGN.md, session 36), lowered
-    for sm_90: two warpgroups for 16-bit rows up to 16 K, eight past 64 KB rows, else four; chunks of 2048 where each
+    for sm_90: a warpgroup for each 16 KB of row, at least two at bf16 and four at fp32; chunks of 2048 where each
     warpgroup keeps two."""
     page, itemsize = h100, jnp.dtype(dtype).itemsize
     x, w = jax.ShapeDtypeStruct((2**27 // n_cols, n_cols), dtype), jax.ShapeDtypeStruct((n_cols,), dtype)
     launch = page._config(n_cols, itemsize)
-    assert launch["wgs"] == (2 if itemsize == 2 and n_cols <= 16384 else 8 if n_cols * itemsize > 65536 else 4)
-    assert launch["chunk"] == (1024 if (itemsize, n_cols) in ((4, 8192), (4, 24576)) else 2048)
+    wanted = {2: {8192: 2, 16384: 2, 24576: 3, 32768: 4}, 4: {8192: 4, 16384: 4, 24576: 6, 32768: 8}}
+    assert launch["wgs"] == wanted[itemsize][n_cols]
+    assert launch["chunk"] == (1024 if (itemsize, n_cols) == (4, 8192) else 2048)
     page.rms_norm_fwd.trace(x, w, eps=1e-6, **launch).lower(lowering_platforms=("cuda",))
 
 
 @pytest.mark.parametrize("itemsize", [2, 4])
 def test_every_row_gets_a_launch_that_splits_it(h100, itemsize):
-    """Every row the drop-in takes (multiples of 2048 up to 64 K): a warpgroup count the kernel runs (2, 4 or 8: at
-    most 1024 threads) and a chunk that splits the row evenly over them, two or more a warpgroup where any does."""
+    """Every row the drop-in takes (multiples of 2048 up to 64 K): a warpgroup count the kernel runs (2 to 8: at most
+    1024 threads), at least one for each 16 KB of row up to eight where such a count splits the row into chunks of
+    512, and a chunk that splits the row evenly over them, two or more a warpgroup where any does."""
     for n_cols in range(2048, 65536 + 1, 2048):
         launch = h100._config(n_cols, itemsize)
         wgs, chunk = launch["wgs"], launch["chunk"]
-        assert wgs in (2, 4, 8) and chunk in (512, 1024, 2048) and n_cols % (wgs * chunk) == 0, (n_cols, launch)
+        assert 2 <= wgs <= 8 and chunk in (512, 1024, 2048) and n_cols % (wgs * chunk) == 0, (n_cols, launch)
+        least = min(8, -(-n_cols * itemsize // 16384))
+        assert wgs >= least or not any(n_cols % (g * 512) == 0 for g in range(least, 9)), (n_cols, launch)
         assert n_cols >= 2 * wgs * chunk or n_cols < 2 * wgs * 512, (n_cols, launch)

@@ -112,9 +112,10 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100: two warpgroups for 16-bit rows up to 16 K, four for rows up
-# to 64 KB, eight past (32 fp32 a thread at 32 K); the largest chunk that gives each warpgroup two or more (with one,
-# its loads and its sums cannot overlap).
+# One place to change, chosen by measuring on an H100: a warpgroup for each 16 KB of row, so a thread holds 64
+# 16-bit values or 32 fp32 (three warpgroups for bf16 24 K beat four), but at least two, and four at fp32 (fp32 8 K
+# with two was slower); the largest chunk that gives each warpgroup two or more (with one, its loads and its sums
+# cannot overlap).
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # 05's forward: a program an SM for fp32 32 K
 MIN_N, MAX_N = 2048, 65536  # rows: multiples of 4 chunks of 512; past 64 K, more than 64 values a thread spill
@@ -123,9 +124,12 @@ INTERPRET_WARPGROUPS = 2  # the interpreter (JAX 0.11.2) sometimes hung with fou
 RANGE = {("forward", t): range(8192 + 1, 32768 + 1) for t in ("float32", "bfloat16")}
 
 def _config(n_cols, itemsize):
-    """rms_norm_fwd's launch for rows of n_cols: eight warpgroups only where each gets chunks of 512 or more."""
-    wgs = 2 if itemsize == 2 and n_cols <= 16384 else 4 if n_cols * itemsize <= 65536 or n_cols % 4096 else 8
-    wgs = wgs if MOSAIC_INTERPRET is None else INTERPRET_WARPGROUPS
+    """rms_norm_fwd's launch for rows of n_cols: a warpgroup for each 16 KB of row (64 values a thread at 16 bits,
+    32 at fp32), at least two at 16 bits and four at fp32, at most eight: the fewest from there that split the row
+    into chunks of 512."""
+    least = max(2 if itemsize == 2 else 4, -(-n_cols * itemsize // 16384))
+    fits = [g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0]
+    wgs = (fits or [4])[0] if MOSAIC_INTERPRET is None else INTERPRET_WARPGROUPS  # four always fit: MIN_N multiples
     chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
     return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
 
@@ -326,12 +330,12 @@ ax.legend(fontsize=7)
 # Reading the numbers
 # -------------------
 # This page's floor, from 16 K columns on: 95% of the copy. The lines below are this build's figures; each one under
-# the floor is named, beside the best of XLA and 05 at the same point. 16-bit rows of 24-32 K sit near the floor and
-# move by a few points from one machine and build to the next, above it or below, with 05's forward beside them
-# moving alike; alone, the kernel measured above the floor on every H100 probed (``dev/DESIGN.md``, session 36, has
-# each build's figures). A forward through a TMA ring, one program an SM, stayed under 95 at 16 K, and not for its
-# sums: it measured level without the hand-over, and a Mosaic GPU kernel that only copies x to y through the same
-# ring did no better (sessions 35 and 36).
+# the floor is named, beside the best of XLA and 05 at the same point. Each cell is one reading: two runs of this
+# page back to back on one H100 moved bf16 cells from 16 K up by a few points, across the floor, and 05's forward
+# beside them alike, while the kernel alone, A/B against other launches, measured above the floor on every H100
+# probed (``dev/DESIGN.md``, session 36, has the figures). A forward through a TMA ring, one program an SM, stayed
+# under 95 at 16 K, and not for its sums: it measured level without the hand-over, and a Mosaic GPU kernel that only
+# copies x to y through the same ring did no better (sessions 35 and 36).
 
 FLOOR = 95
 for dtype, part in table.groupby(level="dtype", sort=False):

@@ -332,9 +332,12 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
                         interpret=MOSAIC_INTERPRET)(x.reshape(M, K, T, LANES), w.reshape(K, T, LANES)).reshape(M, N)
 
 def _forward_config(n_cols, itemsize):
-    """rms_norm_fwd's launch for rows of n_cols: eight warpgroups only where each gets chunks of 512 or more."""
-    wgs = 2 if itemsize == 2 and n_cols <= 16384 else 4 if n_cols * itemsize <= 65536 or n_cols % 4096 else 8
-    wgs = wgs if MOSAIC_INTERPRET is None else WARPGROUPS
+    """rms_norm_fwd's launch for rows of n_cols: a warpgroup for each 16 KB of row (64 values a thread at 16 bits,
+    32 at fp32), at least two at 16 bits and four at fp32, at most eight: the fewest from there that split the row
+    into chunks of 512."""
+    least = max(2 if itemsize == 2 else 4, -(-n_cols * itemsize // 16384))
+    fits = [g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0]
+    wgs = (fits or [4])[0] if MOSAIC_INTERPRET is None else WARPGROUPS  # four always fit: MIN_N multiples
     chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
     return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
 
