@@ -3,34 +3,17 @@ detection, against float64; the drop-in's shapes, gradient and errors; every lau
 for sm_90. Needs Python 3.12 and JAX >= 0.11.1 (no torch): ``tests/test_rms_norm_mosaic_gpu.py`` runs tests/mosaic in
 a venv of its own from ``make test``."""
 
-import os
+from interpreter import DTYPES, TOL, check_drop_in, jax, jnp, races  # noqa: I001 (first: it sets JAX's platform)
+import numpy as np
+import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the interpreter, also on a GPU machine
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
-
-if tuple(int(p) for p in jax.__version__.split(".")[:3]) < (0, 11, 1):
-    pytest.skip("Mosaic GPU's interpreter needs JAX 0.11.1 or newer", allow_module_level=True)
-
-from conftest import data, float64_vjp, rel  # noqa: E402
+from conftest import data, float64_vjp, rel
 
 
 @pytest.fixture(scope="module")
 def page(page51):
     assert page51.MOSAIC_INTERPRET is not None, "these tests must run the kernel in the interpreter"
     return page51
-
-
-def races():
-    from jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call import get_races
-    return get_races().races_found
-
-
-TOL = {jnp.float32: 1e-6, jnp.bfloat16: 4e-3}
-DTYPES = pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
 
 
 @DTYPES
@@ -50,14 +33,7 @@ def test_forward_a_row_a_program_against_float64_without_races(page, dtype, wgs,
 
 def test_drop_in_shapes_and_gradient(page):
     """y on a 3-D x against float64; jax.vjp through it (the gradient is XLA's here) against float64; no rows."""
-    x, w, dy = data((2, 3, 4096), jnp.bfloat16, seed=1)
-    y, pullback = jax.vjp(page.rms_norm, x, w)
-    dx, dw = pullback(dy)
-    ref = float64_vjp(x.reshape(-1, 4096), w, dy.reshape(-1, 4096))
-    assert y.shape == x.shape and dx.shape == x.shape and dw.dtype == w.dtype
-    for out, r in zip((y.reshape(-1, 4096), dx.reshape(-1, 4096), dw), ref):
-        assert rel(out, r) <= TOL[jnp.bfloat16]
-    assert page.rms_norm(x[:0], w).shape == (0, 3, 4096)
+    check_drop_in(page.rms_norm)
 
 
 @pytest.mark.parametrize("shape, dtype, weight_n, match", [

@@ -3,34 +3,16 @@ detection, against float64; dx and dw the same bits twice; the drop-in's gradien
 every launch its config gives an H100 lowered for sm_90 (the lowering also checks SMEM). Needs Python 3.12 and JAX >=
 0.11.1 (no torch): ``tests/test_rms_norm_mosaic_gpu.py`` runs tests/mosaic in a venv of its own from ``make test``."""
 
-import os
+from interpreter import DTYPES, TOL, check_drop_in, jax, jnp, races  # noqa: I001 (first: it sets JAX's platform)
+import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the interpreter, also on a GPU machine
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
-
-if tuple(int(p) for p in jax.__version__.split(".")[:3]) < (0, 11, 1):
-    pytest.skip("Mosaic GPU's interpreter needs JAX 0.11.1 or newer", allow_module_level=True)
-
-from conftest import data, float64_vjp, rel  # noqa: E402
+from conftest import data, float64_vjp, rel
 
 
 @pytest.fixture(scope="module")
 def page(page52):
     assert page52.MOSAIC_INTERPRET is not None, "these tests must run the kernels in the interpreter"
     return page52
-
-
-def races():
-    from jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call import get_races
-    return get_races().races_found
-
-
-TOL = {jnp.float32: 1e-6, jnp.bfloat16: 4e-3}
-DTYPES = pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
 
 
 @DTYPES
@@ -70,14 +52,7 @@ def test_drop_in_gradient_and_shapes(page, monkeypatch, dw_columns):
     if dw_columns:
         monkeypatch.setattr(page, "DW_COLUMNS", dw_columns)
         assert page._config(6, 4096, 2)[1] == 2
-    x, w, dy = data((2, 3, 4096), jnp.bfloat16, seed=1)
-    y, pullback = jax.vjp(page.rms_norm, x, w)
-    dx, dw = pullback(dy)
-    ref = float64_vjp(x.reshape(-1, 4096), w, dy.reshape(-1, 4096))
-    assert y.shape == x.shape and dx.shape == x.shape and dw.dtype == w.dtype
-    for out, r in zip((y.reshape(-1, 4096), dx.reshape(-1, 4096), dw), ref):
-        assert rel(out, r) <= TOL[jnp.bfloat16]
-    assert page.rms_norm(x[:0], w).shape == (0, 3, 4096)
+    check_drop_in(page.rms_norm)
 
 
 @pytest.mark.parametrize("shape, dtype, weight_n, match", [
