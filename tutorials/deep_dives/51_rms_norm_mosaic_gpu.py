@@ -352,10 +352,11 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Rows past 32 K**: eight warpgroups then hold more than 32 fp32 a thread, and slow down; a cluster of two
-# programs a row, swapping their sums as the next page's backward does, would halve that. **Exercise**: give fp32
-# 32 K four warpgroups, or every row chunks of 1024, in ``_config``, and compare; then read the backward, where a row
-# must wait twice as long: :ref:`sphx_glr_tutorials_deep_dives_52_rms_norm_mosaic_gpu_backward.py`.
+# **Rows past 32 K**: an fp32 row then holds more than 32 values a thread even over eight warpgroups, and 16-bit rows
+# measured slower there too; a cluster of two programs a row, swapping their sums as the next page's backward does,
+# would halve what a thread holds. **Exercise**: give bf16 24 K four warpgroups, or every row chunks of 1024, in
+# ``_config``, and compare; then read the backward, where a row must wait twice as long:
+# :ref:`sphx_glr_tutorials_deep_dives_52_rms_norm_mosaic_gpu_backward.py`.
 
 plugins = ", ".join(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
                     if d.metadata["Name"].startswith("jax-cuda"))  # JAX's CUDA build
