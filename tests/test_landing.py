@@ -265,12 +265,12 @@ def test_the_pages_that_write_results():
     assert not {"13_launch_heuristics", "05_jax_rms_norm_sharded"} & {p.stem for p in WRITERS}
 
 
-
 def test_no_two_pages_share_a_short_title():
     """The landing page names a page by its title up to a colon: two pages whose titles differ only after it (a
     forward page and its backward page) would read as one there."""
     shorts = [title for _, title, _ in sol_results._pages(ROOT / "tutorials").values()]
     assert len(shorts) == len(set(shorts)), sorted(t for t in shorts if shorts.count(t) > 1)
+
 
 # ---- the build's handlers, on a made-up tree: a page, its generated .rst, and this build's results ----
 

@@ -1,6 +1,6 @@
-"""Deep dives 51 and 52 (RMSNorm through Mosaic GPU: the forward, the backward). Their kernels run on a CPU only in Mosaic GPU's interpreter, which needs
-JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python 3.11, where requirements.txt gives JAX
-0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own (``.venv-mosaic``, made here once, with the JAX
+"""Deep dives 51 and 52 (RMSNorm through Mosaic GPU: the forward, the backward). Their kernels run on a CPU only in
+Mosaic GPU's interpreter, which needs JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python
+3.11, where requirements.txt gives JAX 0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own (``.venv-mosaic``, made here once, with the JAX
 that requirements-gpu.lock pins for the GPU), or in this interpreter where its JAX is new enough."""
 
 import ast

@@ -128,9 +128,9 @@ def _config(n_cols, itemsize):
     32 at fp32), at least two at 16 bits and four at fp32, at most eight: the fewest from there that split the row
     into chunks of 512."""
     least = max(2 if itemsize == 2 else 4, -(-n_cols * itemsize // 16384))
-    fits = [g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0]
-    wgs = (fits or [4])[0] if MOSAIC_INTERPRET is None else INTERPRET_WARPGROUPS  # four always fit: MIN_N multiples
-    chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
+    wgs = next((g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0), 4)  # 4: any MIN_N multiple
+    wgs = wgs if MOSAIC_INTERPRET is None else INTERPRET_WARPGROUPS
+    chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 fits: wgs was picked so
     return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
 
 # %%

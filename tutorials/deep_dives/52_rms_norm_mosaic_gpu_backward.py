@@ -336,9 +336,9 @@ def _forward_config(n_cols, itemsize):
     32 at fp32), at least two at 16 bits and four at fp32, at most eight: the fewest from there that split the row
     into chunks of 512."""
     least = max(2 if itemsize == 2 else 4, -(-n_cols * itemsize // 16384))
-    fits = [g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0]
-    wgs = (fits or [4])[0] if MOSAIC_INTERPRET is None else WARPGROUPS  # four always fit: MIN_N multiples
-    chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 always fits: rows are MIN_N multiples
+    wgs = next((g for g in range(min(least, 8), 9) if n_cols % (g * 512) == 0), 4)  # 4: any MIN_N multiple
+    wgs = wgs if MOSAIC_INTERPRET is None else WARPGROUPS
+    chunks = [c for c in (2048, 1024, 512) if n_cols % (wgs * c) == 0]  # 512 fits: wgs was picked so
     return dict(wgs=wgs, chunk=next((c for c in chunks if n_cols >= 2 * wgs * c), chunks[-1]))
 
 def _check(x, weight):
@@ -533,14 +533,14 @@ def bench(fn, *args):
     return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
 
 copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []
-providers = {"XLA": reference, "05 (Pallas, Triton)": jax.jit(backward_05), "Mosaic GPU (ours)": rms_norm}
+providers = {"XLA": jax.jit(reference), "05 (Pallas, Triton)": jax.jit(backward_05), "Mosaic GPU (ours)": jax.jit(rms_norm)}
 for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
     w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
     rstd = jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1) + 1e-6)
     light = max(2 * x.nbytes / bench(copy, x) * 1e-6 for _ in range(3))
     for provider, fn in providers.items():
-        ms = bench(fn, x, w, rstd, dy) if "05" in provider else bench(pull, jax.vjp(jax.jit(fn), x, w)[1], dy)
+        ms = bench(fn, x, w, rstd, dy) if "05" in provider else bench(pull, jax.vjp(fn, x, w)[1], dy)
         records.append({"direction": "backward", "dtype": dtype, "N": n_cols, "provider": provider,
                         "GB/s": 3 * x.nbytes / ms * 1e-6, "light": light})
     del x, w, dy, rstd
