@@ -516,21 +516,23 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # %%
 # How this page measures, and the benchmark
 # -----------------------------------------
-# As 05: ``bench`` queues ``CALLS`` calls and waits for the last, median of ``REPEATS``; the light is
-# ``jax.jit(jnp.copy)`` of :math:`x`, the faster of three (a copy's speed moves from one reading to the next on a
-# shared machine); GB/s counts :math:`3MN` elements. Ours and XLA's run as ``jax.vjp``'s pullback, 05's with the
-# :math:`r` its forward would have saved.
+# As 51: ``PAIRS`` pairs of runs, the copy of :math:`x` (the light) then the provider, ``CALLS`` calls a run; the
+# median of the pairs' ratios is its share of the light (the copy's speed drifts), counting :math:`3MN` elements.
+# Ours and XLA's run as ``jax.vjp``'s pullback, 05's with the :math:`r` its forward would have saved.
 
-TOTAL_ELEMENTS, (CALLS, REPEATS) = (2**27, (10, 7)) if ON_GPU else (2**13, (1, 1))
+TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (10, 21)) if ON_GPU else (2**13, (1, 1))
 SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
 
-def bench(fn, *args):
+def bench(fn, *args):  # ms of one call, from one run of CALLS calls and a wait for the last
     def run():
         for _ in range(CALLS):
             out = fn(*args)
         jax.block_until_ready(out)
-    run()
-    return 1e3 * statistics.median(timeit.repeat(run, number=1, repeat=REPEATS)) / CALLS
+    return 1e3 * timeit.timeit(run, number=1) / CALLS
+
+def beside_copy(fn, args, x):  # the copy's ms in PAIRS pairs of runs (copy, fn), and the median of fn's over it
+    pairs = [(bench(copy, x), bench(fn, *args)) for _ in range(1 + PAIRS)][1:]  # the first compiles, warms up
+    return [c for c, _ in pairs], statistics.median(t / c for c, t in pairs)
 
 copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []
 providers = {"XLA": jax.jit(reference), "05 (Pallas, Triton)": jax.jit(backward_05), "Mosaic GPU (ours)": jax.jit(rms_norm)}
@@ -538,11 +540,11 @@ for dtype, n_cols in itertools.product(["float32", "bfloat16"], SWEEP_N):
     x, dy = (jax.random.normal(jax.random.key(k), (TOTAL_ELEMENTS // n_cols, n_cols), dtype) for k in (0, 1))
     w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
     rstd = jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1) + 1e-6)
-    light = max(2 * x.nbytes / bench(copy, x) * 1e-6 for _ in range(3))
-    for provider, fn in providers.items():
-        ms = bench(fn, x, w, rstd, dy) if "05" in provider else bench(pull, jax.vjp(fn, x, w)[1], dy)
-        records.append({"direction": "backward", "dtype": dtype, "N": n_cols, "provider": provider,
-                        "GB/s": 3 * x.nbytes / ms * 1e-6, "light": light})
+    timed = {provider: beside_copy(fn, (x, w, rstd, dy), x) if "05" in provider else
+             beside_copy(pull, (jax.vjp(fn, x, w)[1], dy), x) for provider, fn in providers.items()}
+    light = 2 * x.nbytes / statistics.median(ms for copies, _ in timed.values() for ms in copies) * 1e-6
+    records += [{"direction": "backward", "dtype": dtype, "N": n_cols, "provider": provider, "GB/s": 1.5 * light / ratio,
+                 "light": light} for provider, (_, ratio) in timed.items()]
     del x, w, dy, rstd
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of light"] = 100 * results["GB/s"] / results.light
