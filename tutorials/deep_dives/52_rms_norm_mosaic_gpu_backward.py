@@ -516,9 +516,8 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # %%
 # How this page measures, and the benchmark
 # -----------------------------------------
-# As 51: ``PAIRS`` pairs of runs, the copy of :math:`x` (the light) then the provider, ``CALLS`` calls a run; the
-# median of the pairs' ratios is its share of the light (the copy's speed drifts), counting :math:`3MN` elements.
-# Ours and XLA's run as ``jax.vjp``'s pullback, 05's with the :math:`r` its forward would have saved.
+# As 51: each provider in ``PAIRS`` pairs of runs with the copy of :math:`x`, counting :math:`3MN` elements; ours and
+# XLA's run as ``jax.vjp``'s pullback, 05's with the :math:`r` its forward would have saved.
 
 TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (10, 21)) if ON_GPU else (2**13, (1, 1))
 SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
@@ -573,10 +572,9 @@ ax.legend(fontsize=7)
 # %%
 # Reading the numbers
 # -------------------
-# This page's floor, from 16 K columns on: 85% of the copy. The lines below are this build's figures; each one under
-# the floor is named, beside the best of XLA and 05 at the same point. At 32 K the two programs of a row swap their
-# sums once a row; at 8 K, 05's kernel, several rows a program in registers, is the one to use (the landing page
-# recommends it there).
+# This page's floor, from 16 K columns on: 85% of the copy; below, this build's figures, and each one under the floor
+# beside the best of XLA and 05. At 32 K a row's two programs swap their sums once a row; at 8 K, 05's kernel (rows
+# in registers) is the one to use, as the landing page says.
 
 FLOOR = 85
 for dtype, part in table.groupby(level="dtype", sort=False):
