@@ -115,8 +115,8 @@ _only = os.environ.get("SOL_TUTORIAL", "")
 
 import sol_build  # noqa: E402  (docs/_ext, on the path above)
 
-# Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dives 51 and 52 need 0.11.1) are shown, not run, and the build
-# says so
+# Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dives 51 and 52 need 0.11.1) are shown, not run, and the
+# build says so
 _SHOWN_NOT_RUN = sorted(sol_build.shown_not_run())
 for _stem in _SHOWN_NOT_RUN:
     logging.getLogger(__name__).info(f"{_stem}: shown, not run: it needs JAX {sol_build.JAX_NEEDED[_stem]} or newer")

@@ -1,7 +1,8 @@
 """Deep dives 51 and 52 (RMSNorm through Mosaic GPU: the forward, the backward). Their kernels run on a CPU only in
 Mosaic GPU's interpreter, which needs JAX 0.11.1 or newer and so Python 3.12; this repo's CPU machines run Python
-3.11, where requirements.txt gives JAX 0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own (``.venv-mosaic``, made here once, with the JAX
-that requirements-gpu.lock pins for the GPU), or in this interpreter where its JAX is new enough."""
+3.11, where requirements.txt gives JAX 0.10.2. So ``tests/mosaic`` runs in a Python 3.12 venv of its own
+(``.venv-mosaic``, made here once, with the JAX that requirements-gpu.lock pins for the GPU), or in this interpreter
+where its JAX is new enough."""
 
 import ast
 import os
@@ -54,8 +55,8 @@ def mosaic_python():
         if not (python.exists() and marker.exists()):
             base = _python_312()
             if base is None:
-                pytest.fail("deep dives 51 and 52's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on PATH or in "
-                            "~/.pyenv; install one (pyenv install 3.12) and run make test again")
+                pytest.fail("deep dives 51 and 52's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on "
+                            "PATH or in ~/.pyenv; install one (pyenv install 3.12) and run make test again")
             shutil.rmtree(VENV, ignore_errors=True)
             subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=600)
             subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True, timeout=1200)
