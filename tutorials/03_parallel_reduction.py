@@ -193,6 +193,8 @@ def sum_vector(x, out, design="persistent"):
     a 1-element tensor of any float dtype (fp32 for ``design="atomic"``, which adds into it)."""
     if design not in DESIGNS:
         raise ValueError(f"sum_vector: unknown design {design!r}; expected one of {DESIGNS}")
+    if x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:  # the kernel reads x[i] at x_ptr + i
+        raise ValueError(f"sum_vector: x must be 1-D with unit stride, got shape {list(x.shape)}, strides {x.stride()}")
     grid, block, num_warps = _vector_config(x.numel(), design)
     if design == "atomic":
         sum_blocks_kernel[(grid,)](x, out.zero_(), x.numel(), BLOCK=block, ATOMIC=True, num_warps=num_warps)
@@ -212,9 +214,9 @@ def sum_vector(x, out, design="persistent"):
 # over the reduced dims, needs no kernel.
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _flat(x):  # a 1-D view where x's elements fill one dense block, else a copy
+def _flat(x):  # a unit-stride 1-D view where x's elements fill one dense block, else a contiguous copy
     dense = x.permute(sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d])))
-    return dense.view(-1) if dense.is_contiguous() else x.reshape(-1)
+    return dense.view(-1) if dense.is_contiguous() else x.contiguous().view(-1)  # strided, broadcast: copied
 
 class SumFunction(torch.autograd.Function):
     @staticmethod
