@@ -1,4 +1,4 @@
-"""Every drop-in of the core pages, forward and backward, bf16 and fp32, over the row lengths of issue 20,
+"""Every drop-in of the core pages, forward and backward, bf16 and fp32, over the row lengths the pages sweep,
 for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
 
     compute-sanitizer --tool racecheck --error-exitcode 99 python3 dev/sanitize_sweep.py

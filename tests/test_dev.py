@@ -1,4 +1,4 @@
-"""dev/ holds maintained tools only, each described in dev/README.md, and the design record (issue 17)."""
+"""dev/ holds maintained tools only, each described in dev/README.md, and the design record."""
 
 import pytest
 

@@ -274,7 +274,7 @@ def test_sharded_on_cpu_devices_equals_one_device(devices):
 
 
 def test_no_triton_kernel_is_pasted_into_the_core_page():
-    """Page 05 teaches one idea in JAX; tutorial 04's Triton kernels stay on their own page (issue 31)."""
+    """Page 05 teaches one idea in JAX; tutorial 04's Triton kernels stay on their own page."""
     source = PAGE.read_text(encoding="utf-8")
     assert "@triton.jit" not in source and not re.search(r"^\s*(import triton|from triton)", source, re.M)
 

@@ -168,7 +168,7 @@ def test_dw_sums_many_partials(tut):
 
 
 def test_configs_keep_todays_launch_parameters(tut):
-    """The launch parameters tuned on an H100 (issue 17 moved them into config functions, unchanged)."""
+    """The launch parameters tuned on an H100 (kept in config functions)."""
     fwd, bwd, sms = tut["_fwd_config"], tut["_bwd_config"], tut["NUM_SMS"]
     assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4), 125)
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)

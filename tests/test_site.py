@@ -35,8 +35,8 @@ def test_every_tutorial_has_a_page():
 
 
 # One idea a page: a core page is read in one sitting, a deep dive teaches one technique. Past these a
-# page is two pages (issue 17).
-MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600" (issue 17)
+# page is two pages.
+MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600"
 # Pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
 # recommended column of its results: 2 to 4 lines; to trim

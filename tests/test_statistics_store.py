@@ -1,5 +1,5 @@
 """The forward kernels of the norms store each row's statistics (layer norm: mean and rstd; RMSNorm: rstd)
-without a trip through shared memory (issue 20, section 3).
+without a trip through shared memory.
 
 A row's statistic comes out of ``tl.sum`` held by every thread of that row. Stored as a 1-D tensor, or
 through a pointer that is the same along the row, Triton re-lays it out along the rows first, through

@@ -55,7 +55,7 @@ def h100(page, monkeypatch):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("n_cols", [8192, 16384, 24576, 32768])
 def test_every_gpu_launch_lowers_for_an_h100(h100, dtype, n_cols):
-    """The launches the config gives an H100 at the page's sizes, as measured fastest (DESIGN.md, session 36), lowered
+    """The launches the config gives an H100 at the page's sizes, as measured fastest (dev/DESIGN.md), lowered
     for sm_90: a warpgroup for each 16 KB of row, at least two at bf16 and four at fp32; chunks of 2048 where each
     warpgroup keeps two."""
     page, itemsize = h100, jnp.dtype(dtype).itemsize

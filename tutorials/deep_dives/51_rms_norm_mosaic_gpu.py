@@ -282,7 +282,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # provider, each run ``CALLS`` calls queued back to back; its share of the light is the median of its pairs' ratios,
 # its GB/s that share of the light (the median of every copy run of the row length), counting :math:`2MN` elements.
 # Timed apart from the light, one kernel's share moved across the floor from one build to the next; timed in pairs,
-# it holds still (``dev/DESIGN.md``, session 37, has the figures).
+# it holds still (``dev/DESIGN.md`` has the figures).
 
 TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (10, 21)) if ON_GPU else (2**13, (1, 1))
 SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
@@ -338,7 +338,7 @@ ax.legend(fontsize=7)
 # This page's floor, from 16 K columns on: 95% of the copy. The lines below are this build's figures; each one under
 # the floor is named, beside the best of XLA and 05 at the same point. A forward through a TMA ring, one program an
 # SM, stayed under 95 at 16 K, and not for its sums: it measured level without the hand-over, and a Mosaic GPU kernel
-# that only copies x to y through the same ring did no better (sessions 35 and 36).
+# that only copies x to y through the same ring did no better.
 
 FLOOR = 95
 for dtype, part in table.groupby(level="dtype", sort=False):
