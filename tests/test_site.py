@@ -51,6 +51,20 @@ def test_page_length(path):
     assert lines <= most, f"{path.name} has {lines} lines, over the {most} allowed to this {kind} page"
 
 
+# Words that tell the project's history (a work item by number, a working session) rather than the product
+HISTORY = re.compile(r"\b(?:[Ii]ssues?|[Ss]essions?) #?[0-9]")
+
+
+def test_product_speaks_of_itself_not_its_history():
+    """Pages, tests, the site's code, the maintained tools and the README name no issue or session: history lives
+    in git."""
+    files = [*TUTORIALS, *ROOT.glob("tests/**/*.py"), *ROOT.glob("docs/**/*.py"), *ROOT.glob("dev/*.py"),
+             *ROOT.glob("dev/*.sh"), ROOT / "dev" / "README.md", ROOT / "README.md", ROOT / "conf.py", ROOT / "Makefile"]
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if HISTORY.search(line)]
+    assert not found, "history in the product:\n" + "\n".join(found)
+
+
 def test_core_pages_name_their_deep_dives():
     """A reader who wants more than the core design finds each deep dive named on its core page."""
     for stem in DIVES:
