@@ -13,6 +13,18 @@ def test_every_tool_in_dev_is_described_in_its_readme():
     assert not missing, f"dev/README.md's table does not describe {missing}"
 
 
+def test_design_record_is_short_and_names_no_diary_entry():
+    """dev/DESIGN.md is a record of the decisions in the code, not a diary: at most 450 lines, and an entry is named by
+    its date and commit, never by a numbered work period or tracker ticket (history is git's)."""
+    import re
+
+    lines = (ROOT / "dev" / "DESIGN.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 450, f"dev/DESIGN.md has {len(lines)} lines, more than 450: fold, drop what no longer holds"
+    diary = re.compile(r"\b[Ss]essions? \d|\b[Ii]ssues? #?\d")
+    hits = [f"{number}: {line.strip()[:80]}" for number, line in enumerate(lines, 1) if diary.search(line)]
+    assert not hits, "dev/DESIGN.md names diary entries (give a date and a commit instead):\n" + "\n".join(hits)
+
+
 INTERPRETER_PROBE = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
