@@ -9,7 +9,7 @@ gradient must move; what to do when a row outgrows one program's registers; keep
 Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, os, shutil, subprocess, timeit
+import contextlib, datetime, operator, os, shutil, subprocess, timeit
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -50,10 +50,9 @@ def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_
     m = tl.max(x, axis=0)
     e = tl.exp(x - m)
     total = tl.sum(e, axis=0)
-    lse = m + tl.log(total)
     ignored = target == ignore_index
     x_target = tl.sum(tl.where(cols == target, x, 0.0), axis=0)
-    tl.store(loss_ptr + row, tl.where(ignored, 0.0, lse - x_target))
+    tl.store(loss_ptr + row, tl.where(ignored, 0.0, m - x_target + tl.log(total)))  # not (m + log(total)) - x_t
     scale = tl.where(ignored, 0.0, tl.load(scale_ptr))  # 1 / rows counted ('mean')
     dx = scale * (e / total - tl.where(cols == target, 1.0, 0.0))
     tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
@@ -82,8 +81,11 @@ def step0_loss_and_grad(x2d, target, dx):
 # x_c)`, so the gradient is :math:`a\, p_c - b_c` with :math:`a = (1-\varepsilon) w_t + \varepsilon W / V` and
 # :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`. ``'mean'`` divides by :math:`\sum w_t` over the
 # rows not ignored. A target out of range: an error on the host; in a CUDA graph, a NaN loss. ``num_stages=STAGES``
-# has Triton load the next chunks early. bf16 counts instructions: ``exp2`` (:math:`\log_2 e` in an FMA), and the
-# target's :math:`b_t` written after the loop, not compared at every logit.
+# has Triton load the next chunks early. bf16 counts instructions: ``exp2``, and the target's :math:`b_t` written
+# after the loop, not compared at every logit. Each exponent subtracts :math:`m` first (:math:`x \log_2 e` overflows
+# past 2.4e38); :math:`\ell` stays two terms, :math:`m` and :math:`\log s` (one float would round :math:`\log s` away
+# at :math:`m = 10^{20}`); smoothing sums :math:`\frac{\varepsilon}{V} w_c (m - x_c) \ge 0`, moved with each new
+# :math:`m` as :math:`s` is, not large :math:`w_c x_c` that cancel.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, ticket_ptr, n_rows, n_cols,
@@ -106,41 +108,41 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
         w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         x_target = tl.load(x_row + target).to(tl.float32)
-        # Pass 1: m, s and, for smoothing, the sum of w x
-        m = tl.full([], -float("inf"), tl.float32)
-        s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
-        for chunk in tl.range(0, n_chunks, num_stages=STAGES):
+        m, shift = tl.full([], -float("inf"), tl.float32), tl.zeros([], tl.float32)
+        s, wx, w_seen = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
+        for chunk in tl.range(0, n_chunks, num_stages=STAGES):  # Pass 1: m, s and, for smoothing, wx
             offs = chunk * CHUNK + cols
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
-            shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
-            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2(x * LOG2E - shift * LOG2E)
-            m = m_new
-            if SMOOTH:
+            old, shift = shift, tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf)
+            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)  # x * LOG2E overflows at 2.4e38
+            if SMOOTH:  # wx: eps / V times w (m - x), terms >= 0 (not large w x that cancel), moved as m rises
                 w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
-                wx += tl.where(offs < n_cols, x, 0.0) * w
-        lse = m + tl.log(tl.sum(s, axis=0))
-        loss = (1.0 - smoothing) * w_target * (lse - x_target)
+                w = tl.where(offs < n_cols, w * (smoothing / n_cols), 0.0)
+                wx, w_seen = wx + w_seen * (shift - old) + tl.where(offs < n_cols, w * (shift - x), 0.0), w_seen + w
+            m = m_new
+        log_s = tl.log(tl.sum(s, axis=0))  # lse = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
+        loss = (1.0 - smoothing) * w_target * (m - x_target + log_s)
         if SMOOTH:
-            loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
+            loss += smoothing / n_cols * weight_sum * log_s + tl.sum(wx, axis=0)
         loss = tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss))
         loss_sum, weight_count = loss_sum + loss, weight_count + tl.where(ignored, 0.0, w_target)
         if REDUCE == "":
             tl.store(loss_ptr + row64, loss)
-        if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
+        if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - m - log_s)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
             a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
             for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
                 x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
-                dx = (row_scale * a) * tl.exp2(x * LOG2E - lse * LOG2E)
+                dx = (row_scale * a) * tl.exp2((x - m) * LOG2E - log_s * LOG2E)
                 if SMOOTH:
                     w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                     dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
             tl.debug_barrier()  # then the target's b, over another thread's store
             b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
-            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
+            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - m - log_s) - b)).to(dx_ptr.dtype.element_ty))
     if REDUCE != "":  # each program's sums; the last to take a ticket adds them all up, in order
         P = tl.num_programs(0)
         tl.store(loss_ptr + tl.program_id(0), loss_sum)
@@ -200,8 +202,10 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
 # The launcher and the drop-in function
 # -------------------------------------
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets. The gradient
-# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less. A
-# reduced forward alone is one launch (``REDUCE``): no small kernels around it, and the same bits every run.
+# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less (not where
+# rows share memory, as in a broadcast). The kernels read the logits with their row stride, the targets (as int64) and
+# the weights at unit stride: those two are made contiguous, a copy of a few bytes a row. A reduced forward alone is
+# one launch (``REDUCE``): no small kernels around it, and the same bits every run.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2):
     """(per-row losses in fp32, 1 / the mean's denominator or 1); the reduced loss's gradient into dx."""
@@ -247,12 +251,14 @@ class CrossEntropyFunction(torch.autograd.Function):
         if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
             return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
-        if reduction == "none":
-            return losses.to(x2d.dtype)
-        return (losses.sum() * scale if reduction == "mean" else losses.sum()).to(x2d.dtype)
+        loss = losses if reduction == "none" else losses.sum() * scale if reduction == "mean" else losses.sum()
+        return loss.to(x2d.dtype)
 
     @staticmethod
     def backward(ctx, dloss):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
+                               "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
         if ctx.dx is None:
             raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
                                "compute the loss again, not retain_graph=True")
@@ -262,7 +268,7 @@ class CrossEntropyFunction(torch.autograd.Function):
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-def _check(logits, target, weight, reduction, label_smoothing):
+def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index)
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("cross_entropy: logits and target must be torch.Tensors")
     if logits.dtype not in SUPPORTED_DTYPES:
@@ -270,38 +276,43 @@ def _check(logits, target, weight, reduction, label_smoothing):
     if logits.device.type != DEVICE.type or target.device != logits.device:
         raise ValueError(f"cross_entropy: logits on {logits.device}, target on {target.device}; the kernels run on "
                          f"{DEVICE.type} here")
-    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices: for class "
-                        "probabilities use torch.nn.functional.cross_entropy")
+    if target.dtype not in (torch.int64, torch.uint8):  # PyTorch's class indices
+        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices (torch.int64 or "
+                        "torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
     if logits.dim() == 0 or logits.shape[logits.dim() > 1] == 0:
         raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} have no classes")
     n_classes, expected = logits.shape[logits.dim() > 1], logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
     if tuple(target.shape) != tuple(expected):
         raise ValueError(f"cross_entropy: target has shape {list(target.shape)}, expected {list(expected)}")
-    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()
-                                   and weight.shape == (n_classes,) and weight.device == logits.device):
-        raise ValueError(f"cross_entropy: weight must be a float tensor of shape [{n_classes}] on {logits.device}")
-    if weight is not None and weight.requires_grad:
-        raise ValueError("cross_entropy: weight must not require a gradient")
+    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()):
+        raise TypeError(f"cross_entropy: weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
+    if weight is not None and (weight.shape != (n_classes,) or weight.device != logits.device or weight.requires_grad):
+        raise ValueError(f"cross_entropy: weight must be of shape [{n_classes}] on {logits.device} and must not "
+                         f"require a gradient; got {list(weight.shape)} on {weight.device}, {weight.requires_grad=}")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
-    if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+    if not (isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == ()):
+        raise TypeError(f"cross_entropy: label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
+        if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
+            return n_classes, operator.index(ignore_index)
+    raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
 
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   inplace_backward=False):
-    _check(logits, target, weight, reduction, label_smoothing)
-    n_classes = logits.shape[logits.dim() > 1]
+    n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
     x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
     x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
-    target1d = target.reshape(-1)
+    target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
+    inplace = bool(inplace_backward) and (x2d.shape[0] < 2 or x2d.stride(0) >= n_classes)  # no rows sharing memory
     if not (ON_GPU and torch.cuda.is_current_stream_capturing()):  # a look on the host (a sync); in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    loss = CrossEntropyFunction.apply(x2d, target1d, weight, int(ignore_index), reduction, float(label_smoothing),
-                                      bool(inplace_backward))
+    loss = CrossEntropyFunction.apply(x2d, target1d, weight, ignore_index, reduction, float(label_smoothing), inplace)
     return loss.view(target.shape) if reduction == "none" else loss
 
 # %%

@@ -11,7 +11,7 @@ measured against the core kernel and the peers; and the core page's drop-in arou
 :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 
-import contextlib, ctypes, datetime, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
+import contextlib, ctypes, datetime, operator, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -57,41 +57,41 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
         target = tl.minimum(tl.maximum(target, 0), n_cols - 1).to(tl.int32)  # never read past the row
         w_target = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         x_target = tl.load(x_row + target).to(tl.float32)
-        # Pass 1: m, s and, for smoothing, the sum of w x
-        m = tl.full([], -float("inf"), tl.float32)
-        s, wx = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
-        for chunk in tl.range(0, n_chunks, num_stages=STAGES):
+        m, shift = tl.full([], -float("inf"), tl.float32), tl.zeros([], tl.float32)
+        s, wx, w_seen = tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32), tl.zeros([CHUNK], tl.float32)
+        for chunk in tl.range(0, n_chunks, num_stages=STAGES):  # Pass 1: m, s and, for smoothing, wx
             offs = chunk * CHUNK + cols
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
-            shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf) = NaN
-            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2(x * LOG2E - shift * LOG2E)
-            m = m_new
-            if SMOOTH:
+            old, shift = shift, tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no -inf - (-inf)
+            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)  # x * LOG2E overflows at 2.4e38
+            if SMOOTH:  # wx: eps / V times w (m - x), terms >= 0 (not large w x that cancel), moved as m rises
                 w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
-                wx += tl.where(offs < n_cols, x, 0.0) * w
-        lse = m + tl.log(tl.sum(s, axis=0))
-        loss = (1.0 - smoothing) * w_target * (lse - x_target)
+                w = tl.where(offs < n_cols, w * (smoothing / n_cols), 0.0)
+                wx, w_seen = wx + w_seen * (shift - old) + tl.where(offs < n_cols, w * (shift - x), 0.0), w_seen + w
+            m = m_new
+        log_s = tl.log(tl.sum(s, axis=0))  # lse = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
+        loss = (1.0 - smoothing) * w_target * (m - x_target + log_s)
         if SMOOTH:
-            loss += smoothing / n_cols * (weight_sum * lse - tl.sum(wx, axis=0))
+            loss += smoothing / n_cols * weight_sum * log_s + tl.sum(wx, axis=0)
         loss = tl.where(ignored, 0.0, tl.where(bad, float("nan"), loss))
         loss_sum, weight_count = loss_sum + loss, weight_count + tl.where(ignored, 0.0, w_target)
         if REDUCE == "":
             tl.store(loss_ptr + row64, loss)
-        if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - lse)
+        if WRITE_GRAD:  # Pass 2, backwards: dx = scale (a p - b), p = exp(x - m - log_s)
             row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale))
             a, hit = (1.0 - smoothing) * w_target + smoothing * weight_sum / n_cols, (1.0 - smoothing) * w_target
             for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
                 x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
-                dx = (row_scale * a) * tl.exp2(x * LOG2E - lse * LOG2E)
+                dx = (row_scale * a) * tl.exp2((x - m) * LOG2E - log_s * LOG2E)
                 if SMOOTH:
                     w = tl.load(weight_ptr + offs, mask=offs < n_cols, other=0.0).to(tl.float32) if HAS_WEIGHT else 1.0
                     dx -= row_scale * smoothing / n_cols * w
                 tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
             tl.debug_barrier()  # then the target's b, over another thread's store
             b = hit + (smoothing / n_cols * w_target if SMOOTH else 0.0)
-            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - lse) - b)).to(dx_ptr.dtype.element_ty))
+            tl.store(dx_row + target, (row_scale * (a * tl.exp(x_target - m - log_s) - b)).to(dx_ptr.dtype.element_ty))
     if REDUCE != "":  # each program's sums; the last to take a ticket adds them all up, in order
         P = tl.num_programs(0)
         tl.store(loss_ptr + tl.program_id(0), loss_sum)
@@ -148,9 +148,9 @@ def constants_kernel(target_ptr, weight_ptr, consts_ptr, flags_ptr, n_rows, n_co
     if tl.program_id(0) == 0:
         counted, weights = tl.zeros([BLOCK], tl.float32), tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_rows if MEAN else 0, BLOCK):
-            t = tl.load(target_ptr + start + offs, mask=start + offs < n_rows, other=ignore_index)
+            t = tl.load(target_ptr + start + offs, mask=start + offs < n_rows, other=0)  # (uint8 cannot hold -100)
             w = tl.load(weight_ptr + tl.minimum(tl.maximum(t, 0), n_cols - 1)).to(tl.float32) if HAS_WEIGHT else 1.0
-            counted += tl.where(t != ignore_index, w, 0.0)
+            counted += tl.where((t != ignore_index) & (start + offs < n_rows), w, 0.0)
         for start in range(0, n_cols if HAS_WEIGHT else 0, BLOCK):
             weights += tl.load(weight_ptr + start + offs, mask=start + offs < n_cols, other=0.0).to(tl.float32)
         tl.store(consts_ptr, 1.0 / tl.sum(counted, axis=0) if MEAN else 1.0)  # every row ignored: inf, a NaN mean
@@ -160,9 +160,8 @@ def constants_kernel(target_ptr, weight_ptr, consts_ptr, flags_ptr, n_rows, n_co
 # One row, several programs
 # -------------------------
 # ``SLICES`` programs (a *group*) share each row, each holding ``BLOCK_N`` of its logits in registers, loaded once.
-# The loss and the gradient need the row's :math:`\ell`, which needs every slice: slice :math:`k` computes its maximum
-# :math:`m_k` and its sum :math:`s_k = \sum e^{x - m_k}`, publishes both, waits for the others', and combines them as
-# the online softmax combines chunks:
+# The loss and gradient need the row's :math:`\ell`, so every slice: slice :math:`k` computes its maximum :math:`m_k`
+# and sum :math:`s_k = \sum e^{x - m_k}`, publishes both, awaits the rest, merges all as online softmax merges chunks:
 #
 # .. math::
 #
@@ -195,15 +194,15 @@ def slice_word(x):
     return m, e, word
 
 @triton.jit
-def row_statistics(words, m):
-    """From the group's words and this slice's maximum m: the row's log-sum-exp, and the factor that turns this
-    slice's exp(x - m) into p = exp(x - lse). The slices are combined in slice order: the same bits every run."""
+def row_statistics(words, m, x_t):
+    """From the group's words, this slice's maximum m and the target's logit x_t: lse - x_t, as (max - x_t) + log(sum)
+    (exact at a max of 1e20), and the factor from this slice's exp(x - m) to p. In slice order: same bits every run."""
     m_k = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     s_k = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     row_max = tl.max(m_k, axis=0)
     shift = tl.where(row_max == -float("inf"), 0.0, row_max)
     row_sum = tl.sum(s_k * tl.exp(m_k - shift), axis=0)  # a NaN or +inf logit anywhere: NaN, as in PyTorch
-    return shift + tl.log(row_sum), tl.where(m == -float("inf"), 0.0, tl.exp(m - shift)) / row_sum
+    return shift - x_t + tl.log(row_sum), tl.where(m == -float("inf"), 0.0, tl.exp(m - shift)) / row_sum
 
 @triton.jit
 def wait_for_words(flags_ptr, slots, in_group):
@@ -246,16 +245,16 @@ def ce_split_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, flags_ptr, loss_p
         x_t = tl.load(x_ptr + tl.cast(row, tl.int64) * x_row_stride + target, mask=mine, other=0.0).to(tl.float32)
         m, e, word = slice_word(x)
         tl.atomic_xchg(flags_ptr + row * SLICES + part, word, sem="relaxed")
-        lse, to_p = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m)
+        gap, to_p = row_statistics(wait_for_words(flags_ptr + row * SLICES, slots, in_group), m, x_t)  # lse - x_t
         row_scale = tl.where(ignored, 0.0, tl.where(bad, float("nan"), scale * w_target))
         # The gradient row_scale * p everywhere, one multiply a logit; then the target's own element, p_t - 1, is
         # written over it. The barrier orders the two stores (different threads write the same address).
         dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
         tl.store(dx_row + cols, (e * (row_scale * to_p)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
         tl.debug_barrier()
-        tl.store(dx_row + target, (row_scale * (tl.exp(x_t - lse) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
+        tl.store(dx_row + target, (row_scale * (tl.exp(-gap) - 1.0)).to(dx_ptr.dtype.element_ty), mask=mine)
         # the row's loss w_t (lse - x_t), by the slice that holds the target: 0 if ignored, NaN if out of range
-        tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), w_target * (lse - x_t))), mask=mine)
+        tl.store(loss_ptr + row, tl.where(ignored, 0.0, tl.where(bad, float("nan"), w_target * gap)), mask=mine)
 
 # %%
 # Launch parameters, and a grid that fits at once
@@ -277,30 +276,26 @@ def programs_per_sm(kernel, args, meta):
     """How many programs of the version Triton compiles for these arguments (one per dtype, and per integer that is 1
     or a multiple of 16) fit one SM at once (1: interpreter)."""
     key = (tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args), tuple(sorted(meta.items())))
-    if key not in _fits:
-        if not ON_GPU:
-            _fits[key] = 1
-        else:
-            compiled = kernel.warmup(*args, grid=(1,), **meta)
-            compiled._init_handles()
-            count = ctypes.c_int()
-            error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(32 * meta["num_warps"]),
-                ctypes.c_size_t(compiled.metadata.shared))
-            assert error == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUDA error {error}"
-            _fits[key] = count.value
+    if key not in _fits and not ON_GPU:
+        _fits[key] = 1
+    elif key not in _fits:
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        count = ctypes.c_int()
+        error = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(count), ctypes.c_void_p(compiled.function), ctypes.c_int(32 * meta["num_warps"]),
+            ctypes.c_size_t(compiled.metadata.shared))
+        assert error == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUDA error {error}"
+        _fits[key] = count.value
     return _fits[key]
 
 def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
-    """(per-row losses in fp32, the mean's factor), the gradient into dx. Long rows split where a group fits the GPU at
-    once, else (and without dx) the core kernel. Tests: ``slices`` forces the split; ``flags`` (words written) lets the
-    interpreter run more than one slice."""
-    n_rows, n_cols = x2d.shape
-    cfg = _split_config(x2d.element_size())
+    """(per-row losses in fp32, the mean's factor), the gradient into dx: long rows split where a group fits the GPU at
+    once, else (or without dx) the core kernel. Tests: ``slices`` forces it; ``flags`` (words written): many slices."""
+    (n_rows, n_cols), cfg = x2d.shape, _split_config(x2d.element_size())
     if n_rows == 0 or dx is None or (slices is None and n_cols < cfg["MIN_N"]):
         return core_rows(x2d, target, weight, ignore_index, mean, dx)
-    # as many slices as SLICE_N needs, not a power of 2 of them: V = 151,936 takes 19 slices of 8192, not 32
-    slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)
+    slices = slices or (triton.cdiv(n_cols, cfg["SLICE_N"]) if ON_GPU else 1)  # V = 151,936: 19 of 8192, not 32
     meta = dict(SLICES=slices, SLOTS=triton.next_power_of_2(slices), BLOCK_N=triton.next_power_of_2(triton.cdiv(n_cols, slices)),
                 num_warps=cfg["num_warps"], HAS_WEIGHT=weight is not None)
     fresh, losses = flags is None, torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
@@ -366,12 +361,14 @@ class CrossEntropyFunction(torch.autograd.Function):
         if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
             return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
-        if reduction == "none":
-            return losses.to(x2d.dtype)
-        return (losses.sum() * scale if reduction == "mean" else losses.sum()).to(x2d.dtype)
+        loss = losses if reduction == "none" else losses.sum() * scale if reduction == "mean" else losses.sum()
+        return loss.to(x2d.dtype)
 
     @staticmethod
     def backward(ctx, dloss):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
+                               "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
         if ctx.dx is None:
             raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
                                "compute the loss again, not retain_graph=True")
@@ -381,7 +378,7 @@ class CrossEntropyFunction(torch.autograd.Function):
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-def _check(logits, target, weight, reduction, label_smoothing):
+def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index)
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("cross_entropy: logits and target must be torch.Tensors")
     if logits.dtype not in SUPPORTED_DTYPES:
@@ -389,46 +386,50 @@ def _check(logits, target, weight, reduction, label_smoothing):
     if logits.device.type != DEVICE.type or target.device != logits.device:
         raise ValueError(f"cross_entropy: logits on {logits.device}, target on {target.device}; the kernels run on "
                          f"{DEVICE.type} here")
-    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices: for class "
-                        "probabilities use torch.nn.functional.cross_entropy")
+    if target.dtype not in (torch.int64, torch.uint8):  # PyTorch's class indices
+        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices (torch.int64 or "
+                        "torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
     if logits.dim() == 0 or logits.shape[logits.dim() > 1] == 0:
         raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} have no classes")
     n_classes, expected = logits.shape[logits.dim() > 1], logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
     if tuple(target.shape) != tuple(expected):
         raise ValueError(f"cross_entropy: target has shape {list(target.shape)}, expected {list(expected)}")
-    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()
-                                   and weight.shape == (n_classes,) and weight.device == logits.device):
-        raise ValueError(f"cross_entropy: weight must be a float tensor of shape [{n_classes}] on {logits.device}")
-    if weight is not None and weight.requires_grad:
-        raise ValueError("cross_entropy: weight must not require a gradient")
+    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()):
+        raise TypeError(f"cross_entropy: weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
+    if weight is not None and (weight.shape != (n_classes,) or weight.device != logits.device or weight.requires_grad):
+        raise ValueError(f"cross_entropy: weight must be of shape [{n_classes}] on {logits.device} and must not "
+                         f"require a gradient; got {list(weight.shape)} on {weight.device}, {weight.requires_grad=}")
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
-    if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+    if not (isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == ()):
+        raise TypeError(f"cross_entropy: label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
+        if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
+            return n_classes, operator.index(ignore_index)
+    raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
 
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   inplace_backward=False):
-    _check(logits, target, weight, reduction, label_smoothing)
-    n_classes = logits.shape[logits.dim() > 1]
+    n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
     x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
     x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
-    target1d = target.reshape(-1)
+    target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
+    inplace = bool(inplace_backward) and (x2d.shape[0] < 2 or x2d.stride(0) >= n_classes)  # no rows sharing memory
     if not (ON_GPU and torch.cuda.is_current_stream_capturing()):  # a look on the host (a sync); in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    loss = CrossEntropyFunction.apply(x2d, target1d, weight, int(ignore_index), reduction, float(label_smoothing),
-                                      bool(inplace_backward))
+    loss = CrossEntropyFunction.apply(x2d, target1d, weight, ignore_index, reduction, float(label_smoothing), inplace)
     return loss.view(target.shape) if reduction == "none" else loss
 
 # %%
 # Correctness
 # -----------
 # The drop-in against ``F.cross_entropy`` in float64 (``reduction='none'``, a random upstream gradient, rows ignored,
-# with and without weights): relative errors, beside PyTorch's. A CPU's short rows take the core kernel (the tests
-# force the split there).
+# with and without weights): relative errors beside PyTorch's. A CPU's short rows take the core kernel (tests split).
 
 CHECK_SHAPES = [(64, 131073), (16, 262144), (33, 200_003), (8, 65537)] if ON_GPU else [(5, 300), (3, 1000)]
 
@@ -524,8 +525,7 @@ else:
 # %%
 # Does the split pay?
 # -------------------
-# Each dtype and :math:`V`: the light, the kernels, the drop-in and the peers on the same tensors, forward alone and
-# forward+backward.
+# Per dtype and :math:`V`: the light, kernels, drop-in and peers on the same tensors, forward and forward+backward.
 
 records, missing = [], {}
 for dtype in (torch.bfloat16, torch.float32):
@@ -599,7 +599,7 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# **Label smoothing** needs one more share a slice, :math:`\sum_c w_c x_c`: a second flag word. **Clusters**: quack
-# exchanges the shares through a cluster's shared memory, which Triton does not expose. **Exercise**: ``SLICE_N`` 2048?
+# **Label smoothing** needs one more share a slice, :math:`\sum_c w_c (m_k - x_c)`: a second flag word. **Clusters**:
+# quack exchanges the shares through a cluster's shared memory, not exposed by Triton. **Exercise**: ``SLICE_N`` 2048?
 
 environment_card()
