@@ -40,9 +40,11 @@ author = "The Speed of Light authors"
 copyright = f"{datetime.date.today().year}, {author}"
 
 # docs/_ext: sol_build runs each page in its own process, after a pass that compiles every page in parallel (on
-# a GPU); sol_results makes the landing page's table and figure of what the tutorials measured in this build
+# a GPU); sol_results makes the landing page's table and figure of what the tutorials measured in this build;
+# sol_notebooks gives each page's notebook a first cell that installs what that page imports and Markdown without
+# Sphinx markup, publishes the notebooks with the site, and links each page to Colab and to its source
 sys.path.insert(0, str(pathlib.Path(__file__).parent / "docs" / "_ext"))
-extensions = ["sphinx_gallery.gen_gallery", "sol_build", "sol_results"]
+extensions = ["sphinx_gallery.gen_gallery", "sol_build", "sol_results", "sol_notebooks"]
 templates_path = ["docs/_templates"]
 html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]
@@ -73,12 +75,37 @@ def _repository_url(env):
     return f"{server}/{repository}/"
 
 
+def _site_url(env):
+    """Where the built site is published, or "" where no one says. SOL_SITE_URL names it outright; otherwise, for a
+    repository on github.com that GitHub Actions builds (GITHUB_REPOSITORY), GitHub Pages' address for it:
+    https://<owner>.github.io/<name>/ (a custom domain redirects from there). A notebook links to another page of
+    the site at this address; where there is none it names the page by its title."""
+    explicit = env.get("SOL_SITE_URL", "").strip()
+    if explicit:
+        return explicit.rstrip("/") + "/"
+    repository = env.get("GITHUB_REPOSITORY", "").strip().strip("/")
+    server = env.get("GITHUB_SERVER_URL", "").strip().rstrip("/") or "https://github.com"
+    if server != "https://github.com" or repository.count("/") != 1:
+        return ""
+    owner, name = repository.lower().split("/")[0], repository.split("/")[1]
+    return f"https://{owner}.github.io/" + ("" if name.lower() == f"{owner}.github.io" else f"{name}/")
+
+
 _REPOSITORY_URL = _repository_url(os.environ)
-# furo's "view source" and "edit" links, only where the repository is known
+_SOURCE_BRANCH = "main"
+# furo's "view source" and "edit" links, only where the repository is known (sol_notebooks points a tutorial's at
+# its script under tutorials/, not at the generated .rst under docs/)
 html_theme_options = (
-    {"source_repository": _REPOSITORY_URL, "source_branch": "main", "source_directory": "docs/"}
+    {"source_repository": _REPOSITORY_URL, "source_branch": _SOURCE_BRANCH, "source_directory": "docs/"}
     if _REPOSITORY_URL else {}
 )
+html_baseurl = _site_url(os.environ)
+# docs/_ext/sol_notebooks.py: each tutorial page links to its script on the repository ("View source") and, for a
+# repository on github.com, to Colab ("Run in Colab"), which opens the notebook the site publishes
+# (notebooks/tutorials/<page>.ipynb) from the repository's branch that holds the published site
+sol_repository_url = _REPOSITORY_URL
+sol_source_branch = _SOURCE_BRANCH
+sol_notebooks_branch = os.environ.get("SOL_NOTEBOOKS_BRANCH", "").strip() or "gh-pages"
 
 
 def _free_gpu_memory(gallery_conf, fname, when=None):
@@ -137,12 +164,9 @@ sphinx_gallery_conf = {
     # Peak GPU memory per script on the execution-times page. Without a GPU there is none to measure:
     # sphinx-gallery's default stays (nothing measured, "0.0 MB"), and that page says why (_explain_memory).
     "show_memory": _peak_gpu_memory if _HAS_CUDA else False,
-    # One cell for every notebook: the packages that any tutorial imports (jax: tutorial 05's)
-    "first_notebook_cell": (
-        "# Needs: pip install torch triton pandas matplotlib jax  (jax: tutorials 05, 51 and 52; on a CUDA GPU, \"jax[cuda13]\")\n"
-        "# Runs on a CUDA GPU, or on the CPU through Triton's interpreter (Pallas' for tutorial 05): small sizes, slow.\n"
-        "# Tutorials 51 and 52 need a Hopper GPU, or on the CPU JAX 0.11.1 or newer (Python 3.12) for Mosaic GPU's interpreter."
-    ),
+    # No cell common to every notebook: docs/_ext/sol_notebooks.py gives each its own, which installs what that page
+    # imports
+    "first_notebook_cell": None,
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,
 }

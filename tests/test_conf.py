@@ -1,6 +1,7 @@
 """conf.py names no repository it was not told about: the theme's source links come from the build's
 environment (GitHub Actions' GITHUB_SERVER_URL and GITHUB_REPOSITORY, or SOL_REPOSITORY_URL), and a
-build without them (a local one) has none."""
+build without them (a local one) has none; nor a site address (SOL_SITE_URL, or GitHub Pages' for a repository
+on github.com that Actions builds)."""
 
 import json
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 
-_TOLD = ("SOL_REPOSITORY_URL", "GITHUB_REPOSITORY", "GITHUB_SERVER_URL")
+_TOLD = ("SOL_REPOSITORY_URL", "SOL_SITE_URL", "SOL_NOTEBOOKS_BRANCH", "GITHUB_REPOSITORY", "GITHUB_SERVER_URL")
 
 
 CASES = {
@@ -25,11 +26,24 @@ CASES = {
     "empty": ({"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": "https://github.com"}, None),
 }
 
+# the site's address: where a notebook's link to another page goes (conf.html_baseurl; "" where unknown)
+SITE_CASES = {
+    "site, local": ({}, ""),
+    "site, actions": ({"GITHUB_REPOSITORY": "Someone/sol-fork", "GITHUB_SERVER_URL": "https://github.com"},
+                      "https://someone.github.io/sol-fork/"),
+    "site, a user site": ({"GITHUB_REPOSITORY": "someone/Someone.github.io"}, "https://someone.github.io/"),
+    "site, enterprise server": ({"GITHUB_REPOSITORY": "team/speed", "GITHUB_SERVER_URL": "https://ghe.example.com"},
+                                ""),
+    "site, explicit": ({"SOL_SITE_URL": "https://docs.example.org/sol", "GITHUB_REPOSITORY": "someone/sol"},
+                       "https://docs.example.org/sol/"),
+}
+
 
 @pytest.fixture(scope="module")
-def theme_options():
-    """case -> conf.html_theme_options, conf.py imported afresh under exactly that case's variables (of the
-    ones that name a repository; the rest of this environment is kept), in one new interpreter."""
+def configured():
+    """case -> conf.html_theme_options, conf.html_baseurl and the notebooks' settings, conf.py imported afresh under
+    exactly that case's variables (of the ones that name a repository or a site; the rest of this environment is
+    kept), in one new interpreter."""
     code = f"""
 import importlib, json, os, sys
 for name in {_TOLD!r}:
@@ -40,30 +54,41 @@ for case, env in json.loads(sys.argv[1]).items():
     saved = dict(os.environ)
     os.environ.update(env)
     sys.modules.pop("conf", None)
-    results[case] = importlib.import_module("conf").html_theme_options
+    conf = importlib.import_module("conf")
+    results[case] = {{"theme": conf.html_theme_options, "site": conf.html_baseurl,
+                     "repository": conf.sol_repository_url, "notebooks_branch": conf.sol_notebooks_branch}}
     os.environ.clear()
     os.environ.update(saved)
 print(json.dumps(results))
 """
-    cases = json.dumps({case: env for case, (env, _) in CASES.items()})
+    cases = json.dumps({case: env for case, (env, _) in {**CASES, **SITE_CASES}.items()})
     proc = subprocess.run([sys.executable, "-c", code, cases], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"importing conf.py failed:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_a_local_build_links_to_no_repository(theme_options):
-    assert theme_options["local"] == {}, "with no repository named in the environment, the pages must link to none"
+def test_a_local_build_links_to_no_repository(configured):
+    assert configured["local"]["theme"] == {}, "with no repository named in the environment, no page links to one"
+    assert configured["local"]["repository"] is None, "nor Colab and source links (docs/_ext/sol_notebooks.py)"
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_repository_comes_from_the_environment(theme_options, case):
+def test_the_repository_comes_from_the_environment(configured, case):
     env, url = CASES[case]
-    options = theme_options[case]
+    options = configured[case]["theme"]
     if url is None:
         assert options == {}, f"{env}: expected no source links, got {options}"
     else:
         assert options == {"source_repository": url, "source_branch": "main", "source_directory": "docs/"}, \
             f"{env}: expected links to {url}, got {options}"
+    assert configured[case]["repository"] == url, "the tutorials' Colab and source links name the same repository"
+    assert configured[case]["notebooks_branch"] == "gh-pages"
+
+
+@pytest.mark.parametrize("case", list(SITE_CASES))
+def test_the_sites_address_comes_from_the_environment(configured, case):
+    env, url = SITE_CASES[case]
+    assert configured[case]["site"] == url, f"{env}: expected the site at {url!r}, got {configured[case]['site']!r}"
 
 
 def test_conf_names_no_repository_of_its_own():
@@ -81,7 +106,8 @@ import json, os, sys
 sys.path.insert(0, os.getcwd())
 import conf
 hook = conf.sphinx_gallery_conf["show_memory"]
-out = {"cell": conf.sphinx_gallery_conf["first_notebook_cell"], "hook": repr(hook) if not callable(hook) else "callable"}
+out = {"cell": conf.sphinx_gallery_conf["first_notebook_cell"], "extensions": conf.extensions,
+       "hook": repr(hook) if not callable(hook) else "callable"}
 if callable(hook):
     import torch
     def holds_64_mib():
@@ -96,30 +122,12 @@ print(json.dumps(out))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _top_level_imports(path):
-    """The packages a tutorial imports unconditionally (at module level, outside try and if)."""
-    import ast
-
-    roots = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots - set(sys.stdlib_module_names)
-
-
-def test_the_notebooks_first_cell_names_what_every_tutorial_imports(gallery_conf):
-    """The pip line at the top of each downloaded notebook names each package a tutorial needs (jax: tutorial 05)."""
-    from conftest import TUTORIALS
-
-    pip_line = next(line for line in gallery_conf["cell"].splitlines() if "pip install" in line)
-    named = set(pip_line.split("pip install", 1)[1].replace('"', " ").replace("[", " ").split())
-    installed_with = {"jaxlib": "jax", "numpy": "pandas"}  # installed by a package the line names
-    for path in TUTORIALS:
-        for package in _top_level_imports(path):
-            assert installed_with.get(package, package) in named, \
-                f"{path.name} imports {package}, which the notebooks' first cell ({pip_line!r}) does not install"
+def test_each_notebook_gets_its_own_pages_first_cell(gallery_conf):
+    """No first cell common to every notebook (one cell spoke of every page's packages and needs): sphinx-gallery adds
+    none, and docs/_ext/sol_notebooks.py gives each notebook one that installs what its page imports
+    (tests/test_notebooks_markup.py)."""
+    assert gallery_conf["cell"] is None, "sphinx-gallery's first_notebook_cell would be the same in every notebook"
+    assert "sol_notebooks" in gallery_conf["extensions"]
 
 
 def test_the_memory_column_is_the_gpus_peak_or_nothing(gallery_conf):
