@@ -67,10 +67,9 @@ def naive_softmax(x):
 #
 # Step 0: the plain kernel
 # ------------------------
-# One program a row loads the row into registers (``BLOCK_N``: its length rounded up to a power of two),
-# takes its maximum and the sum of the exponentials, and stores :math:`y`. Padding lanes load
-# :math:`-\infty`, whose exponential is 0. The arithmetic is fp32; fp16 and bf16 stay 16-bit in memory
-# (half the bytes).
+# One program a row loads the row into registers (``BLOCK_N``: its length rounded up to a power of two), takes
+# its maximum and the sum of the exponentials, and stores :math:`y`. Padding lanes load :math:`-\infty`, whose
+# exponential is 0. The arithmetic is fp32; fp16 and bf16 stay 16-bit in memory (half the bytes).
 
 @triton.jit
 def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
@@ -300,15 +299,19 @@ class SoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
+                               "backward is a Triton kernel, not differentiable; use torch's softmax there")
         (y,) = ctx.saved_tensors
         return _rowwise(softmax_rows_backward, y, ctx.dim, y, dy.to(y.dtype)), None
 
 def softmax(input, dim=-1, dtype=None):
     """Drop-in for ``torch.softmax(input, dim, dtype=None)`` on float32, float16 and bfloat16, with autograd."""
-    if not isinstance(input, torch.Tensor) or not isinstance(dim, int):
-        raise TypeError(f"softmax: input must be a torch.Tensor and dim must be an int, got {type(input).__name__}, {type(dim).__name__}")
-    for name, t in (("input's dtype is ", input.dtype), ("dtype=", dtype)):
-        if t is not None and t not in SUPPORTED_DTYPES:
+    if not isinstance(input, torch.Tensor) or not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"softmax: input must be a torch.Tensor and dim must be an int, got {type(input).__name__}, "
+                        f"{type(dim).__name__}")
+    for name, t in (("input's dtype is ", input.dtype if dtype is None else None), ("dtype=", dtype)):
+        if t is not None and t not in SUPPORTED_DTYPES:  # with dtype=, any input is cast to it first, as in torch
             raise TypeError(f"softmax: {name}{t}; these kernels support float32, float16 and bfloat16 (else use torch.softmax)")
     if input.device.type != DEVICE.type:
         raise ValueError(f"softmax: input is on {input.device}, the kernels run on {DEVICE.type} here: use .to('{DEVICE.type}')")
@@ -324,9 +327,8 @@ def softmax(input, dim=-1, dtype=None):
 # %%
 # Correctness
 # -----------
-# The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward,
-# next to PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's
-# kernels.
+# The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward, next to
+# PyTorch's own in the same dtype: ours should be no worse. The shapes reach each of the drop-in's kernels.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003), (4, 262_144)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 40_000), (2, 70_001)]

@@ -101,11 +101,18 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    # in n_rows' type: Triton passes 2**31 rows or more as int64, and program_id * BLOCK_M may pass 2**31 there
+    rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
+    sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
+    rstd = tl.rsqrt(sum_sq / n_cols + eps)
+    # Values past about 1e19 overflow sum_sq in fp32 (torch's rms_norm returns 0 there). Such a row, rare, sums
+    # (x / 2**80)**2 instead: exact (a power of two), finite for 2**31 values up to 2**48, eps negligible beside it.
+    if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
+        x_small = x * 2.0**-80
+        rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
     y = x * rstd[:, None]
     if HAS_WEIGHT:
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -180,10 +187,18 @@ def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x
             offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
             x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             sum_sq += x * x
-        rstd = tl.rsqrt(tl.sum(sum_sq, axis=0) / n_cols + eps)
-        tl.store(rstd_ptr + row, rstd)
-        offs = (n_chunks - 1) * CHUNK_N + cols
+        offs = (n_chunks - 1) * CHUNK_N + cols  # pass 2's first chunk, in flight while rstd is made
         x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        sum_sq = tl.sum(sum_sq, axis=0)
+        rstd = tl.rsqrt(sum_sq / n_cols + eps)
+        if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
+            sum_small = tl.zeros([CHUNK_N], tl.float32)
+            for k in range(0, n_chunks):
+                at = k * CHUNK_N + cols
+                x_small = tl.load(x_row + at, mask=at < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                sum_small += x_small * x_small
+            rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
+        tl.store(rstd_ptr + row, rstd)
         for chunk in range(0, n_chunks):
             x = x_next.to(tl.float32)
             here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
@@ -216,8 +231,8 @@ def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_parti
             dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             if HAS_WEIGHT:
                 dy = dy * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
-            acc += dy * x
-        c = tl.sum(acc, axis=0) * rstd / n_cols  # (1/N) sum g * x_hat
+            acc += dy * (x * rstd)  # x_hat first: dy * x may overflow where x is huge
+        c = tl.sum(acc, axis=0) / n_cols  # (1/N) sum g * x_hat
         # Pass 2, backwards: dx, and dw_partial += dy * x_hat.
         offs = (n_chunks - 1) * CHUNK_N + cols
         x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
@@ -327,6 +342,9 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            raise RuntimeError("rms_norm: a gradient of this gradient (create_graph=True) is not supported: the "
+                               "backward is a Triton kernel, not differentiable; use torch's rms_norm there")
         x2d, w, rstd = ctx.saved_tensors
         dy2d, dx2d = _as_rows(dy.to(x2d.dtype), x2d.shape[1]), torch.empty_like(x2d)
         dw = torch.empty_like(w) if ctx.needs_input_grad[1] else None
@@ -342,7 +360,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     eps = torch.finfo(torch.float32).eps if eps is None else eps
     for name, t in {"input": input, "weight": input if weight is None else weight}.items():
         if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"rms_norm: {name} must be a torch.Tensor of dtype float32, float16 and bfloat16")
+            raise TypeError(f"rms_norm: {name} is {getattr(t, 'dtype', type(t).__name__)}; the kernels take "
+                            "torch.Tensors of dtype float32, float16 and bfloat16 (else use F.rms_norm)")
         if t.device.type != DEVICE.type:
             raise ValueError(f"rms_norm: {name} is on {t.device}, the kernels on {'cuda' if ON_GPU else 'the CPU'}")
     if not all(isinstance(d, int) for d in shape) or not isinstance(eps, (int, float)) or isinstance(eps, bool):

@@ -209,8 +209,11 @@ def softmax_staged_forward(x2d, y2d, cfg=None):
 
 
 def softmax_forward(x, cfg=None):
-    """torch.softmax(x, -1), forward only, for float32 / float16 / bfloat16 tensors."""
-    x2d = x.reshape(-1, x.shape[-1])
+    """torch.softmax(x, -1), forward only, for float32 / float16 / bfloat16 tensors (0-d and empty ones too)."""
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"softmax_forward: x has dtype {x.dtype}; the kernels take float32, float16 and bfloat16")
+    n_cols = x.shape[-1] if x.dim() else 1
+    x2d = x.reshape(x.numel() // n_cols if n_cols else 0, n_cols)  # rows of any view: strided, or copied to unit stride
     x2d = x2d.contiguous() if x2d.shape[1] > 1 and x2d.stride(1) != 1 else x2d
     y2d = torch.empty(x2d.shape, device=x.device, dtype=x.dtype)
     if y2d.numel():

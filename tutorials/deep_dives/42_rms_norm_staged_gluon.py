@@ -54,11 +54,18 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    # in n_rows' type: Triton passes 2**31 rows or more as int64, and program_id * BLOCK_M may pass 2**31 there
+    rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # padding columns add 0
+    sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
+    rstd = tl.rsqrt(sum_sq / n_cols + eps)
+    # Values past about 1e19 overflow sum_sq in fp32 (torch's rms_norm returns 0 there). Such a row, rare, sums
+    # (x / 2**80)**2 instead: exact (a power of two), finite for 2**31 values up to 2**48, eps negligible beside it.
+    if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
+        x_small = x * 2.0**-80
+        rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
     y = x * rstd[:, None]
     if HAS_WEIGHT:
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -127,7 +134,14 @@ def rms_norm_fwd_staged_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, x_row_stri
         async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be on their way
         x = staged.index(c).load(layout).to(gl.float32)
         sum_sq += gl.where(cols < n_cols - c * CHUNK, x * x, 0.0)
-    rstd = gl.rsqrt(gl.sum(sum_sq, axis=0) / n_cols + eps)
+    sum_sq = gl.sum(sum_sq, axis=0)
+    rstd = gl.rsqrt(sum_sq / n_cols + eps)
+    if sum_sq == float("inf"):  # values past 1e19, rare: the row again, scaled by 2**-80 (as tutorial 04's kernels)
+        sum_small = gl.zeros([CHUNK], gl.float32, layout)
+        for k in range(CHUNKS):
+            x_small = staged.index(k).load(layout).to(gl.float32) * 2.0**-80
+            sum_small += gl.where(cols < n_cols - k * CHUNK, x_small * x_small, 0.0)
+        rstd = 2.0**-80 * gl.rsqrt(gl.sum(sum_small, axis=0) / n_cols)
     for c in range(CHUNKS):
         col_ok = cols < n_cols - c * CHUNK
         y = staged.index(c).load(layout).to(gl.float32) * rstd
@@ -194,10 +208,13 @@ def rms_norm_staged_forward(x2d, w, y2d, rstd, eps, cfg=None):
 def rms_norm_forward(x, weight=None, eps=1e-6, cfg=None):
     """F.rms_norm(x, x.shape[-1:], weight, eps), forward only, for 16-bit rows of up to 32768 (the core
     kernel's limit; tutorial 04's ``rms_norm`` takes any shape, with autograd)."""
-    if x.shape[-1] > 32768 or x.element_size() != 2:
-        raise ValueError(f"rms_norm_forward: 16-bit rows of up to 32768 elements (got {x.dtype}, {x.shape[-1]}); "
-                         "tutorial 04's rms_norm takes every row")
-    x2d = x.reshape(-1, x.shape[-1])
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() == 0 or x.shape[-1] > 32768:
+        raise ValueError(f"rms_norm_forward: 16-bit rows of up to 32768 elements (got {x.dtype}, shape "
+                         f"{tuple(x.shape)}); tutorial 04's rms_norm takes every row")
+    if weight is not None and (weight.shape != x.shape[-1:] or not weight.is_floating_point()):
+        raise ValueError(f"rms_norm_forward: weight has shape {tuple(weight.shape)} and dtype {weight.dtype}, "
+                         f"expected ({x.shape[-1]},) of a floating dtype")
+    x2d = x.reshape(x.numel() // x.shape[-1] if x.shape[-1] else 0, x.shape[-1])  # rows of any view (copied if needed)
     x2d = x2d.contiguous() if x2d.shape[1] > 1 and x2d.stride(1) != 1 else x2d
     y2d, rstd = torch.empty_like(x2d), torch.empty(x2d.shape[0], device=x.device, dtype=torch.float32)
     if x2d.numel():
