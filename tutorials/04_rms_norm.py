@@ -187,18 +187,18 @@ def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x
             offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
             x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             sum_sq += x * x
-        offs = (n_chunks - 1) * CHUNK_N + cols  # pass 2's first chunk, in flight while rstd is made
-        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
         sum_sq = tl.sum(sum_sq, axis=0)
         rstd = tl.rsqrt(sum_sq / n_cols + eps)
         if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
             sum_small = tl.zeros([CHUNK_N], tl.float32)
             for k in range(0, n_chunks):
-                at = k * CHUNK_N + cols
-                x_small = tl.load(x_row + at, mask=at < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                offs = k * CHUNK_N + cols
+                x_small = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32) * 2.0**-80
                 sum_small += x_small * x_small
             rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
         tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
             x = x_next.to(tl.float32)
             here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
