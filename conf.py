@@ -141,6 +141,7 @@ def _peak_gpu_memory(func):
 _only = os.environ.get("SOL_TUTORIAL", "")
 
 import sol_build  # noqa: E402  (docs/_ext, on the path above)
+import sol_reading  # noqa: E402
 
 # Pages this JAX is too old for (sol_build.JAX_NEEDED: deep dives 51 and 52 need 0.11.1) are shown, not run, and the
 # build says so
@@ -223,24 +224,22 @@ def _explain_memory(app):
 
 
 _TUTORIALS = pathlib.Path(__file__).parent / "tutorials"
-_WORDS_PER_MINUTE = 230  # reading speed for technical prose; code counts word for word
 
 
 def _page_facts(path):
-    """(title, first sentence, minutes to read) of a gallery script, from its docstring and its words."""
+    """(title, first sentence, minutes to read) of a gallery script, from its docstring and sol_reading."""
     text = path.read_text(encoding="utf-8")
     doc = text.split('"""')[1].strip().splitlines()
     title = doc[0].strip()
     first = " ".join(line.strip() for line in doc[2:] if line.strip()).split(". ")[0].rstrip(".") + "."
-    minutes = max(1, round(len(re.findall(r"\w+", text)) / _WORDS_PER_MINUTE))
-    return title, first, minutes
+    return title, first, sol_reading.reading_minutes(text)
 
 
 _LEARN = re.compile(r"\*\*What\s+you\s+will\s+learn\*\*")  # a line may break between any two words
 
 
 def _reading_time_in_header(app, docname, source):
-    """A page's header gives its reading time by the landing page's formula (its words / _WORDS_PER_MINUTE),
+    """A page's header gives its reading time by the landing page's formula (sol_reading.reading_minutes),
     computed from the script, never typed in it: 'What you will learn' gets '(about N min)'."""
     parts = docname.split("/")
     script = _TUTORIALS.joinpath(*parts[1:]).with_suffix(".py") if parts[0] == "tutorials" else None
