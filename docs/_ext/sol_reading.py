@@ -2,8 +2,8 @@
 
 Prose at WORDS_PER_MINUTE, and every line of code read line by line at SECONDS_PER_CODE_LINE. Calibrated on careful
 first readings by an ML engineer new to Triton (2026-11-28, the pages of commit 5accd1a): 01, 02, 04 and 06 took 60,
-80, 70 and 75 minutes; this model gives those pages 65, 76, 66 and 68 (`git show 5accd1a:tutorials/<page>.py`). The appendix (from the
-heading "Appendix: how this page measures" on) is reference, not reading: it is left out."""
+80, 70 and 75 minutes; this model gives those pages 65, 76, 66 and 68 (`git show 5accd1a:tutorials/<page>.py`).
+The appendix (from the heading "Appendix: how this page measures" on) is reference, not reading: it is left out."""
 
 import re
 
