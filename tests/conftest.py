@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import filelock
 import pytest
@@ -76,7 +77,10 @@ def load_page(path):
     """A page's ``_Page``: its cells up to its timer run now, the rest when a test asks for a name they define."""
     source = path.read_text(encoding="utf-8")
     head = untimed_source(source)
-    scope = {"__name__": f"tutorial_{path.stem}", "__file__": str(path)}
+    # the page's globals are a module's, registered as such: torch.compile looks a traced function's module up by name
+    module = types.ModuleType(f"tutorial_{path.stem}")
+    module.__file__, scope = str(path), module.__dict__
+    sys.modules[module.__name__] = module
     exec(compile(head, str(path), "exec"), scope)
     rest = "\n" * head.count("\n") + source[len(head):] if len(head) < len(source) else None
     return _Page(path, scope, rest)

@@ -402,3 +402,35 @@ def test_bad_inputs_raise_clear_errors(tut):
     else:
         with pytest.raises(ValueError, match="interpreter"):
             reduce_sum(torch.ones(4, device="meta"))
+
+
+@pytest.mark.parametrize("dims", ([0, 1], [1], [0], [0, 2]), ids=str)
+@pytest.mark.parametrize("requires_grad", (False, True))
+def test_operator_passes_opcheck(tut, dims, requires_grad):
+    """reduce_sum's operator (torch.library.custom_op): schema, fake tensor, autograd registration, and the same
+    values and gradients under AOTAutograd as eagerly."""
+    x = _input((5, 7, 3) if 2 in dims else (5, 7), torch.float32, seed=len(dims)).requires_grad_(requires_grad)
+    torch.library.opcheck(tut["sum_op"], (x, dims, torch.float32))
+
+
+@pytest.mark.parametrize("dim", (None, 0, (0, 1)), ids=str)
+def test_compiled_block_matches_eager(tut, dim):
+    """A linear layer, reduce_sum, a loss, compiled with fullgraph=True (AOTAutograd, no Inductor on the CPU): no
+    graph break, the same values and gradients as eagerly."""
+    linear = torch.nn.Linear(16, 12, device=DEVICE)
+    x = _input((6, 16), torch.float32, seed=1)
+
+    def block(t):
+        out = tut["reduce_sum"](linear(t)) if dim is None else tut["reduce_sum"](linear(t), dim)
+        return out.square().sum()
+
+    def run(fn):
+        linear.zero_grad(set_to_none=True)
+        t = x.clone().requires_grad_()
+        loss = fn(t)
+        loss.backward()
+        return loss.detach(), t.grad, linear.weight.grad
+
+    torch._dynamo.reset()
+    for got, want in zip(run(torch.compile(block, fullgraph=True, backend="aot_eager")), run(block)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

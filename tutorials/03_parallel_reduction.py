@@ -218,24 +218,37 @@ def _flat(x):  # a unit-stride 1-D view where x's elements fill one dense block,
     dense = x.permute(sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d])))
     return dense.view(-1) if dense.is_contiguous() else x.contiguous().view(-1)  # strided, broadcast: copied
 
-class SumFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dims, keepdim, dtype):  # dims: sorted, distinct, every dim of x for a whole sum
-        ctx.shape, ctx.dtype, ctx.dims = x.shape, x.dtype, dims
-        kept = [d for d in range(x.dim()) if d not in dims]
-        out = torch.empty([x.shape[d] for d in kept], device=x.device, dtype=dtype)
-        if x.numel() == 0:
-            out.zero_()  # a sum of nothing is 0
-        elif not kept:
-            sum_vector(_flat(x), out.view(1), "persistent")
-        else:
-            sum_rows(x.permute(kept + dims).reshape(out.numel(), -1), out.view(-1))
-        return out.view([1 if d in dims else n for d, n in enumerate(x.shape)]) if keepdim else out
+# The kernels run inside a PyTorch operator, ``torch.library.custom_op``: a model compiled with
+# ``torch.compile(fullgraph=True)`` keeps it in its graph, with no break, and ``register_fake`` tells the compiler the
+# output's shape and dtype without running it. The gradient is the upstream one broadcast back, in torch ops, so a
+# gradient of the gradient is torch's too.
 
-    @staticmethod
-    def backward(ctx, grad):
-        shape = [1 if d in ctx.dims else n for d, n in enumerate(ctx.shape)]  # the sum with keepdim
-        return grad.reshape(shape).to(ctx.dtype).expand(ctx.shape), None, None, None
+@torch.library.custom_op("sol::reduce_sum_03", mutates_args=())
+def sum_op(x: torch.Tensor, dims: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """x summed over dims (sorted, distinct; every dim for a whole sum), in dtype, the reduced dims dropped."""
+    kept = [d for d in range(x.dim()) if d not in dims]
+    out = torch.empty([x.shape[d] for d in kept], device=x.device, dtype=dtype)
+    if x.numel() == 0:
+        out.zero_()  # a sum of nothing is 0
+    elif not kept:
+        sum_vector(_flat(x), out.view(1), "persistent")
+    else:
+        sum_rows(x.permute(kept + dims).reshape(out.numel(), -1), out.view(-1))
+    return out
+
+@sum_op.register_fake
+def _(x, dims, dtype):
+    return x.new_empty([n for d, n in enumerate(x.shape) if d not in dims], dtype=dtype)
+
+def _sum_setup(ctx, inputs, output):
+    x, ctx.dims, _ = inputs
+    ctx.shape, ctx.dtype = x.shape, x.dtype
+
+def _sum_backward(ctx, grad):
+    shape = [1 if d in ctx.dims else n for d, n in enumerate(ctx.shape)]  # the sum with keepdim
+    return grad.reshape(shape).to(ctx.dtype).expand(ctx.shape), None, None
+
+sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
 
 def reduce_sum(input, dim=None, keepdim=False, *, dtype=None):  # torch's names, so keywords work too
     """Drop-in for ``torch.sum`` on float32, float16 and bfloat16 tensors, with autograd."""
@@ -255,7 +268,8 @@ def reduce_sum(input, dim=None, keepdim=False, *, dtype=None):  # torch's names,
         raise RuntimeError(f"reduce_sum: dim {max(wrapped, key=wrapped.count)} appears more than once in dim={dim!r}")
     dims = sorted(wrapped) if dims and x.dim() else list(range(x.dim()))  # None or (): every dim
     x = x if dtype in (None, x.dtype, torch.float32) else x.to(dtype)  # to fp32: exact, the kernels do it
-    return SumFunction.apply(x, dims, bool(keepdim), x.dtype if dtype is None else dtype)
+    out = sum_op(x, dims, x.dtype if dtype is None else dtype)
+    return out.view([1 if d in dims else n for d, n in enumerate(x.shape)]) if keepdim else out
 
 # %%
 # Correctness
