@@ -146,7 +146,7 @@ def test_core_page_shows_its_ladder_measured(built_site, stem):
 # needs a reason written here.
 MOST_MINUTES = 30
 READS_LONGER = {"01_fused_softmax": 70, "02_layer_norm": 79, "02_layer_norm_backward_locks": 62,
-                "03_parallel_reduction": 66, "04_rms_norm": 72, "05_jax_rms_norm": 63, "05_jax_rms_norm_sharded": 55,
+                "03_parallel_reduction": 54, "04_rms_norm": 72, "05_jax_rms_norm": 63, "05_jax_rms_norm_sharded": 55,
                 "06_cross_entropy": 78}
 
 
@@ -158,9 +158,13 @@ def test_core_page_reads_in_thirty_minutes(stem):
 
 def test_reading_time_counts_code_and_leaves_out_the_appendix():
     prose = '"""Title\n=====\n"""\n' + "# word word word\n" * 230
+    code = "x = 1\n" * 60
+    appendix = "# %%\n# Appendix: how this page measures\n# ----------------------------------\n" + code
+    results = "# %%\n# Results\n# -------\n" + code
     assert reading_minutes(prose) == 3  # 690 words of prose at 230 a minute
-    assert reading_minutes(prose + "x = 1\n" * 60) == 3 + 10  # 60 lines of code at 10 s a line
-    assert reading_minutes(prose + "# Appendix: how this page measures\n" + "x = 1\n" * 60) == 3
+    assert reading_minutes(prose + code) == 3 + 10  # 60 lines of code at 10 s a line
+    assert reading_minutes(prose + appendix) == 3
+    assert reading_minutes(prose + appendix + results) == 3 + 10, "the section after the appendix is read again"
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -169,7 +173,8 @@ def test_page_has_tables_plot_downloads_and_run_time(built_site, stem):
         pytest.skip(f"{stem}: this build shows it without running it (conf.py: its JAX is too old)")
     text = page(built_site, stem)
     assert '<table class="dataframe' in text or "<table id=" in text, "no HTML table on the page"
-    assert re.search(r'<img[^>]+src="[^"]*sphx_glr_' + stem + r'_\d+\.png"', text), "no plot image"
+    measured_nothing = "it measures no speed" in html.unescape(text)  # a CPU run that says it measured no speed
+    assert measured_nothing or re.search(r'<img[^>]+src="[^"]*sphx_glr_' + stem + r'_\d+\.png"', text), "no plot image"
     up = "../" * WHERE[stem].count("/") + "../"
     for ext in ("py", "ipynb"):
         link = re.search(rf'href="{re.escape(up)}(_downloads/[0-9a-f]+/{stem}\.{ext})"', text)

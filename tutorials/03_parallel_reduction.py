@@ -300,10 +300,13 @@ assert (errors["ours"] <= errors.dtype.map(TOLERANCE)).all(), errors
 errors.style.format({"ours": "{:.1e}", "torch": "{:.1e}"}).hide(axis="index")
 
 # %%
-# The speed of light, in code
-# ---------------------------
-# The read-only pass xors the tensor's 32-bit words into one word per program (``tl.xor_sum``), so no
-# load can be dropped. Each benchmark takes the faster ``READ_CONFIGS``: a measurement, not a proof.
+# Appendix: how this page measures
+# --------------------------------
+# The measuring machinery, for reference: :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a
+# CUDA graph of each call, the GPU's cost, not Python's. GB/s counts the input, read once. The copy (bytes read and
+# written) is timed without a graph, where CUDA may use a slower copy engine.
+# The speed of light's read-only pass xors the tensor's 32-bit words into one word per program (``tl.xor_sum``),
+# so no load can be dropped; each benchmark takes the faster ``READ_CONFIGS``: a measurement, not a proof.
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr, EVICT: tl.constexpr):
@@ -329,12 +332,6 @@ def read_pass(x, block=8192, num_warps=16, evict="", programs_per_sm=None):
     return out
 
 # %%
-# How this page measures
-# -----------------------
-# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the
-# GPU's cost, not Python's. GB/s counts the input, read once. The copy (bytes read and written) is timed
-# without a graph, where CUDA may use a slower copy engine. On the CPU the copy is the light.
-
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 def bench(fn, graph=True):
@@ -348,6 +345,10 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+
+def peer_missing(peer, why):
+    """The one wording of a peer this run cannot measure."""
+    print(f"{peer}: not measured here ({why}).")
 
 def providers(out):
     """name -> a whole sum of x (ours write it to ``out``); torch.compile on a GPU only."""
@@ -381,7 +382,7 @@ def write_results(table):
 def environment_card():
     """Everything a reader needs to judge this page's numbers, shown collapsed."""
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch": torch.__version__, "Triton":
-            triton.__version__, "Python": platform.python_version(), "built": BUILT, "packages": os.getenv("SOL_LOCK", "unpinned")}
+            triton.__version__, "Python": platform.python_version(), "built": BUILT, "packages": os.getenv("SOL_LOCK", "not pinned")}
     if ON_GPU:
         props, smi = torch.cuda.get_device_properties(DEVICE), "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
         card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
@@ -416,13 +417,19 @@ for step, idea, launch, widths in steps:
         rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbps, "% of light": 100 * gbps / light})
 del x, row_out
 ladder = pd.DataFrame(rows)
-ladder.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]  # the interpreter's times are no GPU's speeds
+shown.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "% of light": "{:.3g}%"}).hide(
+    axis="index")
 
 # %%
 speed = ladder.set_index(["step", "N"])["GB/s"]
-print(f"Packing short rows (step 1) read rows of 64 {speed[1, 64] / speed[0, 64]:.3g}x as fast as one row a program "
-      f"(step 0), and rows of 4096 at {speed[1, 4096] / speed[0, 4096]:.3g}x its speed. On one row of {LADDER_ELEMENTS:,}, "
-      f"the persistent grid (step 2) read {speed[2, LADDER_ELEMENTS] / speed[1, LADDER_ELEMENTS]:.3g}x as fast as step 1's lone program.")
+if not ON_GPU:
+    print(NO_SPEED)
+else:
+    print(f"Packing short rows (step 1) read rows of 64 {speed[1, 64] / speed[0, 64]:.3g}x as fast as one row a program "
+          f"(step 0), and rows of 4096 at {speed[1, 4096] / speed[0, 4096]:.3g}x its speed. On one row of {LADDER_ELEMENTS:,}, "
+          f"the persistent grid (step 2) read {speed[2, LADDER_ELEMENTS] / speed[1, LADDER_ELEMENTS]:.3g}x as fast as step 1's lone program.")
 
 # %%
 # Benchmark: the whole vector
@@ -431,6 +438,8 @@ print(f"Packing short rows (step 1) read rows of 64 {speed[1, 64] / speed[0, 64]
 
 SWEEP_VECTOR = [2**20, 2**22, 2**24, 2**26, 2**28] if ON_GPU else [2**10, 2**12, 2**14]
 records = []
+if not ON_GPU:
+    peer_missing("torch.compile", "no GPU")
 for dtype in (torch.float32, torch.bfloat16):
     for n in SWEEP_VECTOR:
         x, out = torch.randn(n, device=DEVICE, dtype=dtype), torch.empty(1, device=DEVICE, dtype=torch.float32)
@@ -441,8 +450,9 @@ for dtype in (torch.float32, torch.bfloat16):
             torch.testing.assert_close((out if mine else result).float().reshape(()), reference, atol=atol,
                                        rtol=1e-3 if mine else 1e-2)
             gbps = x.numel() * x.element_size() / bench(lambda: fn(x)) * 1e-6
+            error = abs((out if mine else result).double().item() - reference.item()) / abs(reference.item())
             records.append({"dtype": str(dtype)[6:], "n": n, "provider": name, "GB/s": gbps, "speed of light GB/s": light,
-                            "copy GB/s": copy, "% of speed of light": 100 * gbps / light})
+                            "copy GB/s": copy, "% of speed of light": 100 * gbps / light, "error": error})
         del x
     if ON_GPU:
         torch.cuda.empty_cache()
@@ -454,22 +464,28 @@ table.insert(1, "copy (reference)", results.groupby(["dtype", "n"])["copy GB/s"]
 table["persistent, % of light"] = table["persistent"] / table["speed of light"] * 100
 table["persistent / torch"] = table["persistent"] / table["torch"]
 write_results(table)
-table.style.format({c: "{:.0f}" for c in table.columns} | {"persistent, % of light": "{:.1f}%",
-                                                         "persistent / torch": "{:.2f}"}, na_rep="-")
+if not ON_GPU:  # the interpreter's times are no GPU's speeds: each provider's error against the float64 sum instead
+    table = results.pivot_table(index=["dtype", "n"], columns="provider", values="error").add_suffix(", error")
+table.style.format({c: "{:.0f}" for c in table.columns} | {c: "{:.1e}" for c in table.columns if c.endswith("error")}
+                   | {"persistent, % of light": "{:.1f}%", "persistent / torch": "{:.2f}x"}, na_rep="-")
 
 # %%
 # As a plot, in % of the speed of light measured beside each point:
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white")
-for ax, dtype in zip(axes, ["float32", "bfloat16"]):
-    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
-        ax.plot(line.n, line["% of speed of light"], marker="o", markersize=3, linewidth=2.5 if name == "persistent" else 1.2, label=name)
-    ax.axhline(100, color="black", linewidth=1, label=f"speed of light ({LIGHT[4:]})")
-    ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
-    ax.set(title=f"whole vector, {dtype}", xlabel="elements n", ylabel=f"% of {LIGHT}'s GB/s" if ax is axes[0] else None)
-axes[0].legend(loc="lower right", fontsize=8)
-fig.suptitle(f"Whole sums, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white")
+    for ax, dtype in zip(axes, ["float32", "bfloat16"]):
+        for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
+            ax.plot(line.n, line["% of speed of light"], marker="o", markersize=3,
+                    linewidth=2.5 if name == "persistent" else 1.2, label=name)
+        ax.axhline(100, color="black", linewidth=1, label=f"speed of light ({LIGHT[4:]})")
+        ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
+        ax.set(title=f"whole vector, {dtype}", xlabel="elements n", ylabel=f"% of {LIGHT}'s GB/s" if ax is axes[0] else None)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"Whole sums, on {WHERE}")
+    fig.tight_layout()
+else:
+    print(NO_SPEED)
 
 # %%
 # Determinism, measured
@@ -498,21 +514,25 @@ determinism
 # -------------------
 # Computed from the tables above, in this build:
 
-big = results[results.n == SWEEP_VECTOR[-1]].pivot_table(index="dtype", columns="provider", values="% of speed of light")
-small = results[(results.n == SWEEP_VECTOR[0]) & (results.dtype == "float32") & (results.provider == "persistent")].iloc[0]
-varying, vs_atomic = determinism.index[determinism["distinct results"] > 1].tolist(), big.persistent / big.atomic
-print(f"At n = {SWEEP_VECTOR[-1]:,} the persistent design reads at " + " and ".join(f"{big.persistent[t]:.3g}% of {LIGHT} "
-      f"in {t} ({big.persistent[t] / big.filter(items=['torch', 'torch.compile']).loc[t].max():.3g}x the faster peer)"
-      for t in big.index) + ".")
-print(f"At n = {SWEEP_VECTOR[0]:,} a whole fp32 sum takes {SWEEP_VECTOR[0] * 4e-3 / small['GB/s']:.3g} us, "
-      f"{small['% of speed of light']:.3g}% of {LIGHT}: the launches of its two passes are a fixed part of so short a "
-      "time. Sums along dims run step 1's kernel; where their rows are few or strided, deep dive 31 takes over.")
-print(f"Over {DETERMINISM_RUNS} runs " + (f"{', '.join(varying)} gave more than one result" if varying else "every design "
-      "gave one result" + ("" if ON_GPU else " (the interpreter runs programs one after another)")) + f"; at the largest n the persistent design read "
-      f"{vs_atomic.min():.3g}-{vs_atomic.max():.3g}x as fast as the atomic one, so the same bits every run cost "
-      + ("nothing measurable." if vs_atomic.min() > 0.97 else "some speed, which the drop-in pays."))
+varying = determinism.index[determinism["distinct results"] > 1].tolist()
 if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings.")
+    print(NO_SPEED + f" Over {DETERMINISM_RUNS} runs " + (f"{', '.join(varying)} gave more than one result." if varying
+          else "every design gave one result (the interpreter runs programs one after another)."))
+else:
+    big = results[results.n == SWEEP_VECTOR[-1]].pivot_table(index="dtype", columns="provider", values="% of speed of light")
+    small = results[(results.n == SWEEP_VECTOR[0]) & (results.dtype == "float32") & (results.provider == "persistent")]
+    small, vs_atomic = small.iloc[0], big.persistent / big.atomic
+    print(f"At n = {SWEEP_VECTOR[-1]:,} the persistent design reads at " + " and ".join(
+        f"{big.persistent[t]:.3g}% of {LIGHT} in {t} "
+        f"({big.persistent[t] / big.filter(items=['torch', 'torch.compile']).loc[t].max():.3g}x the faster peer)"
+        for t in big.index) + ".")
+    print(f"At n = {SWEEP_VECTOR[0]:,} a whole fp32 sum takes {SWEEP_VECTOR[0] * 4e-3 / small['GB/s']:.3g} us, "
+          f"{small['% of speed of light']:.3g}% of {LIGHT}: the launches of its two passes are a fixed part of so short "
+          "a time. Sums along dims run step 1's kernel; where their rows are few or strided, deep dive 31 takes over.")
+    print(f"Over {DETERMINISM_RUNS} runs " + (f"{', '.join(varying)} gave more than one result" if varying else
+          "every design gave one result") + f"; at the largest n the persistent design read "
+          f"{vs_atomic.min():.3g}-{vs_atomic.max():.3g}x as fast as the atomic one, so the same bits every run cost "
+          + ("nothing measurable." if vs_atomic.min() > 0.97 else "some speed, which the drop-in pays."))
 
 # %%
 # Going further
