@@ -1,7 +1,10 @@
 """Tutorial 04 (core page): RMSNorm. Fused and chunked kernels against float64, poisoned outputs, bad inputs,
 determinism, the launch parameters. The split backward is tested in test_rms_norm_wide_backward.py."""
 
+import copy
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -272,3 +275,76 @@ def test_tutorial_checked_and_measured(tut):
     assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"] and set(ladder.step) == {0, 1, 2}
     assert (ladder["GB/s"] > 0).all() and list(ladder.step) == sorted(ladder.step)
     assert math.isclose(tut["TOTAL_ELEMENTS"], 2**26) or DEVICE == "cpu"
+
+
+def _fwd_samples():
+    """(x, w, eps) for the forward operator: with and without a weight and requires_grad, rows with a row stride,
+    transposed rows, no rows."""
+    x = torch.randn(5, 7, device=DEVICE)
+    padded = torch.randn(5, 10, device=DEVICE)[:, :7]
+    w = torch.randn(7, device=DEVICE) + 1
+    return [(x, w, 1e-6), (x, None, 1e-6), (x.clone().requires_grad_(), w.clone().requires_grad_(), 1e-3),
+            (x.clone().requires_grad_(), None, 0.0), (padded.requires_grad_(), w, 1e-6),
+            (torch.randn(7, 5, device=DEVICE).T, w.clone().requires_grad_(), 1e-6),
+            (torch.randn(0, 7, device=DEVICE, requires_grad=True), w, 1e-6)]
+
+
+def test_forward_operator_passes_opcheck(tut):
+    """Schema, fake (shapes without running the kernels), autograd registration, and a compiled graph's run."""
+    for args in _fwd_samples():
+        torch.library.opcheck(tut["rms_norm_fwd_op"], args)
+
+
+def test_backward_operator_passes_opcheck(tut):
+    x, w = torch.randn(5, 7, device=DEVICE), torch.randn(7, device=DEVICE) + 1
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    dys = [torch.randn(5, 7, device=DEVICE), torch.tensor(1.0, device=DEVICE).expand(5, 7),  # stride 0: from .sum()
+           torch.randn(7, 5, device=DEVICE).T]
+    op = tut["rms_norm_bwd_op"]
+    for dy in dys:
+        for weight, compute_dw in [(w, True), (w, False), (None, False), (None, True)]:
+            torch.library.opcheck(op, (x, weight, rstd, dy, compute_dw))
+    empty = torch.empty(0, 7, device=DEVICE)
+    torch.library.opcheck(op, (empty, w, torch.empty(0, device=DEVICE), empty, True))
+    dx, dw = op(empty, w, torch.empty(0, device=DEVICE), empty, True)
+    assert dx.shape == (0, 7) and torch.equal(dw, torch.zeros_like(w)), "no rows: dw is a sum over none"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("normalized_shape,affine", [((16,), True), ((16,), False), ((2, 8), True)], ids=str)
+def test_compiled_block_keeps_the_drop_in(tut, monkeypatch, dtype, normalized_shape, affine):
+    """A linear layer, rms_norm and a loss compiled with fullgraph=True (no graph break) against the same block run
+    eagerly, in the loss and in the gradients of the input, the layer's weight and the norm's weight."""
+    # Dynamo reads the page's globals through its module name; a page run by the tests is not a module
+    module = types.ModuleType(tut.data["__name__"])
+    module.__dict__.update(tut.data)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 3, 12, generator=gen).to(DEVICE, dtype)
+    linear = torch.nn.Linear(12, 16, device=DEVICE, dtype=dtype)
+    w = (torch.rand(normalized_shape, generator=gen) + 0.5).to(DEVICE, dtype) if affine else None
+    c = torch.randn(6, 3, *normalized_shape, generator=gen).to(DEVICE)  # a loss that rms_norm does not flatten
+    rms_norm = tut["rms_norm"]
+
+    def block(x, w):
+        return (rms_norm(linear(x).reshape(c.shape), normalized_shape, w, 1e-5).float() * c).sum()
+
+    def run(fn):
+        leaves = [x.clone().requires_grad_()] + ([] if w is None else [w.clone().requires_grad_()])
+        linear.zero_grad(set_to_none=True)
+        loss = fn(leaves[0], leaves[1] if affine else None)
+        loss.backward()
+        return [loss.detach(), linear.weight.grad] + [t.grad for t in leaves]
+
+    torch._dynamo.reset()
+    eager, compiled = run(block), run(torch.compile(block, fullgraph=True, backend="aot_eager"))
+    torch._dynamo.reset()
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+    for name, got, want in zip(["loss", "linear weight's gradient", "input's gradient", "norm weight's gradient"],
+                               compiled, eager):
+        torch.testing.assert_close(got, want, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    # and the eager block against float64: the comparison above is not of two wrong answers
+    linear64 = copy.deepcopy(linear).double()
+    h64 = linear64(x.double()).reshape(c.shape)
+    loss64 = (F.rms_norm(h64, normalized_shape, None if w is None else w.double(), 1e-5) * c.double()).sum()
+    assert rel(eager[1], torch.autograd.grad(loss64, linear64.weight)[0]) <= 2 * TOL[dtype], "eager against float64"

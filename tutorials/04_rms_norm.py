@@ -11,7 +11,7 @@ persistent grid that sums the weight gradient in registers, then in a fixed orde
 Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, shutil, subprocess, timeit
+import contextlib, datetime, itertools, math, os, shutil, subprocess, timeit, typing
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -68,7 +68,6 @@ def plain_rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial
     dx = (g - x_hat * tl.sum(g * x_hat, axis=0) / n_cols) * rstd
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     tl.store(dw_partial_ptr + offs, dy * x_hat, mask=mask)
-
 @triton.jit
 def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
@@ -208,7 +207,6 @@ def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x
             if HAS_WEIGHT:
                 y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
             tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
-
 @triton.jit
 def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
                                 dy_row_stride, dx_row_stride, HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr,
@@ -267,13 +265,12 @@ RANGE = {("forward", "float32"): range(1, 32768 + 1), ("forward", "bfloat16"): r
 # warps for about bytes_per_thread bytes of an n-element tile a thread (4 to 32)
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
 
-# Forward: 64 bytes of x a thread (four 16-byte loads in flight), the one tile alive; chunked: 32 values a thread.
 def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
     """(kernel, meta, grid): a program per block of rows (not persistent: nothing to accumulate)."""
     if chunk_n is None and n_cols <= MAX_FUSED_N["forward"] and n_cols * element_size <= MAX_FUSED_BYTES:
         block_n = triton.next_power_of_2(n_cols)
         block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-        num_warps = _warps(block_m * block_n, element_size, 64)  # one tile alive: 64 bytes a thread
+        num_warps = _warps(block_m * block_n, element_size, 64)  # one tile alive: 64 bytes (four loads) a thread
         return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
             triton.cdiv(n_rows, block_m)
     chunk = chunk_n or CHUNK_N["forward"]  # 32 values of a chunk a thread: 16 warps for 16 K columns
@@ -282,11 +279,9 @@ def _fwd_config(n_rows, n_cols, element_size, chunk_n=None):
 # Backward: 32 bytes a thread of each of five live tiles (x, dy, the next block's, dw_partial); 16 once a 16 KB
 # row is the tile (more loads in flight); programs an SM: as many as fit in 16 warps, to hide latency with P small.
 def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
-    """(kernel, meta, grid): persistent, as many programs an SM as fit in 16 warps (P stays small)."""
     if chunk_n is None and n_cols <= MAX_FUSED_N["backward"]:
         block_n = triton.next_power_of_2(n_cols)
         block_m = max(1, MIN_ELEMENTS // block_n)
-        # x, dy, the next block's and dw_partial alive: 32 bytes a thread; 16 once a 16 KB row fills a program
         num_warps = _warps(block_m * block_n, element_size, 16 if n_cols * element_size >= 16384 else 32)
         return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
             max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
@@ -294,22 +289,22 @@ def _bwd_config(n_rows, n_cols, element_size, chunk_n=None):
     return rms_norm_bwd_chunked_kernel, dict(CHUNK_N=chunk, num_warps=_warps(chunk, element_size, 32)), \
         max(1, min(n_rows, NUM_SMS))
 
-# dw's sum: 64 partials a step, strips of 16 columns (32 past 4096), 4 warps: narrow strips, many programs.
+# dw's sum: 64 partials a step, in order; narrow strips (16 columns, 32 past 4096) of 4 warps: many programs.
 def _reduce_config(n_cols):
-    """dw_reduce_kernel: narrow strips of columns, many programs, each summing all partials in order."""
     return dict(BLOCK_P=64, BLOCK_N=16 if n_cols <= 4096 else 32, num_warps=4)
 
 # %%
 # The drop-in function
 # --------------------
-# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; errors name what the kernels lack.
+# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; errors name what the kernels lack. They run as
+# two PyTorch operators (``torch.library.custom_op``): a model compiled with ``torch.compile(fullgraph=True)`` keeps
+# them in its graph, unbroken; ``register_fake`` tells the compiler their outputs' shapes without running a kernel.
 
 def rms_norm_rows_forward(x2d, w, y2d, rstd, eps, chunk_n=None):  # chunk_n forces the chunked kernel
     n_rows, n_cols = x2d.shape
     kernel, meta, grid = _fwd_config(n_rows, n_cols, x2d.element_size(), chunk_n)
     kernel[(grid,)](x2d, x2d if w is None else w, y2d, rstd, n_rows, n_cols, x2d.stride(0), y2d.stride(0),
                     eps, HAS_WEIGHT=w is not None, **meta)
-
 def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, programs=None):
     """dx2d and dw (unless None); ``programs`` overrides the grid. Returns the number of dw partials."""
     n_rows, n_cols = x2d.shape
@@ -324,35 +319,44 @@ def rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw, chunk_n=None, programs=
     return grid
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
 def _as_rows(t, n_cols):  # a view where one can do
     t2d = t.reshape(t.numel() // n_cols if n_cols else 0, n_cols)
     return t2d if t2d.stride(-1) == 1 or n_cols == 1 else t2d.contiguous()
 
-class RMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, n_cols, eps):
-        x2d, w = _as_rows(x, n_cols), None if weight is None else weight.reshape(-1).contiguous()
-        y2d, rstd = x2d.new_empty(x2d.shape), x2d.new_empty(len(x2d), dtype=torch.float32)
-        if x2d.numel():
-            rms_norm_rows_forward(x2d, w, y2d, rstd, eps)
-        ctx.save_for_backward(x2d, w, rstd)
-        ctx.w_shape = getattr(weight, "shape", None)
-        return y2d.view(x.shape)
+@torch.library.custom_op("sol::rms_norm_fwd_04", mutates_args=())
+def rms_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """y and each row's rstd (fp32, for the backward) of rows x of any strides, in new tensors."""
+    y, rstd = rms_norm_fwd_fake(x, w, eps)
+    if x.numel():
+        rms_norm_rows_forward(_as_rows(x, x.shape[1]), w if w is None else w.contiguous(), y, rstd, eps)
+    return y, rstd
+@rms_norm_fwd_op.register_fake
+def rms_norm_fwd_fake(x, w, eps):  # shapes and dtypes only
+    return x.new_empty(x.shape), x.new_empty(x.shape[0], dtype=torch.float32)
 
-    @staticmethod
-    def backward(ctx, dy):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            raise RuntimeError("rms_norm: a gradient of this gradient (create_graph=True) is not supported: the "
-                               "backward is a Triton kernel, not differentiable; use torch's rms_norm there")
-        x2d, w, rstd = ctx.saved_tensors
-        dy2d, dx2d = _as_rows(dy.to(x2d.dtype), x2d.shape[1]), torch.empty_like(x2d)
-        dw = torch.empty_like(w) if ctx.needs_input_grad[1] else None
-        if x2d.numel():
-            rms_norm_rows_backward(x2d, w, rstd, dy2d, dx2d, dw)
-        elif dw is not None:
-            dw.zero_()  # no rows: a sum over none
-        return dx2d.view(dy.shape), dw if dw is None else dw.view(ctx.w_shape), None, None
+@torch.library.custom_op("sol::rms_norm_bwd_04", mutates_args=())
+def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: torch.Tensor, dy: torch.Tensor,
+                    compute_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx, and dw (empty unless compute_dw and a weight), in new tensors; rows of any strides."""
+    (dx, dw), n_cols = rms_norm_bwd_fake(x, w, rstd, dy, compute_dw), x.shape[1]
+    if x.numel():
+        rms_norm_rows_backward(_as_rows(x, n_cols), w if w is None else w.contiguous(), rstd.contiguous(),
+                               _as_rows(dy, n_cols), dx, dw if dw.numel() else None)
+    return dx, dw if x.numel() else dw.zero_()  # no rows: dw sums over none
+@rms_norm_bwd_op.register_fake
+def rms_norm_bwd_fake(x, w, rstd, dy, compute_dw):
+    return x.new_empty(x.shape), w.new_empty(w.shape) if compute_dw and w is not None else x.new_empty(0)
+
+def _setup(ctx, inputs, output):  # keeps x, w and rstd for the backward
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+    ctx.mark_non_differentiable(output[1])
+def _backward(ctx, dy, _):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        raise RuntimeError("rms_norm: a gradient of this gradient (create_graph=True) is not supported: the "
+                           "backward is a Triton kernel, not differentiable; use torch's rms_norm there")
+    dx, dw = rms_norm_bwd_op(*ctx.saved_tensors, dy, ctx.needs_input_grad[1])
+    return dx, dw if ctx.needs_input_grad[1] else None, None
+rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """Drop-in for F.rms_norm, with autograd."""
@@ -366,12 +370,13 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
             raise ValueError(f"rms_norm: {name} is on {t.device}, the kernels on {'cuda' if ON_GPU else 'the CPU'}")
     if not all(isinstance(d, int) for d in shape) or not isinstance(eps, (int, float)) or isinstance(eps, bool):
         raise TypeError("rms_norm: normalized_shape must be a tuple of ints, eps a float or None")
-    if not 0 < len(shape) <= input.dim() or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:
+    if not 0 < len(shape) <= input.dim() or input.shape[-len(shape):] != shape or math.prod(shape) >= 2**31:
         raise ValueError(f"rms_norm: normalized_shape {shape} must be at least one of the last dims of {input.shape}, "
                          "under 2**31 elements")
     if weight is not None and (weight.shape != shape or weight.device != input.device):
         raise ValueError(f"rms_norm: weight has shape {weight.shape} on {weight.device}, not {shape} on {input.device}")
-    return RMSNormFunction.apply(input, weight, math.prod(shape), float(eps))
+    w = None if weight is None else weight.reshape(-1).contiguous()
+    return rms_norm_fwd_op(_as_rows(input, math.prod(shape)), w, float(eps))[0].view(input.shape)
 
 # %%
 # Correctness
@@ -401,8 +406,7 @@ errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 # How this page measures
 # -----------------------
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays;
-# the *speed of light*: a copy of x, without a graph. GB/s counts x, y forward, x, dy,
-# dx backward.
+# the *speed of light*: a copy of x, without a graph. GB/s counts x, y forward, x, dy, dx backward.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
@@ -427,7 +431,6 @@ def tensors(n_cols, dtype):  # and a copy's GB/s
     return x, w, dy, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
 
 gbps = lambda forward, x, ms: (2 if forward else 3) * x.numel() * x.element_size() / ms * 1e-6  # x, y or x, dy, dx
-
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
 if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
     torch._dynamo.config.recompile_limit = 1024  # one compilation per shape and dtype
@@ -540,9 +543,8 @@ print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% 
 # %%
 # Going further
 # -------------
-# **Past the range**: forward, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit rows
-# in shared memory; backward, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` shares a row among
-# programs. **Exercise**: give each thread 64 bytes in ``_bwd_config``: what spills? Reference: Zhang,
-# Sennrich (2019).
+# **Past the range**: forward, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit rows in
+# shared memory; backward, :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` shares a row among
+# programs. **Exercise**: give each thread 64 bytes in ``_bwd_config``: what spills? Reference: Zhang, Sennrich (2019).
 
 environment_card()
