@@ -5,11 +5,13 @@ Without a GPU these run through Triton's interpreter on the CPU (exact, slow: si
 """
 
 import math
+import sys
+import types
 
 import pytest
 import torch
 
-from conftest import DEVICE, LazyTutorial
+from conftest import DEVICE, LazyTutorial, load_tutorial
 
 T = LazyTutorial("01_fused_softmax")
 
@@ -216,6 +218,84 @@ def test_bad_inputs_raise_clear_errors():
     other = "cpu" if DEVICE == "cuda" else "meta"
     with pytest.raises(ValueError, match="on (cpu|meta)"):
         softmax(torch.randn(4, 4, device=other))
+
+
+# The kernels as PyTorch operators (sol::softmax_fwd_01, sol::softmax_bwd_01)
+
+def operator_samples():
+    """Rows as the drop-in hands them over: contiguous, a row stride past the row, a transposed view (no unit stride
+    along the row: the operator copies), rows broadcast down (row stride 0), 16-bit, one row, empty."""
+    base = torch.randn(7, 40, device=DEVICE)
+    xs = [base, base[:, :33], base[:, :9].T, base[:1].expand(5, -1), base.bfloat16(), base[:1, :5].half(),
+          base[:0], base[:, :0]]
+    return [x.detach() for x in xs]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no grad", "requires grad"])
+def test_operators_pass_opcheck(requires_grad):
+    """torch.library.opcheck: the schema, the fake (shape-only) implementation against the real one, the autograd
+    registration, and a trace by AOT autograd with dynamic shapes, forward (and backward where grad is required)."""
+    fwd, bwd = T["softmax_fwd_op"], T["softmax_bwd_op"]
+    for x in operator_samples():
+        torch.library.opcheck(fwd, (x.requires_grad_(requires_grad),))
+        y = torch.softmax(x.detach().float(), -1).to(x.dtype)
+        # dy as autograd hands it over: contiguous, broadcast from a 0-d (from .sum()), transposed
+        for dy in (torch.randn_like(y), torch.randn((), device=DEVICE, dtype=y.dtype).expand(y.shape),
+                   torch.randn(y.shape[::-1], device=DEVICE, dtype=y.dtype).T):
+            torch.library.opcheck(bwd, (y, dy))
+    x = torch.randn(3, 11, device=DEVICE)
+    assert torch.equal(fwd(x), T["softmax"](x, -1)), "the drop-in is the operator on the rows"
+    torch.testing.assert_close(fwd(x[:, ::2]), torch.softmax(x[:, ::2], -1))
+
+
+def test_backward_operator_is_not_differentiable():
+    """Its gradient is the refused gradient of a gradient: differentiating it fails, never gives a silent zero."""
+    y = torch.softmax(torch.randn(3, 11, device=DEVICE), -1).requires_grad_(True)
+    dx = T["softmax_bwd_op"](y, torch.randn_like(y))
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        dx.sum().backward()
+
+
+@pytest.fixture
+def page_module(monkeypatch):
+    """The page as the module its __name__ names: torch.compile looks the globals of a function it traces up there
+    (a reader's notebook is __main__)."""
+    page = load_tutorial("01_fused_softmax")
+    module = types.ModuleType(page["__name__"])
+    module.__dict__.update(page.data)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module
+
+
+@pytest.mark.parametrize("dtype,dim", [(torch.float32, -1), (torch.bfloat16, 0)], ids=str)
+def test_compiled_block_matches_eager(page_module, dtype, dim):
+    """A linear layer, the drop-in, a loss, compiled in one graph (fullgraph=True: no graph break) with AOT autograd
+    (aot_eager: the CPU runs it), against the same block run eagerly, in the loss and the gradients of the layer's
+    input and weight; the graph holds the forward operator."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    x = torch.randn(12, 16, device=DEVICE, dtype=dtype, generator=gen)
+    linear = torch.nn.Linear(16, 24, device=DEVICE, dtype=dtype)
+    weight = torch.randn(24, device=DEVICE, dtype=dtype, generator=gen)
+
+    def block(h):
+        return (page_module.softmax(linear(h), dim=dim) * weight).sum()
+
+    def run(fn):
+        leaf = x.detach().clone().requires_grad_(True)
+        linear.zero_grad(set_to_none=True)
+        loss = fn(leaf)
+        loss.backward()
+        return loss.detach(), leaf.grad, linear.weight.grad
+
+    torch._dynamo.reset()
+    backend = CompileCounterWithBackend("aot_eager")
+    eager, compiled = run(block), run(torch.compile(block, fullgraph=True, backend=backend))
+    for what, got, want in zip(("loss", "input's gradient", "weight's gradient"), compiled, eager):
+        torch.testing.assert_close(got, want, msg=lambda m, w=what: f"compiled block, {w}: {m}")
+    ops = [node.target for graph in backend.graphs for node in graph.graph.nodes]
+    assert backend.frame_count == 1 and torch.ops.sol.softmax_fwd_01.default in ops, ops
 
 
 # Deep dive 13 (tutorials/deep_dives/13_launch_heuristics.py): the carried kernels under both grids.

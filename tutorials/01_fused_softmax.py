@@ -8,11 +8,11 @@ light*. You build it in Triton, forward and backward, as a drop-in for :func:`to
 against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
 **What you will learn**: to count bytes and predict a speed-up; a ladder of two kernels (one row a
-program, then several short rows a program, launched from one config function); the backward pass, in
-``torch.autograd.Function``. No Triton needed beforehand: this page is the site's Triton primer.
+program, then several short rows a program, launched from one config function); the backward pass; the drop-in as
+a PyTorch operator that a compiled model keeps. No Triton needed beforehand: this page is the site's Triton primer.
 """
 
-import contextlib, datetime, math, os, subprocess, timeit, warnings
+import datetime, importlib.util, math, os, subprocess, warnings
 
 import torch
 
@@ -256,8 +256,11 @@ def _online_config(n_cols):
 # %%
 # The launchers and the drop-in
 # -----------------------------
-# Step 1's kernel where a row fits in registers, else the online one. ``softmax`` takes what
-# :func:`torch.softmax` takes: any shape, ``dim``, layout and dtype cast, empty and 0-d tensors.
+# Step 1's kernel where a row fits in registers, else the online one. ``torch.compile`` cannot trace a Triton launch
+# from Python: a compiled model would break its graph there. ``torch.library.custom_op`` makes each launch an operator
+# that stays in the graph as it is; ``register_fake`` tells the compiler its output's shape and dtype without running
+# it, ``register_autograd`` gives it its backward. The operators take rows (2-D); ``softmax`` takes what
+# :func:`torch.softmax` takes (any shape, ``dim``, layout and dtype cast, empty and 0-d tensors) and moves ``dim`` last.
 
 def softmax_rows_forward(x2d, y2d):
     """y2d = softmax(x2d) along dim 1. Both 2-D, unit stride along the row. Returns the kernel's name."""
@@ -280,30 +283,29 @@ def softmax_rows_backward(y2d, dy2d, dx2d):
     return "fused"
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _rowwise(launch, like, dim, *tensors):
-    """launch(*rows, out) on 2-D views with unit-stride rows along dim (a copy where needed); out shaped like ``like``."""
-    rows = [t.movedim(dim, -1) for t in tensors]
-    rows = [(t if t.stride(-1) == 1 else t.contiguous()).reshape(math.prod(t.shape[:-1]), t.shape[-1]) for t in rows]
-    out = torch.empty(rows[0].shape, dtype=like.dtype, device=like.device)
+def _rows_op(launch, *rows):
+    """launch(*rows, out) on 2-D rows of unit stride (a copy where not), out a new tensor shaped like rows[0]."""
+    out = rows[0].new_empty(rows[0].shape)  # never an input or a view of one
     if out.numel() > 0:
-        launch(*rows, out)
-    out = out.view(like.movedim(dim, -1).shape).movedim(-1, dim)
-    return out.contiguous() if like.is_contiguous() else out
+        launch(*[t if t.stride(1) == 1 else t.contiguous() for t in rows], out)  # dy from .sum(): stride 0
+    return out
 
-class SoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        ctx.dim, y = dim, _rowwise(softmax_rows_forward, x, dim, x)
-        ctx.save_for_backward(y)
-        return y
+@torch.library.custom_op("sol::softmax_fwd_01", mutates_args=())
+def softmax_fwd_op(x2d: torch.Tensor) -> torch.Tensor:
+    return _rows_op(softmax_rows_forward, x2d)
+softmax_fwd_op.register_fake(lambda x2d: x2d.new_empty(x2d.shape))
 
-    @staticmethod
-    def backward(ctx, dy):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
-                               "backward is a Triton kernel, not differentiable; use torch's softmax there")
-        (y,) = ctx.saved_tensors
-        return _rowwise(softmax_rows_backward, y, ctx.dim, y, dy.to(y.dtype)), None
+@torch.library.custom_op("sol::softmax_bwd_01", mutates_args=())
+def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
+    return _rows_op(softmax_rows_backward, y2d, dy2d)  # the kernels read dy in any float dtype
+softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
+
+def _backward(ctx, dy2d):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
+                           "backward is a Triton kernel, not differentiable; use torch's softmax there")
+    return softmax_bwd_op(ctx.saved_tensors[0], dy2d)
+softmax_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(output))
 
 def softmax(input, dim=-1, dtype=None):
     """Drop-in for ``torch.softmax(input, dim, dtype=None)`` on float32, float16 and bfloat16, with autograd."""
@@ -318,11 +320,11 @@ def softmax(input, dim=-1, dtype=None):
     x, ndim = input if dtype is None else input.to(dtype), max(input.dim(), 1)  # 0-d: dim 0 or -1, as in torch
     if not -ndim <= dim < ndim:
         raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor (expected [{-ndim}, {ndim - 1}])")
-    if x.dim() == 0:
-        return SoftmaxFunction.apply(x.reshape(1), 0).reshape(())
-    if x.shape[dim] >= 2**31:
-        raise ValueError(f"softmax: rows of {x.shape[dim]} elements exceed the kernels' limit of 2**31 - 1")
-    return SoftmaxFunction.apply(x, dim % x.dim())
+    rows = x.movedim(dim, -1) if x.dim() else x.reshape(1)  # 0-d: a row of one. reshape copies only where it must
+    if rows.shape[-1] >= 2**31:
+        raise ValueError(f"softmax: rows of {rows.shape[-1]} elements exceed the kernels' limit of 2**31 - 1")
+    y = softmax_fwd_op(rows.reshape(math.prod(rows.shape[:-1]), rows.shape[-1])).view(rows.shape).movedim(-1, dim)
+    return y.reshape(x.shape).contiguous() if x.is_contiguous() else y
 
 # %%
 # Correctness
@@ -360,48 +362,47 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel
 # moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training.
 
-LigerSoftmaxFunction = quack = None  # no column for a peer missing or unable to run here
-with contextlib.suppress(ImportError):
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-why = "quack's CuTe-DSL needs a GPU of compute capability 9.0 or newer"
-try:
-    if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
-        import quack
-except Exception as err:  # not installed, or does not load here
-    why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
-if quack is None:
-    print(f"No quack column: {why}.")
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+def load_peer(peer, module, min_cc=(0, 0)):
+    """A peer's module, or None where it cannot run here (no column), saying why in the page's one wording."""
+    cc = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = ("not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else
+           "" if cc >= min_cc else "needs compute capability {}.{} or newer; this GPU has {}.{}".format(*min_cc, *cc))
+    if not why:
+        try:
+            return importlib.import_module(module)
+        except Exception as err:  # installed, yet it does not load here
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
+    print(f"{peer}: not measured here ({why}).")
+
+liger, quack = load_peer("Liger-Kernel", "liger_kernel.ops.softmax"), load_peer("quack", "quack", min_cc=(9, 0))
+inductor = load_peer("torch.compile", "torch._inductor")  # Inductor's CPU code would time a C++ compiler, not a GPU
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
 def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, one call, wall clock."""
+    """Median ms of one fn(), CUDA-graph replays timed by do_bench; without a GPU, NaN: one call, timed not at all."""
+    fn()  # compile and warm up outside the timing (on the CPU: the run that checks it)
     if not ON_GPU:
-        return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # compile and warm up outside the timing
+        return math.nan
     if graph:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
-def providers():
-    """name -> softmax along the last dim."""
+def providers():  # name -> softmax along the last dim
     found = {"naive": naive_softmax, "torch": lambda t: torch.softmax(t, dim=-1)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+    if inductor:
         warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
-        if LigerSoftmaxFunction is not None:
-            found["Liger"] = LigerSoftmaxFunction.apply
-        if quack is not None:
-            found["quack"] = quack.softmax
-    return found | {"ours": softmax}
+    peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax}
+    return found | {name: fn for name, fn in peers.items() if fn} | {"ours": softmax}
 
-def write_results(table):
-    """The summary the site's front page reads."""
+def write_results(table):  # the summary the site's front page reads
     if os.environ.get("SOL_RESULTS"):
         table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
@@ -428,8 +429,7 @@ def environment_card():
 # both steps launch alike).
 
 LADDER_ELEMENTS = 2**26 if ON_GPU else 2**15  # 256 MB of fp32 on the GPU, far past its L2
-x = torch.randn(LADDER_ELEMENTS, device=DEVICE)
-y = torch.empty_like(x)
+x, y = torch.randn(LADDER_ELEMENTS, device=DEVICE), torch.empty(LADDER_ELEMENTS, device=DEVICE)
 light = 2 * LADDER_ELEMENTS * 4 / bench(lambda: y.copy_(x), graph=False) * 1e-6
 steps = [(0, "one row a program, the whole row in registers", plain_softmax_rows),
          (1, "several short rows a program, warps sized to the tile", softmax_rows_forward)]
@@ -437,17 +437,11 @@ rows = []
 for step, idea, launch in steps:
     for n_cols in (256, 4096):
         xm, ym = x.view(-1, n_cols), y.view(-1, n_cols)
-        launch(xm, ym)
+        gbps = 2 * LADDER_ELEMENTS * 4 / bench(lambda: launch(xm, ym)) * 1e-6  # bench runs it at least once
         torch.testing.assert_close(ym, torch.softmax(xm, dim=-1))
-        gbps = 2 * LADDER_ELEMENTS * 4 / bench(lambda: launch(xm, ym)) * 1e-6
         rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbps, "% of light": 100 * gbps / light})
 ladder = pd.DataFrame(rows)
-ladder.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
-
-# %%
-speed = ladder.set_index(["step", "N"])["GB/s"]
-print(f"Packing short rows (step 1) ran rows of 256 at {speed[1, 256] / speed[0, 256]:.3g}x step 0's speed, and rows "
-      f"of 4096, launched alike, at {speed[1, 4096] / speed[0, 4096]:.3g}x.")
+ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide() if ON_GPU else print(NO_SPEED)
 
 # %%
 # Benchmark
@@ -491,23 +485,25 @@ table.insert(0, "speed of light", results.groupby(INDEX)["speed of light GB/s"].
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table[PEERS].max(axis=1)
 write_results(table)
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
-                   na_rep="-")
+fmt = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
+table.style.format(fmt, na_rep="-") if ON_GPU else print(NO_SPEED)
 
 # %%
-# As a plot, each provider in % of the copy measured beside it:
+# As a plot, each provider in % of the copy measured beside it (on a GPU):
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
-for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of speed of light"], marker="o", markersize=3, linewidth=2.5 if name == "ours" else 1.2, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
-    ax.label_outer()
-axes[0][0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
+    for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of speed of light"], marker="o", markersize=3, label=name,
+                    linewidth=2.5 if name == "ours" else 1.2)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
+        ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+        ax.label_outer()
+    axes[0][0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -516,21 +512,25 @@ fig.tight_layout()
 
 inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]
 pct, vs_peer, past = inside["ours, % of light"], inside["ours / best peer"], table.drop(inside.index)["ours, % of light"]
-d, t, n = pct.idxmin()
-why = ("short rows: a program spends more of its time starting and reducing than moving bytes" if n <= 1024 else
-       "rows for the online backward, which reads y and dy twice" if d == "backward" and n > MAX_FUSED_BWD_N else
-       "long rows: one fills much of an SM's registers, leaving few programs to overlap loads and stores" if n >= 16384 else "")
-print(f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
-      f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {d} {t} at N = {n}" + (f", {why}." if why else "."))
-print((f"Past its range ({', '.join(f'{d} {t} N = {n}: {v:.3g}%' for (d, t, n), v in past.items())}) a 16-bit row of "
-       "32 K fills half an SM's registers, one program an SM: " if len(past) else "Past its range, ")
-      + "deep dive 12 stages such rows in shared memory, and deep dive 11 takes rows past 32 K.")
-n_mid, fp32 = SWEEP_N[len(SWEEP_N) // 2], table.loc["forward"].loc["float32"]
-print(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive softmax (the bytes "
-      f"model said 4x), and packing short rows gave {speed[1, 256] / speed[0, 256]:.3g}x at N = 256: a memory-bound kernel "
-      "reaches a copy's speed by moving each byte once with enough bytes in flight per program.")
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+if ON_GPU:
+    (d, t, n), fp32, n_mid = pct.idxmin(), table.loc["forward"].loc["float32"], SWEEP_N[len(SWEEP_N) // 2]
+    packing = ladder.pivot(index="N", columns="step", values="GB/s").pipe(lambda gbs: gbs[1] / gbs[0])  # step 1 / 0
+    why = (", short rows: a program spends more of its time starting and reducing than moving bytes" if n <= 1024 else
+           ", rows for the online backward, which reads y and dy twice" if d == "backward" and n > MAX_FUSED_BWD_N else
+           ", long rows: one fills much of an SM's registers, leaving few programs to overlap loads and stores"
+           if n >= 16384 else "")
+    print(f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
+          f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {d} {t} at N = {n}{why}.")
+    past_points = ", ".join(f"{d} {t} N = {n}: {v:.3g}%" for (d, t, n), v in past.items())
+    print((f"Past its range ({past_points}) a 16-bit row of 32 K fills half an SM's registers, one program an SM: "
+           if len(past) else "Past its range, ") + "deep dive 12 stages such rows in shared memory, and deep dive 11 "
+          "takes rows past 32 K.")
+    print(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive softmax "
+          f"(the bytes model said 4x). In the ladder, packing short rows ran rows of 256 at {packing[256]:.3g}x step "
+          f"0's speed (rows of 4096, launched alike: {packing[4096]:.3g}x): a memory-bound kernel reaches a copy's "
+          "speed by moving each byte once with enough bytes in flight per program.")
+else:
+    print(NO_SPEED)
 
 # %%
 # Going further
