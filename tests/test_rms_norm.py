@@ -3,6 +3,9 @@ determinism, the launch parameters. The split backward is tested in test_rms_nor
 
 import copy
 import math
+import os
+import re
+import subprocess
 import sys
 import types
 
@@ -348,3 +351,34 @@ def test_compiled_block_keeps_the_drop_in(tut, monkeypatch, dtype, normalized_sh
     h64 = linear64(x.double()).reshape(c.shape)
     loss64 = (F.rms_norm(h64, normalized_shape, None if w is None else w.double(), 1e-5) * c.double()).sum()
     assert rel(eager[1], torch.autograd.grad(loss64, linear64.weight)[0]) <= 2 * TOL[dtype], "eager against float64"
+
+
+def test_missing_peers_are_named_with_their_reason(tut, monkeypatch, capsys):
+    peer_module = tut["peer_module"]
+    monkeypatch.setitem(tut.data, "ON_GPU", False)
+    assert peer_module("quack", "quack", min_major=9) is None
+    assert capsys.readouterr().out == "quack: not measured here (no GPU).\n"
+    monkeypatch.setitem(tut.data, "ON_GPU", True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
+    assert peer_module("quack", "quack", min_major=9) is None
+    assert capsys.readouterr().out == \
+        "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    assert peer_module("Liger-Kernel", "no_such_package_here.ops") is None
+    assert capsys.readouterr().out == "Liger-Kernel: not measured here (not installed).\n"
+    assert peer_module("torch.compile", "torch.nn.functional") is F and capsys.readouterr().out == ""
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the page's run without a GPU")
+def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
+    """Run alone as the build runs it: it exits 0, prints the one line where a GPU's run shows speeds (the ladder,
+    the benchmark, their reading), names each peer it leaves out and why, and prints no speed and no empty line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SOL_RESULTS", "SOL_LOCK")} | {"MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, str(tut.path)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines.count(tut["NO_SPEED"]) == 3 and all(lines), lines
+    for peer in ("torch.compile", "Liger-Kernel", "quack"):
+        assert f"{peer}: not measured here (no GPU)." in lines, lines
+    assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
+    monkeypatch.delenv("SOL_LOCK", raising=False)
+    assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()

@@ -11,7 +11,7 @@ persistent grid that sums the weight gradient in registers, then in a fixed orde
 Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, itertools, math, os, shutil, subprocess, timeit, typing
+import datetime, importlib.util, itertools, math, os, shutil, subprocess, timeit, typing
 import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -387,7 +387,6 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 100_003), (4, 200_001)] \
     if ON_GPU else [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-
 def check_row(shape, dtype):
     x, w, dy = (torch.randn(s, device=DEVICE, dtype=dtype) for s in (shape, shape[-1:], shape))
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
@@ -411,6 +410,7 @@ errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
     else dict.fromkeys(["forward", "backward"], [256, 1024, 4096])
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -429,21 +429,21 @@ def tensors(n_cols, dtype):  # and a copy's GB/s
     x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE, dtype=dtype)
     w, dy, out = torch.rand(n_cols, device=DEVICE, dtype=dtype) + 0.5, torch.randn_like(x), torch.empty_like(x)
     return x, w, dy, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
-
 gbps = lambda forward, x, ms: (2 if forward else 3) * x.numel() * x.element_size() / ms * 1e-6  # x, y or x, dy, dx
+
+def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "no GPU" if not ON_GPU else f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" \
+        if major < min_major else "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else None
+    return importlib.import_module(module) if why is None else print(f"{peer}: not measured here ({why}).")
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
-if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
+if peer_module("torch.compile", "torch"):  # on the CPU, Inductor would time a C++ compiler
     torch._dynamo.config.recompile_limit = 1024  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
-    with contextlib.suppress(ImportError):
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
-try:  # quack, where installed: compute capability 9.0+
-    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "needs a GPU of compute capability 9.0+"
-    import quack
+if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
+    fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
+if quack := peer_module("quack", "quack", min_major=9):
     fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
-except Exception as err:
-    print(f"No quack column: {err}"[:100])
 fns["ours"] = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS)
 
 def write_results(table):  # for the landing page
@@ -455,7 +455,7 @@ def environment_card():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                          text=True).stdout.split("\n")[0] if ON_GPU and shutil.which("nvidia-smi") else "?"
     card = {"device": WHERE, "driver / CUDA": f"driver {smi}, CUDA {torch.version.cuda}" if ON_GPU else "none: Triton's interpreter",
-            "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "unpinned")}
+            "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "not pinned")}
     html = pd.Series(card, name="").to_frame().to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{html}</details>"})()
 
@@ -476,12 +476,7 @@ for n_cols in (256, 4096):
         speed = gbps(False, x, bench(lambda: launch(x, w, rstd, dy, dx, dw)))
         rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
 ladder = pd.DataFrame(rows).sort_values("step", kind="stable")
-ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}" if ON_GPU else "{:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
-
-# %%
-speed = ladder.set_index(["step", "N"])["GB/s"]
-print(f"Step 1 ran {speed[1, 256] / speed[0, 256]:.3g}x as fast as step 0 at N = 256, {speed[1, 4096] / speed[0, 4096]:.3g}x "
-      f"at 4096; step 2 ran {speed[2, 256] / speed[1, 256]:.3g}x and {speed[2, 4096] / speed[1, 4096]:.3g}x as fast as step 1.")
+ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide() if ON_GPU else print(NO_SPEED)
 
 # %%
 # Benchmark
@@ -512,7 +507,8 @@ table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].f
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 write_results(table)
-table.style.format("{:.4g}", na_rep="-")
+table.style.format("{:.4g}", na_rep="-").format({"ours, % of light": "{:.3g}%", "ours / best peer": "{:.2f}x"},
+                                                na_rep="-") if ON_GPU else print(NO_SPEED)
 
 # %%
 # As a plot, in % of the copy measured beside each point:
@@ -523,6 +519,7 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
         title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)"), ax.legend(fontsize=7)
 fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+plt.show()
 
 # %%
 # Reading the numbers
@@ -531,14 +528,17 @@ fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
 light, peer = table["ours, % of light"], table["ours / best peer"][inside]
 naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], light[[not i for i in inside]]
-print(f"Inside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, {peer.min():.3g}-"
-      f"{peer.max():.3g}x the best peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x the naive one's speed "
-      "(the bytes model: 3.5x).")
-print(f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills an SM, "
-      "longer rows are read twice; deep dive 42 stages them in shared memory." if len(past) else "")
-s = ladder[ladder.N == 256].set_index("step")["% of light"]
-print(f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per row (step 0), "
-      f"{s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]} partials in all (step 2).")
+speed, s = ladder.set_index(["step", "N"])["GB/s"], ladder[ladder.N == 256].set_index("step")["% of light"]
+print(NO_SPEED if not ON_GPU else
+      f"Step 1 ran {speed[1, 256] / speed[0, 256]:.3g}x as fast as step 0 at N = 256, "
+      f"{speed[1, 4096] / speed[0, 4096]:.3g}x at 4096; step 2 ran {speed[2, 256] / speed[1, 256]:.3g}x and "
+      f"{speed[2, 4096] / speed[1, 4096]:.3g}x as fast as step 1.\nInside its range ours ran at "
+      f"{light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, {peer.min():.3g}-{peer.max():.3g}x the best "
+      f"peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).\n"
+      + (f"Past its range ours fell to {past.min():.3g}% at N = {past.idxmin()[2]}: a 16-bit row of 32 K fills an SM, "
+         "longer rows are read twice; deep dive 42 stages them in shared memory.\n" if len(past) else "")
+      + f"Take away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per row "
+      f"(step 0), {s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]} partials in all (step 2).")
 
 # %%
 # Going further
