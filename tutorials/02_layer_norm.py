@@ -56,7 +56,21 @@ def plain_forward(x, y, w, b, eps=1e-5):
 # A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
 # memory busy. The drop-in's forward gives a program ``BLOCK_M`` rows, ``MIN_ELEMENTS`` or more, and warps for about
 # 64 bytes a thread; it also stores the backward's statistics. (Its loop runs once here; ``.cg`` loads skip L1.)
+# ``row_stats`` centres each row on its first value, so a constant row is exactly 0 (a rounded mean is not quite its
+# value: 0.3 for rows of 12345.678), and scales it by a power of two, k: squares of deviations up to ~1e24 stay finite.
 
+@triton.jit
+def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
+    """(x - mean, mean, rstd) of the rows of an fp32 tile (``ok``: real columns; x0: their first values). Times k,
+    squares of deviations up to ~1e24 stay finite, rows of 1e-30 exact; past fp32's range, NaN (as torch's)."""
+    k: tl.constexpr = 2.0**-16 / BLOCK_N
+    x0 = x0.to(tl.float32) * k
+    t = tl.where(ok, x * k - x0[:, None], 0.0)
+    md = tl.sum(t, axis=1) / n_cols
+    xc = tl.where(ok, t - md[:, None], 0.0)
+    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2
+    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
+    return xc * (1 / k), (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: constant, as torch
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -69,16 +83,11 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
         # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
                     mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / n_cols
-        rstd = 1.0 / tl.sqrt(var + eps)
+        xc, mean, rstd = row_stats(x, tl.load(x_ptr + rows * x_row_stride), col_ok[None, :], n_cols, eps, BLOCK_N)
         y = xc * rstd[:, None]
         # w and b loaded where used: held across the row's reductions they would double a wide row's registers
-        if HAS_W:
-            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_B:
-            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
         if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
@@ -106,28 +115,21 @@ def layer_norm_bwd_kernel(
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
+    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = rows.to(tl.int64)
+        row_ok, rows = rows < n_rows, rows.to(tl.int64)
         ok = row_ok[:, None] & col_ok[None, :]  # rows past the end load as zeros: dy = 0 adds nothing to dw, db
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+        mean, rstd = tl.load(mean_ptr + rows, mask=row_ok, other=0.0), tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
-        g = dy
-        if HAS_W:
-            g = dy * w[None, :]
-        c1 = tl.sum(x_hat * g, axis=1) / n_cols
-        c2 = tl.sum(g, axis=1) / n_cols
+        g = dy * w[None, :] if HAS_W else dy
+        c1, c2 = tl.sum(x_hat * g, axis=1) / n_cols, tl.sum(g, axis=1) / n_cols
         dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
         if COMPUTE_DWDB:
@@ -138,14 +140,11 @@ def layer_norm_bwd_kernel(
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 @triton.jit
-def sum_partials_kernel(
-    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
+def sum_partials_kernel(dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+                        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    dw_acc, db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32), tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     for first in range(0, n_partials, BLOCK_P):
         lines = first + tl.arange(0, BLOCK_P)
         ok = (lines < n_partials)[:, None] & col_ok[None, :]
@@ -162,35 +161,32 @@ def sum_partials_kernel(
 # chunk first the second time (``eviction_policy`` asks L2 to keep or drop a load).
 
 @triton.jit
-def layer_norm_fwd_chunked_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_row_stride, y_row_stride, eps,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, CHUNK_N)
-    n_chunks = tl.cdiv(n_cols, CHUNK_N)
+def layer_norm_fwd_chunked_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride,
+                                  y_row_stride, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    k: tl.constexpr = 2.0**-30  # as row_stats' k, for rows of up to 2**31
     for row in tl.range(pid, n_rows, tl.num_programs(0)):
-        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride
-        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
-        shift = tl.load(x_row).to(tl.float32)
-        s1 = tl.zeros([CHUNK_N], tl.float32)
-        s2 = tl.zeros([CHUNK_N], tl.float32)
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        s1, s2 = tl.zeros([CHUNK_N], tl.float32), tl.zeros([CHUNK_N], tl.float32)
         # each pass issues the loads of its next chunk before it works on this one; the first asks L2
         # to keep the row, the second reads it backwards and lets it go
         x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        # sums shifted by the first chunk's mean, near the row's: a shift far from it would cancel the squares
+        shift = tl.sum(x_next.to(tl.float32), axis=0) / tl.minimum(n_cols, CHUNK_N) * k
         for chunk in range(0, n_chunks):
             offs = chunk * CHUNK_N + cols
             x = x_next.to(tl.float32)
             x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
                              eviction_policy="evict_last")
-            d = tl.where(offs < n_cols, x - shift, 0.0)
+            d = tl.where(offs < n_cols, x * k - shift, 0.0)
             s1 += d
             s2 += d * d
         m1 = tl.sum(s1, axis=0) / n_cols
-        var = tl.maximum(tl.sum(s2, axis=0) / n_cols - m1 * m1, 0.0)
-        mean = shift + m1
-        rstd = 1.0 / tl.sqrt(var + eps)
+        var = tl.sum(s2, axis=0) / n_cols - m1 * m1  # times k**2
+        var = tl.where(var < 0, 0.0, var)  # (NaN stays NaN: an inf in the row)
+        mean = (shift + m1) / k
+        rstd = tl.where(var < float("inf"), k / tl.sqrt(var + eps * k * k), float("nan"))
+        rstd = tl.where(var == 0, 1.0 / tl.sqrt(eps), rstd)  # as row_stats
         last = (n_chunks - 1) * CHUNK_N + cols
         x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
         for chunk in range(0, n_chunks):
@@ -200,10 +196,8 @@ def layer_norm_fwd_chunked_kernel(
             x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
                              eviction_policy="evict_first")
             y = (x - mean) * rstd
-            if HAS_W:
-                y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            if HAS_B:
-                y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else y
+            y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_B else y
             tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
@@ -213,42 +207,31 @@ def layer_norm_bwd_chunked_kernel(
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, rows_per_program,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, CHUNK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, CHUNK_N)
-    n_chunks = tl.cdiv(n_cols, CHUNK_N)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
-    dw_line = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols
-    db_line = db_partial_ptr + tl.cast(pid, tl.int64) * n_cols
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    row_start, row_end = pid * rows_per_program, tl.minimum(pid * rows_per_program + rows_per_program, n_rows)
+    dw_line, db_line = dw_partial_ptr + pid.to(tl.int64) * n_cols, db_partial_ptr + pid.to(tl.int64) * n_cols
     for row in tl.range(row_start, row_end):
         row64 = tl.cast(row, tl.int64)
-        x_row = x_ptr + row64 * x_row_stride
-        dy_row = dy_ptr + row64 * dy_row_stride
+        x_row, dy_row = x_ptr + row64 * x_row_stride, dy_ptr + row64 * dy_row_stride
         dx_row = dx_ptr + row64 * dx_row_stride
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
-        acc1 = tl.zeros([CHUNK_N], tl.float32)
-        acc2 = tl.zeros([CHUNK_N], tl.float32)
+        mean, rstd = tl.load(mean_ptr + row), tl.load(rstd_ptr + row)
+        acc1, acc2 = tl.zeros([CHUNK_N], tl.float32), tl.zeros([CHUNK_N], tl.float32)
         for chunk in range(0, n_chunks):
             offs = chunk * CHUNK_N + cols
             ok = offs < n_cols
             x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
             g = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
-            if HAS_W:
-                g = g * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            g = g * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else g
             acc1 += tl.where(ok, (x - mean) * rstd, 0.0) * g
             acc2 += g
-        c1 = tl.sum(acc1, axis=0) / n_cols
-        c2 = tl.sum(acc2, axis=0) / n_cols
+        c1, c2 = tl.sum(acc1, axis=0) / n_cols, tl.sum(acc2, axis=0) / n_cols
         for chunk in range(0, n_chunks):
             offs = (n_chunks - 1 - chunk) * CHUNK_N + cols
             ok = offs < n_cols
             x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
             x_hat = (x - mean) * rstd
-            g = dy
-            if HAS_W:
-                g = dy * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            g = dy * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else dy
             dx = (g - (x_hat * c1 + c2)) * rstd
             tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=ok)
             if COMPUTE_DWDB:  # the first row of a program starts its line from 0, whatever was there
@@ -366,8 +349,10 @@ class LayerNormFunction(torch.autograd.Function):
         ctx.save_for_backward(x2d, w, b, mean, rstd)
         return y2d
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy2d):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+            raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
+                               "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
         x2d, w, b, mean, rstd = ctx.saved_tensors
         dx2d, need = torch.empty_like(x2d), ctx.needs_input_grad[1:3]
         dw, db = (x2d.new_zeros(x2d.shape[1], dtype=torch.float32 if t is None else t.dtype) for t in (w, b))
@@ -380,6 +365,8 @@ class LayerNormFunction(torch.autograd.Function):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
     shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
+    if not hasattr(eps, "__float__"):  # None, a str: torch's TypeError, named
+        raise TypeError(f"layer_norm: eps must be a float (torch's default: 1e-5), got {type(eps).__name__}")
     for t, name in zip((input, weight, bias), ("input", "weight", "bias")):
         if t is None and name != "input":
             continue
@@ -389,7 +376,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         if t.device.type != DEVICE.type or t.device != input.device or t is not input and t.shape != shape:
             raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected "
                              f"normalized_shape {list(shape)} (weight, bias) on input's {DEVICE.type} device")
-    if not all(isinstance(d, int) for d in shape):
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be ints, got {normalized_shape!r}")
     if not shape or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:
         raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be input's last dims, {list(input.shape)}, "

@@ -47,8 +47,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 
 def row_statistics(x2d, eps=1e-5):
     """The mean and rstd of each row, in fp32, as the forward saves them for its backward."""
-    var, mean = torch.var_mean(x2d.float(), dim=1, correction=0)
-    return mean, torch.rsqrt(var + eps)
+    var, mean = torch.var_mean(x2d.double(), dim=1, correction=0)  # float64: no fp32 overflow past |x| ~ 1e19
+    return mean.float(), torch.rsqrt(var + eps).float()
 
 # %%
 # Design 1: a spin lock per group of rows (the classic)
@@ -126,28 +126,21 @@ def layer_norm_bwd_kernel(
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
+    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = rows.to(tl.int64)
+        row_ok, rows = rows < n_rows, rows.to(tl.int64)
         ok = row_ok[:, None] & col_ok[None, :]  # rows past the end load as zeros: dy = 0 adds nothing to dw, db
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+        mean, rstd = tl.load(mean_ptr + rows, mask=row_ok, other=0.0), tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
-        g = dy
-        if HAS_W:
-            g = dy * w[None, :]
-        c1 = tl.sum(x_hat * g, axis=1) / n_cols
-        c2 = tl.sum(g, axis=1) / n_cols
+        g = dy * w[None, :] if HAS_W else dy
+        c1, c2 = tl.sum(x_hat * g, axis=1) / n_cols, tl.sum(g, axis=1) / n_cols
         dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
         if COMPUTE_DWDB:
@@ -159,14 +152,11 @@ def layer_norm_bwd_kernel(
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 @triton.jit
-def sum_partials_kernel(
-    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
+def sum_partials_kernel(dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+                        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    dw_acc, db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32), tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     for first in range(0, n_partials, BLOCK_P):
         lines = first + tl.arange(0, BLOCK_P)
         ok = (lines < n_partials)[:, None] & col_ok[None, :]

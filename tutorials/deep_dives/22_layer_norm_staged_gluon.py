@@ -48,6 +48,18 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # decides).
 
 @triton.jit
+def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
+    """(x - mean, mean, rstd) of the rows of an fp32 tile (``ok``: real columns; x0: their first values). Times k,
+    squares of deviations up to ~1e24 stay finite, rows of 1e-30 exact; past fp32's range, NaN (as torch's)."""
+    k: tl.constexpr = 2.0**-16 / BLOCK_N
+    x0 = x0.to(tl.float32) * k
+    t = tl.where(ok, x * k - x0[:, None], 0.0)
+    md = tl.sum(t, axis=1) / n_cols
+    xc = tl.where(ok, t - md[:, None], 0.0)
+    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2
+    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
+    return xc * (1 / k), (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: constant, as torch
+@triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
@@ -59,16 +71,11 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
         # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
                     mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / n_cols
-        rstd = 1.0 / tl.sqrt(var + eps)
+        xc, mean, rstd = row_stats(x, tl.load(x_ptr + rows * x_row_stride), col_ok[None, :], n_cols, eps, BLOCK_N)
         y = xc * rstd[:, None]
         # w and b loaded where used: held across the row's reductions they would double a wide row's registers
-        if HAS_W:
-            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_B:
-            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
         if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
@@ -133,8 +140,10 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three 64 KB rows. The
 # kernel below gives each program one row and few registers: it copies the row into shared memory with
 # asynchronous copies (``cp.async``, which do not go through registers), then reads it back in
-# ``CHUNK``-column pieces, three times: the sum, the squared deviations, and :math:`y` (with
-# :math:`w` and :math:`b` loaded piece by piece as in the fused kernel). Three programs share an SM,
+# ``CHUNK``-column pieces, three times: the mean (of the deviations from the first value, as the fused
+# kernel's ``row_stats``: a constant row stays exactly 0), the squared deviations (where their squares pass
+# fp32's range, the largest :math:`|x|` scales the row by a power of two and both run again), and :math:`y`
+# (with :math:`w` and :math:`b` loaded piece by piece as in the fused kernel). Three programs share an SM,
 # and while one reduces, the others load or store; :math:`x` is still read from DRAM once:
 #
 # .. math::
@@ -178,22 +187,44 @@ def layer_norm_fwd_staged_kernel(
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
         async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
+    x0 = gl.load(x_row).to(gl.float32)  # as the core kernel's row_stats: the deviations from the first value
     acc = gl.zeros([CHUNK], gl.float32, layout)
     for c in gl.static_range(CHUNKS):
         async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
         x = x_smem.index(c).load(layout).to(gl.float32)
-        acc += gl.where(cols < n_cols - c * CHUNK, x, 0.0)
-    mean = gl.sum(acc, axis=0) / n_cols
+        acc += gl.where(cols < n_cols - c * CHUNK, x - x0, 0.0)
+    mean = x0 + gl.sum(acc, axis=0) / n_cols
     acc = gl.zeros([CHUNK], gl.float32, layout)
     for c in range(CHUNKS):
         x = x_smem.index(c).load(layout).to(gl.float32)
         xc = gl.where(cols < n_cols - c * CHUNK, x - mean, 0.0)
         acc += xc * xc
-    rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
+    var = gl.sum(acc, axis=0) / n_cols
+    rstd = 1.0 / gl.sqrt(var + eps)
+    if gl.where(var < 2.0**100, 0, 1) > 0:  # squares near fp32's limit (or inf, nan): again, scaled
+        big = gl.zeros([CHUNK], gl.float32, layout)
+        for k in range(CHUNKS):
+            x = x_smem.index(k).load(layout).to(gl.float32)
+            big = gl.maximum(big, gl.where(cols < n_cols - k * CHUNK, gl.abs(x), 0.0))
+        m = gl.max(big, axis=0)
+        e = m.to(gl.int32, bitcast=True) >> 23
+        sc = gl.where(m > 2.0**40, ((274 - e) << 23).to(gl.float32, bitcast=True), 1.0)
+        inv = gl.where(m > 2.0**40, ((e - 20) << 23).to(gl.float32, bitcast=True), 1.0)
+        acc = gl.zeros([CHUNK], gl.float32, layout)
+        for k in range(CHUNKS):
+            x = x_smem.index(k).load(layout).to(gl.float32)
+            acc += gl.where(cols < n_cols - k * CHUNK, x * sc - x0 * sc, 0.0)
+        mean = x0 * sc + gl.sum(acc, axis=0) / n_cols
+        acc = gl.zeros([CHUNK], gl.float32, layout)
+        for k in range(CHUNKS):
+            xc = gl.where(cols < n_cols - k * CHUNK, x_smem.index(k).load(layout).to(gl.float32) * sc - mean, 0.0)
+            acc += xc * xc
+        var, mean = gl.sum(acc, axis=0) / n_cols, mean * inv
+        rstd = gl.where(var == 0, 1.0 / gl.sqrt(eps), sc / gl.sqrt(var + eps * sc * sc))
     y_row = y_ptr + row * y_row_stride
     for c in range(CHUNKS):
         col_ok = cols < n_cols - c * CHUNK
-        y = (x_smem.index(c).load(layout).to(gl.float32) - mean) * rstd
+        y = (x_smem.index(c).load(layout).to(gl.float32) * 0.5 - mean * 0.5) * (rstd * 2)  # halves: no overflow
         if HAS_W:
             y = y * gl.load(w_ptr + c * CHUNK + cols, mask=col_ok, other=0.0).to(gl.float32)
         if HAS_B:

@@ -38,42 +38,31 @@ def layer_norm_bwd_chunked_kernel(
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, rows_per_program,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, CHUNK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, CHUNK_N)
-    n_chunks = tl.cdiv(n_cols, CHUNK_N)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
-    dw_line = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols
-    db_line = db_partial_ptr + tl.cast(pid, tl.int64) * n_cols
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    row_start, row_end = pid * rows_per_program, tl.minimum(pid * rows_per_program + rows_per_program, n_rows)
+    dw_line, db_line = dw_partial_ptr + pid.to(tl.int64) * n_cols, db_partial_ptr + pid.to(tl.int64) * n_cols
     for row in tl.range(row_start, row_end):
         row64 = tl.cast(row, tl.int64)
-        x_row = x_ptr + row64 * x_row_stride
-        dy_row = dy_ptr + row64 * dy_row_stride
+        x_row, dy_row = x_ptr + row64 * x_row_stride, dy_ptr + row64 * dy_row_stride
         dx_row = dx_ptr + row64 * dx_row_stride
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
-        acc1 = tl.zeros([CHUNK_N], tl.float32)
-        acc2 = tl.zeros([CHUNK_N], tl.float32)
+        mean, rstd = tl.load(mean_ptr + row), tl.load(rstd_ptr + row)
+        acc1, acc2 = tl.zeros([CHUNK_N], tl.float32), tl.zeros([CHUNK_N], tl.float32)
         for chunk in range(0, n_chunks):
             offs = chunk * CHUNK_N + cols
             ok = offs < n_cols
             x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
             g = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
-            if HAS_W:
-                g = g * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            g = g * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else g
             acc1 += tl.where(ok, (x - mean) * rstd, 0.0) * g
             acc2 += g
-        c1 = tl.sum(acc1, axis=0) / n_cols
-        c2 = tl.sum(acc2, axis=0) / n_cols
+        c1, c2 = tl.sum(acc1, axis=0) / n_cols, tl.sum(acc2, axis=0) / n_cols
         for chunk in range(0, n_chunks):
             offs = (n_chunks - 1 - chunk) * CHUNK_N + cols
             ok = offs < n_cols
             x = tl.load(x_row + offs, mask=ok, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + offs, mask=ok, other=0.0).to(tl.float32)
             x_hat = (x - mean) * rstd
-            g = dy
-            if HAS_W:
-                g = dy * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            g = dy * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else dy
             dx = (g - (x_hat * c1 + c2)) * rstd
             tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=ok)
             if COMPUTE_DWDB:  # the first row of a program starts its line from 0, whatever was there
@@ -84,14 +73,11 @@ def layer_norm_bwd_chunked_kernel(
                 tl.store(db_line + offs, db_old + dy, mask=ok)
 
 @triton.jit
-def sum_partials_kernel(
-    dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-):
+def sum_partials_kernel(dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
+                        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
+    dw_acc, db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32), tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     for first in range(0, n_partials, BLOCK_P):
         lines = first + tl.arange(0, BLOCK_P)
         ok = (lines < n_partials)[:, None] & col_ok[None, :]
@@ -412,8 +398,8 @@ def layer_norm_wide_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 
 def row_statistics(x2d, eps=1e-5):
     """The mean and rstd of each row, in fp32, as a forward saves them for its backward."""
-    var, mean = torch.var_mean(x2d.float(), dim=1, correction=0)
-    return mean, torch.rsqrt(var + eps)
+    var, mean = torch.var_mean(x2d.double(), dim=1, correction=0)  # float64: no fp32 overflow past |x| ~ 1e19
+    return mean.float(), torch.rsqrt(var + eps).float()
 
 def layer_norm_backward(x2d, weight, dy2d, mean, rstd, split_from=None):
     """(dx, dw, db) of F.layer_norm over x2d's rows; ``split_from=math.inf``: the core's chunked kernel."""
