@@ -2,6 +2,7 @@
 determinism, the launch parameters. The split backward is tested in test_rms_norm_wide_backward.py."""
 
 import copy
+import importlib.util
 import math
 import os
 import re
@@ -356,29 +357,35 @@ def test_compiled_block_keeps_the_drop_in(tut, monkeypatch, dtype, normalized_sh
 def test_missing_peers_are_named_with_their_reason(tut, monkeypatch, capsys):
     peer_module = tut["peer_module"]
     monkeypatch.setitem(tut.data, "ON_GPU", False)
-    assert peer_module("quack", "quack", min_major=9) is None
-    assert capsys.readouterr().out == "quack: not measured here (no GPU).\n"
-    monkeypatch.setitem(tut.data, "ON_GPU", True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
-    assert peer_module("quack", "quack", min_major=9) is None
-    assert capsys.readouterr().out == \
-        "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    assert peer_module("torch.compile", "torch") is None
+    assert capsys.readouterr().out == "torch.compile: not measured here (no GPU).\n"
     assert peer_module("Liger-Kernel", "no_such_package_here.ops") is None
     assert capsys.readouterr().out == "Liger-Kernel: not measured here (not installed).\n"
+    monkeypatch.setitem(tut.data, "ON_GPU", True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
+    assert peer_module("quack", "torch", min_major=9) is None
+    assert capsys.readouterr().out == \
+        "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    assert peer_module("Liger-Kernel", "torch.no_such_module") is None  # installed, yet it does not load
+    assert capsys.readouterr().out == \
+        "Liger-Kernel: not measured here (ModuleNotFoundError: No module named 'torch.no_such_module').\n"
     assert peer_module("torch.compile", "torch.nn.functional") is F and capsys.readouterr().out == ""
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the page's run without a GPU")
 def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
-    """Run alone as the build runs it: it exits 0, prints the one line where a GPU's run shows speeds (the ladder,
-    the benchmark, their reading), names each peer it leaves out and why, and prints no speed and no empty line."""
+    """Run alone as the build runs it: it exits 0, shows the ladder's steps without their times, prints the one line
+    in place of the benchmark's table and its reading, names each peer it leaves out and why, and prints no speed
+    and no empty line."""
     env = {k: v for k, v in os.environ.items() if k not in ("SOL_RESULTS", "SOL_LOCK")} | {"MPLBACKEND": "Agg"}
     proc = subprocess.run([sys.executable, str(tut.path)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines.count(tut["NO_SPEED"]) == 3 and all(lines), lines
-    for peer in ("torch.compile", "Liger-Kernel", "quack"):
-        assert f"{peer}: not measured here (no GPU)." in lines, lines
+    assert lines.count(tut["NO_SPEED"]) == 2 and all(lines), lines
+    for peer, package in (("torch.compile", "torch"), ("Liger-Kernel", "liger_kernel"), ("quack", "quack")):
+        why = "not installed" if importlib.util.find_spec(package) is None else "no GPU"
+        assert f"{peer}: not measured here ({why})." in lines, lines
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
+    assert list(tut["shown"].columns) == ["step", "idea", "N"] and set(tut["shown"].step) == {0, 1, 2}
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()
