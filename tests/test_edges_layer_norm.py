@@ -37,8 +37,9 @@ def _randn(shape, seed, scale=1.0, shift=0.0, dtype=torch.float32):
 def _err(out, ref):
     """||out - ref|| / ||ref|| over the finite elements, once the NaNs (and infinities) sit where ref's do."""
     out, ref = out.detach().double(), ref.detach().double()
-    assert torch.equal(out.isnan(), ref.isnan()), f"NaNs at {out.isnan().nonzero().tolist()}, float64's at " \
-                                                  f"{ref.isnan().nonzero().tolist()}"
+    assert torch.equal(out.isnan(), ref.isnan()), (
+        f"NaNs at {out.isnan().nonzero().tolist()}, float64's at {ref.isnan().nonzero().tolist()}"
+    )
     assert torch.equal(out.isinf(), ref.isinf()), "infinities where float64 has none, or the other way"
     keep = ref.isfinite()
     out, ref = out[keep], ref[keep]
@@ -98,13 +99,14 @@ def _check_stats(name, x, y, mean, rstd, eps=1e-5, what=""):
     if name == "constant":
         assert torch.equal(y, torch.zeros_like(y)), f"{what}: a constant row gives {y.flatten()[:4].tolist()}, not 0"
         assert torch.equal(mean, x64[:, 0].float()), f"{what}: mean {mean.tolist()} of a constant row"
-        torch.testing.assert_close(rstd, torch.full_like(rstd, eps ** -0.5), rtol=1e-6, atol=0)
+        torch.testing.assert_close(rstd, torch.full_like(rstd, eps**-0.5), rtol=1e-6, atol=0)
     if mean is not None and name not in ("inf", "constant"):
         var64, mean64 = torch.var_mean(x64, dim=1, correction=0)
         scale = var64.sqrt().clamp_min(1e-300)
         assert ((mean.double() - mean64).abs() / scale).max() <= 10 * tol, f"{what} {name}: mean"
-        assert ((rstd.double() - (var64 + eps).rsqrt()).abs() / (var64 + eps).rsqrt()).max() <= 10 * tol, \
+        assert ((rstd.double() - (var64 + eps).rsqrt()).abs() / (var64 + eps).rsqrt()).max() <= 10 * tol, (
             f"{what} {name}: rstd"
+        )
 
 
 def _check_grads(grads, grads64, leaves, dy, x_leaf, x_in, w_in, tol, what):
@@ -122,6 +124,7 @@ def _check_grads(grads, grads64, leaves, dy, x_leaf, x_in, w_in, tol, what):
 
 
 # ---- values: every kernel that computes a row's statistics ----
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
 @pytest.mark.parametrize("name", VALUE_FAMILIES)
@@ -199,27 +202,41 @@ def test_backward_pages_gradients_on_extreme_rows(name):
     for page, (dx, dw, db) in outs.items():
         scale = (dy.double() * w64.detach() * (x.double().var(1, unbiased=False, keepdim=True) + 1e-5).rsqrt()).norm()
         assert (dx.double() - dx64).norm() <= 1e-5 * scale, f"{page} {name}: dx"
-        assert _err(dw, dw64) <= 1e-5 or name == "constant" and (dw.double() - dw64).norm() <= 1e-5 * dy.norm(), \
+        assert _err(dw, dw64) <= 1e-5 or name == "constant" and (dw.double() - dw64).norm() <= 1e-5 * dy.norm(), (
             f"{page} {name}: dw"
+        )
         assert _err(db, db64) <= 1e-5, f"{page} {name}: db"
 
 
 # ---- the drop-in, tutorial 02's layer_norm ----
 
+
 def layer_norm(*args, **kwargs):
     return CORE["layer_norm"](*args, **kwargs)
 
 
-def _grads_vs_float64(x_leaf, view, normalized_shape, w_leaf, w_view, b_leaf, b_view, dy_layout="contiguous",
-                      eps=1e-5, what=""):
+def _grads_vs_float64(
+    x_leaf, view, normalized_shape, w_leaf, w_view, b_leaf, b_view, dy_layout="contiguous", eps=1e-5, what=""
+):
     """y, and the gradients of every leaf that requires one, against float64 autograd through the same views."""
     leaves = [t for t in (x_leaf, w_leaf, b_leaf) if t is not None and t.requires_grad]
-    y = layer_norm(view(x_leaf), normalized_shape, None if w_leaf is None else w_view(w_leaf),
-                   None if b_leaf is None else b_view(b_leaf), eps)
-    leaves64 = [None if t is None else t.detach().double().requires_grad_(t.requires_grad)
-                for t in (x_leaf, w_leaf, b_leaf)]
-    y64 = F.layer_norm(view(leaves64[0]), tuple(normalized_shape), None if w_leaf is None else w_view(leaves64[1]),
-                       None if b_leaf is None else b_view(leaves64[2]), eps)
+    y = layer_norm(
+        view(x_leaf),
+        normalized_shape,
+        None if w_leaf is None else w_view(w_leaf),
+        None if b_leaf is None else b_view(b_leaf),
+        eps,
+    )
+    leaves64 = [
+        None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in (x_leaf, w_leaf, b_leaf)
+    ]
+    y64 = F.layer_norm(
+        view(leaves64[0]),
+        tuple(normalized_shape),
+        None if w_leaf is None else w_view(leaves64[1]),
+        None if b_leaf is None else b_view(leaves64[2]),
+        eps,
+    )
     assert y.shape == y64.shape and y.dtype == x_leaf.dtype, f"{what}: {y.shape} {y.dtype}"
     tol = TOL[x_leaf.dtype]
     assert _err(y, y64) <= tol, f"{what}: y error {_err(y, y64):.2e}"
@@ -280,10 +297,20 @@ def test_gradient_output_views(dy_layout):
     _grads_vs_float64(x, lambda t: t, (9,), w, lambda t: t, b, lambda t: t, dy_layout=dy_layout, what=f"dy {dy_layout}")
 
 
-@pytest.mark.parametrize("shape,normalized_shape", [((0, 9), (9,)), ((2, 0, 9), (9,)), ((3, 0), (0,)),
-                                                    ((1, 1, 9), (9,)), ((5, 1), (1,)), ((2, 3, 4), (3, 4)),
-                                                    ((1, 1), (1, 1)), ((9,), (9,))],
-                         ids=str)
+@pytest.mark.parametrize(
+    "shape,normalized_shape",
+    [
+        ((0, 9), (9,)),
+        ((2, 0, 9), (9,)),
+        ((3, 0), (0,)),
+        ((1, 1, 9), (9,)),
+        ((5, 1), (1,)),
+        ((2, 3, 4), (3, 4)),
+        ((1, 1), (1, 1)),
+        ((9,), (9,)),
+    ],
+    ids=str,
+)
 def test_shapes(shape, normalized_shape):
     x = _randn(shape, 21, scale=2, shift=1).requires_grad_()
     w, b = _randn(normalized_shape, 22, shift=1).requires_grad_(), _randn(normalized_shape, 23).requires_grad_()
@@ -294,9 +321,17 @@ def test_shapes(shape, normalized_shape):
     ins64 = [t.detach().double().requires_grad_() for t in (x, w, b)]
     y64 = F.layer_norm(ins64[0], normalized_shape, ins64[1], ins64[2])
     # against float64: where N = 1, dx is 0 exactly, and torch's a rounding of 0 (with a weight)
-    _check_grads(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y64, ins64, dy.double()), (x, w, b),
-                 dy.reshape(-1, max(1, w.numel())), x, x.reshape(-1, max(1, w.numel())), w.reshape(-1), 1e-5,
-                 str(shape))
+    _check_grads(
+        torch.autograd.grad(y, (x, w, b), dy),
+        torch.autograd.grad(y64, ins64, dy.double()),
+        (x, w, b),
+        dy.reshape(-1, max(1, w.numel())),
+        x,
+        x.reshape(-1, max(1, w.numel())),
+        w.reshape(-1),
+        1e-5,
+        str(shape),
+    )
 
 
 @pytest.mark.parametrize("x_dtype", DTYPES, ids=ids)
@@ -313,12 +348,22 @@ def test_every_mix_of_the_dtypes(x_dtype, p_dtype):
     tol = max(TOL[x_dtype], TOL[p_dtype])
     assert _err(y, y64) <= tol
     dy = _randn((4, 9), 28, dtype=x_dtype)
-    _check_grads(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y64, ins64, dy.double()), (x, w, b), dy,
-                 x, x, w, tol, f"x {x_dtype}, weight and bias {p_dtype}")
+    _check_grads(
+        torch.autograd.grad(y, (x, w, b), dy),
+        torch.autograd.grad(y64, ins64, dy.double()),
+        (x, w, b),
+        dy,
+        x,
+        x,
+        w,
+        tol,
+        f"x {x_dtype}, weight and bias {p_dtype}",
+    )
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8],
-                         ids=ids)
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8], ids=ids
+)
 @pytest.mark.parametrize("which", ["input", "weight", "bias"])
 def test_dtypes_the_kernels_lack_raise_type_error_naming_the_argument(dtype, which):
     x, w, b = torch.ones(2, 5, device=DEVICE), torch.ones(5, device=DEVICE), torch.zeros(5, device=DEVICE)
@@ -345,8 +390,17 @@ def test_drop_in_values_and_gradients(name, dtype):
     assert _err(y, y64) <= tol, f"y error {_err(y, y64):.2e}"
     if name == "constant":
         assert torch.equal(y, b.detach().expand_as(y)), "a constant row's y is not exactly the bias"
-    _check_grads(torch.autograd.grad(y, (x, w, b), dy), torch.autograd.grad(y64, ins64, dy.double()), (x, w, b), dy,
-                 x, x, w, tol, f"{name} {dtype}")
+    _check_grads(
+        torch.autograd.grad(y, (x, w, b), dy),
+        torch.autograd.grad(y64, ins64, dy.double()),
+        (x, w, b),
+        dy,
+        x,
+        x,
+        w,
+        tol,
+        f"{name} {dtype}",
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=ids)
@@ -367,6 +421,7 @@ def test_drop_in_rows_with_inf_are_nan_like_torchs():
 
 # ---- gradients of gradients ----
 
+
 def test_a_gradient_of_the_gradient_is_refused_and_plain_gradients_work():
     x = _randn((4, 9), 41, shift=2).requires_grad_()
     w, b = _randn(9, 42, shift=1).requires_grad_(), _randn(9, 43).requires_grad_()
@@ -386,6 +441,7 @@ def test_a_gradient_of_the_gradient_is_refused_and_plain_gradients_work():
 
 # ---- clear errors, and what torch accepts ----
 
+
 @pytest.mark.parametrize("eps", [None, "1e-5", [1e-5]], ids=repr)
 def test_eps_that_torch_refuses_raises_type_error_naming_eps(eps):
     with pytest.raises(TypeError, match="layer_norm: eps must be a float"):
@@ -398,10 +454,18 @@ def test_eps_that_torch_accepts(eps):
     torch.testing.assert_close(layer_norm(x, (5,), eps=eps), F.layer_norm(x, (5,), eps=eps), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("normalized_shape,error,match", [
-    ((True,), TypeError, "normalized_shape must be ints"), ((5.0,), TypeError, "normalized_shape must be ints"),
-    ("5", TypeError, "normalized_shape must be ints"), ((4,), ValueError, "normalized_shape"),
-    ((3, 5), ValueError, "normalized_shape"), ((), ValueError, "normalized_shape")], ids=repr)
+@pytest.mark.parametrize(
+    "normalized_shape,error,match",
+    [
+        ((True,), TypeError, "normalized_shape must be ints"),
+        ((5.0,), TypeError, "normalized_shape must be ints"),
+        ("5", TypeError, "normalized_shape must be ints"),
+        ((4,), ValueError, "normalized_shape"),
+        ((3, 5), ValueError, "normalized_shape"),
+        ((), ValueError, "normalized_shape"),
+    ],
+    ids=repr,
+)
 def test_bad_normalized_shape(normalized_shape, error, match):
     with pytest.raises(error, match=match):
         layer_norm(_randn((2, 5), 53), normalized_shape)
@@ -423,6 +487,7 @@ def test_bad_tensors_raise_errors_naming_them():
 
 
 # ---- the deep dives carry the core page's statistics ----
+
 
 def test_deep_dives_carry_the_core_statistics():
     """21 and 22 compute their rows' statistics with tutorial 02's row_stats, carried unchanged."""
