@@ -506,7 +506,7 @@ table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].f
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 write_results(table)
-table.style.format("{:.4g}", na_rep="-").format({"ours, % of light": "{:.3g}%", "ours / best peer": "{:.2f}x"},
+table.style.format("{:.4g}", na_rep="-").format({"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
                                                 na_rep="-") if ON_GPU else print(NO_SPEED)
 
 # %%
