@@ -1,6 +1,8 @@
 """Tutorial 06 (core page): cross-entropy over a large vocabulary. The drop-in against F.cross_entropy in float64 for
 every option, rows of several chunks (the chunk shrunk so that small rows have many), the in-place gradient, the lazy
-backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed)."""
+backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed);
+its PyTorch operators through torch.library.opcheck and in a block compiled with fullgraph=True; the stages the
+launch config picks fit the shared memory of an A100, an L4 and an H100, compiled for each (no GPU needed)."""
 
 import json
 import os
@@ -176,23 +178,28 @@ def test_upstream_scalar_gradient_lazily(tut, scale):
 
 
 def test_scale_grad_rows(tut):
-    """scale_grad: a scalar, and one value a row, some exactly 1 (those rows left bitwise as they were)."""
+    """The backward operator scales dx in place: by a scalar, and by one value a row, some exactly 1 (those rows left
+    bitwise as they were), also broadcast from a 0-d (stride 0, as .sum() hands it over)."""
     dx = torch.randn(6, 77, device=DEVICE)
     g = torch.tensor([1.0, 2.0, 1.0, -0.5, 0.0, 1.0], device=DEVICE)
-    out = dx.clone()
-    tut["scale_grad"](out, g)
-    assert torch.equal(out, dx * g[:, None])
-    out = dx.clone()
-    tut["scale_grad"](out, torch.tensor(1.5, device=DEVICE))
-    assert torch.equal(out, dx * 1.5)
+    for dloss, expected in ((g, dx * g[:, None]), (torch.tensor(1.5, device=DEVICE), dx * 1.5),
+                            (torch.tensor(-2.0, device=DEVICE).expand(6), dx * -2.0)):
+        out = dx.clone()
+        tut["ce_bwd_op"](out, dloss)
+        assert torch.equal(out, expected), dloss
 
 
-def test_backward_twice_says_why(tut):
+@pytest.mark.parametrize("inplace", [False, True], ids=["operator", "in place"])
+def test_backward_twice_says_why(tut, inplace):
     x, target, _ = make((3, 20), torch.float32, seed=1)
-    loss = tut["cross_entropy"](x, target)
+    loss = tut["cross_entropy"](x, target, inplace_backward=inplace)
     torch.autograd.grad(loss, x, retain_graph=True)
     with pytest.raises(RuntimeError, match="already ran"):
         torch.autograd.grad(loss, x)
+    loss = tut["cross_entropy"](x.detach().clone().requires_grad_(True), target, inplace_backward=inplace)
+    loss.backward()
+    with pytest.raises(RuntimeError, match="already ran"):
+        loss.backward()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -358,7 +365,7 @@ from triton.compiler import ASTSource
 sys.path.insert(0, sys.argv[1])
 import page
 out = []
-for name, dtype, meta in json.loads(sys.argv[2]):
+for name, dtype, meta, cap in json.loads(sys.argv[2]):
     kernel = getattr(page, name)
     num_warps = meta.pop("num_warps")
     signature = {}
@@ -375,19 +382,32 @@ for name, dtype, meta in json.loads(sys.argv[2]):
             signature[arg] = "*fp32"
         else:
             signature[arg] = "fp32" if arg == "smoothing" else "i32"
-    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", 90, 32),
+    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", cap, 32),
                               options=dict(num_warps=num_warps))
-    out.append([name, dtype, "ld.global" in compiled.asm["ptx"]])
+    out.append([name, dtype, "ld.global" in compiled.asm["ptx"], compiled.metadata.shared])
 print(json.dumps(out))
 """
+
+
+def compile_page(tmp_path, cases):
+    """[name, dtype, has global loads, shared memory] of each case [kernel, dtype, meta, compute capability], compiled
+    by Triton for that target from the page's cells before its correctness check, in a process without the
+    interpreter."""
+    source = (ROOT / "tutorials" / "06_cross_entropy.py").read_text(encoding="utf-8")
+    head = source[:source.index("# %%\n# Correctness")]
+    (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, f"compiling failed:\n{proc.stderr[-3000:]}"
+    compiled = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(compiled) == len(cases)
+    return compiled
 
 
 def test_kernels_compile_for_an_h100(tut, tmp_path):
     """Triton's interpreter runs what a GPU compiler may refuse (types changing in loops, strings as hints): every
     kernel of the page, in every variant the drop-in launches, compiled for sm_90 in a process without the interpreter."""
-    source = (ROOT / "tutorials" / "06_cross_entropy.py").read_text(encoding="utf-8")
-    head = source[:source.index("# %%\n# Correctness")]
-    (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
     cases = []
     for dtype, size in (("bf16", 2), ("fp32", 4)):
         for step in (1, 2):
@@ -401,12 +421,41 @@ def test_kernels_compile_for_an_h100(tut, tmp_path):
         chunk = tut["_config"](8192, 128256, size)[0]
         cases += [["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
                   ["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)]]  # step 0 at the ladder's 32 K
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, f"compiling for sm_90 failed:\n{proc.stderr[-3000:]}"
-    compiled = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(compiled) == len(cases) and all(loads for *_, loads in compiled)
+    compiled = compile_page(tmp_path, [case + [90] for case in cases])
+    assert all(loads for _, _, loads, _ in compiled)
+
+
+# Shared memory a block may have (with opt-in): sm_80 (A100), sm_89 (L4, RTX 4090, L40S), sm_90 (H100, H200)
+SHARED_PER_BLOCK = {80: 166912, 89: 101376, 90: 232448}
+
+
+def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
+    """The config takes its stages from the device's shared memory a block. On each target, for fp32 and bf16, with
+    and without the gradient, with and without weights staged beside the logits (label smoothing: fp32 and fp64
+    weights): the shared memory the tile stages, (1 + grad) loops x (STAGES - 1) chunks x (the bytes of a logit and of
+    a weight), plus 1 KB for the reductions, fits the target; where it fits, 3 stages as before (an H100's fp32
+    forward+backward), else fewer (an L4's: 2). Each launch compiled by Triton for its target takes no more shared
+    memory than the estimate (plus the 1 KB) nor than the target has."""
+    cases, estimates = [], []
+    for cap, limit in SHARED_PER_BLOCK.items():
+        monkeypatch.setitem(tut.data, "SMEM_PER_BLOCK", limit)
+        for dtype, size in (("fp32", 4), ("bf16", 2)):
+            for grad in (True, False):
+                for staged in (0, 4, 8):
+                    for stages in (None, 4):  # the config's own choice, and more asked for than may fit
+                        meta, _ = tut["_config"](8192, 128256, size, per_sm=1, grad=grad, staged=staged, stages=stages)
+                        estimate = (1 + grad) * (meta["STAGES"] - 1) * meta["CHUNK"] * (size + staged)
+                        assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, \
+                            (cap, dtype, grad, staged, meta)
+                        if staged < 8 and stages is None:  # compiled with fp32 weights
+                            flags = dict(HAS_WEIGHT=staged > 0, SMOOTH=staged > 0, WRITE_GRAD=grad,
+                                         REDUCE="" if grad else "sum")
+                            cases.append(["cross_entropy_kernel", dtype, meta | flags, cap])
+                            estimates.append((estimate, limit))
+        fp32 = tut["_config"](8192, 128256, 4, per_sm=1)[0]["STAGES"]
+        assert fp32 == (2 if cap == 89 else tut["STAGES"]), (cap, fp32)  # 3 would ask 2 x 2 x 32 KB of an L4
+    for (name, dtype, _, shared), (estimate, limit), case in zip(compile_page(tmp_path, cases), estimates, cases):
+        assert shared <= min(estimate + 1024, limit), (case, shared, estimate, limit)
 
 
 def test_tutorial_checked_and_measured(tut):
@@ -453,3 +502,100 @@ def test_the_forwards_light_reads_every_word(tut, tmp_path):
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True]
+
+
+# The drop-in's PyTorch operators: sol::cross_entropy_fwd_06 (the loss and, if asked, the gradient) and
+# sol::cross_entropy_bwd_06 (the gradient scaled in place)
+
+def operator_samples():
+    """(x2d, target, weight, ignore_index, reduction, smoothing) as the drop-in hands them over: rows at unit stride,
+    contiguous or with a row stride past V, fp32 and bf16; weights with and without smoothing, none; every reduction;
+    rows ignored; an ignore_index of a class; no rows."""
+    gen = torch.Generator().manual_seed(0)
+    base = (3 * torch.randn(6, 50, generator=gen)).to(DEVICE)
+    target = torch.tensor([3, -100, 39, 0, 7, 20], device=DEVICE)
+    weight = (torch.rand(40, generator=gen) + 0.5).to(DEVICE)
+    return [(base[:, :40], target, weight, -100, "mean", 0.1), (base[:, :40], target, weight, -100, "sum", 0.0),
+            (base[:, :40].contiguous().bfloat16(), target, None, -100, "none", 0.2),
+            (base[:, :40].contiguous(), target.clamp(min=3), None, 3, "mean", 0.0),
+            (base[:0, :40], target[:0], None, -100, "sum", 0.0)]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no grad", "requires grad"])
+def test_operators_pass_opcheck(tut, requires_grad):
+    """torch.library.opcheck on each operator: its schema, the fake (shape-only) implementation against the real one,
+    the autograd registration, and a trace by AOT autograd with dynamic shapes. The backward operator with the
+    upstream gradients autograd hands it: a scalar, a vector, one broadcast from a 0-d (stride 0), and 1 (rows
+    skipped). Where the logits require a gradient, the forward's second output is the gradient that autograd hands
+    back, scaled in place by the backward: opcheck's AOT trace returns it to its caller as well, where the backward's
+    write would show, so that trace runs in test_compiled_block_matches_eager instead (the drop-in keeps it)."""
+    fwd, bwd = tut["ce_fwd_op"], tut["ce_bwd_op"]
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor") + ((
+        "test_aot_dispatch_dynamic",) if not requires_grad else ())
+    for x2d, *rest in operator_samples():
+        for grad in (True,) if requires_grad else (False, True):
+            torch.library.opcheck(fwd, (x2d.detach().requires_grad_(requires_grad), *rest, grad), test_utils=checks)
+        loss, dx = fwd(x2d, *rest, True)
+        for dloss in (torch.tensor(0.5, device=DEVICE), torch.randn(len(x2d), device=DEVICE),
+                      torch.tensor(2.0, device=DEVICE).expand(len(x2d)), torch.tensor(1.0, device=DEVICE)):
+            torch.library.opcheck(bwd, (dx.clone(), dloss))
+    x2d, target, weight, ignore_index, reduction, smoothing = operator_samples()[0]
+    loss, dx = fwd(x2d, target, weight, ignore_index, reduction, smoothing, True)
+    assert torch.equal(fwd(x2d, target, weight, ignore_index, reduction, smoothing, False)[0], loss)
+    assert torch.equal(loss, tut["cross_entropy"](x2d, target, weight, ignore_index, reduction, smoothing))
+    x = x2d.detach().requires_grad_(True)
+    (expected,) = torch.autograd.grad(tut["cross_entropy"](x, target, weight, ignore_index, reduction, smoothing), x)
+    assert torch.equal(dx, expected), "the drop-in's gradient is the forward operator's second output"
+
+
+def test_forward_operator_without_the_gradient_refuses_a_backward(tut):
+    """Asked for no gradient (the drop-in asks exactly when autograd wants one), the operator has none to give: a
+    backward through it fails, never returns a silent zero."""
+    x, target, _ = make((4, 30), torch.float32, seed=2)
+    loss, dx = tut["ce_fwd_op"](x, target, None, -100, "mean", 0.0, False)
+    assert dx.shape == (0, 30)
+    with pytest.raises(RuntimeError, match="invalid gradient"):
+        loss.backward()
+
+
+BLOCK_OPTIONS = {"weights, smoothing": dict(label_smoothing=0.1, weight=True),
+                 "none, in place": dict(reduction="none", inplace_backward=True)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(BLOCK_OPTIONS))
+def test_compiled_block_matches_eager(tut, dtype, name):
+    """A linear layer, the drop-in and a loss compiled in one graph (fullgraph=True: no graph break) by AOT autograd
+    (aot_eager: the CPU runs it) with dynamic shapes, against the same block run eagerly: the loss and the gradients of
+    the layer's input and weight; the forward alone too (no_grad). Each graph, with the gradient and without, holds
+    the forward operator; inplace_backward=True takes it there (eagerly, it writes over the logits)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch.manual_seed(0)
+    x = torch.randn(12, 16, device=DEVICE, dtype=dtype)
+    linear = torch.nn.Linear(16, 300, device=DEVICE, dtype=dtype)
+    target = torch.randint(0, 300, (12,), device=DEVICE).masked_fill_(torch.arange(12, device=DEVICE) % 5 == 0, -100)
+    options = BLOCK_OPTIONS[name]
+    options = options | ({"weight": torch.rand(300, device=DEVICE, dtype=dtype) + 0.5} if options.get("weight") else {})
+    ce = tut["cross_entropy"]
+
+    def block(h):
+        return ce(linear(h), target, **options).sum() * 0.5
+
+    def run(fn):
+        leaf = x.detach().clone().requires_grad_(True)
+        linear.zero_grad(set_to_none=True)
+        loss = fn(leaf)
+        loss.backward()
+        with torch.no_grad():
+            alone = fn(leaf)
+        return loss.detach(), alone, leaf.grad, linear.weight.grad
+
+    torch._dynamo.reset()
+    backend = CompileCounterWithBackend("aot_eager")
+    eager, compiled = run(block), run(torch.compile(block, fullgraph=True, dynamic=True, backend=backend))
+    for what, got, want in zip(("loss", "loss alone", "input's gradient", "weight's gradient"), compiled, eager):
+        torch.testing.assert_close(got, want, msg=lambda m, w=what: f"compiled block, {w}: {m}")
+    graphs = [[node.target for node in g.graph.nodes if node.op == "call_function"] for g in backend.graphs]
+    graphs = [ops for ops in graphs if ops]  # (a frame with nothing to compute compiles to an empty graph)
+    assert len(graphs) >= 2 and all(tut["ce_fwd_op"]._opoverload in ops for ops in graphs), graphs

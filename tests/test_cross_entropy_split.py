@@ -1,7 +1,8 @@
 """Deep dive 61: cross-entropy with each row split across programs. The split kernel against float64 with one slice
 and, through flag words written beforehand, with several (the interpreter runs one program at a time, so a slice
-cannot wait for another there); every gradient written and nothing past the row; the fallbacks; the core kernel it
-carries is tutorial 06's; its kernels compile for an H100."""
+cannot wait for another there); every gradient written and nothing past the row; the fallbacks; the core kernel and
+the drop-in it carries are tutorial 06's (its operators named for this page, checked by opcheck and compiled in a
+block as tutorial 06's are); its kernels compile for an H100 and an L4."""
 
 import inspect
 import json
@@ -139,7 +140,7 @@ def test_carried_core_kernel_is_the_core_pages(page):
     core = load_tutorial("06_cross_entropy")
     assert inspect.getsource(page["cross_entropy_kernel"].fn) == inspect.getsource(core["cross_entropy_kernel"].fn)
     assert inspect.getsource(page["_config"]) == inspect.getsource(core["_config"])
-    for name in ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM"):
+    for name in ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM", "SMEM_PER_BLOCK"):
         assert page[name] == core[name], name
     x, target = make((5, 3000), torch.bfloat16, seed=5)
     dx_page, dx_core = torch.empty_like(x), torch.empty_like(x)
@@ -156,21 +157,23 @@ from triton.compiler import ASTSource
 sys.path.insert(0, sys.argv[1])
 import page
 out = []
-for dtype, meta in json.loads(sys.argv[2]):
+for dtype, meta, cap in json.loads(sys.argv[2]):
     kernel, num_warps = page.constants_kernel if dtype == "constants" else page.ce_split_kernel, meta.pop("num_warps")
     signature = {a: "constexpr" if a in meta else ("*" + dtype if a in ("x_ptr", "dx_ptr") else "*i64" if a in ("target_ptr", "flags_ptr")
                  else "*fp32" if a.endswith("_ptr") else "i32") for a in kernel.arg_names}
-    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", cap, 32), options=dict(num_warps=num_warps))
     ptx = compiled.asm["ptx"]
     stores = "st.global" in ptx if dtype == "constants" else "atom.global" in ptx and "ld.volatile.global" in ptx
-    out.append([stores, compiled.n_regs if hasattr(compiled, "n_regs") else 0])
+    out.append([stores, compiled.metadata.shared])
 print(json.dumps(out))
 """
 
 
-def test_split_kernel_compiles_for_an_h100(page, tmp_path):
-    """The kernel the GPU runs (with the flags' atomic exchange and volatile loads in its PTX), compiled for sm_90 in a
-    process without the interpreter, as the launcher configures it for 128 K to 256 K logits."""
+def test_split_kernel_compiles_for_an_h100_and_an_l4(page, tmp_path):
+    """The kernel the GPU runs (with the flags' atomic exchange and volatile loads in its PTX), compiled for sm_90 and
+    sm_89 in a process without the interpreter, as the launcher configures it for 128 K to 256 K logits: it stages
+    nothing in shared memory, which holds only its reductions' scratch (the core kernel it carries takes its stages
+    from the device: tests/test_cross_entropy.py)."""
     source = (ROOT / "tutorials" / "deep_dives" / "61_cross_entropy_split_rows.py").read_text(encoding="utf-8")
     head = source[:source.index("# %%\n# Correctness")]
     (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
@@ -184,12 +187,15 @@ def test_split_kernel_compiles_for_an_h100(page, tmp_path):
                                       num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
     cases += [["constants", dict(MEAN=mean, HAS_WEIGHT=weighted, BLOCK=8192, num_warps=8)]
               for mean in (True, False) for weighted in (True, False)]  # the launch before the kernels
+    cases = [case + [cap] for cap in (90, 89) for case in cases]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, f"compiling for sm_90 failed:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"compiling for sm_90 and sm_89 failed:\n{proc.stderr[-3000:]}"
     compiled = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(compiled) == len(cases) and all(flags for flags, _ in compiled), compiled
+    # no chunk staged: at most the 1 KB the core kernel's config leaves for reductions, far under any target's limit
+    assert all(shared <= min(1024, dropin.SHARED_PER_BLOCK[cap]) for (_, shared), (*_, cap) in zip(compiled, cases))
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
@@ -248,16 +254,23 @@ def split_everywhere(page, monkeypatch):
 
 
 def test_carried_drop_in_is_the_core_pages(page):
-    """Letter for letter the core page's checks, autograd function, lazy backward and drop-in (only the launcher
-    they call, cross_entropy_rows, is this page's), and its speeds of light."""
+    """Letter for letter the core page's checks, operators (named for this page: sol::cross_entropy_*_61) with their
+    fake and autograd, the eager in-place path, lazy backward and drop-in (only the launcher they call,
+    cross_entropy_rows, is this page's), and its speeds of light."""
     core = load_tutorial("06_cross_entropy")
     assert inspect.getsource(page["scale_grad_kernel"].fn) == inspect.getsource(core["scale_grad_kernel"].fn)
     assert inspect.getsource(page["read_kernel"].fn) == inspect.getsource(core["read_kernel"].fn)
-    for name in ("scale_grad", "reduced_loss", "_check", "cross_entropy", "light_gbs"):
+    for name in ("_loss", "_backward", "_check", "cross_entropy", "light_gbs"):
         assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
-    for method in ("forward", "backward"):  # a class's source needs its module imported; its methods' do not
-        assert inspect.getsource(getattr(page["CrossEntropyFunction"], method)) == \
-            inspect.getsource(getattr(core["CrossEntropyFunction"], method)), method
+    for op in ("ce_fwd_op", "ce_bwd_op"):
+        assert page[op]._qualname == core[op]._qualname.replace("_06", "_61"), "the operators' names are the page's"
+        for part in ("_init_fn", "_abstract_fn", "_backward_fn", "_setup_context_fn"):
+            if getattr(core[op], part) is not None:
+                assert inspect.getsource(getattr(page[op], part)).replace("_61", "_06") == \
+                    inspect.getsource(getattr(core[op], part)), (op, part)
+    # a class's source needs its module imported; its methods' do not
+    assert inspect.getsource(page["InPlaceGradient"].forward) == inspect.getsource(core["InPlaceGradient"].forward)
+    assert page["InPlaceGradient"].backward is page["_backward"]
     assert page["SUPPORTED_DTYPES"] == core["SUPPORTED_DTYPES"]
     assert list(inspect.signature(page["cross_entropy_rows"]).parameters) == \
         list(inspect.signature(core["cross_entropy_rows"]).parameters)[:7]
@@ -310,4 +323,20 @@ def test_drop_in_every_row_ignored_bad_input_and_a_second_backward(page, split_e
     for reduction in ("mean", "sum", "none"):
         dropin.test_every_row_ignored(page, reduction)
     dropin.test_bad_inputs_raise(page)
-    dropin.test_backward_twice_says_why(page)
+    for inplace in (False, True):
+        dropin.test_backward_twice_says_why(page, inplace)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no grad", "requires grad"])
+def test_operators_pass_opcheck(page, split_everywhere, requires_grad):
+    """The core page's torch.library.opcheck of the drop-in's operators, run on this page's (the rows of its samples
+    through the split kernel where they carry a gradient and no smoothing)."""
+    dropin.test_operators_pass_opcheck(page, requires_grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(dropin.BLOCK_OPTIONS))
+def test_compiled_block_matches_eager(page, split_everywhere, dtype, name):
+    """The core page's block (a linear layer, the drop-in, a loss) compiled with fullgraph=True against eager, on this
+    page's drop-in: its graph holds sol::cross_entropy_fwd_61, the split kernel under it where no smoothing."""
+    dropin.test_compiled_block_matches_eager(page, dtype, name)

@@ -9,8 +9,7 @@ gradient must move; what to do when a row outgrows one program's registers; keep
 Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, datetime, operator, os, shutil, subprocess, timeit
-import torch, torch.nn.functional as F
+import contextlib, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -20,6 +19,7 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 
 # %%
 # The loss, its gradient and their bytes
@@ -37,8 +37,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # Step 0: the whole row in registers
 # ----------------------------------
-# One program per row loads it whole (padding: :math:`-\infty`); all else follows from registers: the model's 4 bytes
-# a logit.
+# One program per row loads it whole (padding: :math:`-\infty`); all else follows from registers: 4 bytes a logit.
 
 @triton.jit
 def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_stride, dx_row_stride, ignore_index,
@@ -57,8 +56,7 @@ def ce_row_kernel(x_ptr, target_ptr, scale_ptr, loss_ptr, dx_ptr, n_cols, x_row_
     dx = scale * (e / total - tl.where(cols == target, 1.0, 0.0))
     tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
 
-def step0_loss_and_grad(x2d, target, dx):
-    """Step 0 for 'mean' without options: the loss; the gradient into dx."""
+def step0_loss_and_grad(x2d, target, dx):  # step 0 for 'mean' without options: the loss; the gradient into dx
     (n_rows, n_cols), block = x2d.shape, triton.next_power_of_2(x2d.shape[1])
     loss, scale = torch.empty(n_rows, device=x2d.device), 1.0 / (target != -100).sum(dtype=torch.float32)
     ce_row_kernel[(n_rows,)](x2d, target, scale, loss, dx, n_cols, x2d.stride(0), dx.stride(0), -100, BLOCK_V=block,
@@ -80,12 +78,12 @@ def step0_loss_and_grad(x2d, target, dx):
 # the loss of a row is :math:`(1 - \varepsilon) w_t (\ell - x_t) + \frac{\varepsilon}{V} (W \ell - \sum_c w_c
 # x_c)`, so the gradient is :math:`a\, p_c - b_c` with :math:`a = (1-\varepsilon) w_t + \varepsilon W / V` and
 # :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`. ``'mean'`` divides by :math:`\sum w_t` over the
-# rows not ignored. A target out of range: an error on the host; in a CUDA graph, a NaN loss. ``num_stages=STAGES``
-# has Triton load the next chunks early. bf16 counts instructions: ``exp2``, and the target's :math:`b_t` written
-# after the loop, not compared at every logit. Each exponent subtracts :math:`m` first (:math:`x \log_2 e` overflows
-# past 2.4e38); :math:`\ell` stays two terms, :math:`m` and :math:`\log s` (one float would round :math:`\log s` away
-# at :math:`m = 10^{20}`); smoothing sums :math:`\frac{\varepsilon}{V} w_c (m - x_c) \ge 0`, moved with each new
-# :math:`m` as :math:`s` is, not large :math:`w_c x_c` that cancel.
+# rows not ignored. A target out of range: an error on the host; in a CUDA graph or a compiled model, a NaN loss.
+# ``num_stages=STAGES`` has Triton load the next chunks early. bf16 counts instructions: ``exp2``, and the target's
+# :math:`b_t` written after the loop, not compared at every logit. Each exponent subtracts :math:`m` first
+# (:math:`x \log_2 e` overflows past 2.4e38); :math:`\ell` stays two terms, :math:`m` and :math:`\log s` (one float
+# would round :math:`\log s` away at :math:`m = 10^{20}`); smoothing sums :math:`\frac{\varepsilon}{V} w_c (m - x_c)
+# \ge 0`, moved with each new :math:`m` as :math:`s` is, not large :math:`w_c x_c` that cancel.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx_ptr, ticket_ptr, n_rows, n_cols,
@@ -176,16 +174,16 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # likeliest still there), ``.cs`` (streaming) on the gradient's store.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
+L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
+SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448  # H100's
 CHUNK_N = 8192  # logits a step (16 KB bf16, 32 KB fp32): 64 bytes a thread
 FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
-STAGES = 3  # chunks in flight (two staged in SMEM)
+STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the lazy backward's
-# The front page recommends this design for the forward alone (forward+backward: deep dive 61)
-RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}
+RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # the front page's pick: the forward alone
 
-def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
+def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True, staged=0):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
     half = element_size <= 2 and not grad
     chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
@@ -195,28 +193,34 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     # rows in flight under L2_SHARE of L2 (no gradient: nothing to keep there)
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
-    stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
+    # stages from the device's shared memory a program, so that no launch asks for more than it has: a loop (two
+    # with the gradient) stages STAGES - 1 chunks of logits and of weights (``staged`` bytes each); 1 KB for reductions
+    fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * (element_size + staged))
+    stages = min(stages or (STAGES if half or (grad and per_sm == 1) else 1), fit)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 # %%
-# The launcher and the drop-in function
-# -------------------------------------
-# ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets. The gradient
-# goes to a new tensor, or with ``inplace_backward=True`` over the logits: one :math:`M \times V` tensor less (not where
-# rows share memory, as in a broadcast). The kernels read the logits with their row stride, the targets (as int64) and
-# the weights at unit stride: those two are made contiguous, a copy of a few bytes a row. A reduced forward alone is
-# one launch (``REDUCE``): no small kernels around it, and the same bits every run.
+# The launcher and the drop-in, as PyTorch operators
+# --------------------------------------------------
+# ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets; targets (as
+# int64) and weights are read at unit stride (copied where needed: a few bytes a row). A reduced forward alone is one
+# launch (``REDUCE``): the same bits every run. The launches are operators (``torch.library.custom_op``), which a model
+# compiled with ``torch.compile(fullgraph=True)`` keeps in its graph (a launch from Python would break it);
+# ``register_fake`` tells the compiler their outputs' shapes without running a kernel. The forward returns the gradient
+# too, which the backward scales in place (its operator declares it mutates ``dx``). ``inplace_backward=True`` writes
+# it over the logits instead, one :math:`M \times V` tensor less (not where rows share memory): an operator may not
+# write over a tensor autograd holds, so that path is a ``torch.autograd.Function``, run eagerly.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2):
     """(per-row losses in fp32, 1 / the mean's denominator or 1); the reduced loss's gradient into dx."""
-    n_rows, n_cols = x2d.shape
+    (n_rows, n_cols), staged = x2d.shape, weight.element_size() if weight is not None and smoothing > 0 else 0
     valid, ones = target != ignore_index, torch.ones((), device=x2d.device)
     counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, n_cols - 1)], 0).sum()
     scale = 1.0 / counted.float() if mean else ones  # every row ignored: inf, and a NaN 'mean' as PyTorch's
     consts = scale.reshape(1) if weight is None else torch.stack([scale, weight.float().sum()])
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
-        meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None)
+        meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None, staged=staged)
         cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
                                       x2d if dx is None else dx, consts, n_rows, n_cols, x2d.stride(0),
                                       x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
@@ -224,19 +228,23 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=No
                                       **meta)
     return losses, scale
 
-def scale_grad(dx, dloss):
+@torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
+def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
     (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
     if n_rows > 0:
-        meta, _ = _config(n_rows, n_cols, dx.element_size())
+        meta = {k: v for k, v in _config(n_rows, n_cols, dx.element_size())[0].items() if k in ("CHUNK", "num_warps")}
         scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
-            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, CHUNK=meta["CHUNK"],
-            num_warps=meta["num_warps"])
+            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, **meta)
 
-def reduced_loss(x2d, target, weight, ignore_index, smoothing, mean):
-    """The forward alone, 'mean' or 'sum', in one launch."""
-    (n_rows, n_cols), ticket = x2d.shape, torch.zeros(1, dtype=torch.int32, device=x2d.device)
-    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False)
-    grid = min(grid, 2048)  # the kernel's most
+def _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx):
+    """The loss in x2d's dtype; the reduced loss's gradient into dx. The forward alone, reduced: in one launch."""
+    (n_rows, n_cols), mean = x2d.shape, reduction == "mean"
+    if dx is not None or reduction == "none" or n_rows == 0:
+        losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx)
+        return (losses if reduction == "none" else losses.sum() * scale if mean else losses.sum()).to(x2d.dtype)
+    staged = weight.element_size() if weight is not None and smoothing > 0 else 0  # weights loaded with the logits
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False, staged=staged)
+    grid, ticket = min(grid, 2048), torch.zeros(1, dtype=torch.int32, device=x2d.device)  # the kernel's most programs
     sums, loss = torch.empty(2 * grid, device=x2d.device), torch.empty((), device=x2d.device, dtype=x2d.dtype)
     consts = ticket if weight is None else weight.float().sum().repeat(2)  # W at consts[1]
     cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, sums, loss, ticket, n_rows,
@@ -244,30 +252,36 @@ def reduced_loss(x2d, target, weight, ignore_index, smoothing, mean):
                                   SMOOTH=smoothing > 0, WRITE_GRAD=False, REDUCE="mean" if mean else "sum", **meta)
     return loss
 
-class CrossEntropyFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x2d, target, weight, ignore_index, reduction, smoothing, inplace):
-        ctx.dx = (x2d if inplace else torch.empty_like(x2d)) if ctx.needs_input_grad[0] else None
-        if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
-            return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
-        losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
-        loss = losses if reduction == "none" else losses.sum() * scale if reduction == "mean" else losses.sum()
-        return loss.to(x2d.dtype)
+@torch.library.custom_op("sol::cross_entropy_fwd_06", mutates_args=())
+def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[torch.Tensor], ignore_index: int,
+              reduction: str, smoothing: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    dx = torch.empty_like(x2d if grad else x2d[:0])  # outputs are new tensors, never an input or a view of one
+    return _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx if grad else None), dx
+ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, smoothing, grad: (  # shapes, dtypes
+    x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
+def _backward(ctx, dloss, *_):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
+                           "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
+    try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
+        (dx,) = ctx.saved_tensors
+    except RuntimeError:
+        raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
+                           "compute the loss again, not retain_graph=True") from None
+    ce_bwd_op(dx, dloss)
+    return dx, None, None, None, None, None, None
+ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])))
+
+class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run eagerly
     @staticmethod
-    def backward(ctx, dloss):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
-                               "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
-        if ctx.dx is None:
-            raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
-                               "compute the loss again, not retain_graph=True")
-        dx, ctx.dx = ctx.dx, None
-        scale_grad(dx, dloss)
-        return dx, None, None, None, None, None, None
+    def forward(ctx, x2d, *args):
+        ctx.save_for_backward(x2d)  # where the kernel writes the gradient
+        return _loss(x2d, *args, x2d)
+    backward = staticmethod(_backward)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index)
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("cross_entropy: logits and target must be torch.Tensors")
@@ -307,19 +321,20 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
     target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
     inplace = bool(inplace_backward) and (x2d.shape[0] < 2 or x2d.stride(0) >= n_classes)  # no rows sharing memory
-    if not (ON_GPU and torch.cuda.is_current_stream_capturing()):  # a look on the host (a sync); in a graph: NaN
+    inplace, grad = inplace and not torch.compiler.is_compiling(), torch.is_grad_enabled() and x2d.requires_grad
+    if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    loss = CrossEntropyFunction.apply(x2d, target1d, weight, ignore_index, reduction, float(label_smoothing), inplace)
+    args = (x2d, target1d, weight, ignore_index, reduction, float(label_smoothing))
+    loss = InPlaceGradient.apply(*args) if inplace and grad else ce_fwd_op(*args, grad)[0]
     return loss.view(target.shape) if reduction == "none" else loss
 
 # %%
 # Correctness
 # -----------
-# Relative errors against float64 of the loss (``'none'``) and its gradient for a random upstream gradient, beside
-# PyTorch's; rows ignored, weights, label smoothing.
+# Errors relative to float64, beside PyTorch's: the loss (``'none'``) and gradient, rows ignored, weights, smoothing.
 
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 
@@ -336,8 +351,7 @@ def check_row(shape, dtype):
             for name in ("ours", "torch") for q, o, r in zip(("loss", "grad"), runs[name], runs["ref"])}
 
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# A few roundings, or twice PyTorch's error.
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 for q in ("loss", "grad"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
@@ -354,8 +368,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 
-def bench(fn, graph=True):
-    """Median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)."""
+def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up before the capture
@@ -398,22 +411,25 @@ def environment_card():
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
+not_measured = lambda peer, why: print(f"{peer}: not measured here ({why}).")  # a peer this run cannot time
 fns, no_graph = {"torch": F.cross_entropy}, set()
+major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
 if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # no graph capture on the default stream
     torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # one a shape, dtype
     fns["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
-    with contextlib.suppress(ImportError):  # Liger
+    with contextlib.suppress(ImportError):
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
         fns["Liger"], no_graph = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0], {"Liger"}
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (CuTe-DSL kernels)
-    try:
+try:  # quack's CuTe-DSL kernels, from compute capability 9.0
+    if major >= 9:
         from quack.cross_entropy import cross_entropy as quack_cross_entropy
         fns["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
-    except Exception as err:
-        print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
-else:
-    print("No quack column: quack needs compute capability 9.0+.")
+except Exception as err:  # not installed, or it does not load here
+    not_measured("quack", "not installed" if isinstance(err, ImportError) else " ".join(str(err).split())[:100])
+for peer in [p for p in ("torch.compile", "Liger") if p not in fns] + (["quack"] if major < 9 else []):
+    not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
+                 f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
 fns["ours"] = cross_entropy
 
 # %%
@@ -436,8 +452,9 @@ for n_cols in LADDER_V:
 ladder = pd.DataFrame(ladder).sort_values(["step", "N"], kind="stable")
 speed = ladder.set_index(["step", "N"])["GB/s"]
 print(f"At V = {short}, step 1 runs at {speed[1, short] / speed[0, short]:.2f}x step 0 and step 2 at "
-      f"{speed[2, short] / speed[0, short]:.2f}x; at V = {long}, step 2 runs at {speed[2, long] / speed[1, long]:.2f}x step 1.")
-ladder.style.format({"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hide(axis="index")
+      f"{speed[2, short] / speed[0, short]:.2f}x; at V = {long}, step 2 runs at {speed[2, long] / speed[1, long]:.2f}x "
+      "step 1." if ON_GPU else NO_GPU)
+ladder.style.format({"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hide(axis="index") if ON_GPU else None
 
 # %%
 # Every provider
@@ -454,8 +471,7 @@ for dtype in (torch.bfloat16, torch.float32):
             xg = x.clone() if name == "Liger" else x  # Liger writes over its input
             for direction in ("forward", "forward+backward"):
                 xg.requires_grad_(direction != "forward")
-                call = (lambda: fn(xg, target)) if direction == "forward" else \
-                    lambda: torch.autograd.grad(fn(xg, target), xg)
+                call = lambda: fn(xg, target) if direction == "forward" else torch.autograd.grad(fn(xg, target), xg)
                 try:
                     if direction == "forward":
                         torch.testing.assert_close(fn(xg, target).float(), reference, atol=1e-2, rtol=1e-2)
@@ -472,11 +488,8 @@ for dtype in (torch.bfloat16, torch.float32):
         del x, target, reference
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():
-    print(f"{name}: not measured at {', '.join(points)} ({why})")
-
-# %%
+    not_measured(name, f"{why}; at {', '.join(points)}")
 # GB/s (higher is better); ours as % of light and against the fastest peer:
-
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of speed of light"] = 100 * results["GB/s"] / results.light
 table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "forward+backward"], list(fns)]
@@ -484,8 +497,8 @@ table.insert(0, "speed of light", results.groupby(keys).light.first())
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 save_results(table)
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
-                   na_rep="-")
+formats = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
+table.style.format(formats, na_rep="-") if ON_GPU else print(NO_GPU)
 
 # %%
 # As a plot, as % of light:
@@ -497,12 +510,20 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
     ax.axhline(100, color="black", label="speed of light")
     ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
     ax.legend(fontsize=7)
-fig.suptitle(f"Cross-entropy, {TOTAL[torch.bfloat16]:,} bf16 / {TOTAL[torch.float32]:,} fp32 logits, on {WHERE}")
+_ = fig.suptitle(f"Cross-entropy, {TOTAL[torch.bfloat16]:,} bf16 / {TOTAL[torch.float32]:,} fp32 logits, on {WHERE}")
 
 # %%
-# Memory: a forward+backward's peak beyond the logits (bf16, the ladder's longer V):
+# Reading the numbers
+# -------------------
+# Then memory: a forward+backward's peak beyond the logits (bf16, the ladder's longer V).
 
 if ON_GPU:
+    both = table.xs(("forward+backward", "bfloat16"), level=[0, 1])
+    light, peer = both["ours, % of light"], both["ours / best peer"].dropna()
+    alone = table.xs("forward", level=0)["ours, % of light"]
+    print(f"Forward+backward in bf16: {light.min():.3g}-{light.max():.3g}% of a copy, {peer.min():.2f}x to "
+          f"{peer.max():.2f}x the fastest peer: each row is read twice. The forward alone: {alone.min():.3g}-"
+          f"{alone.max():.3g}% of a read pass.")
     x, memory = torch.randn((TOTAL[torch.bfloat16] // long, long), device=DEVICE, dtype=torch.bfloat16), {}
     target = torch.randint(0, long, (x.shape[0],), device=DEVICE)
     for name, fn in (fns | {"ours, inplace_backward=True": lambda x, t: cross_entropy(x, t, inplace_backward=True)}).items():
@@ -513,18 +534,8 @@ if ON_GPU:
         memory[name] = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}"
     print(f"logits: {x.numel() * 2 / 2**30:.2f} GiB; peaks:", memory)
     del x, xg, target
-
-# %%
-# Reading the numbers
-# -------------------
-both = table.xs(("forward+backward", "bfloat16"), level=[0, 1])
-light, peer = both["ours, % of light"], both["ours / best peer"].dropna()
-alone = table.xs("forward", level=0)["ours, % of light"]
-print(f"Forward+backward in bf16: {light.min():.3g}-{light.max():.3g}% of a copy, {peer.min():.2f}x to {peer.max():.2f}x "
-      f"the fastest peer: each row is read twice. The forward alone: {alone.min():.3g}-{alone.max():.3g}% of a "
-      f"{'read pass' if ON_GPU else 'copy'}.")
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+else:
+    print(NO_GPU)
 
 # %%
 # Going further

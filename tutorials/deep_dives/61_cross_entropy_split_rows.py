@@ -4,14 +4,13 @@ Cross-entropy, long rows: one row split across programs
 
 The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2: its own
 table shows what that costs. Here several programs share a row, each holding its *slice* in registers: the row is read
-once and its gradient written from registers, at every :math:`V`.
-**What you will learn**: how the slices merge their maxima and sums through words in global memory (the algebra of
-vocabulary-parallel tensor parallelism, on one GPU); why all programs that share a row must be on the GPU at once;
-measured against the core kernel and the peers; and the core page's drop-in around it. Deep dive
-:ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
+once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the slices merge their
+maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor parallelism, on one GPU); why
+all programs that share a row must be on the GPU at once; measured against the core kernel and the peers; and the core
+page's drop-in around it. :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 
-import contextlib, ctypes, datetime, operator, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
+import contextlib, ctypes, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -21,6 +20,7 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 
 # %%
 # The core kernel we start from
@@ -29,10 +29,11 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # rereads the row backwards to write :math:`a\, p_c - b_c`; the rows in flight fit ``L2_SHARE`` of L2 (``_config``).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20
+L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
+SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448  # H100's
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
 FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
-STAGES = 3  # chunks in flight (the next two staged in SMEM)
+STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
 
@@ -104,7 +105,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
                 loss /= tl.sum(tl.load(loss_ptr + P + p, mask=p < P, other=0.0, volatile=True), axis=0)
             tl.store(dx_ptr, loss.to(dx_ptr.dtype.element_ty))
 
-def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True):
+def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True, staged=0):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
     half = element_size <= 2 and not grad
     chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
@@ -114,17 +115,20 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     # rows in flight under L2_SHARE of L2 (no gradient: nothing to keep there)
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
-    stages = stages or (STAGES if half or (grad and per_sm == 1) else 1)
+    # stages from the device's shared memory a program, so that no launch asks for more than it has: a loop (two
+    # with the gradient) stages STAGES - 1 chunks of logits and of weights (``staged`` bytes each); 1 KB for reductions
+    fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * (element_size + staged))
+    stages = min(stages or (STAGES if half or (grad and per_sm == 1) else 1), fit)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
     """The core page's launch: per-row losses (fp32) and the mean's factor; the gradient into dx (None: none)."""
-    n_rows, n_cols = x2d.shape
+    (n_rows, n_cols), staged = x2d.shape, weight.element_size() if weight is not None and smoothing > 0 else 0
     scale, consts = loss_constants(target, weight, ignore_index, mean, n_cols)
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows == 0:
         return losses, scale
-    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=dx is not None, staged=staged)
     cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, losses,
                                   x2d if dx is None else dx, consts, n_rows, n_cols, x2d.stride(0),
                                   x2d.stride(0) if dx is None else dx.stride(0), ignore_index, float(smoothing),
@@ -138,7 +142,6 @@ def loss_constants(target, weight, ignore_index, mean, n_cols, flags=None):
         target, target if weight is None else weight, consts, target if flags is None else flags, target.numel(), n_cols,
         n_flags, ignore_index, MEAN=mean, HAS_WEIGHT=weight is not None, BLOCK=8192, num_warps=8)
     return consts[0], consts
-
 @triton.jit
 def constants_kernel(target_ptr, weight_ptr, consts_ptr, flags_ptr, n_rows, n_cols, n_flags, ignore_index,
                      MEAN: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
@@ -268,17 +271,13 @@ def _split_config(element_size):
     if element_size <= 2:  # bf16, fp16: 64 logits a thread, 2-3 programs an SM
         return dict(MIN_N=32000, SLICE_N=8192, num_warps=4)  # from the shortest vocabulary measured, Llama 2's
     return dict(MIN_N=32000, SLICE_N=4096, num_warps=4)  # fp32: 32 logits a thread, the same bytes
-
 RANGE = {("forward+backward", t): range(32000, 2**31) for t in ("bfloat16", "float32")}  # the V the front page gives here
 _fits = {}
-
 def programs_per_sm(kernel, args, meta):
     """How many programs of the version Triton compiles for these arguments (one per dtype, and per integer that is 1
     or a multiple of 16) fit one SM at once (1: interpreter)."""
     key = (tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args), tuple(sorted(meta.items())))
-    if key not in _fits and not ON_GPU:
-        _fits[key] = 1
-    elif key not in _fits:
+    if key not in _fits and ON_GPU:
         compiled = kernel.warmup(*args, grid=(1,), **meta)
         compiled._init_handles()
         count = ctypes.c_int()
@@ -287,7 +286,7 @@ def programs_per_sm(kernel, args, meta):
             ctypes.c_size_t(compiled.metadata.shared))
         assert error == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor: CUDA error {error}"
         _fits[key] = count.value
-    return _fits[key]
+    return _fits.get(key, 1)
 
 def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flags=None):
     """(per-row losses in fp32, the mean's factor), the gradient into dx: long rows split where a group fits the GPU at
@@ -313,9 +312,9 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in, carried letter for letter (checks, autograd function, lazy backward,
-# one-launch forward alone): only its launcher ``cross_entropy_rows`` is this page's. It splits rows where
-# ``ce_split_rows`` does; label smoothing (one more share a slice: see the end) and no gradient take the core kernel.
+# ``cross_entropy`` is the core page's drop-in, carried letter for letter (checks, operators, here named ``*_61``,
+# lazy backward, one-launch forward alone): only its launcher ``cross_entropy_rows`` is this page's. It splits rows
+# where ``ce_split_rows`` does; label smoothing (one more share a slice: see the end) and no gradient take the core.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
     """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
@@ -333,51 +332,57 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
             for start in range(0, n_cols, CHUNK):
                 dx = tl.load(dx_row + start + cols, mask=start + cols < n_cols, other=0.0)
                 tl.store(dx_row + start + cols, (dx.to(tl.float32) * g).to(dx.dtype), mask=start + cols < n_cols)
-
-def scale_grad(dx, dloss):
+@torch.library.custom_op("sol::cross_entropy_bwd_61", mutates_args=("dx",))
+def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
     (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
     if n_rows > 0:
-        meta, _ = _config(n_rows, n_cols, dx.element_size())
+        meta = {k: v for k, v in _config(n_rows, n_cols, dx.element_size())[0].items() if k in ("CHUNK", "num_warps")}
         scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
-            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, CHUNK=meta["CHUNK"],
-            num_warps=meta["num_warps"])
+            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, **meta)
 
-def reduced_loss(x2d, target, weight, ignore_index, smoothing, mean):
-    """The forward alone, 'mean' or 'sum', in one launch."""
-    (n_rows, n_cols), ticket = x2d.shape, torch.zeros(1, dtype=torch.int32, device=x2d.device)
-    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False)
-    grid = min(grid, 2048)  # the kernel's most
+def _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx):
+    """The loss in x2d's dtype; the reduced loss's gradient into dx. The forward alone, reduced: in one launch."""
+    (n_rows, n_cols), mean = x2d.shape, reduction == "mean"
+    if dx is not None or reduction == "none" or n_rows == 0:
+        losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx)
+        return (losses if reduction == "none" else losses.sum() * scale if mean else losses.sum()).to(x2d.dtype)
+    staged = weight.element_size() if weight is not None and smoothing > 0 else 0  # weights loaded with the logits
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), grad=False, staged=staged)
+    grid, ticket = min(grid, 2048), torch.zeros(1, dtype=torch.int32, device=x2d.device)  # the kernel's most programs
     sums, loss = torch.empty(2 * grid, device=x2d.device), torch.empty((), device=x2d.device, dtype=x2d.dtype)
     consts = ticket if weight is None else weight.float().sum().repeat(2)  # W at consts[1]
     cross_entropy_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, sums, loss, ticket, n_rows,
                                   n_cols, x2d.stride(0), 0, ignore_index, float(smoothing), HAS_WEIGHT=weight is not None,
                                   SMOOTH=smoothing > 0, WRITE_GRAD=False, REDUCE="mean" if mean else "sum", **meta)
     return loss
+@torch.library.custom_op("sol::cross_entropy_fwd_61", mutates_args=())
+def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[torch.Tensor], ignore_index: int,
+              reduction: str, smoothing: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    dx = torch.empty_like(x2d if grad else x2d[:0])  # outputs are new tensors, never an input or a view of one
+    return _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx if grad else None), dx
+ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, smoothing, grad: (  # shapes, dtypes
+    x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
-class CrossEntropyFunction(torch.autograd.Function):
+def _backward(ctx, dloss, *_):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
+                           "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
+    try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
+        (dx,) = ctx.saved_tensors
+    except RuntimeError:
+        raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
+                           "compute the loss again, not retain_graph=True") from None
+    ce_bwd_op(dx, dloss)
+    return dx, None, None, None, None, None, None
+ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])))
+class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run eagerly
     @staticmethod
-    def forward(ctx, x2d, target, weight, ignore_index, reduction, smoothing, inplace):
-        ctx.dx = (x2d if inplace else torch.empty_like(x2d)) if ctx.needs_input_grad[0] else None
-        if ctx.dx is None and reduction != "none" and x2d.shape[0] > 0:
-            return reduced_loss(x2d, target, weight, ignore_index, smoothing, reduction == "mean")
-        losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, reduction == "mean", ctx.dx)
-        loss = losses if reduction == "none" else losses.sum() * scale if reduction == "mean" else losses.sum()
-        return loss.to(x2d.dtype)
-
-    @staticmethod
-    def backward(ctx, dloss):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
-                               "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
-        if ctx.dx is None:
-            raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
-                               "compute the loss again, not retain_graph=True")
-        dx, ctx.dx = ctx.dx, None
-        scale_grad(dx, dloss)
-        return dx, None, None, None, None, None, None
-
+    def forward(ctx, x2d, *args):
+        ctx.save_for_backward(x2d)  # where the kernel writes the gradient
+        return _loss(x2d, *args, x2d)
+    backward = staticmethod(_backward)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index)
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("cross_entropy: logits and target must be torch.Tensors")
@@ -409,7 +414,6 @@ def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  #
         if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
             return n_classes, operator.index(ignore_index)
     raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
-
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   inplace_backward=False):
     n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
@@ -417,12 +421,14 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
     target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
     inplace = bool(inplace_backward) and (x2d.shape[0] < 2 or x2d.stride(0) >= n_classes)  # no rows sharing memory
-    if not (ON_GPU and torch.cuda.is_current_stream_capturing()):  # a look on the host (a sync); in a graph: NaN
+    inplace, grad = inplace and not torch.compiler.is_compiling(), torch.is_grad_enabled() and x2d.requires_grad
+    if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    loss = CrossEntropyFunction.apply(x2d, target1d, weight, ignore_index, reduction, float(label_smoothing), inplace)
+    args = (x2d, target1d, weight, ignore_index, reduction, float(label_smoothing))
+    loss = InPlaceGradient.apply(*args) if inplace and grad else ce_fwd_op(*args, grad)[0]
     return loss.view(target.shape) if reduction == "none" else loss
 
 # %%
@@ -432,7 +438,6 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # with and without weights): relative errors beside PyTorch's. A CPU's short rows take the core kernel (tests split).
 
 CHECK_SHAPES = [(64, 131073), (16, 262144), (33, 200_003), (8, 65537)] if ON_GPU else [(5, 300), (3, 1000)]
-
 def check_row(shape, dtype, weighted):
     torch.manual_seed(shape[1])
     x = (3 * torch.randn(shape, device=DEVICE)).to(dtype).requires_grad_(True)
@@ -462,8 +467,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 
-def bench(fn, graph=True):
-    """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, one call's wall clock."""
+def bench(fn, graph=True):  # median ms: CUDA-graph replays timed by do_bench (GPU), or one call's wall clock (CPU)
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # compile and warm up before the capture
@@ -478,7 +482,6 @@ def bench(fn, graph=True):
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(tl.load(words_ptr + offs, mask=offs < n_words, other=0), axis=0))
-
 def light_gbs(x, read_only=False):
     """GB/s of a copy of x or, read_only (GPU), of a pass xor-ing its 32-bit words: the faster of two."""
     if read_only and ON_GPU:
@@ -505,22 +508,25 @@ def environment_card():
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
+not_measured = lambda peer, why: print(f"{peer}: not measured here ({why}).")  # a peer this run cannot time
 peers, no_graph = {"torch": F.cross_entropy}, set()
+major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
 if ON_GPU:  # on the CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream
     torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024  # one a shape, dtype
     peers["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
-    with contextlib.suppress(ImportError):  # Liger, when installed
+    with contextlib.suppress(ImportError):
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
         peers["Liger"], no_graph = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0], {"Liger"}
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels)
-    try:
+try:  # quack (Dao-AILab's CuTe-DSL kernels), from compute capability 9.0
+    if major >= 9:
         from quack.cross_entropy import cross_entropy as quack_cross_entropy
         peers["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
-    except Exception as err:  # not installed, or does not load here
-        print(f"No quack column: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
-else:
-    print("No quack column: quack needs a GPU of compute capability 9.0 or newer.")
+except Exception as err:  # not installed, or it does not load here
+    not_measured("quack", "not installed" if isinstance(err, ImportError) else " ".join(str(err).split())[:100])
+for peer in [p for p in ("torch.compile", "Liger") if p not in peers] + (["quack"] if major < 9 else []):
+    not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
+                 f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
 
 # %%
 # Does the split pay?
@@ -534,16 +540,13 @@ for dtype in (torch.bfloat16, torch.float32):
         target, dx, nbytes = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), torch.empty_like(x), x.numel() * x.element_size()
         light = {"forward": light_gbs(x, read_only=True), "forward+backward": light_gbs(x)}
         for direction, grad in (("forward", None), ("forward+backward", dx)):
-            x.requires_grad_(grad is not None)
             calls = {"core": lambda: core_rows(x, target, None, -100, True, grad)}  # the kernels through their launchers
             if grad is not None:  # the split writes gradients only
                 calls["split"] = lambda: ce_split_rows(x, target, None, -100, True, grad)
-            calls["ours"] = (lambda: torch.autograd.grad(cross_entropy(x, target), x)) if grad is not None else \
-                (lambda: cross_entropy(x, target))  # the drop-in, as the peers
-            for name, fn in peers.items():
+            for name, fn in ({"ours": cross_entropy} | peers).items():  # the drop-in, called as the peers
                 xg = (x.clone() if name == "Liger" else x).requires_grad_(grad is not None)  # Liger writes over its input
-                calls[name] = (lambda fn=fn, xg=xg: torch.autograd.grad(fn(xg, target), xg)) if grad is not None else \
-                    (lambda fn=fn, xg=xg: fn(xg, target))
+                calls[name] = lambda f=fn, v=xg: (torch.autograd.grad(f(v, target), v) if v.requires_grad
+                                                  else f(v, target))
             for name, call in calls.items():
                 try:
                     ms = bench(call, graph=name not in no_graph)
@@ -557,11 +560,8 @@ for dtype in (torch.bfloat16, torch.float32):
         x = target = dx = calls = xg = grad = None
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():
-    print(f"{name}: not measured at {', '.join(points)} ({why})")
-
-# %%
+    not_measured(name, f"{why}; at {', '.join(points)}")
 # GB/s (higher is better); ours as % of light and against the fastest peer, the split kernel against the core:
-
 results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of speed of light"] = 100 * results["GB/s"] / results.light
 table = results.pivot(index=keys, columns="provider", values="GB/s")[["core", "split", "ours", *peers]]
@@ -570,8 +570,8 @@ table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["split / core"] = table["split"] / table["core"]
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
 save_results(table)
-table.style.format({c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "split / core": "{:.2f}",
-                                                           "ours / best peer": "{:.2f}"}, na_rep="-")
+formats = {"ours, % of light": "{:.1f}%", "split / core": "{:.2f}x", "ours / best peer": "{:.2f}x"}
+table.style.format({c: "{:.0f}" for c in table.columns} | formats, na_rep="-") if ON_GPU else print(NO_GPU)
 
 # %%
 # As a plot, each provider as % of light:
@@ -583,18 +583,18 @@ for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction
     ax.axhline(100, color="black", label="speed of light")
     ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
     ax.legend(fontsize=7)
-fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
+_ = fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 
 # %%
 # Reading the numbers
 # -------------------
-for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False):
+if not ON_GPU:
+    print(NO_GPU)
+for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False) if ON_GPU else ():
     ours, peer, split = part["ours, % of light"], part["ours / best peer"].dropna(), part["split / core"].dropna()
-    of = "a read pass" if direction == "forward" and ON_GPU else "a copy"
+    of = "a read pass" if direction == "forward" else "a copy"
     print(f"{direction}, {dtype}: the drop-in at {ours.min():.3g}-{ours.max():.3g}% of {of}, {peer.min():.2f}x to "
           f"{peer.max():.2f}x the fastest peer" + (f"; the split {split.min():.2f}x to {split.max():.2f}x the core" if len(split) else "") + ".")
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
