@@ -209,7 +209,7 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
 # ``register_fake`` tells the compiler their outputs' shapes without running a kernel. The forward returns the gradient
 # too, which the backward scales in place (its operator declares it mutates ``dx``). ``inplace_backward=True`` writes
 # it over the logits instead, one :math:`M \times V` tensor less (not where rows share memory): an operator may not
-# write over a tensor autograd holds, so that path is a ``torch.autograd.Function``, run eagerly.
+# write over a tensor autograd holds, so that path is an eager ``torch.autograd.Function`` (compiled: the operator).
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None, step=2):
     """(per-row losses in fp32, 1 / the mean's denominator or 1); the reduced loss's gradient into dx."""
