@@ -53,7 +53,8 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
         # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
                     mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        xc, mean, rstd = row_stats(x, tl.load(x_ptr + rows * x_row_stride), col_ok[None, :], n_cols, eps, BLOCK_N)
+        x0 = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)  # each row's first value, in the tile's layout
+        xc, mean, rstd = row_stats(x, x0, col_ok[None, :], n_cols, eps, BLOCK_N)
         y = xc * rstd[:, None]
         # w and b loaded where used: held across the row's reductions they would double a wide row's registers
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
