@@ -57,8 +57,8 @@ def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_parti
             dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
             if HAS_WEIGHT:
                 dy = dy * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
-            acc += dy * x
-        c = tl.sum(acc, axis=0) * rstd / n_cols  # (1/N) sum g * x_hat
+            acc += dy * (x * rstd)  # x_hat first: dy * x may overflow where x is huge
+        c = tl.sum(acc, axis=0) / n_cols  # (1/N) sum g * x_hat
         # Pass 2, backwards: dx, and dw_partial += dy * x_hat.
         offs = (n_chunks - 1) * CHUNK_N + cols
         x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
