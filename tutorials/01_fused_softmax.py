@@ -355,8 +355,8 @@ assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERAN
 errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
 
 # %%
-# How this page measures
-# -----------------------
+# Appendix: how this page measures
+# --------------------------------
 # :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the GPU's
 # cost, not Python's. The *speed of light* is a copy of the same tensor, timed beside it without a graph
 # (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel

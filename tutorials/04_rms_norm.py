@@ -400,8 +400,8 @@ assert (errors[["y", "dx", "dw"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).al
 errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 
 # %%
-# How this page measures
-# -----------------------
+# Appendix: how this page measures
+# --------------------------------
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays;
 # the *speed of light*: a copy of x, without a graph. GB/s counts x, y forward, x, dy, dx backward.
 

@@ -324,8 +324,8 @@ for q in ("y", "dx", "dw"):
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index")
 
 # %%
-# How this page measures
-# -----------------------
+# Appendix: how this page measures
+# --------------------------------
 # The timer ``bench`` issues ``CALLS`` calls back to back (JAX queues them), waits for the last and takes the median
 # of ``REPEATS`` runs; ``write_summary`` writes the front page's CSV; the environment card closes the page. The
 # *speed of light* is a copy of :math:`x` in JAX; GB/s counts :math:`x, y` forward, :math:`x, dy, dx` backward.
