@@ -28,8 +28,11 @@ html-noplot: $(DEPS)
 	$(SPHINX) -D plot_gallery=0
 	@echo "Built without running the tutorials: $(BUILD)/html/index.html"
 
+# ruff first (ruff.toml: the lint everywhere, the format check outside tutorials/), then the tests.
 # -n auto (pytest-xdist): a test worker per core on a CPU-only machine, one process on a GPU machine (tests/conftest.py)
 test: $(DEPS)
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m pytest tests -n auto --dist worksteal
 
 setup: $(DEPS)

@@ -30,7 +30,8 @@ except ImportError:  # html-noplot needs no torch
     _HAS_CUDA = False
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-else:  # JAX (tutorial 05) keeps compiled programs only where told: a later build reuses them, as Triton's and Inductor's
+else:
+    # JAX (tutorial 05) keeps compiled programs only where told: a later build reuses them, as Triton's and Inductor's
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(pathlib.Path.home() / ".cache" / "speed-of-light" / "jax"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -49,7 +50,8 @@ templates_path = ["docs/_templates"]
 html_static_path = ["docs/_static"]
 html_css_files = ["sol.css"]
 exclude_patterns = ["_build", "_generated"]
-# sphinx_gallery_conf holds functions (the GPU-memory reset, the peak-memory hook), so Sphinx cannot cache it between builds.
+# sphinx_gallery_conf holds functions (the GPU-memory reset, the peak-memory hook), so Sphinx cannot cache it between
+# builds.
 suppress_warnings = ["config.cache"]
 
 html_math_renderer = "mathml"  # registered in setup() below
@@ -97,7 +99,8 @@ _SOURCE_BRANCH = "main"
 # its script under tutorials/, not at the generated .rst under docs/)
 html_theme_options = (
     {"source_repository": _REPOSITORY_URL, "source_branch": _SOURCE_BRANCH, "source_directory": "docs/"}
-    if _REPOSITORY_URL else {}
+    if _REPOSITORY_URL
+    else {}
 )
 html_baseurl = _site_url(os.environ)
 # docs/_ext/sol_notebooks.py: each tutorial page links to its script on the repository ("View source") and, for a
@@ -205,8 +208,8 @@ def _drop_cdn_scripts(app):
 _MEMORY_NOTE = (
     "The memory column: each script's peak GPU memory in MiB, as PyTorch's caching allocator counts it (and JAX's, "
     "for tutorial 05), above what was allocated when the script began."
-    if _HAS_CUDA else
-    "The memory column: this build had no GPU, so no GPU memory was measured; it shows 0.0."
+    if _HAS_CUDA
+    else "The memory column: this build had no GPU, so no GPU memory was measured; it shows 0.0."
 )
 
 
@@ -217,8 +220,12 @@ def _explain_memory(app):
         if "The memory column:" in text:
             text = re.sub(r"The memory column:[^\n]*", _MEMORY_NOTE, text)
         else:
-            text = re.sub(r"(\*\*[^\n]*total execution time for[^\n]*\n)", lambda m: m.group(1) + "\n" + _MEMORY_NOTE + "\n",
-                          text, count=1)
+            text = re.sub(
+                r"(\*\*[^\n]*total execution time for[^\n]*\n)",
+                lambda m: m.group(1) + "\n" + _MEMORY_NOTE + "\n",
+                text,
+                count=1,
+            )
         if text != path.read_text(encoding="utf-8"):
             path.write_text(text, encoding="utf-8")
 
@@ -255,7 +262,7 @@ def _write_reading_path(app):
     dives = sorted((_TUTORIALS / "deep_dives").glob("[0-9][0-9]_*.py"))
     lines = ["**First reading**: the core pages, in order. Each teaches one design, end to end.", ""]
     for path, before in zip(cores, [None, *cores]):  # labelled by their own numbers; a second page of a number
-        title, first, minutes = _page_facts(path)   # (02's backward locks) sits under the first, as its companion
+        title, first, minutes = _page_facts(path)  # (02's backward locks) sits under the first, as its companion
         if before is not None and before.stem[:2] == path.stem[:2]:
             lines += ["", f"  * and :doc:`tutorials/{path.stem}` (about {minutes} min): {first}", ""]
         else:

@@ -7,13 +7,14 @@ Each tutorial's `results` DataFrame (when it has one) is written as CSV under $O
 
 PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 ...]   (page-number prefixes; all pages by default)
 """
+
 import glob
 import os
 import subprocess
 import sys
 import time
 
-CHILD = r'''
+CHILD = r"""
 import os, sys, time, re
 import triton, triton.compiler as jit  # JITFunction.create_binder imports compile from here
 stats = {"n": 0, "s": 0.0, "by": {}}
@@ -42,7 +43,11 @@ for cell in cells:
     exec(compile(padded, path, "exec"), g)
     dt = time.time() - t
     if dt > 0.5:
-        print(f"  {dt:6.1f}s  compiles {stats['n'] - n0:3d} ({stats['s'] - s0:5.1f}s)  {head[0][2:60] if head else ''}", flush=True)
+        print(
+            f"  {dt:6.1f}s  compiles {stats['n'] - n0:3d} ({stats['s'] - s0:5.1f}s)  "
+            f"{head[0][2:60] if head else ''}",
+            flush=True,
+        )
 print(f"TOTAL {time.time() - t0:.1f}s, Triton compiles in this process {stats['n']} ({stats['s']:.1f}s)")
 for name, (n, s) in sorted(stats["by"].items(), key=lambda kv: -kv[1][1])[:12]:
     print(f"    {name:40s} {n:4d} {s:6.1f}s")
@@ -53,11 +58,12 @@ except Exception as e:
     print("no dynamo compile times:", e)
 if "results" in g and hasattr(g["results"], "to_csv"):
     g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:-3] + "_results.csv"))
-'''
+"""
 
 names = sys.argv[1:]
-pages = sorted(glob.glob("tutorials/[0-9][0-9]_*.py") + glob.glob("tutorials/deep_dives/[0-9][0-9]_*.py"),
-               key=os.path.basename)
+pages = sorted(
+    glob.glob("tutorials/[0-9][0-9]_*.py") + glob.glob("tutorials/deep_dives/[0-9][0-9]_*.py"), key=os.path.basename
+)
 for path in pages:
     name = os.path.basename(path)
     if names and name[:2] not in names:

@@ -15,12 +15,18 @@ their sweep is bf16 forwards at the row lengths their `_staged_config` stages (d
 each page up to its benchmark).
 """
 
-import os, pathlib, sys
+import os
+import pathlib
+import sys
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SWEEP_N = [int(n) for n in os.environ.get(
-    "SWEEP_N", "1,7,300,1024,4100,8192,16384,20000,24576,32752,32768,65536,131072,262144").split(",")]
+SWEEP_N = [
+    int(n)
+    for n in os.environ.get(
+        "SWEEP_N", "1,7,300,1024,4100,8192,16384,20000,24576,32752,32768,65536,131072,262144"
+    ).split(",")
+]
 NORMS_UP_TO = 65536  # the norms' sweep ends here (the softmax's and the cross-entropy's go on)
 VERBOSE = bool(os.environ.get("SWEEP_VERBOSE"))  # a line before each point
 DEVICE = os.environ.get("SWEEP_DEVICE", "cuda")  # "cpu": the plumbing alone, kernels interpreted (tests/test_dev.py)
@@ -55,14 +61,30 @@ def cases(stem):
         return [("rms_norm", lambda x, w, b: ours(x, x.shape[-1:], w), lambda x, w, b: f(x, x.shape[-1:], w))]
     if stem == "06_cross_entropy":  # rows of logits, a target a row (one ignored), 'mean' and 'none' with smoothing
         ours = drop_in(stem, "cross_entropy")
-        target = lambda x: torch.arange(x.shape[0], device=x.device).mul(7919).remainder(x.shape[1]).index_fill(0, torch.tensor([1], device=x.device), -100)
-        return [("cross_entropy", lambda x, w, b: ours(x, target(x)), lambda x, w, b: torch.nn.functional.cross_entropy(x, target(x))),
-                ("cross_entropy none, smoothing", lambda x, w, b: ours(x, target(x), reduction="none", label_smoothing=0.1),
-                 lambda x, w, b: torch.nn.functional.cross_entropy(x, target(x), reduction="none", label_smoothing=0.1))]
+        target = lambda x: (
+            torch.arange(x.shape[0], device=x.device)
+            .mul(7919)
+            .remainder(x.shape[1])
+            .index_fill(0, torch.tensor([1], device=x.device), -100)
+        )
+        return [
+            (
+                "cross_entropy",
+                lambda x, w, b: ours(x, target(x)),
+                lambda x, w, b: torch.nn.functional.cross_entropy(x, target(x)),
+            ),
+            (
+                "cross_entropy none, smoothing",
+                lambda x, w, b: ours(x, target(x), reduction="none", label_smoothing=0.1),
+                lambda x, w, b: torch.nn.functional.cross_entropy(x, target(x), reduction="none", label_smoothing=0.1),
+            ),
+        ]
     if stem == "03_parallel_reduction":
         ours = drop_in(stem, "reduce_sum")
-        return [(f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
-                for d in (None, 0, 1)]
+        return [
+            (f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
+            for d in (None, 0, 1)
+        ]
     if stem.startswith("deep_dives/") and "staged" in stem:
         scope = page(stem)
         span = tuple(scope["_staged_config"](2)[k] for k in ("MIN_N", "MAX_N"))
@@ -71,8 +93,9 @@ def cases(stem):
             return [("staged softmax", lambda x, w, b: ours(x), lambda x, w, b: torch.softmax(x, -1), span)]
         if stem == "deep_dives/22_layer_norm_staged_gluon":
             ours, f = scope["layer_norm_forward"], torch.nn.functional.layer_norm
-            return [("staged layer_norm", lambda x, w, b: ours(x, w, b),
-                     lambda x, w, b: f(x, x.shape[-1:], w, b), span)]
+            return [
+                ("staged layer_norm", lambda x, w, b: ours(x, w, b), lambda x, w, b: f(x, x.shape[-1:], w, b), span)
+            ]
         if stem == "deep_dives/42_rms_norm_staged_gluon":
             ours, f = scope["rms_norm_forward"], torch.nn.functional.rms_norm
             return [("staged rms_norm", lambda x, w, b: ours(x, w), lambda x, w, b: f(x, x.shape[-1:], w), span)]
@@ -112,13 +135,23 @@ def run(stem):
                         assert a is None or not a.any(), f"{label} {dtype} N={n}: output {i}"
                         continue
                     torch.testing.assert_close(a, e, **tol, msg=lambda m: f"{label} {dtype} N={n}, output {i}: {m}")
-            print(f"{stem}: {label} {str(dtype)[6:]}, N = {', '.join(map(str, done)) or 'none in its range'}: "
-                  + ("clean run, matches torch" if done else "nothing run"), flush=True)
+            print(
+                f"{stem}: {label} {str(dtype)[6:]}, N = {', '.join(map(str, done)) or 'none in its range'}: "
+                + ("clean run, matches torch" if done else "nothing run"),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
     assert DEVICE == "cpu" or torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
-    for stem in sys.argv[1:] or ["01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "04_rms_norm", "06_cross_entropy",
-                                 "deep_dives/12_softmax_staged_gluon", "deep_dives/22_layer_norm_staged_gluon",
-                                 "deep_dives/42_rms_norm_staged_gluon"]:
+    for stem in sys.argv[1:] or [
+        "01_fused_softmax",
+        "02_layer_norm",
+        "03_parallel_reduction",
+        "04_rms_norm",
+        "06_cross_entropy",
+        "deep_dives/12_softmax_staged_gluon",
+        "deep_dives/22_layer_norm_staged_gluon",
+        "deep_dives/42_rms_norm_staged_gluon",
+    ]:
         run(stem)

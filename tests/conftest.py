@@ -55,8 +55,10 @@ class _Page(collections.UserDict):
 
     def __missing__(self, name):
         if UNTIMED:
-            pytest.skip(f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
-                        allow_module_level=True)
+            pytest.skip(
+                f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
+                allow_module_level=True,
+            )
         if self.rest is None:  # the whole page has run: the name is nowhere
             raise KeyError(name)
         rest, self.rest = self.rest, None
@@ -82,7 +84,7 @@ def load_page(path):
     module.__file__, scope = str(path), module.__dict__
     sys.modules[module.__name__] = module
     exec(compile(head, str(path), "exec"), scope)
-    rest = "\n" * head.count("\n") + source[len(head):] if len(head) < len(source) else None
+    rest = "\n" * head.count("\n") + source[len(head) :] if len(head) < len(source) else None
     return _Page(path, scope, rest)
 
 
@@ -127,7 +129,9 @@ def built_site(tmp_path_factory):
         if not (build / "html" / "index.html").exists() and not failed.exists():
             proc = subprocess.run(
                 ["make", "-C", str(ROOT), "html", f"PYTHON={sys.executable}", f"BUILD={build}"],
-                capture_output=True, text=True, timeout=1800,
+                capture_output=True,
+                text=True,
+                timeout=1800,
             )
             if proc.returncode != 0:
                 failed.write_text(f"make html failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}", encoding="utf-8")

@@ -56,7 +56,9 @@ def test_a_child_does_not_scan_what_it_inherited():
     the page's process looks only at what the page made (0.4 s a gc.collect otherwise, twice a page)."""
     ballast = [[i] for i in range(300_000)]  # objects the parent holds, as a build holds its imports
     frozen = sol_build.run_in_child(_frozen_count)
-    assert frozen >= len(ballast), f"the child inherited {frozen} frozen objects, fewer than the parent's {len(ballast)}"
+    assert frozen >= len(ballast), (
+        f"the child inherited {frozen} frozen objects, fewer than the parent's {len(ballast)}"
+    )
     assert gc.get_freeze_count() == 0, "the parent stays frozen: its own garbage would never be collected"
     del ballast
 
@@ -119,9 +121,14 @@ def _gallery(tmp_path):
 
 def _build(root, quiet=True):
     env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0")
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", *(["-q"] if quiet else []), str(root),
-                           str(root / "_build")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", *(["-q"] if quiet else []), str(root), str(root / "_build")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_each_page_runs_in_a_clean_process(tmp_path):
@@ -136,8 +143,11 @@ def test_the_log_says_where_a_pages_time_went(tmp_path):
     proc = _build(_gallery(tmp_path), quiet=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("page p2_second:"))
-    timers = re.search(r"code ([\d.]+) s in (\d+) cells; timers ([\d.]+) s in (\d+) calls; slowest cells: "
-                       r"line (\d+) ([\d.]+) s", line)
+    timers = re.search(
+        r"code ([\d.]+) s in (\d+) cells; timers ([\d.]+) s in (\d+) calls; slowest cells: "
+        r"line (\d+) ([\d.]+) s",
+        line,
+    )
     assert timers, line
     code, n_cells, *timers = timers.groups()
     assert n_cells == "2" and float(code) >= float(timers[0]), line  # the page's two code blocks hold the timer
@@ -185,18 +195,24 @@ def test_a_page_that_failed_beside_the_others_warms_up_again_alone(tmp_path):
     """A page that ran out of GPU memory beside the others (a cold build on an H100: 04 beside 06 and 61) gets a
     second warm-up, alone; it is stamped if that one passes."""
     flaky, good = tmp_path / "01_flaky.py", tmp_path / "02_good.py"
-    flaky.write_text("import pathlib\nmark = pathlib.Path(__file__).with_suffix('.tried')\n"
-                     "if not mark.exists():\n    mark.write_text('')\n    raise SystemExit(4)\n")
+    flaky.write_text(
+        "import pathlib\nmark = pathlib.Path(__file__).with_suffix('.tried')\n"
+        "if not mark.exists():\n    mark.write_text('')\n    raise SystemExit(4)\n"
+    )
     good.write_text("pass\n")
     lines = []
     done = sol_build.warm_up([flaky, good], jobs=2, log=lines.append)
     assert done["01_flaky"][1] == 0 and done["02_good"][1] == 0, done
     assert any("exit 4" in line for line in lines) and any("again, one at a time" in line for line in lines), lines
-    assert sum("01_flaky compiled" in line for line in lines) == 2 and sum("02_good compiled" in line for line in lines) == 1
+    assert (
+        sum("01_flaky compiled" in line for line in lines) == 2
+        and sum("02_good compiled" in line for line in lines) == 1
+    )
 
 
 def test_only_pages_the_build_will_run_are_warmed(tmp_path):
     from sphinx_gallery.utils import get_md5sum
+
     src, out = tmp_path / "tutorials", tmp_path / "docs" / "tutorials"
     (src / "deep_dives").mkdir(parents=True)
     (out / "deep_dives").mkdir(parents=True)
@@ -207,15 +223,19 @@ def test_only_pages_the_build_will_run_are_warmed(tmp_path):
     conf = {"filename_pattern": re_sep() + r"\d\d_", "plot_gallery": True}
     assert [p.name for p in sol_build.pages_to_run(conf, src, out)] == ["01_a.py", "11_c.py"]
     assert sol_build.pages_to_run(dict(conf, plot_gallery=False), src, out) == []
-    assert [p.name for p in sol_build.pages_to_run(dict(conf, filename_pattern=re_sep() + "11"), src, out)] == ["11_c.py"]
+    assert [p.name for p in sol_build.pages_to_run(dict(conf, filename_pattern=re_sep() + "11"), src, out)] == [
+        "11_c.py"
+    ]
 
 
 def re_sep():
     import re
+
     return re.escape(os.sep)
 
 
 # ---- the pages' timers ----
+
 
 def _bench(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -226,13 +246,20 @@ def _bench(path):
 
 def _captures(node):
     """The `with torch.cuda.graph(...)` statements under node."""
-    return [w for w in ast.walk(node) if isinstance(w, ast.With) and any(
-        isinstance(item.context_expr, ast.Call) and ast.unparse(item.context_expr.func) == "torch.cuda.graph"
-        for item in w.items)]
+    return [
+        w
+        for w in ast.walk(node)
+        if isinstance(w, ast.With)
+        and any(
+            isinstance(item.context_expr, ast.Call) and ast.unparse(item.context_expr.func) == "torch.cuda.graph"
+            for item in w.items
+        )
+    ]
 
 
-@pytest.mark.parametrize("path", [p for p in TUTORIALS if "torch.cuda.graph" in p.read_text(encoding="utf-8")],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in TUTORIALS if "torch.cuda.graph" in p.read_text(encoding="utf-8")], ids=lambda p: p.stem
+)
 def test_the_timer_runs_what_it_captures_eagerly_first(path):
     """A page's bench(fn) calls fn() at its top level before it captures fn in a CUDA graph: a kernel's first
     launch (compiling it, loading its module, a library's lazy set-up) never happens inside a capture. And the
@@ -248,23 +275,28 @@ def test_the_timer_runs_what_it_captures_eagerly_first(path):
     for capture in captures:
         (call,) = [i.context_expr for i in capture.items]
         modes = [k.value for k in call.keywords if k.arg == "capture_error_mode"]
-        assert modes and isinstance(modes[0], ast.Constant) and modes[0].value == "thread_local", \
+        assert modes and isinstance(modes[0], ast.Constant) and modes[0].value == "thread_local", (
             f"{path.name}: line {capture.lineno} captures without capture_error_mode='thread_local'"
+        )
     inside = {c.lineno for c in captures}
-    graphs_elsewhere = [c.lineno for c in _captures(ast.parse(path.read_text(encoding="utf-8"))) if c.lineno not in inside]
+    graphs_elsewhere = [
+        c.lineno for c in _captures(ast.parse(path.read_text(encoding="utf-8"))) if c.lineno not in inside
+    ]
     assert not graphs_elsewhere, f"{path.name}: CUDA graphs captured outside bench() (lines {graphs_elsewhere})"
 
 
 def test_the_guard_fails_a_timer_that_captures_first(tmp_path):
     """The check above on a timer written the wrong way round."""
     bad = tmp_path / "99_bad.py"
-    bad.write_text(textwrap.dedent("""
+    bad.write_text(
+        textwrap.dedent("""
         def bench(fn, graph=True):
             with torch.cuda.graph(g := torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
                 fn()
             fn()
             return 1.0
-    """))
+    """)
+    )
     with pytest.raises(AssertionError, match="captures fn before it runs it eagerly"):
         test_the_timer_runs_what_it_captures_eagerly_first(bad)
 

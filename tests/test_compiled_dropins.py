@@ -40,8 +40,14 @@ def _blocks():
     def cross_entropy_61(h, target, extra):
         return _dropin("61_cross_entropy_split_rows", "cross_entropy")(h, target)
 
-    return {"softmax (01)": softmax, "layer_norm (02)": layer_norm, "reduce_sum (03)": reduce_sum,
-            "rms_norm (04)": rms_norm, "cross_entropy (06)": cross_entropy, "cross_entropy (61)": cross_entropy_61}
+    return {
+        "softmax (01)": softmax,
+        "layer_norm (02)": layer_norm,
+        "reduce_sum (03)": reduce_sum,
+        "rms_norm (04)": rms_norm,
+        "cross_entropy (06)": cross_entropy,
+        "cross_entropy (61)": cross_entropy_61,
+    }
 
 
 BLOCKS = _blocks()

@@ -16,26 +16,38 @@ _TOLD = ("SOL_REPOSITORY_URL", "SOL_SITE_URL", "SOL_NOTEBOOKS_BRANCH", "GITHUB_R
 
 CASES = {
     "local": ({}, None),
-    "actions": ({"GITHUB_REPOSITORY": "someone/sol-fork", "GITHUB_SERVER_URL": "https://github.com"},
-                "https://github.com/someone/sol-fork/"),
-    "enterprise server": ({"GITHUB_REPOSITORY": "team/speed", "GITHUB_SERVER_URL": "https://ghe.example.com/"},
-                          "https://ghe.example.com/team/speed/"),
+    "actions": (
+        {"GITHUB_REPOSITORY": "someone/sol-fork", "GITHUB_SERVER_URL": "https://github.com"},
+        "https://github.com/someone/sol-fork/",
+    ),
+    "enterprise server": (
+        {"GITHUB_REPOSITORY": "team/speed", "GITHUB_SERVER_URL": "https://ghe.example.com/"},
+        "https://ghe.example.com/team/speed/",
+    ),
     "repository only": ({"GITHUB_REPOSITORY": "someone/sol"}, "https://github.com/someone/sol/"),
-    "explicit override": ({"SOL_REPOSITORY_URL": "https://git.example.org/me/sol", "GITHUB_REPOSITORY": "someone/sol"},
-                          "https://git.example.org/me/sol/"),
+    "explicit override": (
+        {"SOL_REPOSITORY_URL": "https://git.example.org/me/sol", "GITHUB_REPOSITORY": "someone/sol"},
+        "https://git.example.org/me/sol/",
+    ),
     "empty": ({"GITHUB_REPOSITORY": "", "GITHUB_SERVER_URL": "https://github.com"}, None),
 }
 
 # the site's address: where a notebook's link to another page goes (conf.html_baseurl; "" where unknown)
 SITE_CASES = {
     "site, local": ({}, ""),
-    "site, actions": ({"GITHUB_REPOSITORY": "Someone/sol-fork", "GITHUB_SERVER_URL": "https://github.com"},
-                      "https://someone.github.io/sol-fork/"),
+    "site, actions": (
+        {"GITHUB_REPOSITORY": "Someone/sol-fork", "GITHUB_SERVER_URL": "https://github.com"},
+        "https://someone.github.io/sol-fork/",
+    ),
     "site, a user site": ({"GITHUB_REPOSITORY": "someone/Someone.github.io"}, "https://someone.github.io/"),
-    "site, enterprise server": ({"GITHUB_REPOSITORY": "team/speed", "GITHUB_SERVER_URL": "https://ghe.example.com"},
-                                ""),
-    "site, explicit": ({"SOL_SITE_URL": "https://docs.example.org/sol", "GITHUB_REPOSITORY": "someone/sol"},
-                       "https://docs.example.org/sol/"),
+    "site, enterprise server": (
+        {"GITHUB_REPOSITORY": "team/speed", "GITHUB_SERVER_URL": "https://ghe.example.com"},
+        "",
+    ),
+    "site, explicit": (
+        {"SOL_SITE_URL": "https://docs.example.org/sol", "GITHUB_REPOSITORY": "someone/sol"},
+        "https://docs.example.org/sol/",
+    ),
 }
 
 
@@ -79,8 +91,9 @@ def test_the_repository_comes_from_the_environment(configured, case):
     if url is None:
         assert options == {}, f"{env}: expected no source links, got {options}"
     else:
-        assert options == {"source_repository": url, "source_branch": "main", "source_directory": "docs/"}, \
+        assert options == {"source_repository": url, "source_branch": "main", "source_directory": "docs/"}, (
             f"{env}: expected links to {url}, got {options}"
+        )
     assert configured[case]["repository"] == url, "the tutorials' Colab and source links name the same repository"
     assert configured[case]["notebooks_branch"] == "gh-pages"
 
@@ -154,5 +167,7 @@ def test_every_tutorial_has_the_line_that_gets_its_reading_time():
     pattern = re.compile(ast.literal_eval(learn.group(1)))
     for path in TUTORIALS:
         docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
-        assert len(pattern.findall(docstring)) == 1, f"{path.name}: no single '**What you will learn**' in its docstring"
+        assert len(pattern.findall(docstring)) == 1, (
+            f"{path.name}: no single '**What you will learn**' in its docstring"
+        )
     assert pattern.search("**What you\nwill learn**")

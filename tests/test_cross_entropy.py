@@ -68,8 +68,13 @@ def check(tut, x, target, gen, reduction="mean", tol=None, **options):
     return loss, dx
 
 
-OPTIONS = {"plain": {}, "weight": {"weight": True}, "smoothing": {"label_smoothing": 0.1},
-           "weight and smoothing": {"weight": True, "label_smoothing": 0.3}, "ignore_index 3": {"ignore_index": 3}}
+OPTIONS = {
+    "plain": {},
+    "weight": {"weight": True},
+    "smoothing": {"label_smoothing": 0.1},
+    "weight and smoothing": {"weight": True, "label_smoothing": 0.3},
+    "ignore_index 3": {"ignore_index": 3},
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -78,8 +83,9 @@ OPTIONS = {"plain": {}, "weight": {"weight": True}, "smoothing": {"label_smoothi
 def test_options_against_float64(tut, small_chunks, dtype, reduction, option):
     """Ragged rows of several chunks (V = 300), some rows ignored, a random upstream gradient (a vector for 'none')."""
     options = dict(OPTIONS[option])
-    x, target, gen = make((7, 300), dtype, seed=len(option) + 10 * DTYPES.index(dtype),
-                          ignore_index=options.get("ignore_index", -100))
+    x, target, gen = make(
+        (7, 300), dtype, seed=len(option) + 10 * DTYPES.index(dtype), ignore_index=options.get("ignore_index", -100)
+    )
     if options.get("weight"):
         options["weight"] = (torch.rand(300, generator=gen) + 0.5).to(DEVICE)
     check(tut, x, target, gen, reduction, **options)
@@ -109,8 +115,10 @@ def test_every_row_ignored(tut, reduction):
     x = torch.randn(4, 50, device=DEVICE, requires_grad=True)
     target = torch.full((4,), -100, device=DEVICE)
     for options in ({}, {"weight": torch.rand(50, device=DEVICE), "label_smoothing": 0.1}):
-        loss, expected = tut["cross_entropy"](x, target, reduction=reduction, **options), \
-            F.cross_entropy(x, target, reduction=reduction, **options)
+        loss, expected = (
+            tut["cross_entropy"](x, target, reduction=reduction, **options),
+            F.cross_entropy(x, target, reduction=reduction, **options),
+        )
         torch.testing.assert_close(loss, expected, equal_nan=True)
         assert reduction != "mean" or loss.isnan().item()
         (dx,) = torch.autograd.grad(loss.sum(), x)
@@ -182,8 +190,11 @@ def test_scale_grad_rows(tut):
     bitwise as they were), also broadcast from a 0-d (stride 0, as .sum() hands it over)."""
     dx = torch.randn(6, 77, device=DEVICE)
     g = torch.tensor([1.0, 2.0, 1.0, -0.5, 0.0, 1.0], device=DEVICE)
-    for dloss, expected in ((g, dx * g[:, None]), (torch.tensor(1.5, device=DEVICE), dx * 1.5),
-                            (torch.tensor(-2.0, device=DEVICE).expand(6), dx * -2.0)):
+    for dloss, expected in (
+        (g, dx * g[:, None]),
+        (torch.tensor(1.5, device=DEVICE), dx * 1.5),
+        (torch.tensor(-2.0, device=DEVICE).expand(6), dx * -2.0),
+    ):
         out = dx.clone()
         tut["ce_bwd_op"](out, dloss)
         assert torch.equal(out, expected), dloss
@@ -268,7 +279,10 @@ def test_the_forward_alone_in_one_launch(tut, small_chunks, monkeypatch, dtype, 
     for reduction in ("mean", "sum"):
         loss = tut["cross_entropy"](x.detach(), target, reduction=reduction, **options)
         loss64, _ = reference(x, target, torch.ones((), device=DEVICE), reduction=reduction, **options)
-        assert loss.shape == () and loss.dtype == dtype and rel(loss, loss64) <= TOL[dtype], (reduction, rel(loss, loss64))
+        assert loss.shape == () and loss.dtype == dtype and rel(loss, loss64) <= TOL[dtype], (
+            reduction,
+            rel(loss, loss64),
+        )
         assert torch.equal(loss, tut["cross_entropy"](x.detach(), target, reduction=reduction, **options))
 
 
@@ -332,18 +346,28 @@ def test_bad_inputs_raise(tut):
 
 def test_launch_parameters(tut):
     """Chunks of 8192 logits, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
-    an SM, loads pipelined (with the gradient only where one program an SM); step 1: a program per row, without cache hints or pipelining."""
+    an SM, loads pipelined (with the gradient only where one program an SM); step 1: a program per row, without cache
+    hints or pipelining."""
     config, sms, budget = tut["_config"], tut["NUM_SMS"], tut["L2_SHARE"] * tut["L2_BYTES"]
     meta, grid = config(8192, 128256, 2)
     assert (meta["CHUNK"], meta["num_warps"]) == (8192, 8) and meta["KEEP"] == "evict_last"
     assert meta["STAGES"] == (1 if grid // sms > 1 else tut["STAGES"]), (meta, grid)
-    assert config(8192, 32000, 2)[0]["STAGES"] == 1 and config(8192, 32000, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
+    assert (
+        config(8192, 32000, 2)[0]["STAGES"] == 1
+        and config(8192, 32000, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
+    )
     assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == tut["STAGES"]
-    assert (config(8192, 32000, 2, grad=False)[0]["CHUNK"], config(8192, 32000, 2, grad=False)[0]["num_warps"]) == (4096, 4)
+    assert (config(8192, 32000, 2, grad=False)[0]["CHUNK"], config(8192, 32000, 2, grad=False)[0]["num_warps"]) == (
+        4096,
+        4,
+    )
     assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 8192
     # no second read to keep in L2: a 16-bit forward alone runs twice the programs, fp32's chunks go unstaged
     assert config(100_000, 262144, 2, grad=False)[1] == 2 * tut["MAX_PROGRAMS_PER_SM"] * sms
-    assert config(100_000, 262144, 4, grad=False) == (config(100_000, 262144, 4, grad=False)[0], tut["MAX_PROGRAMS_PER_SM"] * sms)
+    assert config(100_000, 262144, 4, grad=False) == (
+        config(100_000, 262144, 4, grad=False)[0],
+        tut["MAX_PROGRAMS_PER_SM"] * sms,
+    )
     assert config(100_000, 262144, 4, grad=False)[0]["STAGES"] == 1
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
@@ -394,11 +418,17 @@ def compile_page(tmp_path, cases):
     by Triton for that target from the page's cells before its correctness check, in a process without the
     interpreter."""
     source = (ROOT / "tutorials" / "06_cross_entropy.py").read_text(encoding="utf-8")
-    head = source[:source.index("# %%\n# Correctness")]
+    head = source[: source.index("# %%\n# Correctness")]
     (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, f"compiling failed:\n{proc.stderr[-3000:]}"
     compiled = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(compiled) == len(cases)
@@ -407,20 +437,39 @@ def compile_page(tmp_path, cases):
 
 def test_kernels_compile_for_an_h100(tut, tmp_path):
     """Triton's interpreter runs what a GPU compiler may refuse (types changing in loops, strings as hints): every
-    kernel of the page, in every variant the drop-in launches, compiled for sm_90 in a process without the interpreter."""
+    kernel of the page, in every variant the drop-in launches, compiled for sm_90 in a process without the
+    interpreter."""
     cases = []
     for dtype, size in (("bf16", 2), ("fp32", 4)):
         for step in (1, 2):
             meta, _ = tut["_config"](8192, 128256, size, step)
             for flags in ((False, False, True), (True, True, True), (False, False, False)):
-                cases.append(["cross_entropy_kernel", dtype, dict(meta, HAS_WEIGHT=flags[0], SMOOTH=flags[1], WRITE_GRAD=flags[2],
-                                                                  REDUCE="")])
+                cases.append(
+                    [
+                        "cross_entropy_kernel",
+                        dtype,
+                        dict(meta, HAS_WEIGHT=flags[0], SMOOTH=flags[1], WRITE_GRAD=flags[2], REDUCE=""),
+                    ]
+                )
         for reduce, weighted in (("mean", False), ("sum", True)):  # the forward alone in one launch
-            cases.append(["cross_entropy_kernel", dtype, dict(tut["_config"](8192, 128256, size, grad=False)[0],
-                                                              HAS_WEIGHT=weighted, SMOOTH=weighted, WRITE_GRAD=False, REDUCE=reduce)])
+            cases.append(
+                [
+                    "cross_entropy_kernel",
+                    dtype,
+                    dict(
+                        tut["_config"](8192, 128256, size, grad=False)[0],
+                        HAS_WEIGHT=weighted,
+                        SMOOTH=weighted,
+                        WRITE_GRAD=False,
+                        REDUCE=reduce,
+                    ),
+                ]
+            )
         chunk = tut["_config"](8192, 128256, size)[0]
-        cases += [["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
-                  ["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)]]  # step 0 at the ladder's 32 K
+        cases += [
+            ["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
+            ["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)],
+        ]  # step 0 at the ladder's 32 K
     compiled = compile_page(tmp_path, [case + [90] for case in cases])
     assert all(loads for _, _, loads, _ in compiled)
 
@@ -445,11 +494,17 @@ def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
                     for stages in (None, 4):  # the config's own choice, and more asked for than may fit
                         meta, _ = tut["_config"](8192, 128256, size, per_sm=1, grad=grad, staged=staged, stages=stages)
                         estimate = (1 + grad) * (meta["STAGES"] - 1) * meta["CHUNK"] * (size + staged)
-                        assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, \
-                            (cap, dtype, grad, staged, meta)
+                        assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, (
+                            cap,
+                            dtype,
+                            grad,
+                            staged,
+                            meta,
+                        )
                         if staged < 8 and stages is None:  # compiled with fp32 weights
-                            flags = dict(HAS_WEIGHT=staged > 0, SMOOTH=staged > 0, WRITE_GRAD=grad,
-                                         REDUCE="" if grad else "sum")
+                            flags = dict(
+                                HAS_WEIGHT=staged > 0, SMOOTH=staged > 0, WRITE_GRAD=grad, REDUCE="" if grad else "sum"
+                            )
                             cases.append(["cross_entropy_kernel", dtype, meta | flags, cap])
                             estimates.append((estimate, limit))
         fp32 = tut["_config"](8192, 128256, 4, per_sm=1)[0]["STAGES"]
@@ -490,22 +545,25 @@ def test_the_forwards_light_reads_every_word(tut, tmp_path):
 
     import numpy as np
 
-    words = torch.randint(-2**31, 2**31 - 1, (3 * 512 + 77,), dtype=torch.int32, device=DEVICE)
+    words = torch.randint(-(2**31), 2**31 - 1, (3 * 512 + 77,), dtype=torch.int32, device=DEVICE)
     out = torch.full((4,), 7, dtype=torch.int32, device=DEVICE)
     tut["read_kernel"][(4,)](words, out, words.numel(), BLOCK=512)
     padded = np.concatenate([words.cpu().numpy(), np.zeros(4 * 512 - words.numel(), np.int32)]).reshape(4, 512)
     assert np.array_equal(out.cpu().numpy(), np.bitwise_xor.reduce(padded, axis=1))
-    (tmp_path / "read.py").write_text("import triton\nimport triton.language as tl\n\n\n"
-                                      + inspect.getsource(tut["read_kernel"].fn), encoding="utf-8")
+    (tmp_path / "read.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n" + inspect.getsource(tut["read_kernel"].fn), encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", READ, str(tmp_path)], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", READ, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True]
 
 
 # The drop-in's PyTorch operators: sol::cross_entropy_fwd_06 (the loss and, if asked, the gradient) and
 # sol::cross_entropy_bwd_06 (the gradient scaled in place)
+
 
 def operator_samples():
     """(x2d, target, weight, ignore_index, reduction, smoothing) as the drop-in hands them over: rows at unit stride,
@@ -515,10 +573,13 @@ def operator_samples():
     base = (3 * torch.randn(6, 50, generator=gen)).to(DEVICE)
     target = torch.tensor([3, -100, 39, 0, 7, 20], device=DEVICE)
     weight = (torch.rand(40, generator=gen) + 0.5).to(DEVICE)
-    return [(base[:, :40], target, weight, -100, "mean", 0.1), (base[:, :40], target, weight, -100, "sum", 0.0),
-            (base[:, :40].contiguous().bfloat16(), target, None, -100, "none", 0.2),
-            (base[:, :40].contiguous(), target.clamp(min=3), None, 3, "mean", 0.0),
-            (base[:0, :40], target[:0], None, -100, "sum", 0.0)]
+    return [
+        (base[:, :40], target, weight, -100, "mean", 0.1),
+        (base[:, :40], target, weight, -100, "sum", 0.0),
+        (base[:, :40].contiguous().bfloat16(), target, None, -100, "none", 0.2),
+        (base[:, :40].contiguous(), target.clamp(min=3), None, 3, "mean", 0.0),
+        (base[:0, :40], target[:0], None, -100, "sum", 0.0),
+    ]
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no grad", "requires grad"])
@@ -530,14 +591,19 @@ def test_operators_pass_opcheck(tut, requires_grad):
     back, scaled in place by the backward: opcheck's AOT trace returns it to its caller as well, where the backward's
     write would show, so that trace runs in test_compiled_block_matches_eager instead (the drop-in keeps it)."""
     fwd, bwd = tut["ce_fwd_op"], tut["ce_bwd_op"]
-    checks = ("test_schema", "test_autograd_registration", "test_faketensor") + ((
-        "test_aot_dispatch_dynamic",) if not requires_grad else ())
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor") + (
+        ("test_aot_dispatch_dynamic",) if not requires_grad else ()
+    )
     for x2d, *rest in operator_samples():
         for grad in (True,) if requires_grad else (False, True):
             torch.library.opcheck(fwd, (x2d.detach().requires_grad_(requires_grad), *rest, grad), test_utils=checks)
         loss, dx = fwd(x2d, *rest, True)
-        for dloss in (torch.tensor(0.5, device=DEVICE), torch.randn(len(x2d), device=DEVICE),
-                      torch.tensor(2.0, device=DEVICE).expand(len(x2d)), torch.tensor(1.0, device=DEVICE)):
+        for dloss in (
+            torch.tensor(0.5, device=DEVICE),
+            torch.randn(len(x2d), device=DEVICE),
+            torch.tensor(2.0, device=DEVICE).expand(len(x2d)),
+            torch.tensor(1.0, device=DEVICE),
+        ):
             torch.library.opcheck(bwd, (dx.clone(), dloss))
     x2d, target, weight, ignore_index, reduction, smoothing = operator_samples()[0]
     loss, dx = fwd(x2d, target, weight, ignore_index, reduction, smoothing, True)
@@ -558,8 +624,10 @@ def test_forward_operator_without_the_gradient_refuses_a_backward(tut):
         loss.backward()
 
 
-BLOCK_OPTIONS = {"weights, smoothing": dict(label_smoothing=0.1, weight=True),
-                 "none, in place": dict(reduction="none", inplace_backward=True)}
+BLOCK_OPTIONS = {
+    "weights, smoothing": dict(label_smoothing=0.1, weight=True),
+    "none, in place": dict(reduction="none", inplace_backward=True),
+}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

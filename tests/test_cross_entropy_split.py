@@ -76,11 +76,10 @@ def test_several_slices_merge_their_words(page, dtype, shape, slices):
     x, target = make(shape, dtype, seed=slices)
     block = 1 << (-(-shape[1] // slices) - 1).bit_length()  # next power of 2 of the columns a slice
     store = torch.full((shape[0], shape[1] + 9), float("nan"), device=DEVICE, dtype=dtype)
-    dx = store[:, :shape[1]]
-    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx, slices=slices,
-                                          flags=words(x, slices, block))
+    dx = store[:, : shape[1]]
+    losses, scale = page["ce_split_rows"](x, target, None, -100, True, dx, slices=slices, flags=words(x, slices, block))
     loss64, dx64 = reference(x, target)
-    assert not dx.isnan().any() and store[:, shape[1]:].isnan().all(), "a gradient not written, or one past the row"
+    assert not dx.isnan().any() and store[:, shape[1] :].isnan().all(), "a gradient not written, or one past the row"
     assert rel(losses.sum() * scale, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
 
 
@@ -159,9 +158,12 @@ import page
 out = []
 for dtype, meta, cap in json.loads(sys.argv[2]):
     kernel, num_warps = page.constants_kernel if dtype == "constants" else page.ce_split_kernel, meta.pop("num_warps")
-    signature = {a: "constexpr" if a in meta else ("*" + dtype if a in ("x_ptr", "dx_ptr") else "*i64" if a in ("target_ptr", "flags_ptr")
-                 else "*fp32" if a.endswith("_ptr") else "i32") for a in kernel.arg_names}
-    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", cap, 32), options=dict(num_warps=num_warps))
+    signature = {a: "constexpr" if a in meta else ("*" + dtype if a in ("x_ptr", "dx_ptr")
+                                                   else "*i64" if a in ("target_ptr", "flags_ptr")
+                                                   else "*fp32" if a.endswith("_ptr") else "i32")
+                 for a in kernel.arg_names}
+    compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", cap, 32),
+                              options=dict(num_warps=num_warps))
     ptx = compiled.asm["ptx"]
     stores = "st.global" in ptx if dtype == "constants" else "atom.global" in ptx and "ld.volatile.global" in ptx
     out.append([stores, compiled.metadata.shared])
@@ -175,7 +177,7 @@ def test_split_kernel_compiles_for_an_h100_and_an_l4(page, tmp_path):
     nothing in shared memory, which holds only its reductions' scratch (the core kernel it carries takes its stages
     from the device: tests/test_cross_entropy.py)."""
     source = (ROOT / "tutorials" / "deep_dives" / "61_cross_entropy_split_rows.py").read_text(encoding="utf-8")
-    head = source[:source.index("# %%\n# Correctness")]
+    head = source[: source.index("# %%\n# Correctness")]
     (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
     cases = []
     for dtype, size, n_cols in (("bf16", 2, 262144), ("bf16", 2, 151936), ("fp32", 4, 131072)):
@@ -183,14 +185,33 @@ def test_split_kernel_compiles_for_an_h100_and_an_l4(page, tmp_path):
         slices = -(-n_cols // cfg["SLICE_N"])  # 32, 19 (a group of slots past its slices), 32
         block = 1 << (-(-n_cols // slices) - 1).bit_length()
         for weighted in (False, True):
-            cases.append([dtype, dict(SLICES=slices, SLOTS=1 << (slices - 1).bit_length(), BLOCK_N=block,
-                                      num_warps=cfg["num_warps"], HAS_WEIGHT=weighted)])
-    cases += [["constants", dict(MEAN=mean, HAS_WEIGHT=weighted, BLOCK=8192, num_warps=8)]
-              for mean in (True, False) for weighted in (True, False)]  # the launch before the kernels
+            cases.append(
+                [
+                    dtype,
+                    dict(
+                        SLICES=slices,
+                        SLOTS=1 << (slices - 1).bit_length(),
+                        BLOCK_N=block,
+                        num_warps=cfg["num_warps"],
+                        HAS_WEIGHT=weighted,
+                    ),
+                ]
+            )
+    cases += [
+        ["constants", dict(MEAN=mean, HAS_WEIGHT=weighted, BLOCK=8192, num_warps=8)]
+        for mean in (True, False)
+        for weighted in (True, False)
+    ]  # the launch before the kernels
     cases = [case + [cap] for cap in (90, 89) for case in cases]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", COMPILE, str(tmp_path), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, f"compiling for sm_90 and sm_89 failed:\n{proc.stderr[-3000:]}"
     compiled = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(compiled) == len(cases) and all(flags for flags, _ in compiled), compiled
@@ -205,11 +226,14 @@ def test_constants_in_one_launch(page, weighted, mean):
     out-of-range targets counted as the kernels clamp them."""
     gen = torch.Generator().manual_seed(3)
     n_rows, n_cols = 17000, 8200
-    target = torch.randint(0, n_cols, (n_rows,), generator=gen).masked_fill(torch.rand(n_rows, generator=gen) < 0.3, -100)
+    target = torch.randint(0, n_cols, (n_rows,), generator=gen).masked_fill(
+        torch.rand(n_rows, generator=gen) < 0.3, -100
+    )
     target[:3] = torch.tensor([n_cols, -5, n_cols - 1])
     weight = (torch.rand(n_cols, generator=gen) + 0.5) if weighted else None
-    scale, consts = page["loss_constants"](target.to(DEVICE), None if weight is None else weight.to(DEVICE), -100, mean,
-                                           n_cols)
+    scale, consts = page["loss_constants"](
+        target.to(DEVICE), None if weight is None else weight.to(DEVICE), -100, mean, n_cols
+    )
     w = torch.ones(n_cols, dtype=torch.float64) if weight is None else weight.double()
     counted = torch.where(target != -100, w[target.clamp(0, n_cols - 1)], 0.0).sum()
     assert scale.item() == pytest.approx((1 / counted).item() if mean else 1.0, rel=1e-6)
@@ -234,11 +258,15 @@ def test_page_checked_and_measured(page):
     assert set(results.provider) >= {"core", "split", "ours", "torch"}
     table = page["table"]  # ours is the drop-in; the split against the core where it runs
     assert (table["ours, % of light"] == table["ours"] / table["speed of light"] * 100).all()
-    assert table.loc["forward", "split / core"].isna().all() and table.loc["forward+backward", "split / core"].notna().all()
+    assert (
+        table.loc["forward", "split / core"].isna().all()
+        and table.loc["forward+backward", "split / core"].notna().all()
+    )
 
 
 # The page's drop-in: the core page's, carried, around this page's launcher. With the split forced (every row, one
 # slice in the interpreter), the core page's own checks of the drop-in, run against this page.
+
 
 @pytest.fixture
 def split_everywhere(page, monkeypatch):
@@ -249,6 +277,7 @@ def split_everywhere(page, monkeypatch):
     def spy(*args, **kwargs):
         calls.append(kwargs.get("smoothing", args[6] if len(args) > 6 else 0.0))
         return core(*args, **kwargs)
+
     monkeypatch.setitem(page.data, "core_rows", spy)
     return calls
 
@@ -266,14 +295,17 @@ def test_carried_drop_in_is_the_core_pages(page):
         assert page[op]._qualname == core[op]._qualname.replace("_06", "_61"), "the operators' names are the page's"
         for part in ("_init_fn", "_abstract_fn", "_backward_fn", "_setup_context_fn"):
             if getattr(core[op], part) is not None:
-                assert inspect.getsource(getattr(page[op], part)).replace("_61", "_06") == \
-                    inspect.getsource(getattr(core[op], part)), (op, part)
+                assert inspect.getsource(getattr(page[op], part)).replace("_61", "_06") == inspect.getsource(
+                    getattr(core[op], part)
+                ), (op, part)
     # a class's source needs its module imported; its methods' do not
     assert inspect.getsource(page["InPlaceGradient"].forward) == inspect.getsource(core["InPlaceGradient"].forward)
     assert page["InPlaceGradient"].backward is page["_backward"]
     assert page["SUPPORTED_DTYPES"] == core["SUPPORTED_DTYPES"]
-    assert list(inspect.signature(page["cross_entropy_rows"]).parameters) == \
-        list(inspect.signature(core["cross_entropy_rows"]).parameters)[:7]
+    assert (
+        list(inspect.signature(page["cross_entropy_rows"]).parameters)
+        == list(inspect.signature(core["cross_entropy_rows"]).parameters)[:7]
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -282,8 +314,9 @@ def test_carried_drop_in_is_the_core_pages(page):
 def test_drop_in_against_float64(page, split_everywhere, dtype, reduction, option):
     """Ragged rows (V = 300), some ignored, a random upstream gradient; the split kernel unless label smoothing."""
     options = dict(dropin.OPTIONS[option])
-    x, target, gen = dropin.make((7, 300), dtype, seed=len(option) + 10 * reduction.count("m"),
-                                 ignore_index=options.get("ignore_index", -100))
+    x, target, gen = dropin.make(
+        (7, 300), dtype, seed=len(option) + 10 * reduction.count("m"), ignore_index=options.get("ignore_index", -100)
+    )
     if options.get("weight"):
         options["weight"] = (torch.rand(300, generator=gen) + 0.5).to(DEVICE)
     dropin.check(page, x, target, gen, reduction, **options)

@@ -50,11 +50,17 @@ def _interpreter_runs_persistent_loops():
     import subprocess
     import sys
     import tempfile
+
     with tempfile.TemporaryDirectory() as folder:
         probe = pathlib.Path(folder) / "probe.py"  # @triton.jit wants its kernel in a file
         probe.write_text(INTERPRETER_PROBE)
-        proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+        proc = subprocess.run(
+            [sys.executable, str(probe)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+        )
     return proc.returncode == 0, proc.stderr.strip().splitlines()[-1:] or [""]
 
 
@@ -67,17 +73,30 @@ def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
 
     import numpy
     import triton
+
     runs, why = _interpreter_runs_persistent_loops()
     if not runs:
-        pytest.skip(f"Triton {triton.__version__}'s interpreter with NumPy {numpy.__version__} cannot run a loop over "
-                    f"run-time bounds ({why[0][:120]}); the CPU CI runs this test with the Triton requirements.txt installs")
-    pages = ["04_rms_norm", "deep_dives/12_softmax_staged_gluon", "deep_dives/22_layer_norm_staged_gluon",
-             "deep_dives/42_rms_norm_staged_gluon"]
+        pytest.skip(
+            f"Triton {triton.__version__}'s interpreter with NumPy {numpy.__version__} cannot run a loop over "
+            f"run-time bounds ({why[0][:120]}); the CPU CI runs this test with the Triton requirements.txt installs"
+        )
+    pages = [
+        "04_rms_norm",
+        "deep_dives/12_softmax_staged_gluon",
+        "deep_dives/22_layer_norm_staged_gluon",
+        "deep_dives/42_rms_norm_staged_gluon",
+    ]
     # CPU only, on a GPU machine too: the pages choose their device from what torch sees, so it sees none
     env = dict(os.environ, SWEEP_DEVICE="cpu", SWEEP_N="7,16400", CUDA_VISIBLE_DEVICES="")
     env.pop("TRITON_INTERPRET", None)  # each page sets it itself without a GPU
-    proc = subprocess.run([sys.executable, str(ROOT / "dev" / "sanitize_sweep.py"), *pages], capture_output=True,
-                          text=True, timeout=900, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "dev" / "sanitize_sweep.py"), *pages],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "clean run, matches torch" in line]
     assert any(line.startswith("04_rms_norm: rms_norm float32, N = 7, 16400:") for line in lines), proc.stdout
@@ -92,7 +111,7 @@ def test_untimed_pages_stop_at_the_cell_that_defines_the_timer(path):
     source = path.read_text(encoding="utf-8")
     cut = untimed_source(source)
     assert "\ndef bench(" in source, f"{path.name} defines no bench(): the untimed run would time it whole"
-    assert source.startswith(cut) and source[len(cut):].startswith("# %%\n"), "not cut at a cell"
+    assert source.startswith(cut) and source[len(cut) :].startswith("# %%\n"), "not cut at a cell"
     assert "bench(" not in cut, "the untimed cells call or define a timer"
     compile(cut, str(path), "exec")  # what the tests run
 
@@ -103,8 +122,11 @@ def test_a_page_runs_its_timed_cells_only_when_a_test_asks_for_what_they_define(
     import conftest
 
     page = tmp_path / "99_page.py"
-    page.write_text("RUNS = []\nKERNEL = 1\n\n# %%\n# Timing\ndef bench(fn):\n    RUNS.append(fn)\n    return 1.0\n\n"
-                    "TIMED = bench(KERNEL)\n\ndef late():\n    return TIMED\n", encoding="utf-8")
+    page.write_text(
+        "RUNS = []\nKERNEL = 1\n\n# %%\n# Timing\ndef bench(fn):\n    RUNS.append(fn)\n    return 1.0\n\n"
+        "TIMED = bench(KERNEL)\n\ndef late():\n    return TIMED\n",
+        encoding="utf-8",
+    )
     monkeypatch.setattr(conftest, "UNTIMED", False)
     loaded = conftest.load_page(page)
     assert loaded["KERNEL"] == 1 and loaded["RUNS"] == [] and "TIMED" not in loaded.data, "the timer ran at load"

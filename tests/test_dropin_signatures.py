@@ -21,8 +21,12 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Relative error (in norm) against float64: a few roundings of the dtype (Triton's interpreter truncates
 # fp32 -> bf16 instead of rounding, so bf16 gets twice a GPU's).
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
-PAGES = {"softmax": "01_fused_softmax", "layer_norm": "02_layer_norm", "reduce_sum": "03_parallel_reduction",
-         "rms_norm": "04_rms_norm"}
+PAGES = {
+    "softmax": "01_fused_softmax",
+    "layer_norm": "02_layer_norm",
+    "reduce_sum": "03_parallel_reduction",
+    "rms_norm": "04_rms_norm",
+}
 TORCH_OPS = {"softmax": torch.softmax, "layer_norm": F.layer_norm, "reduce_sum": torch.sum, "rms_norm": F.rms_norm}
 
 
@@ -63,8 +67,9 @@ def compare(name, call, leaves, dtype, what, torch_call=None, grad_tol=None):
     torch_call = torch_call or call
     grad_leaves = [t for t in leaves if t is not None and t.requires_grad]
     out, expected = call(ours(name), leaves), torch_call(TORCH_OPS[name], leaves)
-    assert out.shape == expected.shape and out.dtype == expected.dtype, \
+    assert out.shape == expected.shape and out.dtype == expected.dtype, (
         f"{what}: got {tuple(out.shape)} {out.dtype}, torch gives {tuple(expected.shape)} {expected.dtype}"
+    )
     leaves64 = [None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in leaves]
     passed = []  # the float64 input as the op sees it (after the layout's view)
     out64 = torch_call(lambda *a, **k: (passed.append(a[0]), TORCH_OPS[name](*a, **k))[1], leaves64)
@@ -75,8 +80,9 @@ def compare(name, call, leaves, dtype, what, torch_call=None, grad_tol=None):
     dy = _randn(out.shape, out.dtype, seed=len(what))
     grads = torch.autograd.grad(out, grad_leaves, dy, allow_unused=True)
     grads_torch = torch.autograd.grad(expected, grad_leaves, dy, allow_unused=True)
-    *grads64, g_passed = torch.autograd.grad(out64, [t for t in leaves64 if t is not None and t.requires_grad]
-                                             + [passed[0]], dy.double(), allow_unused=True)
+    *grads64, g_passed = torch.autograd.grad(
+        out64, [t for t in leaves64 if t is not None and t.requires_grad] + [passed[0]], dy.double(), allow_unused=True
+    )
     scales = [g_passed.norm().item() if leaf is leaves[0] and g_passed is not None else 0.0 for leaf in grad_leaves]
     for i, (g, gt, g64, leaf, scale) in enumerate(zip(grads, grads_torch, grads64, grad_leaves, scales)):
         if gt is None:
@@ -91,6 +97,7 @@ def compare(name, call, leaves, dtype, what, torch_call=None, grad_tol=None):
 
 # --- softmax: torch.softmax(input, dim, dtype=None) ---
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "expanded"])
 @pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
@@ -100,8 +107,9 @@ def test_softmax_dims_dtypes_layouts(dtype, layout, dim):
     compare("softmax", lambda op, t: op(view(t[0]), dim), [leaf], dtype, f"softmax {layout} dim={dim} {dtype}")
 
 
-@pytest.mark.parametrize("shape,dim", [((), 0), ((), -1), ((0,), 0), ((0, 5), 1), ((0, 5), 0), ((5, 0), 1),
-                                       ((2, 0, 3), 2)])
+@pytest.mark.parametrize(
+    "shape,dim", [((), 0), ((), -1), ((0,), 0), ((0, 5), 1), ((0, 5), 0), ((5, 0), 1), ((2, 0, 3), 2)]
+)
 def test_softmax_zero_dim_and_empty(shape, dim):
     leaf = _randn(shape, torch.float32, seed=3).requires_grad_(True)
     compare("softmax", lambda op, t: op(t[0], dim), [leaf], torch.float32, f"softmax {shape} dim={dim}")
@@ -112,19 +120,39 @@ def test_softmax_by_keyword():
     torch.testing.assert_close(ours("softmax")(x, dim=0), torch.softmax(x, dim=0))
 
 
-@pytest.mark.parametrize("x_dtype,dtype", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
-                                           (torch.float32, torch.float16), (torch.float32, torch.float32)])
+@pytest.mark.parametrize(
+    "x_dtype,dtype",
+    [
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float16),
+        (torch.float32, torch.float32),
+    ],
+)
 def test_softmax_dtype_keyword(x_dtype, dtype):
     leaf = _randn((4, 9), x_dtype, seed=5).requires_grad_(True)
     # the gradient is computed in dtype and cast back to x's: it is as precise as the coarser of the two
-    compare("softmax", lambda op, t: op(t[0], 1, dtype=dtype), [leaf], dtype, f"softmax {x_dtype} dtype={dtype}",
-            grad_tol=max(TOL[x_dtype], TOL[dtype]))
+    compare(
+        "softmax",
+        lambda op, t: op(t[0], 1, dtype=dtype),
+        [leaf],
+        dtype,
+        f"softmax {x_dtype} dtype={dtype}",
+        grad_tol=max(TOL[x_dtype], TOL[dtype]),
+    )
 
 
 # --- layer norm: F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5) ---
 
-NORMALIZED_SHAPES = {"int": 9, "tuple": (9,), "list": [9], "torch.Size": torch.Size([9]), "two dims": (4, 9),
-                     "two dims, list": [4, 9], "two dims, torch.Size": torch.Size([4, 9])}
+NORMALIZED_SHAPES = {
+    "int": 9,
+    "tuple": (9,),
+    "list": [9],
+    "torch.Size": torch.Size([9]),
+    "two dims": (4, 9),
+    "two dims, list": [4, 9],
+    "two dims, torch.Size": torch.Size([4, 9]),
+}
 
 
 def _as_torch_shape(normalized_shape):
@@ -147,8 +175,14 @@ def _norm_case(name, x_dtype, layout, normalized_shape, affine, eps, seed, w_dty
         leaves = [x, w]
     what = f"{name} {layout} normalized_shape={normalized_shape!r} {affine} eps={eps} {x_dtype} w {w_dtype}"
     cast = (lambda t: [t[0]] + [None if p is None else p.to(t[0].dtype) for p in t[1:]]) if torch_casts else list
-    compare(name, lambda op, t: call(op, t, normalized_shape), leaves, x_dtype, what,
-            torch_call=lambda op, t: call(op, cast(t), _as_torch_shape(normalized_shape)))
+    compare(
+        name,
+        lambda op, t: call(op, t, normalized_shape),
+        leaves,
+        x_dtype,
+        what,
+        torch_call=lambda op, t: call(op, cast(t), _as_torch_shape(normalized_shape)),
+    )
 
 
 @pytest.mark.parametrize("normalized_shape", list(NORMALIZED_SHAPES), ids=str)
@@ -168,19 +202,29 @@ def test_layer_norm_dtypes_layouts_eps(dtype, layout, eps):
 def test_layer_norm_weight_in_another_dtype(x_dtype, w_dtype):
     """Ours takes the mix (as torch on the CPU); torch's CUDA kernel refuses it, so torch's own answer, the
     tolerance's yardstick, is taken there with weight and bias cast to x's dtype (float64 keeps them whole)."""
-    _norm_case("layer_norm", x_dtype, "contiguous", [4, 9], "w+b", "default", 17, w_dtype=w_dtype,
-               torch_casts=DEVICE == "cuda")
+    _norm_case(
+        "layer_norm", x_dtype, "contiguous", [4, 9], "w+b", "default", 17, w_dtype=w_dtype, torch_casts=DEVICE == "cuda"
+    )
 
 
-@pytest.mark.parametrize("shape,normalized_shape", [((0, 9), (9,)), ((2, 0, 9), (9,)), ((3, 0), (0,)),
-                                                    ((0, 4, 9), (4, 9))])
+@pytest.mark.parametrize(
+    "shape,normalized_shape", [((0, 9), (9,)), ((2, 0, 9), (9,)), ((3, 0), (0,)), ((0, 4, 9), (4, 9))]
+)
 @pytest.mark.parametrize("affine", ["none", "w+b"])
 def test_layer_norm_empty(shape, normalized_shape, affine):
     x = torch.zeros(shape, device=DEVICE).requires_grad_(True)
-    w, b = ((torch.ones(normalized_shape, device=DEVICE).requires_grad_(True) for _ in range(2)) if affine != "none"
-            else (None, None))
-    compare("layer_norm", lambda op, t: op(t[0], normalized_shape, t[1], t[2]), [x, w, b], torch.float32,
-            f"layer_norm empty {shape} {normalized_shape} {affine}")
+    w, b = (
+        (torch.ones(normalized_shape, device=DEVICE).requires_grad_(True) for _ in range(2))
+        if affine != "none"
+        else (None, None)
+    )
+    compare(
+        "layer_norm",
+        lambda op, t: op(t[0], normalized_shape, t[1], t[2]),
+        [x, w, b],
+        torch.float32,
+        f"layer_norm empty {shape} {normalized_shape} {affine}",
+    )
 
 
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
@@ -193,16 +237,22 @@ def test_norms_of_zero_dim_tensors_are_refused_like_torch(name):
         ours(name)(x, ())
 
 
-@pytest.mark.parametrize("case", ["N = 1", "N = 1, weight", "constant rows", "constant rows, weight",
-                                  "zero rows", "one constant row among others"])
+@pytest.mark.parametrize(
+    "case",
+    ["N = 1", "N = 1, weight", "constant rows", "constant rows, weight", "zero rows", "one constant row among others"],
+)
 def test_layer_norm_rows_of_zero_variance_give_torchs_gradient(case):
     """Rows whose variance is 0: x_hat is 0 and rstd = 1 / sqrt(eps), large. For N = 1 the gradient of x is 0
     exactly (torch's is 0 without a weight, a rounding of 0 with one); for constant rows of N > 1 it is
     rstd * (g - mean(g)), large, and torch's. CPU fp32 (the device's, on a GPU)."""
-    x = {"N = 1": _randn((6, 1), torch.float32, seed=2), "constant rows": torch.full((4, 7), 0.1, device=DEVICE),
-         "zero rows": torch.zeros(3, 16, device=DEVICE),
-         "one constant row among others": torch.cat([_randn((3, 33), torch.float32, seed=2),
-                                                     torch.full((1, 33), -2.5, device=DEVICE)])}[case.replace(", weight", "")]
+    x = {
+        "N = 1": _randn((6, 1), torch.float32, seed=2),
+        "constant rows": torch.full((4, 7), 0.1, device=DEVICE),
+        "zero rows": torch.zeros(3, 16, device=DEVICE),
+        "one constant row among others": torch.cat(
+            [_randn((3, 33), torch.float32, seed=2), torch.full((1, 33), -2.5, device=DEVICE)]
+        ),
+    }[case.replace(", weight", "")]
     n = x.shape[-1]
     w = _randn((n,), torch.float32, seed=3, shift=1.0).requires_grad_(True) if "weight" in case else None
     b = _randn((n,), torch.float32, seed=4).requires_grad_(True) if "weight" in case else None
@@ -219,6 +269,7 @@ def test_layer_norm_rows_of_zero_variance_give_torchs_gradient(case):
 
 
 # --- RMSNorm: F.rms_norm(input, normalized_shape, weight=None, eps=None) ---
+
 
 @pytest.mark.parametrize("normalized_shape", list(NORMALIZED_SHAPES), ids=str)
 @pytest.mark.parametrize("affine", ["none", "w"])
@@ -252,8 +303,13 @@ def test_rms_norm_default_eps_is_torchs_on_small_rows(dtype):
 def test_rms_norm_empty(shape, normalized_shape, affine):
     x = torch.zeros(shape, device=DEVICE).requires_grad_(True)
     w = torch.ones(normalized_shape, device=DEVICE).requires_grad_(True) if affine == "w" else None
-    compare("rms_norm", lambda op, t: op(t[0], normalized_shape, t[1]), [x, w], torch.float32,
-            f"rms_norm empty {shape} {normalized_shape} {affine}")
+    compare(
+        "rms_norm",
+        lambda op, t: op(t[0], normalized_shape, t[1]),
+        [x, w],
+        torch.float32,
+        f"rms_norm empty {shape} {normalized_shape} {affine}",
+    )
 
 
 # --- sum: torch.sum(input, dim=None, keepdim=False, *, dtype=None) ---
@@ -268,8 +324,13 @@ SUM_DIMS = [None, (), 0, -1, (1,), [0, 2], (2, 0), (-1, -2), (0, 1, 2)]
 def test_sum_dims_keepdim_dtypes_layouts(dtype, layout, dim, keepdim):
     shape, view = _layouts((3, 4, 9))[layout]
     leaf = _randn(shape, dtype, seed=37, shift=0.05).requires_grad_(True)
-    compare("reduce_sum", lambda op, t: op(view(t[0]), dim, keepdim), [leaf], dtype,
-            f"sum {layout} dim={dim!r} keepdim={keepdim} {dtype}")
+    compare(
+        "reduce_sum",
+        lambda op, t: op(view(t[0]), dim, keepdim),
+        [leaf],
+        dtype,
+        f"sum {layout} dim={dim!r} keepdim={keepdim} {dtype}",
+    )
 
 
 @pytest.mark.parametrize("x_dtype", DTYPES)
@@ -280,13 +341,31 @@ def test_sum_dtype_keyword(x_dtype, dtype):
     compare("reduce_sum", lambda op, t: op(t[0], dtype=dtype), [leaf], dtype, f"sum all {x_dtype} dtype={dtype}")
 
 
-@pytest.mark.parametrize("shape,dim", [((), None), ((), 0), ((), (-1,)), ((), ()), ((0,), None), ((0, 5), 0),
-                                       ((0, 5), (0, 1)), ((5, 0), 1), ((2, 0, 3), (0, 2)), ((2, 0, 3), ())])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((), None),
+        ((), 0),
+        ((), (-1,)),
+        ((), ()),
+        ((0,), None),
+        ((0, 5), 0),
+        ((0, 5), (0, 1)),
+        ((5, 0), 1),
+        ((2, 0, 3), (0, 2)),
+        ((2, 0, 3), ()),
+    ],
+)
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_sum_zero_dim_and_empty(shape, dim, keepdim):
     leaf = _randn(shape, torch.float32, seed=43).requires_grad_(True)
-    compare("reduce_sum", lambda op, t: op(t[0], dim, keepdim), [leaf], torch.float32,
-            f"sum {shape} dim={dim!r} keepdim={keepdim}")
+    compare(
+        "reduce_sum",
+        lambda op, t: op(t[0], dim, keepdim),
+        [leaf],
+        torch.float32,
+        f"sum {shape} dim={dim!r} keepdim={keepdim}",
+    )
 
 
 def test_sum_by_keyword():
@@ -299,12 +378,16 @@ def test_sum_by_keyword():
 
 # --- every drop-in: torch's argument names, and what the kernels lack raises a clear TypeError ---
 
+
 def _keyword_call(name):
     """Every argument of the torch op, passed by its torch name."""
     x, w, b = (_randn(shape, torch.float32, seed) for seed, shape in enumerate([(3, 5), (5,), (5,)]))
-    return {"softmax": dict(input=x, dim=1), "reduce_sum": dict(input=x, dim=1, keepdim=True, dtype=torch.float32),
-            "layer_norm": dict(input=x, normalized_shape=(5,), weight=w, bias=b, eps=1e-3),
-            "rms_norm": dict(input=x, normalized_shape=(5,), weight=w, eps=1e-3)}[name]
+    return {
+        "softmax": dict(input=x, dim=1),
+        "reduce_sum": dict(input=x, dim=1, keepdim=True, dtype=torch.float32),
+        "layer_norm": dict(input=x, normalized_shape=(5,), weight=w, bias=b, eps=1e-3),
+        "rms_norm": dict(input=x, normalized_shape=(5,), weight=w, eps=1e-3),
+    }[name]
 
 
 @pytest.mark.parametrize("name", list(PAGES))

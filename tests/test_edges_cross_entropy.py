@@ -46,9 +46,9 @@ def fenced(values, dtype, fill=float("nan"), grad=False):
     """(buffer, view of it): values stored 5 elements into a buffer of `fill` that runs on past their end."""
     n = values.numel()
     buffer = torch.full((n + 11,), fill, dtype=dtype)
-    buffer[5:5 + n] = values.reshape(-1).to(dtype)
+    buffer[5 : 5 + n] = values.reshape(-1).to(dtype)
     buffer = buffer.to(DEVICE).requires_grad_(grad)
-    return buffer, lambda b: b[5:5 + n].view(values.shape)
+    return buffer, lambda b: b[5 : 5 + n].view(values.shape)
 
 
 def assert_close(out, ref, tol, what, same_dtype=None, scale=0.0):
@@ -182,8 +182,10 @@ def test_upstream_gradient_views(page, reduction):
     leaf, x_of = fenced(randn((6, V), seed=5), torch.float32, grad=True)
     target = classes((6,), seed=5).to(DEVICE)
     n = 1 if reduction != "none" else 6
-    for dy in (torch.randn(2 * n, generator=torch.Generator().manual_seed(5))[::2].to(DEVICE),
-               torch.tensor(2.0, device=DEVICE).expand(n)):
+    for dy in (
+        torch.randn(2 * n, generator=torch.Generator().manual_seed(5))[::2].to(DEVICE),
+        torch.tensor(2.0, device=DEVICE).expand(n),
+    ):
         dy = dy.view(()) if reduction != "none" else dy
         (g,) = torch.autograd.grad(page["cross_entropy"](x_of(leaf), target, reduction=reduction), leaf, dy)
         leaf64 = leaf.detach().double().requires_grad_(True)
@@ -200,8 +202,10 @@ def test_the_gradient_in_place_never_over_rows_that_share_memory(page):
     a new tensor takes it, and the logits stay as they were; over sliced logits it is written inside the view only."""
     ce = page["cross_entropy"]
     target = classes((5,), seed=6, ignored=0.0).to(DEVICE)
-    for name, base, view_of in (("broadcast", (1, V), lambda t: t.expand(5, V)),
-                                ("sliced", (10, V + 3), lambda t: t[::2, 1:-2])):
+    for name, base, view_of in (
+        ("broadcast", (1, V), lambda t: t.expand(5, V)),
+        ("sliced", (10, V + 3), lambda t: t[::2, 1:-2]),
+    ):
         buffer, fence = fenced(randn(base, seed=7), torch.float32, grad=True)
         before = buffer.detach().clone()
         leaf64 = before.double().requires_grad_(True)
@@ -220,9 +224,21 @@ def test_the_gradient_in_place_never_over_rows_that_share_memory(page):
 
 # ---- 2. shapes ----
 
-@pytest.mark.parametrize("shape, target_shape", [
-    ((0, V), (0,)), ((2, V, 0), (2, 0)), ((1, V), (1,)), ((5, 1), (5,)), ((1,), ()), ((V,), ()),
-    ((3, V, 1, 2), (3, 1, 2)), ((0, 1), (0,))], ids=str)
+
+@pytest.mark.parametrize(
+    "shape, target_shape",
+    [
+        ((0, V), (0,)),
+        ((2, V, 0), (2, 0)),
+        ((1, V), (1,)),
+        ((5, 1), (5,)),
+        ((1,), ()),
+        ((V,), ()),
+        ((3, V, 1, 2), (3, 1, 2)),
+        ((0, 1), (0,)),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_shapes_torch_takes(page, shape, target_shape, reduction):
     """Empty batches ('mean': NaN, as torch's 0 / 0), empty N-D dims, one row, one class, 1-D logits, size-1 dims."""
@@ -230,8 +246,15 @@ def test_shapes_torch_takes(page, shape, target_shape, reduction):
     leaf, x_of = fenced(randn(shape, seed=len(shape)), torch.float32, grad=True)
     target = classes(target_shape, seed=8, n=n_classes, ignored=0.0).to(DEVICE)
     for grad in (True, False):
-        compare(page["cross_entropy"], leaf if grad else leaf.detach(), x_of, target, grad=grad, what=str(shape),
-                reduction=reduction)
+        compare(
+            page["cross_entropy"],
+            leaf if grad else leaf.detach(),
+            x_of,
+            target,
+            grad=grad,
+            what=str(shape),
+            reduction=reduction,
+        )
 
 
 # ---- 3. dtypes ----
@@ -273,8 +296,9 @@ def test_the_constants_kernel_with_uint8_targets():
     weight = torch.rand(300, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
     for ignore_index in (-100, 200, 255, 456):
         for w in (None, weight):
-            scale, consts = page["loss_constants"](values.to(DEVICE), None if w is None else w.float().to(DEVICE),
-                                                   ignore_index, True, 300)
+            scale, consts = page["loss_constants"](
+                values.to(DEVICE), None if w is None else w.float().to(DEVICE), ignore_index, True, 300
+            )
             kept = values.long() != ignore_index
             counted = kept.sum().item() if w is None else w[values.long()][kept].sum().item()
             assert scale.item() == pytest.approx(1 / counted, rel=1e-6), (ignore_index, w is None)
@@ -323,6 +347,7 @@ def test_class_probabilities_are_refused_clearly(page):
 
 # ---- 4. values at the edges of each dtype ----
 
+
 def extreme(case, dtype):
     """(logits, targets), in float64, of 4 rows of V: what the case puts at the edges of dtype, in different chunks."""
     big = torch.finfo(dtype).max
@@ -355,8 +380,19 @@ def extreme(case, dtype):
     return x, t
 
 
-EXTREMES = ["largest at the target", "largest elsewhere", "largest and -largest", "-largest", "constant largest",
-            "constant -largest", "constant 1e20", "scaled by 1e20", "-inf", "a row of -inf", "inf and nan"]
+EXTREMES = [
+    "largest at the target",
+    "largest elsewhere",
+    "largest and -largest",
+    "-largest",
+    "constant largest",
+    "constant -largest",
+    "constant 1e20",
+    "scaled by 1e20",
+    "-inf",
+    "a row of -inf",
+    "inf and nan",
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -391,6 +427,7 @@ def test_the_split_kernels_merge_at_the_edges(case):
 
 
 # ---- 5. gradients: the gradient of the gradient is refused ----
+
 
 def test_a_gradient_of_the_gradient_is_refused_and_a_plain_one_still_works(page):
     ce = page["cross_entropy"]
@@ -428,8 +465,7 @@ def test_arguments_of_odd_types_torch_takes(page, name):
     target = classes((6,), seed=12, ignored=0.0)
     target[1] = 3
     for reduction in ("mean", "none"):
-        compare(page["cross_entropy"], leaf, x_of, target.to(DEVICE), what=name, reduction=reduction,
-                **ACCEPTED[name])
+        compare(page["cross_entropy"], leaf, x_of, target.to(DEVICE), what=name, reduction=reduction, **ACCEPTED[name])
 
 
 REFUSED = {
@@ -450,8 +486,11 @@ REFUSED = {
     "weight too short": ({"weight": torch.ones(V - 1)}, ValueError, rf"weight must be of shape \[{V}\]"),
     "weight 2-D": ({"weight": torch.ones(1, V)}, ValueError, rf"weight must be of shape \[{V}\]"),
     "weight 0-d": ({"weight": torch.tensor(1.0)}, ValueError, rf"weight must be of shape \[{V}\]"),
-    "weight requiring a gradient": ({"weight": torch.ones(V, requires_grad=True)}, ValueError,
-                                    "weight .* must not require a gradient"),
+    "weight requiring a gradient": (
+        {"weight": torch.ones(V, requires_grad=True)},
+        ValueError,
+        "weight .* must not require a gradient",
+    ),
     "weight a list": ({"weight": [1.0] * V}, TypeError, "weight must be a float tensor, got <class 'list'>"),
     "weight on another device": ({"weight": "elsewhere"}, ValueError, rf"weight must be of shape \[{V}\] on"),
 }

@@ -33,8 +33,8 @@ def _fenced(shape, dtype, seed):
     for size in shape:
         n *= size
     buffer = torch.full((n + 64,), float("nan"), dtype=dtype)
-    buffer[7:7 + n] = (torch.randn(n, generator=gen) + 0.05).to(dtype)
-    return buffer.to(DEVICE)[7:7 + n].view(shape)
+    buffer[7 : 7 + n] = (torch.randn(n, generator=gen) + 0.05).to(dtype)
+    return buffer.to(DEVICE)[7 : 7 + n].view(shape)
 
 
 # name -> view of a fenced base: (shape of the base, the view)
@@ -63,9 +63,12 @@ def _check(out, view, dim, keepdim=False, dtype=None, what=""):
     x64 = view.double()
     ref = x64.sum() if dim is None else x64.sum(dim, keepdim=keepdim)
     size = x64.abs().sum() if dim is None else x64.abs().sum(dim, keepdim=keepdim)
-    expected = torch.sum(view, dim=dim, keepdim=keepdim, dtype=dtype) if dim is not None else torch.sum(view, dtype=dtype)
-    assert out.shape == expected.shape and out.dtype == expected.dtype, \
+    expected = (
+        torch.sum(view, dim=dim, keepdim=keepdim, dtype=dtype) if dim is not None else torch.sum(view, dtype=dtype)
+    )
+    assert out.shape == expected.shape and out.dtype == expected.dtype, (
         f"{what}: got {tuple(out.shape)} {out.dtype}, torch.sum gives {tuple(expected.shape)} {expected.dtype}"
+    )
     assert not out.isnan().any(), f"{what}: NaN in the sum: a read outside the view's elements"
     err = ((out.double() - ref).abs() / size.clamp_min(1e-30)).max().item() if out.numel() else 0.0
     assert err <= TOLERANCE[out.dtype], f"{what}: error {err:.2e} against float64 > {TOLERANCE[out.dtype]:.0e}"
@@ -88,8 +91,14 @@ def test_keepdim_and_dtype_on_views(reduce_sum, name, keepdim):
     shape, view_of = VIEWS[name]
     view = view_of(_fenced(shape, torch.bfloat16, seed=3))
     for dim in (0, -1) if view.dim() else (0,):
-        _check(reduce_sum(view, dim, keepdim=keepdim, dtype=torch.float32), view, dim, keepdim, torch.float32,
-               what=f"{name}, dim={dim}, keepdim={keepdim}, dtype=float32")
+        _check(
+            reduce_sum(view, dim, keepdim=keepdim, dtype=torch.float32),
+            view,
+            dim,
+            keepdim,
+            torch.float32,
+            what=f"{name}, dim={dim}, keepdim={keepdim}, dtype=float32",
+        )
 
 
 def test_a_long_broadcast_is_summed_without_reading_past_its_storage(reduce_sum):
@@ -105,8 +114,9 @@ def test_sum_vector_refuses_a_strided_vector(reduce_sum):
             sum_vector(bad, out)
 
 
-@pytest.mark.parametrize("dtype", (torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64),
-                         ids=str)
+@pytest.mark.parametrize(
+    "dtype", (torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64), ids=str
+)
 def test_dtypes_torch_sums_but_the_kernels_do_not_raise_a_clear_type_error(reduce_sum, dtype):
     x = torch.ones(4, 3, device=DEVICE).to(dtype)
     with pytest.raises(TypeError, match=r"reduce_sum: x is .*float32, float16 and bfloat16"):
@@ -134,9 +144,14 @@ def test_values_at_the_edges_of_the_dtype_like_torch(reduce_sum, dtype, case):
     for dim in (None, 1, 0):
         out = reduce_sum(x) if dim is None else reduce_sum(x, dim)
         expected = (x.double().sum() if dim is None else x.double().sum(dim)).to(dtype)  # float64, rounded once
-        same = (out == expected) | (out.isnan() & expected.isnan()) | \
-            ((out - expected).abs() <= TOLERANCE[dtype] * expected.abs())
-        assert same.all(), f"{case}, dim={dim}: {out.tolist()} where float64 rounded to {dtype} gives {expected.tolist()}"
+        same = (
+            (out == expected)
+            | (out.isnan() & expected.isnan())
+            | ((out - expected).abs() <= TOLERANCE[dtype] * expected.abs())
+        )
+        assert same.all(), (
+            f"{case}, dim={dim}: {out.tolist()} where float64 rounded to {dtype} gives {expected.tolist()}"
+        )
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0), (2, 0, 4)], ids=str)
@@ -178,8 +193,18 @@ def test_gradient_of_the_gradient_is_torchs(reduce_sum):
     torch.testing.assert_close(second, second_torch)
 
 
-@pytest.mark.parametrize("name", ["transposed", "sliced both ways", "a row broadcast down", "a column broadcast across",
-                                  "3-D with a broadcast middle dim", "3-D permuted", "broadcast, then transposed"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "transposed",
+        "sliced both ways",
+        "a row broadcast down",
+        "a column broadcast across",
+        "3-D with a broadcast middle dim",
+        "3-D permuted",
+        "broadcast, then transposed",
+    ],
+)
 @pytest.mark.parametrize("dim", (0, 1, -1))
 def test_deep_dive_sum_dim_on_views(page31, name, dim):
     shape, view_of = VIEWS[name]

@@ -49,8 +49,8 @@ def fenced(shape, dtype, seed=0, values=None, offset=7):
     n = math.prod(shape)
     values = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if values is None else values
     buffer = torch.full((n + offset + 64,), float("nan"), dtype=dtype)
-    buffer[offset:offset + n] = values.reshape(-1).to(dtype)
-    return buffer.to(DEVICE)[offset:offset + n].view(shape).detach()
+    buffer[offset : offset + n] = values.reshape(-1).to(dtype)
+    return buffer.to(DEVICE)[offset : offset + n].view(shape).detach()
 
 
 class Input:
@@ -70,8 +70,9 @@ def rel_error(out, ref, scale=0.0):
     """||out - ref|| / max(||ref||, scale) over the entries where ref is finite; out must be NaN, inf and -inf
     exactly where ref is."""
     out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
-    assert torch.equal(out.isnan(), ref.isnan()), f"NaN at {out.isnan().nonzero().tolist()[:8]}, expected at " \
-                                                  f"{ref.isnan().nonzero().tolist()[:8]}"
+    assert torch.equal(out.isnan(), ref.isnan()), (
+        f"NaN at {out.isnan().nonzero().tolist()[:8]}, expected at {ref.isnan().nonzero().tolist()[:8]}"
+    )
     ok = ~ref.isnan()
     assert torch.equal(out[ok & ref.isinf()], ref[ok & ref.isinf()]) and torch.equal(out[ok].isinf(), ref[ok].isinf())
     finite = ok & ~ref.isinf()
@@ -79,8 +80,9 @@ def rel_error(out, ref, scale=0.0):
     return (out[finite] - ref[finite]).norm().item() / (norm if norm > 0 else 1.0)
 
 
-def check(rms_norm, x_in, normalized_shape, w_in=None, eps=None, x_dtype=torch.float32, w_dtype=None, dy=None,
-          check_dx=True):
+def check(
+    rms_norm, x_in, normalized_shape, w_in=None, eps=None, x_dtype=torch.float32, w_dtype=None, dy=None, check_dx=True
+):
     """rms_norm against F.rms_norm in the same dtypes (shape, dtype) and float64 (values, NaN), forward and the
     gradients of both leaves. dx is measured against the size of its terms, r * dy * w (at N = 1 they cancel), dw
     against that of its terms dy * x_hat. check_dx=False: dx is not compared (see INTERPRETED below)."""
@@ -105,8 +107,10 @@ def check(rms_norm, x_in, normalized_shape, w_in=None, eps=None, x_dtype=torch.f
     dims = tuple(range(-len(normalized_shape), 0))
     rstd64 = torch.rsqrt(x64.detach().square().mean(dims, keepdim=True) + eps64)
     dyw = dy64 * (1 if w64 is None else w64.detach())
-    scales = [(rstd64 * dyw).nan_to_num(0, 0, 0).norm().item(),
-              (dy64 * x64.detach() * rstd64).nan_to_num(0, 0, 0).norm().item()]
+    scales = [
+        (rstd64 * dyw).nan_to_num(0, 0, 0).norm().item(),
+        (dy64 * x64.detach() * rstd64).nan_to_num(0, 0, 0).norm().item(),
+    ]
     for name, g, gt, g64, leaf, scale in zip(("dx", "dw"), grads, grads_torch, grads64, leaves, scales):
         if name == "dx" and not check_dx:
             continue
@@ -132,8 +136,7 @@ VIEWS = {
     "size-1 dims": ((1, 3, 1), lambda t: t),
 }
 # (view, number of normalized dims): the last dim, and the last two where there are two
-VIEW_CASES = [(name, k) for name, (shape, view) in VIEWS.items() for k in (1, 2)
-              if k <= view(torch.empty(shape)).dim()]
+VIEW_CASES = [(name, k) for name, (shape, view) in VIEWS.items() for k in (1, 2) if k <= view(torch.empty(shape)).dim()]
 
 
 def normalized(view_name, k):
@@ -163,8 +166,13 @@ WEIGHTS = {
 @pytest.mark.parametrize("weight", list(WEIGHTS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_weight_view(rms_norm, ns, weight, dtype):
-    check(rms_norm, Input((3, *ns), shift=0.5), ns, Input(*WEIGHTS[weight](ns), seed=2, values=None, shift=1.0),
-          x_dtype=dtype)
+    check(
+        rms_norm,
+        Input((3, *ns), shift=0.5),
+        ns,
+        Input(*WEIGHTS[weight](ns), seed=2, values=None, shift=1.0),
+        x_dtype=dtype,
+    )
 
 
 # incoming gradients as autograd hands them over: broadcast (from .sum()), transposed, sliced, offset
@@ -183,9 +191,21 @@ def test_incoming_gradient_views(rms_norm, incoming, n):
     check(rms_norm, Input((3, n)), (n,), Input((n,), seed=2, shift=1.0), dy=dy)
 
 
-@pytest.mark.parametrize("shape,ns", [((0, 9), (9,)), ((2, 0, 9), (9,)), ((3, 0), (0,)), ((0, 4, 9), (4, 9)),
-                                      ((2, 3, 0), (3, 0)), ((5, 1), (1,)), ((1,), (1,)), ((1, 1), (1, 1)),
-                                      ((4, 1, 7), (1, 7))], ids=str)
+@pytest.mark.parametrize(
+    "shape,ns",
+    [
+        ((0, 9), (9,)),
+        ((2, 0, 9), (9,)),
+        ((3, 0), (0,)),
+        ((0, 4, 9), (4, 9)),
+        ((2, 3, 0), (3, 0)),
+        ((5, 1), (1,)),
+        ((1,), (1,)),
+        ((1, 1), (1, 1)),
+        ((4, 1, 7), (1, 7)),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("affine", [False, True])
 def test_empty_and_size_one(rms_norm, shape, ns, affine):
     check(rms_norm, Input(shape), ns, Input(ns, seed=2, shift=1.0) if affine else None)
@@ -200,8 +220,9 @@ def edge_rows(case, dtype, n):
     if case == "near the largest finite value":
         return torch.where(x > 0, 1.0, -1.0) * torch.finfo(dtype).max * (1 - torch.rand(4, n, generator=gen) / 8)
     if case == "an overflowing row among ordinary ones, and a NaN row":  # one block of rows, mixed
-        return x * torch.tensor([[1.0], [1e20 if dtype != torch.float16 else 1e4], [1.0], [1.0]]) + \
-            torch.tensor([[0.0], [0.0], [float("nan")], [0.0]])
+        return x * torch.tensor([[1.0], [1e20 if dtype != torch.float16 else 1e4], [1.0], [1.0]]) + torch.tensor(
+            [[0.0], [0.0], [float("nan")], [0.0]]
+        )
     if case == "tiny":
         return x * (1e-30 if dtype != torch.float16 else 1e-6)
     if case == "-inf in places":
@@ -216,8 +237,16 @@ def edge_rows(case, dtype, n):
     raise ValueError(case)
 
 
-EDGES = ["1e20-scaled", "near the largest finite value", "an overflowing row among ordinary ones, and a NaN row",
-         "tiny", "-inf in places", "inf and NaN", "constant rows", "zero rows"]
+EDGES = [
+    "1e20-scaled",
+    "near the largest finite value",
+    "an overflowing row among ordinary ones, and a NaN row",
+    "tiny",
+    "-inf in places",
+    "inf and NaN",
+    "constant rows",
+    "zero rows",
+]
 
 
 # Near the largest finite value dx is about 1 / that value, subnormal. Triton's interpreter converts a subnormal
@@ -233,12 +262,26 @@ def dx_comparable(case, dtype):
 @pytest.mark.parametrize("case", EDGES)
 def test_extreme_values_fused_kernels(rms_norm, case, dtype):
     x = edge_rows(case, dtype, 37)
-    check(rms_norm, Input(x.shape, values=x), (37,), Input((37,), seed=2, shift=1.0), x_dtype=dtype,
-          check_dx=dx_comparable(case, dtype))
+    check(
+        rms_norm,
+        Input(x.shape, values=x),
+        (37,),
+        Input((37,), seed=2, shift=1.0),
+        x_dtype=dtype,
+        check_dx=dx_comparable(case, dtype),
+    )
 
 
-@pytest.mark.parametrize("case", ["1e20-scaled", "near the largest finite value", "inf and NaN",
-                                  "an overflowing row among ordinary ones, and a NaN row", "zero rows"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "1e20-scaled",
+        "near the largest finite value",
+        "inf and NaN",
+        "an overflowing row among ordinary ones, and a NaN row",
+        "zero rows",
+    ],
+)
 def test_extreme_values_chunked_kernels_of_the_drop_in(rms_norm, page, case):
     """fp32 rows of 16400: past 16384 (64 KB) the forward is chunked, past 8192 the backward."""
     assert page["_fwd_config"](4, 16400, 4)[0] is page["rms_norm_fwd_chunked_kernel"]
@@ -277,12 +320,26 @@ def test_eps(rms_norm, eps):
     check(rms_norm, Input(x.shape, values=x), (9,), Input((9,), seed=2, shift=1.0), eps=eps)
 
 
-@pytest.mark.parametrize("x_dtype,w_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
-                                             (torch.float32, torch.bfloat16), (torch.float16, torch.bfloat16),
-                                             (torch.bfloat16, torch.float16)], ids=str)
+@pytest.mark.parametrize(
+    "x_dtype,w_dtype",
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float32, torch.bfloat16),
+        (torch.float16, torch.bfloat16),
+        (torch.bfloat16, torch.float16),
+    ],
+    ids=str,
+)
 def test_input_and_weight_in_different_dtypes(rms_norm, x_dtype, w_dtype):
-    check(rms_norm, Input((3, 4, 9), shift=0.5), (4, 9), Input((4, 9), seed=2, shift=1.0), x_dtype=x_dtype,
-          w_dtype=w_dtype)
+    check(
+        rms_norm,
+        Input((3, 4, 9), shift=0.5),
+        (4, 9),
+        Input((4, 9), seed=2, shift=1.0),
+        x_dtype=x_dtype,
+        w_dtype=w_dtype,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bool, torch.complex64], ids=str)
@@ -339,8 +396,10 @@ def test_gradient_of_the_gradient_is_refused(rms_norm, affine, n):
     torch.testing.assert_close(x.grad, expected[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,
-                    reason="rows past 2**31 need a GPU with 40 GB")
+@pytest.mark.skipif(
+    DEVICE != "cuda" or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,
+    reason="rows past 2**31 need a GPU with 40 GB",
+)
 def test_more_than_2_31_rows(rms_norm):
     """A program's first row, program_id * BLOCK_M, passes 2**31 there: it must be computed in int64."""
     x = torch.randn(2**31 + 100, 1, device=DEVICE, dtype=torch.bfloat16)
@@ -351,14 +410,18 @@ def test_more_than_2_31_rows(rms_norm):
 
 # deep dive 42's forward-only helper: the same views along the last dim, with weights; empty and refused inputs
 
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("view", [v for v, k in VIEW_CASES if k == 1])
 def test_deep_dive_42_every_view(rms_norm_forward, view, dtype):
     shape, make_view = VIEWS[view]
     x = make_view(Input(shape, shift=0.5)(dtype))
     n = x.shape[-1]
-    for w in (None, Input(*WEIGHTS["every other element"]((n,)), seed=2, shift=1.0),
-              Input(*WEIGHTS["0-d broadcast"]((n,)), seed=2, shift=1.0)):
+    for w in (
+        None,
+        Input(*WEIGHTS["every other element"]((n,)), seed=2, shift=1.0),
+        Input(*WEIGHTS["0-d broadcast"]((n,)), seed=2, shift=1.0),
+    ):
         weight = None if w is None else w.view(w(torch.float32))
         got = rms_norm_forward(x, weight, 1e-6)
         assert got.shape == x.shape and got.dtype == dtype
@@ -371,8 +434,12 @@ def test_deep_dive_42_every_view(rms_norm_forward, view, dtype):
 def test_deep_dive_42_rows_it_may_stage(rms_norm_forward, offset, case):
     """bf16 rows of 16400 with a row stride of 16416: 16-byte aligned where the storage starts 8 elements into its
     buffer (staged on a GPU), not where it starts 7 in (the core kernel)."""
-    x = fenced((4, 16416), torch.bfloat16, offset=offset,
-               values=torch.cat([edge_rows(case, torch.bfloat16, 16400), torch.zeros(4, 16)], 1))[:, :16400]
+    x = fenced(
+        (4, 16416),
+        torch.bfloat16,
+        offset=offset,
+        values=torch.cat([edge_rows(case, torch.bfloat16, 16400), torch.zeros(4, 16)], 1),
+    )[:, :16400]
     assert rel_error(rms_norm_forward(x, None, 1e-6), F.rms_norm(x.cpu().double(), (16400,), None, 1e-6)) <= 2e-2
 
 
@@ -387,7 +454,11 @@ def test_deep_dive_42_refuses_what_it_cannot_read(rms_norm_forward):
     for bad in (x.float(), x.to(torch.int16), x[0, 0]):  # int16: 16-bit, but not floating
         with pytest.raises(ValueError, match=r"rms_norm_forward: 16-bit rows of up to 32768 elements \(got"):
             rms_norm_forward(bad)
-    for w in (torch.ones(7, device=DEVICE), torch.ones(9, device=DEVICE), torch.ones(1, 8, device=DEVICE),
-              torch.ones(8, dtype=torch.int32, device=DEVICE)):
+    for w in (
+        torch.ones(7, device=DEVICE),
+        torch.ones(9, device=DEVICE),
+        torch.ones(1, 8, device=DEVICE),
+        torch.ones(8, dtype=torch.int32, device=DEVICE),
+    ):
         with pytest.raises(ValueError, match=r"rms_norm_forward: weight has shape .* expected \(8,\)"):
             rms_norm_forward(x, w)

@@ -38,8 +38,8 @@ def fenced(shape, dtype, seed=0, values=None, offset=7):
     n = math.prod(shape)
     values = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if values is None else values
     buffer = torch.full((n + offset + 64,), float("nan"), dtype=dtype)
-    buffer[offset:offset + n] = values.reshape(-1).to(dtype)
-    return buffer.to(DEVICE)[offset:offset + n].view(shape).detach()
+    buffer[offset : offset + n] = values.reshape(-1).to(dtype)
+    return buffer.to(DEVICE)[offset : offset + n].view(shape).detach()
 
 
 # name -> (shape of the fenced base, the view of it that is passed)
@@ -59,15 +59,20 @@ VIEWS = {
     "0-d": ((), lambda t: t),
     "size-1 dims": ((1, 3, 1), lambda t: t),
 }
-VIEW_DIMS = [(name, dim) for name, (shape, view) in VIEWS.items()
-             for ndim in [max(view(torch.empty(shape)).dim(), 1)] for dim in range(-ndim, ndim)]
+VIEW_DIMS = [
+    (name, dim)
+    for name, (shape, view) in VIEWS.items()
+    for ndim in [max(view(torch.empty(shape)).dim(), 1)]
+    for dim in range(-ndim, ndim)
+]
 
 
 def rel_error(out, ref, scale=0.0):
     """||out - ref|| / max(||ref||, scale) over the entries where ref is not NaN (out must be NaN exactly there)."""
     out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
-    assert torch.equal(out.isnan(), ref.isnan()), f"NaN at {out.isnan().nonzero().tolist()}, expected at " \
-                                                  f"{ref.isnan().nonzero().tolist()}"
+    assert torch.equal(out.isnan(), ref.isnan()), (
+        f"NaN at {out.isnan().nonzero().tolist()}, expected at {ref.isnan().nonzero().tolist()}"
+    )
     ok = ~ref.isnan()
     assert torch.equal(out[ok].isinf(), ref[ok].isinf()) and torch.equal(out[ok & ref.isinf()], ref[ok & ref.isinf()])
     finite = ok & ~ref.isinf()
@@ -135,9 +140,25 @@ def test_incoming_gradient_views(softmax, incoming, dim):
     check_against_torch(softmax, Input((6, 9), lambda t: t), dim, torch.float32, dy=dy)
 
 
-@pytest.mark.parametrize("shape,dim", [((0,), 0), ((0,), -1), ((0, 5), 1), ((0, 5), 0), ((5, 0), 1), ((5, 0), 0),
-                                       ((2, 0, 3), 2), ((2, 0, 3), 1), ((1,), 0), ((1, 1), 1), ((7, 1), 1),
-                                       ((1, 7), 0), ((), 0), ((), -1)])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((0,), 0),
+        ((0,), -1),
+        ((0, 5), 1),
+        ((0, 5), 0),
+        ((5, 0), 1),
+        ((5, 0), 0),
+        ((2, 0, 3), 2),
+        ((2, 0, 3), 1),
+        ((1,), 0),
+        ((1, 1), 1),
+        ((7, 1), 1),
+        ((1, 7), 0),
+        ((), 0),
+        ((), -1),
+    ],
+)
 def test_empty_and_size_one(softmax, shape, dim):
     check_against_torch(softmax, Input(shape, lambda t: t), dim, torch.float32)
 
@@ -167,8 +188,16 @@ def edge_rows(case, dtype, n):
     raise ValueError(case)
 
 
-EDGES = ["1e20-scaled", "near the largest finite value", "tiny", "-inf in places", "a row of -inf",
-         "-inf in the first half of each row", "inf and NaN", "constant rows"]
+EDGES = [
+    "1e20-scaled",
+    "near the largest finite value",
+    "tiny",
+    "-inf in places",
+    "a row of -inf",
+    "-inf in the first half of each row",
+    "inf and NaN",
+    "constant rows",
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -243,18 +272,21 @@ def test_gradient_of_the_gradient_is_refused(softmax):
     torch.testing.assert_close(x.grad, torch.autograd.grad(torch.softmax(x, 0), x, dy)[0])
 
 
-@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,
-                    reason="rows past 2**31 need a GPU with 40 GB")
+@pytest.mark.skipif(
+    DEVICE != "cuda" or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,
+    reason="rows past 2**31 need a GPU with 40 GB",
+)
 def test_more_than_2_31_rows(softmax):
     x = torch.randn(2**31 + 100, 1, device=DEVICE, dtype=torch.float16)
     assert bool((softmax(x, -1) == 1).all())
-    wide = x.view(-1)[:(2**31 // 64 + 1) * 64].view(-1, 64)
+    wide = x.view(-1)[: (2**31 // 64 + 1) * 64].view(-1, 64)
     y = softmax(wide, -1)
     for rows in (slice(0, 1000), slice(-1000, None)):
         torch.testing.assert_close(y[rows], torch.softmax(wide[rows], -1))
 
 
 # deep dive 12's forward-only helper: the same views along the last dim, empty and 0-d tensors, refused dtypes
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("view", list(VIEWS))

@@ -41,7 +41,7 @@ def load_definitions(path=PAGE):
     source, end = path.read_text(encoding="utf-8"), DEFINITIONS_END[path]
     assert end in source, f"{path.name} has no {end.strip()!r} section heading"
     namespace = {"__name__": "tutorial_05_definitions", "__file__": str(path)}
-    exec(compile(source[:source.index(end)], str(path), "exec"), namespace)
+    exec(compile(source[: source.index(end)], str(path), "exec"), namespace)
     return namespace
 
 
@@ -70,9 +70,11 @@ def inputs(shape, dtype, seed=0):
 
 def float64_reference(page, x, w, dy, eps=1e-6):
     """y, dx, dw from jax.vjp of the page's jnp formula in float64, and the size of dx's terms, ||r g||."""
+
     def reference(x, w, dy):
         r_g = dy * w * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
         return gradients(lambda x, w: page["rms_norm_reference"](x, w, eps), x, w, dy), jnp.linalg.norm(r_g)
+
     with jax.enable_x64(True):
         outs, r_g = jax.jit(reference)(*(jnp.asarray(t, jnp.float64) for t in (x, w, dy)))
         return [np.asarray(t) for t in outs], float(r_g)
@@ -86,9 +88,19 @@ def rel(out, ref, scale):
 # (the backward's past 8192 columns, the forward's past 16384: 16-bit only); fp32 rows past 16384 take the
 # persistent forward (9 rows over 4 programs). Each new shape and dtype compiles the interpreted kernels anew
 # (seconds), hence a list rather than every combination.
-CASES = [((300,), "float32"), ((4, 1), "float32"), ((4, 1), "float16"),
-         ((2, 3, 2, 33), "float32"), ((2, 3, 2, 33), "bfloat16"), ((2, 3, 2, 33), "float16"), ((0, 16), "float32"),
-         ((2, 9000), "float32"), ((2, 9000), "bfloat16"), ((9, 20000), "float32"), ((2, 20000), "bfloat16")]
+CASES = [
+    ((300,), "float32"),
+    ((4, 1), "float32"),
+    ((4, 1), "float16"),
+    ((2, 3, 2, 33), "float32"),
+    ((2, 3, 2, 33), "bfloat16"),
+    ((2, 3, 2, 33), "float16"),
+    ((0, 16), "float32"),
+    ((2, 9000), "float32"),
+    ((2, 9000), "bfloat16"),
+    ((9, 20000), "float32"),
+    ((2, 20000), "bfloat16"),
+]
 
 
 @pytest.mark.parametrize("shape, dtype", CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else c)
@@ -104,8 +116,11 @@ def test_forward_backward_against_float64_grad(page, step, shape, dtype):
         return
     (y64, dx64, dw64), r_g = float64_reference(page, x, w, dy)
     # dx against the size of its terms r g: at N = 1 they cancel to ~0 and rounding is all that is left
-    errors = {"y": rel(outs[0], y64, np.linalg.norm(y64)), "dx": rel(outs[1], dx64, r_g),
-              "dw": rel(outs[2], dw64, np.linalg.norm(dw64))}
+    errors = {
+        "y": rel(outs[0], y64, np.linalg.norm(y64)),
+        "dx": rel(outs[1], dx64, r_g),
+        "dw": rel(outs[2], dw64, np.linalg.norm(dw64)),
+    }
     assert max(errors.values()) <= TOL[dtype], f"{shape} {dtype}: relative errors {errors} over {TOL[dtype]}"
 
 
@@ -174,7 +189,9 @@ def test_configs(page, n_cols, itemsize):
     block_m, chunk_n, chunks = meta["BLOCK_M"], meta["CHUNK_N"], meta["CHUNKS"]
     for size in (block_m, chunk_n, block_m * chunk_n):
         assert size & (size - 1) == 0, f"{meta} is not a power of two"
-    assert chunk_n * chunks >= n_cols > chunk_n * (chunks - 1) or chunks == 1 and chunk_n >= n_cols, meta  # no empty chunk
+    assert chunk_n * chunks >= n_cols > chunk_n * (chunks - 1) or chunks == 1 and chunk_n >= n_cols, (
+        meta
+    )  # no empty chunk
     assert 4 <= params.num_warps <= 32 and params.num_stages >= 1
     assert block_m * chunk_n * chunks >= min(page["MIN_ELEMENTS"], chunk_n * chunks), meta
     assert 1 <= grid <= -(-n_rows // block_m)
@@ -188,7 +205,9 @@ def test_configs(page, n_cols, itemsize):
 SHARDED_CHECK = r"""
 import os, sys
 DEVICES = int(sys.argv[2])
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}").strip()
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
+).strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, sys.argv[1])
 import functools
@@ -250,15 +269,28 @@ print("sharded ok")
 def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page):
     """The sharded page measures tutorial 05's kernels: the same source, launch parameters and constants."""
     import inspect
+
     sharded = load_definitions(SHARDED)
-    for name in ("_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "bwd_kernel", "dw_sum_kernel", "_fwd_config",
-                 "_bwd_config", "_sum_config", "_forward", "_backward", "differentiable"):
+    for name in (
+        "_tile",
+        "_load",
+        "fwd_kernel",
+        "fwd_chunked_kernel",
+        "bwd_kernel",
+        "dw_sum_kernel",
+        "_fwd_config",
+        "_bwd_config",
+        "_sum_config",
+        "_forward",
+        "_backward",
+        "differentiable",
+    ):
         assert inspect.getsource(sharded[name]) == inspect.getsource(page[name]), name
     for name in ("MIN_ELEMENTS", "WHOLE_ROW_N", "CHUNK_N", "WARPS_PER_SM", "MAX_N"):
         assert sharded[name] == page[name], name
     source = SHARDED.read_text(encoding="utf-8")
     for name in ("_warps", "_params"):  # lambdas: their lines
-        line = next(l for l in PAGE.read_text(encoding="utf-8").splitlines() if l.startswith(f"{name} = "))
+        line = next(text for text in PAGE.read_text(encoding="utf-8").splitlines() if text.startswith(f"{name} = "))
         assert line in source.splitlines(), name
 
 
@@ -268,8 +300,14 @@ def test_sharded_on_cpu_devices_equals_one_device(devices):
     single-device results, dw within fp32 rounding (the psum groups the sums differently), the compiled
     HLO has an all-reduce of N fp32 values and the jaxpr a psum; the timed chains compute what a loop does."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARDED_CHECK, str(ROOT / "tests"), str(devices)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
@@ -286,17 +324,28 @@ def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
     (JAX internals, patched here); 0.10 assumes sm_90 by itself."""
     with contextlib.suppress(ImportError, AttributeError):
         from jax._src.pallas.triton import gpu_info, pallas_call_registration
+
         h100 = gpu_info._get_gpu_info_impl(gpu_info.GpuVersion.H100)
         monkeypatch.setattr(pallas_call_registration.gpu_info_lib, "get_gpu_info", lambda: h100)
     monkeypatch.setitem(page, "INTERPRET", False)
     monkeypatch.setitem(page, "NUM_SMS", 132)
-    for dtype, n_cols in [("float32", 1024), ("bfloat16", 4096), ("float32", 8192), ("bfloat16", 16384),
-                          ("float32", 32768), ("bfloat16", 32768), ("float32", 1000), ("bfloat16", 9000)]:
+    for dtype, n_cols in [
+        ("float32", 1024),
+        ("bfloat16", 4096),
+        ("float32", 8192),
+        ("bfloat16", 16384),
+        ("float32", 32768),
+        ("bfloat16", 32768),
+        ("float32", 1000),
+        ("bfloat16", 9000),
+    ]:
         x = jax.ShapeDtypeStruct((2**26 // n_cols, n_cols), jnp.dtype(dtype))
         w, rstd = jax.ShapeDtypeStruct((n_cols,), x.dtype), jax.ShapeDtypeStruct(x.shape[:1], jnp.float32)
         try:
-            lowered = [jax.jit(lambda x, w: page["_forward"](x, w, 1e-6)).trace(x, w).lower(lowering_platforms=("cuda",)),
-                       jax.jit(page["_backward"]).trace(x, w, rstd, x).lower(lowering_platforms=("cuda",))]
+            lowered = [
+                jax.jit(lambda x, w: page["_forward"](x, w, 1e-6)).trace(x, w).lower(lowering_platforms=("cuda",)),
+                jax.jit(page["_backward"]).trace(x, w, rstd, x).lower(lowering_platforms=("cuda",)),
+            ]
         except RuntimeError as err:
             if "GPU" in str(err):
                 pytest.skip(f"this JAX ({jax.__version__}) cannot lower for a GPU it does not see: {err}")

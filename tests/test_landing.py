@@ -30,12 +30,20 @@ NAN = float("nan")
 def page_table():
     """A summary table as the pages make it: indexed by direction, dtype and N, a peer missing at one point, and the
     page's recommended column (its range: N up to 1024)."""
-    index = pd.MultiIndex.from_tuples([("forward", "float32", n) for n in (256, 1024, 4096)]
-                                      + [("backward", "float32", n) for n in (256, 1024, 4096)],
-                                      names=["direction", "dtype", "N"])
-    return pd.DataFrame({"ours, % of light": [50.0, 90.0, 70.0, 40.0, 60.0, NAN],
-                         "ours / best peer": [0.8, 1.5, 1.1, NAN, 2.0, NAN],
-                         "speed of light": 1000.0, "recommended": [1, 1, 0, 1, 1, 0]}, index=index)
+    index = pd.MultiIndex.from_tuples(
+        [("forward", "float32", n) for n in (256, 1024, 4096)]
+        + [("backward", "float32", n) for n in (256, 1024, 4096)],
+        names=["direction", "dtype", "N"],
+    )
+    return pd.DataFrame(
+        {
+            "ours, % of light": [50.0, 90.0, 70.0, 40.0, 60.0, NAN],
+            "ours / best peer": [0.8, 1.5, 1.1, NAN, 2.0, NAN],
+            "speed of light": 1000.0,
+            "recommended": [1, 1, 0, 1, 1, 0],
+        },
+        index=index,
+    )
 
 
 def results_of(**pages):
@@ -46,11 +54,20 @@ def results_of(**pages):
 def sweep(direction, dtype, sizes, light, ratio, recommended):
     """Rows of one made-up sweep; light, ratio, recommended: one value for all sizes, or one per size."""
     each = lambda v: v if isinstance(v, list) else [v] * len(sizes)  # noqa: E731
-    return [(direction, dtype, n, l, r, f) for n, l, r, f in zip(sizes, each(light), each(ratio), each(recommended))]
+    return [
+        (direction, dtype, n, percent, r, f)
+        for n, percent, r, f in zip(sizes, each(light), each(ratio), each(recommended))
+    ]
 
 
-PAGES = {stem: (f"tutorials/{'' if stem[0] == '0' else 'deep_dives/'}{stem}", stem.split("_", 1)[1].replace("_", " ").capitalize(), True)
-         for stem in ("01_softmax", "11_long_rows", "12_staged", "02_layer_norm", "02_layer_norm_locks", "23_wide_backward")}
+PAGES = {
+    stem: (
+        f"tutorials/{'' if stem[0] == '0' else 'deep_dives/'}{stem}",
+        stem.split("_", 1)[1].replace("_", " ").capitalize(),
+        True,
+    )
+    for stem in ("01_softmax", "11_long_rows", "12_staged", "02_layer_norm", "02_layer_norm_locks", "23_wide_backward")
+}
 
 
 def test_what_a_page_writes_the_build_reads(tmp_path):
@@ -60,29 +77,49 @@ def test_what_a_page_writes_the_build_reads(tmp_path):
     found = sol_results.read_results(tmp_path)
     assert list(found) == ["01_fused_softmax"]
     forward, backward = sol_results.summarize(found["01_fused_softmax"])
-    assert forward["what"] == "forward, float32" and backward["what"] == "backward, float32", "rows out of the page's order"
+    assert forward["what"] == "forward, float32" and backward["what"] == "backward, float32", (
+        "rows out of the page's order"
+    )
     assert (forward["best"], forward["best at"], forward["lowest"], forward["lowest at"]) == (90.0, 1024, 50.0, 256)
-    assert (forward["worst ratio"], forward["worst at"], forward["median ratio"], forward["peer points"]) == (0.8, 256, 1.1, 3)
+    assert (forward["worst ratio"], forward["worst at"], forward["median ratio"], forward["peer points"]) == (
+        0.8,
+        256,
+        1.1,
+        3,
+    )
     # a point where ours was not measured counts nowhere; a point with no peer counts only for % of light
     assert (backward["best"], backward["lowest"], backward["sizes"]) == (60.0, 40.0, [256, 1024, 4096])
     assert (backward["worst ratio"], backward["median ratio"], backward["peer points"]) == (2.0, 2.0, 1)
     recommended, _ = sol_results.recommend(found)
     chosen = {(r["direction"], r["dtype"], n): (r["stem"], r["claimed"]) for r in recommended for n in r["sizes"]}
-    inside, past, backward_inside, backward_past = sol_results.summarize(found["01_fused_softmax"], "01_fused_softmax", chosen)
+    inside, past, backward_inside, backward_past = sol_results.summarize(
+        found["01_fused_softmax"], "01_fused_softmax", chosen
+    )
     assert (inside["what"], inside["sizes"], inside["lowest"]) == ("forward, float32", [256, 1024], 50.0)
-    assert (past["what"], past["sizes"], past["see"]) == ("forward, float32, past its range", [4096], [("01_fused_softmax", False, [4096])])
-    assert (backward_inside["sizes"], backward_past["sizes"], math.isnan(backward_past["best"])) == ([256, 1024], [4096], True)
+    assert (past["what"], past["sizes"], past["see"]) == (
+        "forward, float32, past its range",
+        [4096],
+        [("01_fused_softmax", False, [4096])],
+    )
+    assert (backward_inside["sizes"], backward_past["sizes"], math.isnan(backward_past["best"])) == (
+        [256, 1024],
+        [4096],
+        True,
+    )
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.drop(columns="recommended"), r"no column 'recommended'"),
-    (lambda t: t.reset_index("direction", drop=True), r"no column 'direction'"),
-    (lambda t: t.drop(columns="ours / best peer"), r"no column 'ours / best peer'"),
-    (lambda t: t.assign(recommended=2), r"'recommended' holds something other than 1 .* and 0"),
-    (lambda t: t.assign(**{"ours, % of light": "fast"}), r"'ours, % of light' holds something other than numbers"),
-    (lambda t: t.reset_index(drop=True), r"no column 'direction', 'dtype', 'N'"),
-    (lambda t: t.assign(extra=1.0), r"column 'extra' is none of"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.drop(columns="recommended"), r"no column 'recommended'"),
+        (lambda t: t.reset_index("direction", drop=True), r"no column 'direction'"),
+        (lambda t: t.drop(columns="ours / best peer"), r"no column 'ours / best peer'"),
+        (lambda t: t.assign(recommended=2), r"'recommended' holds something other than 1 .* and 0"),
+        (lambda t: t.assign(**{"ours, % of light": "fast"}), r"'ours, % of light' holds something other than numbers"),
+        (lambda t: t.reset_index(drop=True), r"no column 'direction', 'dtype', 'N'"),
+        (lambda t: t.assign(extra=1.0), r"column 'extra' is none of"),
+    ],
+)
 def test_a_file_that_breaks_the_contract_is_named(tmp_path, change, message):
     change(page_table()[[*COLUMNS, "recommended"]]).to_csv(tmp_path / "04_rms_norm.csv")
     with pytest.raises(ValueError, match=r"04_rms_norm\.csv.*" + message):
@@ -101,12 +138,19 @@ def test_recommendation_merges_consecutive_n_of_one_page():
     """The core page up to 16 K, the deep dive past it: two rows, every N once, in the order of N."""
     core_n, long_n = [256, 512, 1024, 2048, 4096, 8192, 16384], [32768, 65536]
     results = results_of(
-        **{"01_softmax": sweep("forward", "float32", core_n + [32768], [90, 91, 92, 93, 94, 95, 96, 50], 1.1,
-                               [1] * 7 + [0]),
-           "11_long_rows": sweep("forward", "float32", long_n, [88, 97], [1.2, 1.4], 1)})
+        **{
+            "01_softmax": sweep(
+                "forward", "float32", core_n + [32768], [90, 91, 92, 93, 94, 95, 96, 50], 1.1, [1] * 7 + [0]
+            ),
+            "11_long_rows": sweep("forward", "float32", long_n, [88, 97], [1.2, 1.4], 1),
+        }
+    )
     rows, notes = sol_results.recommend(results)
     assert not notes
-    assert [(r["stem"], r["sizes"], r["claimed"]) for r in rows] == [("01_softmax", core_n, True), ("11_long_rows", long_n, True)]
+    assert [(r["stem"], r["sizes"], r["claimed"]) for r in rows] == [
+        ("01_softmax", core_n, True),
+        ("11_long_rows", long_n, True),
+    ]
     assert (rows[0]["lowest"], rows[0]["best"], rows[0]["worst ratio"], rows[0]["median ratio"]) == (90, 96, 1.1, 1.1)
     assert covered(rows) == {("1", "forward", "float32"): core_n + long_n}
     text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
@@ -119,57 +163,84 @@ def test_recommendation_merges_consecutive_n_of_one_page():
 
 def test_two_pages_claiming_one_n_keep_the_faster_and_say_so():
     results = results_of(
-        **{"02_layer_norm": sweep("backward", "bfloat16", [4096, 8192], [95, 21], 1.0, 1),
-           "23_wide_backward": sweep("backward", "bfloat16", [8192, 16384], [90, 91], 1.3, 1)})
+        **{
+            "02_layer_norm": sweep("backward", "bfloat16", [4096, 8192], [95, 21], 1.0, 1),
+            "23_wide_backward": sweep("backward", "bfloat16", [8192, 16384], [90, 91], 1.3, 1),
+        }
+    )
     rows, notes = sol_results.recommend(results)
     assert [(r["stem"], r["sizes"], r["rivals"]) for r in rows] == [
-        ("02_layer_norm", [4096], ()), ("23_wide_backward", [8192], ("02_layer_norm",)), ("23_wide_backward", [16384], ())]
+        ("02_layer_norm", [4096], ()),
+        ("23_wide_backward", [8192], ("02_layer_norm",)),
+        ("23_wide_backward", [16384], ()),
+    ]
     assert len(notes) == 1 and "02_layer_norm" in notes[0] and "23_wide_backward" in notes[0] and "8,192" in notes[0]
     text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
     assert "(also claimed by :doc:`02 Layer norm <tutorials/02_layer_norm>`, slower here)" in text
     # a claimant whose kernel did not run (NaN) loses to one that ran, whatever the page order
-    results["02_layer_norm"].loc[1, "ours, % of light"], results["23_wide_backward"].loc[0, "ours, % of light"] = 99, NAN
+    results["02_layer_norm"].loc[1, "ours, % of light"], results["23_wide_backward"].loc[0, "ours, % of light"] = (
+        99,
+        NAN,
+    )
     rows, _ = sol_results.recommend(results)
     assert [(r["stem"], r["sizes"], r["rivals"]) for r in rows][1] == ("02_layer_norm", [8192], ("23_wide_backward",))
 
 
 def test_a_point_no_page_claims_names_the_best_measured_there():
     results = results_of(
-        **{"02_layer_norm": sweep("forward", "float32", [16384, 65536], [97, 60], 1.0, [1, 0]),
-           "02_layer_norm_locks": sweep("forward", "float32", [65536], 70, 0.9, 0)})
+        **{
+            "02_layer_norm": sweep("forward", "float32", [16384, 65536], [97, 60], 1.0, [1, 0]),
+            "02_layer_norm_locks": sweep("forward", "float32", [65536], 70, 0.9, 0),
+        }
+    )
     rows, notes = sol_results.recommend(results)
     assert [(r["stem"], r["sizes"], r["claimed"]) for r in rows] == [
-        ("02_layer_norm", [16384], True), ("02_layer_norm_locks", [65536], False)] and not notes
+        ("02_layer_norm", [16384], True),
+        ("02_layer_norm_locks", [65536], False),
+    ] and not notes
     text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
     assert "(the fastest measured: no page that measured this N claims it)" in text
     # the core page's row past its range names that page, labelled the same way
-    assert "forward, float32, past its range: see :doc:`02 Layer norm locks <tutorials/02_layer_norm_locks>` (the fastest measured" in text
+    assert (
+        "forward, float32, past its range: see :doc:`02 Layer norm locks <tutorials/02_layer_norm_locks>` "
+        "(the fastest measured" in text
+    )
     # past its range, several pages: each with its N; this page itself where none claims and it measured best
     results["02_layer_norm"] = results_of(
-        x=sweep("forward", "float32", [16384, 32768, 65536], [97, 60, 80], 1.0, [1, 0, 0]))["x"]
+        x=sweep("forward", "float32", [16384, 32768, 65536], [97, 60, 80], 1.0, [1, 0, 0])
+    )["x"]
     results["21_wide"] = results_of(x=sweep("forward", "float32", [32768], 95, 1.0, 1))["x"]
-    text = sol_results.landing_rst(results, {s: PAGES.get(s, (f"tutorials/deep_dives/{s}", "Wide", True)) for s in results},
-                                   "on a test GPU.")
-    assert ("forward, float32, past its range: see :doc:`21 Wide <tutorials/deep_dives/21_wide>` (N = 32,768), "
-            "this page (N = 65,536) (the fastest measured: no page that measured this N claims it)") in text
+    text = sol_results.landing_rst(
+        results, {s: PAGES.get(s, (f"tutorials/deep_dives/{s}", "Wide", True)) for s in results}, "on a test GPU."
+    )
+    assert (
+        "forward, float32, past its range: see :doc:`21 Wide <tutorials/deep_dives/21_wide>` (N = 32,768), "
+        "this page (N = 65,536) (the fastest measured: no page that measured this N claims it)"
+    ) in text
 
 
 def test_missing_peers_and_a_gluon_kernel_that_did_not_run():
     """No peer: "no peer ran", never 0x or nan; a claimed point whose kernel did not run (a Gluon kernel without a
     GPU): the page stays recommended, "not measured", and its row does not merge with another page's."""
     results = results_of(
-        **{"01_softmax": sweep("forward", "bfloat16", [4096, 16384, 65536], [80, 85, 40], NAN, [1, 1, 0]),
-           "12_staged": sweep("forward", "bfloat16", [16384, 24576, 32768], NAN, NAN, [0, 1, 1]),
-           "11_long_rows": sweep("forward", "bfloat16", [65536], 93, [1.1], 1)})
+        **{
+            "01_softmax": sweep("forward", "bfloat16", [4096, 16384, 65536], [80, 85, 40], NAN, [1, 1, 0]),
+            "12_staged": sweep("forward", "bfloat16", [16384, 24576, 32768], NAN, NAN, [0, 1, 1]),
+            "11_long_rows": sweep("forward", "bfloat16", [65536], 93, [1.1], 1),
+        }
+    )
     rows, _ = sol_results.recommend(results)
-    assert [(r["stem"], r["sizes"]) for r in rows] == [("01_softmax", [4096, 16384]), ("12_staged", [24576, 32768]),
-                                                       ("11_long_rows", [65536])]
+    assert [(r["stem"], r["sizes"]) for r in rows] == [
+        ("01_softmax", [4096, 16384]),
+        ("12_staged", [24576, 32768]),
+        ("11_long_rows", [65536]),
+    ]
     assert rows[0]["peer points"] == 0 and rows[1]["light points"] == 0
     text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
     cells = [line.split(" - ", 1)[1] for line in text.splitlines() if line.startswith(("   * - ", "     - "))]
-    row_12 = cells[cells.index("24,576 to 32,768 (2 points)") - 2:][:7]
+    row_12 = cells[cells.index("24,576 to 32,768 (2 points)") - 2 :][:7]
     assert row_12[3].startswith(":doc:`12 Staged") and row_12[4:] == ["not measured", "-", "-"], row_12
-    row_01 = cells[cells.index("4,096 to 16,384 (2 points)") - 2:][:7]
+    row_01 = cells[cells.index("4,096 to 16,384 (2 points)") - 2 :][:7]
     assert row_01[4:] == ["80% to 85%", "no peer ran", "-"], row_01
     assert "nan" not in text.lower()
 
@@ -179,12 +250,20 @@ def test_every_point_is_in_exactly_one_row():
     dtype, N) any page measured is in one row, which names a page and its numbers."""
     sizes = [2**k for k in range(8, 18)]
     results = results_of(
-        **{"01_softmax": [p for d in ("forward", "backward") for t in ("float32", "bfloat16")
-                          for p in sweep(d, t, sizes[:8], [60 + k for k in range(8)], 1.0, [1] * 6 + [0] * 2)],
-           "11_long_rows": sweep("forward", "float32", sizes[5:], 90, NAN, 1) + sweep("backward", "bfloat16", sizes[7:], NAN, 1.2, 1),
-           "12_staged": sweep("forward", "bfloat16", [20000, 32768], [95, NAN], 1.3, 1),
-           "02_layer_norm": sweep("backward", "float32", sizes, 80, 0.9, [1] * 5 + [0] * 5),
-           "23_wide_backward": sweep("backward", "float32", sizes[6:], 92, 1.1, 1)})
+        **{
+            "01_softmax": [
+                p
+                for d in ("forward", "backward")
+                for t in ("float32", "bfloat16")
+                for p in sweep(d, t, sizes[:8], [60 + k for k in range(8)], 1.0, [1] * 6 + [0] * 2)
+            ],
+            "11_long_rows": sweep("forward", "float32", sizes[5:], 90, NAN, 1)
+            + sweep("backward", "bfloat16", sizes[7:], NAN, 1.2, 1),
+            "12_staged": sweep("forward", "bfloat16", [20000, 32768], [95, NAN], 1.3, 1),
+            "02_layer_norm": sweep("backward", "float32", sizes, 80, 0.9, [1] * 5 + [0] * 5),
+            "23_wide_backward": sweep("backward", "float32", sizes[6:], 92, 1.1, 1),
+        }
+    )
     rows, notes = sol_results.recommend(results)
     measured = {}
     for stem, frame in results.items():
@@ -195,7 +274,7 @@ def test_every_point_is_in_exactly_one_row():
     assert all(r["stem"] in results for r in rows)
     assert len(notes) == 1, notes  # 11 and 01 both claim fp32 forward 8192
     text = sol_results.landing_rst(results, {s: PAGES[s] for s in results}, "on a test GPU.")
-    table = text[text.index("Which kernel"):text.index("Each page's sweep")]
+    table = text[text.index("Which kernel") : text.index("Each page's sweep")]
     assert table.count("   * - ") == len(rows) + 1 and "nan" not in table.lower()
 
 
@@ -205,7 +284,7 @@ def test_each_page_writes_under_its_own_name_only_when_asked(path):
     text = path.read_text(encoding="utf-8")
     names = re.findall(r'os\.environ\["SOL_RESULTS"\], "([^"]+)"\)', text)
     assert names == [f"{path.stem}.csv"], f"{path.name} writes {names}, expected [{path.stem}.csv]"
-    block = text[text.index('if os.environ.get("SOL_RESULTS"):'):]
+    block = text[text.index('if os.environ.get("SOL_RESULTS"):') :]
     assert block.index("SOL_RESULTS") < block.index(".to_csv("), "the write is not under the SOL_RESULTS guard"
     assert text.count("SOL_RESULTS") == 2, f"{path.name} uses SOL_RESULTS outside its one block"
 
@@ -218,7 +297,7 @@ def range_of(path):
     if path.stem in SHOWN_NOT_RUN:  # its imports need a newer JAX: its RANGE alone (which must then stand alone)
         exec(compile(ast.Module([node], []), str(path), "exec"), scope)
     else:
-        exec(compile("\n".join(source.splitlines()[:node.end_lineno]), str(path), "exec"), scope)
+        exec(compile("\n".join(source.splitlines()[: node.end_lineno]), str(path), "exec"), scope)
     return scope["RANGE"]
 
 
@@ -232,12 +311,16 @@ def test_each_page_writes_recommended_from_its_range(path, ranges):
     """recommended is the page's one RANGE constant, (direction, dtype) -> the N its design is for (a range of
     N, step 1), read in its results block (the columns themselves: test_the_built_sites_results_keep_the_contract)."""
     text = path.read_text(encoding="utf-8")
-    block = text[text.index('if os.environ.get("SOL_RESULTS"):'):]
-    block = block[:block.index('.csv"))') + 7]
-    assert re.search(r"recommended=\[\s*int\(n in RANGE\.get\(", block), f"{path.name}: recommended is not read from RANGE"
+    block = text[text.index('if os.environ.get("SOL_RESULTS"):') :]
+    block = block[: block.index('.csv"))') + 7]
+    assert re.search(r"recommended=\[\s*int\(n in RANGE\.get\(", block), (
+        f"{path.name}: recommended is not read from RANGE"
+    )
     assert len(re.findall(r"^RANGE = ", text, re.M)) == 1, f"{path.name}: RANGE should be set once"
     for (direction, dtype), sizes in ranges[path.stem].items():
-        assert isinstance(direction, str) and dtype in ("float32", "bfloat16", "float16"), f"{path.name}: {(direction, dtype)}"
+        assert isinstance(direction, str) and dtype in ("float32", "bfloat16", "float16"), (
+            f"{path.name}: {(direction, dtype)}"
+        )
         assert isinstance(sizes, range) and sizes.step == 1 and 1 <= sizes.start < sizes.stop, f"{path.name}: {sizes}"
 
 
@@ -251,16 +334,33 @@ def test_no_two_pages_claim_one_point(ranges):
             for (_, stop, first), (start, _, second) in zip(claims, claims[1:]):
                 assert stop <= start, f"{first} and {second} both claim {key} at N = {start} to {stop - 1}"
         core = min(stems)
-        assert ranges[core] and all(r.start == 1 for r in ranges[core].values()), f"{core}'s range should start at N = 1"
+        assert ranges[core] and all(r.start == 1 for r in ranges[core].values()), (
+            f"{core}'s range should start at N = 1"
+        )
 
 
 def test_the_pages_that_write_results():
     """Every page with peers writes its results; 13 and 05's sharded page (one device against several) have none."""
-    wanted = {"01_fused_softmax", "02_layer_norm", "02_layer_norm_backward_locks", "03_parallel_reduction",
-              "04_rms_norm", "05_jax_rms_norm", "06_cross_entropy", "11_softmax_long_rows", "61_cross_entropy_split_rows", "12_softmax_staged_gluon",
-              "21_layer_norm_wide_forward", "22_layer_norm_staged_gluon", "23_layer_norm_wide_backward",
-              "31_reduction_rows_and_columns", "41_rms_norm_wide_backward", "42_rms_norm_staged_gluon", "51_rms_norm_mosaic_gpu",
-              "52_rms_norm_mosaic_gpu_backward"}
+    wanted = {
+        "01_fused_softmax",
+        "02_layer_norm",
+        "02_layer_norm_backward_locks",
+        "03_parallel_reduction",
+        "04_rms_norm",
+        "05_jax_rms_norm",
+        "06_cross_entropy",
+        "11_softmax_long_rows",
+        "61_cross_entropy_split_rows",
+        "12_softmax_staged_gluon",
+        "21_layer_norm_wide_forward",
+        "22_layer_norm_staged_gluon",
+        "23_layer_norm_wide_backward",
+        "31_reduction_rows_and_columns",
+        "41_rms_norm_wide_backward",
+        "42_rms_norm_staged_gluon",
+        "51_rms_norm_mosaic_gpu",
+        "52_rms_norm_mosaic_gpu_backward",
+    }
     assert wanted <= {p.stem for p in WRITERS}
     assert not {"13_launch_heuristics", "05_jax_rms_norm_sharded"} & {p.stem for p in WRITERS}
 
@@ -274,16 +374,21 @@ def test_no_two_pages_share_a_short_title():
 
 # ---- the build's handlers, on a made-up tree: a page, its generated .rst, and this build's results ----
 
+
 def fake_build(tmp_path, plot=True):
     """(app, the page's generated .rst): a confdir with tutorials/01_demo.py, a srcdir docs/, an outdir."""
     (tmp_path / "tutorials").mkdir(exist_ok=True)
     (tmp_path / "tutorials" / "01_demo.py").write_text(
-        '"""\nDemo: a page\n============\n\nIt measures."""\nimport os\nos.environ.get("SOL_RESULTS")\n')
+        '"""\nDemo: a page\n============\n\nIt measures."""\nimport os\nos.environ.get("SOL_RESULTS")\n'
+    )
     rst = tmp_path / "docs" / "tutorials" / "01_demo.rst"
     rst.parent.mkdir(parents=True, exist_ok=True)
-    app = types.SimpleNamespace(outdir=str(tmp_path / "build" / "html"), srcdir=str(tmp_path / "docs"),
-                                confdir=str(tmp_path),
-                                config=types.SimpleNamespace(sphinx_gallery_conf={"plot_gallery": plot}))
+    app = types.SimpleNamespace(
+        outdir=str(tmp_path / "build" / "html"),
+        srcdir=str(tmp_path / "docs"),
+        confdir=str(tmp_path),
+        config=types.SimpleNamespace(sphinx_gallery_conf={"plot_gallery": plot}),
+    )
     return app, rst
 
 
@@ -313,7 +418,9 @@ def test_build_shows_what_ran_keeps_what_was_not_rerun_and_drops_what_went_stale
     # 1. the page ran and wrote its results: a table row linking to it, and the figure
     text = run_build(app, rst, writes=True)
     assert ":doc:`01 Demo <tutorials/01_demo>`" in text and "forward, float32" in text
-    assert f"/_generated/{sol_results.FIGURE}" in text and (tmp_path / "docs" / "_generated" / sol_results.FIGURE).exists()
+    assert (
+        f"/_generated/{sol_results.FIGURE}" in text and (tmp_path / "docs" / "_generated" / sol_results.FIGURE).exists()
+    )
     assert os.environ["SOL_RESULTS"] == str(tmp_path / "build" / "results")
     # 2. sphinx-gallery skipped the unchanged page: its page and these numbers are still one run's
     text = run_build(app, rst, writes=None)
@@ -345,18 +452,21 @@ def test_a_build_that_runs_no_tutorial_shows_no_numbers(tmp_path, clean_env):
     run_build(app, rst, writes=True)
     app.config.sphinx_gallery_conf["plot_gallery"] = False
     text = run_build(app, rst, writes=None)
-    assert text == ("No results were measured in this build: it did not run the tutorials (``make html-noplot``). "
-                    "Each page's own tables hold its numbers, where a build ran it.\n")
+    assert text == (
+        "No results were measured in this build: it did not run the tutorials (``make html-noplot``). "
+        "Each page's own tables hold its numbers, where a build ran it.\n"
+    )
     assert "SOL_RESULTS" not in os.environ
 
 
 # ---- the site the session built ----
 
+
 def landing_section(built_site):
     landing = html.unescape((built_site / "html" / "index.html").read_text(encoding="utf-8"))
     start = landing.index('id="what-this-build-measured"')  # after the reading path, up to the tables of contents
     end = landing.find('class="toctree-wrapper', start)
-    return landing[start:end if end > 0 else len(landing)]
+    return landing[start : end if end > 0 else len(landing)]
 
 
 def test_landing_page_shows_the_table_and_figure_of_this_build(built_site):

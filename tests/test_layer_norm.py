@@ -92,9 +92,16 @@ def test_random_shapes_match_float64(ln, dtype):
         for t in (x, w, b):
             if t is not None:
                 t.requires_grad_(True)
-        check_against_float64(ln["layer_norm"], x, norm, w, b, 1e-5, dtype,
-                              what=f"case {i}: x {tuple(x.shape)}, normalized {norm}, "
-                                   f"weight {w is not None}, bias {b is not None}")
+        check_against_float64(
+            ln["layer_norm"],
+            x,
+            norm,
+            w,
+            b,
+            1e-5,
+            dtype,
+            what=f"case {i}: x {tuple(x.shape)}, normalized {norm}, weight {w is not None}, bias {b is not None}",
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
@@ -130,7 +137,9 @@ def test_chunked_kernels_match_float64(ln, dtype):
     dy = torch.randn(5, n, device=DEVICE, dtype=dtype)
     nan = float("nan")
     y, mean, rstd = torch.full_like(x, nan), torch.full((5,), nan, device=DEVICE), torch.full((5,), nan, device=DEVICE)
-    assert ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, chunk_n=256) is ln["layer_norm_fwd_chunked_kernel"]
+    assert (
+        ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, chunk_n=256) is ln["layer_norm_fwd_chunked_kernel"]
+    )
     dx, dw, db = torch.full_like(x, nan), torch.full_like(w, nan), torch.full_like(w, nan)
     kernel, lines = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=2, chunk_n=256)
     assert kernel is ln["layer_norm_bwd_chunked_kernel"] and lines == 2
@@ -160,13 +169,16 @@ def test_forward_writes_every_element(ln, shape):
             rstd = torch.full_like(mean, float("nan"))
             ln["layer_norm_rows_forward"](x, y, *wb, mean, rstd, 1e-5, chunk_n=chunk_n)
             what = f"{m} x {n}, chunk_n={chunk_n}, w={wb[0] is not None}, b={wb[1] is not None}"
-            assert torch.isfinite(y).all() and torch.isfinite(mean).all() and torch.isfinite(rstd).all(), \
+            assert torch.isfinite(y).all() and torch.isfinite(mean).all() and torch.isfinite(rstd).all(), (
                 what + ": some outputs were never written"
+            )
             ref = ref_layer_norm(x.double(), (n,), *(t if t is None else t.double() for t in wb), 1e-5)
             assert rel_error(y, ref) <= 1e-5, what
             xf = x.double()
             assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-6, atol=1e-5), what + ": mean"
-            assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), what + ": rstd"
+            assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), (
+                what + ": rstd"
+            )
 
 
 def test_backward_writes_every_element(ln, monkeypatch):
@@ -178,8 +190,15 @@ def test_backward_writes_every_element(ln, monkeypatch):
         return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
 
     torch.manual_seed(4)
-    for m, n, programs, chunk_n in [(37, 100, None, None), (37, 100, 5, None), (10, 3, 3, None), (9, 700, 4, None),
-                                    (64, 1, None, None), (9, 700, 4, 256), (5, 300, None, 128)]:
+    for m, n, programs, chunk_n in [
+        (37, 100, None, None),
+        (37, 100, 5, None),
+        (10, 3, 3, None),
+        (9, 700, 4, None),
+        (64, 1, None, None),
+        (9, 700, 4, 256),
+        (5, 300, None, 128),
+    ]:
         x = torch.randn(m, n, device=DEVICE)
         w = torch.randn(n, device=DEVICE)
         dy = torch.randn(m, n, device=DEVICE)
@@ -221,14 +240,19 @@ def test_persistent_backward_is_bitwise_deterministic(ln, n):
 def test_weight_bias_and_grad_combinations(ln, dtype):
     torch.manual_seed(8)
     for has_w, has_b, x_grad, w_grad, b_grad in [
-        (False, False, True, False, False), (True, False, True, True, False), (False, True, True, False, True),
-        (True, True, False, True, True), (True, True, True, False, True), (True, True, False, False, False),
+        (False, False, True, False, False),
+        (True, False, True, True, False),
+        (False, True, True, False, True),
+        (True, True, False, True, True),
+        (True, True, True, False, True),
+        (True, True, False, False, False),
     ]:
         x = torch.randn(6, 4, 30, device=DEVICE, dtype=dtype).requires_grad_(x_grad)
         w = torch.randn(4, 30, device=DEVICE, dtype=dtype).requires_grad_(w_grad) if has_w else None
         b = torch.randn(4, 30, device=DEVICE, dtype=dtype).requires_grad_(b_grad) if has_b else None
-        check_against_float64(ln["layer_norm"], x, (4, 30), w, b, 1e-6, dtype,
-                              what=f"w {has_w} b {has_b} grads {x_grad, w_grad, b_grad}")
+        check_against_float64(
+            ln["layer_norm"], x, (4, 30), w, b, 1e-6, dtype, what=f"w {has_w} b {has_b} grads {x_grad, w_grad, b_grad}"
+        )
 
 
 def test_matches_torch_signature_and_values(ln):

@@ -50,8 +50,9 @@ def test_classic_design_names_its_limit(page):
     x = torch.randn(2, 20_000, device=DEVICE)
     w, dy = torch.randn(20_000, device=DEVICE), torch.randn(2, 20_000, device=DEVICE)
     with pytest.raises(ValueError, match="exceeds its limit of 64 KB"):
-        page["backward_classic"](x, dy, torch.empty_like(x), w, *page["row_statistics"](x), torch.empty_like(w),
-                                 torch.empty_like(w))
+        page["backward_classic"](
+            x, dy, torch.empty_like(x), w, *page["row_statistics"](x), torch.empty_like(w), torch.empty_like(w)
+        )
 
 
 def test_carried_persistent_design_is_tutorial_02s(page):
@@ -60,8 +61,14 @@ def test_carried_persistent_design_is_tutorial_02s(page):
     for name in ("layer_norm_bwd_kernel", "sum_partials_kernel"):
         assert inspect.getsource(page[name].fn) == inspect.getsource(core[name].fn), name
     assert inspect.getsource(page["_warps"]) == inspect.getsource(core["_warps"])
-    for name in ("MAX_BWD_FUSED_N", "BWD_MIN_BYTES", "BWD_PROGRAMS_PER_SM", "BWD_VALUES_PER_THREAD", "BWD_STAGE_BYTES",
-                 "SUM_META"):
+    for name in (
+        "MAX_BWD_FUSED_N",
+        "BWD_MIN_BYTES",
+        "BWD_PROGRAMS_PER_SM",
+        "BWD_VALUES_PER_THREAD",
+        "BWD_STAGE_BYTES",
+        "SUM_META",
+    ):
         assert page[name] == core[name], name
     torch.manual_seed(2)
     for dtype in (torch.float32, torch.bfloat16):

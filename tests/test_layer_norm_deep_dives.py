@@ -46,6 +46,7 @@ def check_stats(mean, rstd, x, what):
 
 # ---- 21: the forward ----
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 def test_forward_reading_x_twice_forced(fwd, dtype):
     """The twice-reading kernel and the carried one-read kernel, forced on small rows: odd and
@@ -79,8 +80,9 @@ def test_split_forward_forced(fwd, dtype, n, affine):
     x = (torch.randn(m, n, device=DEVICE) * 2 + 30).to(dtype)
     w = torch.randn(n, device=DEVICE).to(dtype) if affine else None
     b = torch.randn(n, device=DEVICE).to(dtype) if affine else None
-    split = {size: dict(MIN_N=1, SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64, MIN_SLOTS=32)
-             for size in (2, 4)}
+    split = {
+        size: dict(MIN_N=1, SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64, MIN_SLOTS=32) for size in (2, 4)
+    }
     y_store = torch.full((m, n + 4), float("nan"), device=DEVICE, dtype=dtype)  # an even stride: packable
     y = y_store[:, :n]
     mean, rstd = torch.full((2, m), float("nan"), device=DEVICE)
@@ -98,9 +100,14 @@ def test_forward_launcher_picks_each_kernel(fwd):
     """At the widths today's launcher gives them: x read twice for fp32 8192-32768 and 16-bit 8192-16384,
     split for fp32 past 32768, the core kernels elsewhere; all against float64."""
     torch.manual_seed(3)
-    cases = [(torch.float32, 8192, "x read twice"), (torch.bfloat16, 16384, "x read twice"),
-             (torch.float32, 40_000, "split"), (torch.bfloat16, 4096, "fused, one read (core)"),
-             (torch.bfloat16, 40_000, "chunked (core)"), (torch.float32, 140_000, "chunked (core)")]
+    cases = [
+        (torch.float32, 8192, "x read twice"),
+        (torch.bfloat16, 16384, "x read twice"),
+        (torch.float32, 40_000, "split"),
+        (torch.bfloat16, 4096, "fused, one read (core)"),
+        (torch.bfloat16, 40_000, "chunked (core)"),
+        (torch.float32, 140_000, "chunked (core)"),
+    ]
     for dtype, n, expected in cases:
         x = (torch.randn(2, n, device=DEVICE) * 3 + 10).to(dtype)
         w, b = torch.randn(n, device=DEVICE).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
@@ -116,11 +123,13 @@ def test_forward_drop_in_matches_torch(fwd):
     torch.manual_seed(4)
     x = torch.randn(2, 3, 8192, device=DEVICE)
     w, b = torch.randn(8192, device=DEVICE), torch.randn(8192, device=DEVICE)
-    torch.testing.assert_close(fwd["layer_norm_forward"](x, w, b), torch.nn.functional.layer_norm(x, (8192,), w, b),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        fwd["layer_norm_forward"](x, w, b), torch.nn.functional.layer_norm(x, (8192,), w, b), atol=1e-5, rtol=1e-5
+    )
     xt = torch.randn(33, 20, device=DEVICE).t()
-    torch.testing.assert_close(fwd["layer_norm_forward"](xt), torch.nn.functional.layer_norm(xt, (33,)),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        fwd["layer_norm_forward"](xt), torch.nn.functional.layer_norm(xt, (33,)), atol=1e-5, rtol=1e-5
+    )
     assert fwd["layer_norm_forward"](torch.empty(0, 5, device=DEVICE)).shape == (0, 5)
 
 
@@ -131,6 +140,7 @@ def test_forward_page_checks_passed(fwd):
 
 
 # ---- 23: the backward ----
+
 
 def backward_refs(x, w, dy):
     ins = [t.double().requires_grad_(True) for t in (x, w)] if w is not None else [x.double().requires_grad_(True)]
@@ -152,8 +162,16 @@ def test_split_backward_forced(bwd, flag_words, dtype, n):
     mean, rstd = bwd["row_statistics"](x)
     # rows of 300 -> blocks of 2 x 512; 1 byte per thread gives 32 warps (counter), 64 gives 4 (flags);
     # the shares are read as a tile of MIN_SLOTS words, padded past the row's slices (read as zeros)
-    split = {size: dict(SLICE_N=4096, MIN_SLICES=1, TILE=1024, BYTES_PER_THREAD=64 if flag_words else 1,
-                        MIN_SLOTS=32 if flag_words else 4) for size in (2, 4)}
+    split = {
+        size: dict(
+            SLICE_N=4096,
+            MIN_SLICES=1,
+            TILE=1024,
+            BYTES_PER_THREAD=64 if flag_words else 1,
+            MIN_SLOTS=32 if flag_words else 4,
+        )
+        for size in (2, 4)
+    }
     nan = float("nan")
     dx_store = torch.full((m, n + 4), nan, device=DEVICE, dtype=dtype)  # an even stride: packable
     dx, dw, db = dx_store[:, :n], torch.full_like(w, nan), torch.full_like(w, nan)
@@ -182,8 +200,9 @@ def test_chunked_backward_matches_float64(bwd, dtype):
     w, dy = torch.randn(n, device=DEVICE).to(dtype), torch.randn(5, n, device=DEVICE, dtype=dtype)
     nan = float("nan")
     dx, dw, db = torch.full_like(x, nan), torch.full_like(w, nan), torch.full_like(w, nan)
-    plan = bwd["layer_norm_wide_backward"](x, dy, dx, w, *bwd["row_statistics"](x), dw, db, programs=2,
-                                           split_from=math.inf)
+    plan = bwd["layer_norm_wide_backward"](
+        x, dy, dx, w, *bwd["row_statistics"](x), dw, db, programs=2, split_from=math.inf
+    )
     assert plan["kernel"] is bwd["layer_norm_bwd_chunked_kernel"]
     g64 = backward_refs(x, w, dy)
     for name, out, ref in (("dx", dx, g64[0]), ("dw", dw, g64[1]), ("db", db, dy.double().sum(0))):
@@ -208,8 +227,9 @@ def test_backward_writes_every_element(bwd, split_from, monkeypatch):
         mean, rstd = bwd["row_statistics"](x)
         monkeypatch.setattr(torch, "empty", poisoned_empty)
         dx, dw, db = torch.empty(m, n, device=DEVICE), torch.empty(n, device=DEVICE), torch.empty(n, device=DEVICE)
-        plan = bwd["layer_norm_wide_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=programs,
-                                               split_from=0 if split_from is None else split_from)
+        plan = bwd["layer_norm_wide_backward"](
+            x, dy, dx, w, mean, rstd, dw, db, programs=programs, split_from=0 if split_from is None else split_from
+        )
         monkeypatch.setattr(torch, "empty", real_empty)
         assert (plan["kernel"] is bwd["layer_norm_bwd_split_kernel"]) == (split_from is None)
         for name, t in (("dx", dx), ("dw", dw), ("db", db)):
@@ -245,15 +265,19 @@ def test_backward_page_checks_passed(bwd):
 
 # ---- what the deep dives carry from the core page must be the core page's ----
 
+
 def test_carried_core_kernels_are_the_core_pages():
     """21, 22 and 23 are measured against the core page's kernels and limits; the copies they carry (so
     that each runs alone as a notebook) must not drift from tutorial 02."""
     import inspect
+
     core = load_tutorial("02_layer_norm")
     source = lambda page, name: inspect.getsource(page[name].fn)  # noqa: E731
-    carried = {"21_layer_norm_wide_forward": ["layer_norm_fwd_kernel", "layer_norm_fwd_chunked_kernel"],
-               "22_layer_norm_staged_gluon": ["layer_norm_fwd_kernel"],
-               "23_layer_norm_wide_backward": ["layer_norm_bwd_chunked_kernel", "sum_partials_kernel"]}
+    carried = {
+        "21_layer_norm_wide_forward": ["layer_norm_fwd_kernel", "layer_norm_fwd_chunked_kernel"],
+        "22_layer_norm_staged_gluon": ["layer_norm_fwd_kernel"],
+        "23_layer_norm_wide_backward": ["layer_norm_bwd_chunked_kernel", "sum_partials_kernel"],
+    }
     for stem, names in carried.items():
         page = load_tutorial(stem)
         for name in names:

@@ -11,8 +11,14 @@ from packaging.utils import canonicalize_name
 
 from conftest import ROOT
 
-RUNNER = default_environment() | {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-                                  "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython"}
+RUNNER = default_environment() | {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+}
 
 
 def _pins():
@@ -35,8 +41,9 @@ def test_every_requirement_is_pinned_inside_its_range():
             continue  # for another Python
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} (requirements.txt) is not in requirements-gpu.lock"
-        assert req.specifier.contains(pins[name], prereleases=True), \
+        assert req.specifier.contains(pins[name], prereleases=True), (
             f"the lock pins {req.name}=={pins[name]}, outside requirements.txt's {req.specifier}"
+        )
 
 
 def test_the_gpu_build_gets_its_gpu_only_peers():

@@ -5,7 +5,6 @@ tutorial pages that link to Colab and to their script where the build knows the 
 import ast
 import json
 import os
-import pathlib
 import re
 import shutil
 import subprocess
@@ -49,7 +48,7 @@ def _top_level_imports(path):
 def _installed(cell):
     """The package names of the cell's one %pip line that is not a comment."""
     (line,) = [ln for ln in cell.splitlines() if ln.startswith("%pip install")]
-    return {re.split(r"[<>=!~\[;]", word.strip('"\''))[0] for word in line.split()[2:] if not word.startswith("-")}
+    return {re.split(r"[<>=!~\[;]", word.strip("\"'"))[0] for word in line.split()[2:] if not word.startswith("-")}
 
 
 def _floors():
@@ -73,13 +72,15 @@ def _lock():
 
 # ---- the first cell, for every page (no build needed) ----
 
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_the_first_cell_installs_what_its_page_imports_and_speaks_of_it_only(stem):
     import sol_build
 
     path = SCRIPT[stem]
-    cell = sol_notebooks.install_cell(path, ROOT / "requirements.txt", ROOT / "requirements-gpu.lock",
-                                      sol_build.JAX_NEEDED.get(stem))
+    cell = sol_notebooks.install_cell(
+        path, ROOT / "requirements.txt", ROOT / "requirements-gpu.lock", sol_build.JAX_NEEDED.get(stem)
+    )
     imports = _top_level_imports(path)
     assert _installed(cell) == imports, f"{stem}: the %pip line installs {_installed(cell)}, the page imports {imports}"
     assert "%pip install -q " in cell
@@ -101,8 +102,11 @@ def test_the_first_cell_installs_what_its_page_imports_and_speaks_of_it_only(ste
     # an installed package that is new enough (Colab's torch and Triton) is kept as it is
     (line,) = [ln for ln in cell.splitlines() if ln.startswith("%pip install")]
     for name in imports:
-        floor = ".".join(map(str, sol_build.JAX_NEEDED[stem])) if name == "jax" and stem in sol_build.JAX_NEEDED \
+        floor = (
+            ".".join(map(str, sol_build.JAX_NEEDED[stem]))
+            if name == "jax" and stem in sol_build.JAX_NEEDED
             else _floors()[name]
+        )
         assert f'"{name}>={floor}"' in line.split(), f"{stem}: {name} not at least {floor}: {line}"
     optional = {"liger_kernel": "liger-kernel", "quack": "quack-kernels"}
     for module, name in optional.items():
@@ -121,9 +125,12 @@ def test_the_reader_requirements_are_the_versions_the_site_is_built_with():
 
 # ---- the Markdown converter ----
 
+
 def _resolve(site=None):
-    pages = {"sphx_glr_tutorials_deep_dives_13_launch_heuristics.py": ("Launch parameters", "tutorials/deep_dives/13"),
-             "sphx_glr_tutorials_04_rms_norm.py": ("RMSNorm", "tutorials/04")}
+    pages = {
+        "sphx_glr_tutorials_deep_dives_13_launch_heuristics.py": ("Launch parameters", "tutorials/deep_dives/13"),
+        "sphx_glr_tutorials_04_rms_norm.py": ("RMSNorm", "tutorials/04"),
+    }
 
     def resolve(kind, target):
         if kind == "doc":
@@ -132,6 +139,7 @@ def _resolve(site=None):
             return None
         title, doc = pages[target]
         return title, site and f"{site}{doc}.html"
+
     return resolve
 
 
@@ -142,8 +150,10 @@ CASES = [
     (":func:`the softmax <torch.softmax>`", "`the softmax`"),
     ("For a row :math:`x` of length :math:`N`", "For a row $x$ of length $N$"),
     ("``torch.compile`` and ``a`b``", "`torch.compile` and `` a`b ``"),
-    ("see :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.",
-     f"see [Launch parameters]({SITE}tutorials/deep_dives/13.html)."),
+    (
+        "see :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.",
+        f"see [Launch parameters]({SITE}tutorials/deep_dives/13.html).",
+    ),
     ("see `sphx_glr_tutorials_04_rms_norm.py`.", f"see [RMSNorm]({SITE}tutorials/04.html)."),  # sphinx-gallery's form
     (":ref:`this one <sphx_glr_tutorials_04_rms_norm.py>`", f"[this one]({SITE}tutorials/04.html)"),
     (":doc:`../04`", f"[RMSNorm]({SITE}tutorials/04.html)"),
@@ -169,9 +179,15 @@ def test_a_reference_without_the_sites_address_is_the_pages_title():
 def test_rewriting_a_notebook_again_starts_from_sphinx_gallerys(tmp_path):
     """A second pass (a later build that did not make the page again) gives the same notebook, or, for a site at
     another address, the same notebook linking there; the page's zip holds the notebook as rewritten."""
-    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["see `sphx_glr_tutorials_04_rms_norm.py`"]},
-                    {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": ["1"]}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 0}
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["see `sphx_glr_tutorials_04_rms_norm.py`"]},
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": ["1"]},
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 0,
+    }
     path = tmp_path / "p.ipynb"
     path.write_text(json.dumps(nb, indent=2))
     with zipfile.ZipFile(tmp_path / "p.zip", "w") as z:
@@ -193,15 +209,20 @@ def test_rewriting_a_notebook_again_starts_from_sphinx_gallerys(tmp_path):
 
 # ---- links ----
 
+
 def test_colab_opens_notebooks_from_github_only():
     link = sol_notebooks.colab_link("https://github.com/someone/sol/", "gh-pages", "notebooks/tutorials/01_x.ipynb")
     assert link == "https://colab.research.google.com/github/someone/sol/blob/gh-pages/notebooks/tutorials/01_x.ipynb"
     assert sol_notebooks.colab_link("https://ghe.example.com/team/sol/", "gh-pages", "n.ipynb") is None
     assert sol_notebooks.colab_link("https://gitlab.com/team/sol/", "gh-pages", "n.ipynb") is None
-    assert sol_notebooks.file_links("https://github.com/a/b/", "main", "tutorials/x.py") == \
-        ("https://github.com/a/b/blob/main/tutorials/x.py", "https://github.com/a/b/edit/main/tutorials/x.py")
-    assert sol_notebooks.file_links("https://gitlab.com/a/b/", "main", "x.py")[0] == \
-        "https://gitlab.com/a/b/-/blob/main/x.py"
+    assert sol_notebooks.file_links("https://github.com/a/b/", "main", "tutorials/x.py") == (
+        "https://github.com/a/b/blob/main/tutorials/x.py",
+        "https://github.com/a/b/edit/main/tutorials/x.py",
+    )
+    assert (
+        sol_notebooks.file_links("https://gitlab.com/a/b/", "main", "x.py")[0]
+        == "https://gitlab.com/a/b/-/blob/main/x.py"
+    )
 
 
 def _page_links(text):
@@ -220,17 +241,38 @@ def linked_site(tmp_path_factory):
     root = tmp_path_factory.mktemp("linked")
     for name in ("conf.py", "requirements.txt", "requirements-gpu.lock"):
         shutil.copy(ROOT / name, root / name)
-    shutil.copytree(ROOT / "docs", root / "docs", ignore=shutil.ignore_patterns(
-        "tutorials", "_generated", "sg_execution_times.rst", "__pycache__"))
+    shutil.copytree(
+        ROOT / "docs",
+        root / "docs",
+        ignore=shutil.ignore_patterns("tutorials", "_generated", "sg_execution_times.rst", "__pycache__"),
+    )
     pages = ["README.rst", "01_fused_softmax.py", "deep_dives/README.txt", "deep_dives/13_launch_heuristics.py"]
     for page in pages:
         (root / "tutorials" / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "tutorials" / page, root / "tutorials" / page)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SOL_", "GITHUB_"))}
     env.update(SOL_REPOSITORY_URL="https://github.com/example/speed-of-light", SOL_SITE_URL="https://example.org/sol")
-    proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(root), "-D", "plot_gallery=0",
-                           str(root / "docs"), str(root / "_build" / "html")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-q",
+            "-c",
+            str(root),
+            "-D",
+            "plot_gallery=0",
+            str(root / "docs"),
+            str(root / "_build" / "html"),
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root / "_build" / "html"
 
@@ -238,14 +280,17 @@ def linked_site(tmp_path_factory):
 @pytest.mark.parametrize("where", ["01_fused_softmax", "deep_dives/13_launch_heuristics"])
 def test_a_build_told_its_repository_links_each_page_to_colab_and_its_script(linked_site, where):
     text = (linked_site / "tutorials" / f"{where}.html").read_text(encoding="utf-8")
-    colab = ("https://colab.research.google.com/github/example/speed-of-light/blob/gh-pages/notebooks/tutorials/"
-             f"{where}.ipynb")
+    colab = (
+        "https://colab.research.google.com/github/example/speed-of-light/blob/gh-pages/notebooks/tutorials/"
+        f"{where}.ipynb"
+    )
     source = f"https://github.com/example/speed-of-light/blob/main/tutorials/{where}.py"
     links = _page_links(text)
     assert links.count((colab, "Run in Colab")) == 2, f"Run in Colab above the title and at the end: {links}"
     assert links.count((source, "View source")) == 2, f"View source above the title and at the end: {links}"
-    assert dict(_furo_icons(text)) == {"view": source, "edit": source.replace("/blob/", "/edit/")}, \
+    assert dict(_furo_icons(text)) == {"view": source, "edit": source.replace("/blob/", "/edit/")}, (
         "furo's icons must open the page's script, not the generated .rst"
+    )
     published = linked_site / "notebooks" / "tutorials" / f"{where}.ipynb"
     assert published.is_file(), "Colab's link opens the notebook the site publishes at notebooks/tutorials/"
 
@@ -267,6 +312,7 @@ def test_a_notebook_links_another_page_on_the_sites_address(linked_site):
 
 # ---- the built site's notebooks ----
 
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_a_notebooks_markdown_cells_carry_no_sphinx_markup(built_site, stem):
     nb = json.loads(_notebook(built_site, stem).read_text(encoding="utf-8"))
@@ -275,10 +321,14 @@ def test_a_notebooks_markdown_cells_carry_no_sphinx_markup(built_site, stem):
             continue
         text = "".join(cell["source"])
         prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # fenced code shows what it shows
-        for name, pattern in (("a role", ROLE), ("a label", re.compile("sphx_glr_")), ("a directive", DIRECTIVE),
-                              ("sphinx-gallery's align block", re.compile(r"\\begin\{align\}"))):
+        for name, pattern in (
+            ("a role", ROLE),
+            ("a label", re.compile("sphx_glr_")),
+            ("a directive", DIRECTIVE),
+            ("sphinx-gallery's align block", re.compile(r"\\begin\{align\}")),
+        ):
             found = pattern.search(prose)
-            where = prose[max(0, found.start() - 80):found.end() + 80] if found else ""
+            where = prose[max(0, found.start() - 80) : found.end() + 80] if found else ""
             assert not found, f"{stem}: {name} left in a Markdown cell: ...{where}..."
 
 
@@ -291,8 +341,11 @@ def test_a_notebooks_first_cell_installs_what_its_page_imports(built_site, stem)
     imports = _top_level_imports(SCRIPT[stem])
     assert _installed(cell) == imports, f"{stem}: installs {_installed(cell)}, imports {imports}"
     assert bool(re.search(r"\bjax\b", cell, re.I)) == ("jax" in imports), f"{stem}: JAX on JAX pages only:\n{cell}"
-    installing = [i for i, c in enumerate(nb["cells"])
-                  if c["cell_type"] == "code" and re.search(r"^%pip install", "".join(c["source"]), re.M)]
+    installing = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code" and re.search(r"^%pip install", "".join(c["source"]), re.M)
+    ]
     assert installing == [0], f"{stem}: one install cell, the first (cells {installing} install)"
 
 
@@ -317,8 +370,9 @@ def test_the_built_pages_link_to_colab_and_their_scripts_all_or_none(built_site)
         links = _page_links(text)
         linked[stem] = bool(links)
         for url, label in links:
-            assert url.endswith(f"tutorials/{WHERE[stem]}.ipynb" if label == "Run in Colab" else
-                                f"tutorials/{WHERE[stem]}.py"), f"{stem}: {label} opens {url}"
+            assert url.endswith(
+                f"tutorials/{WHERE[stem]}.ipynb" if label == "Run in Colab" else f"tutorials/{WHERE[stem]}.py"
+            ), f"{stem}: {label} opens {url}"
     assert len(set(linked.values())) == 1, f"some pages link to Colab and their source, others do not: {linked}"
     if not os.environ.get("SOL_BUILT_SITE"):
         told = bool(os.environ.get("SOL_REPOSITORY_URL", "").strip() or os.environ.get("GITHUB_REPOSITORY", "").strip())

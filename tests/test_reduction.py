@@ -94,10 +94,12 @@ def _torch_sum(x, dim, keepdim=False, **kw):
     return torch.sum(x, dim=dim, keepdim=keepdim, **kw)  # dim=None: every element, keepdim honoured
 
 
-@pytest.mark.parametrize("shape,dim", [((4, 9, 17), d) for d in DIMS] +
-                         [((2, 3, 4, 5), d) for d in (None, (1, 3), (0, 2, 3), (-1, 1), 2)] +
-                         [((3, 1, 70), 1), ((3, 1, 70), (0, 1)), ((), None), ((), 0), ((), -1), ((), (0,)),
-                          ((), ()), ((), [-1])])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((4, 9, 17), d) for d in DIMS]
+    + [((2, 3, 4, 5), d) for d in (None, (1, 3), (0, 2, 3), (-1, 1), 2)]
+    + [((3, 1, 70), 1), ((3, 1, 70), (0, 1)), ((), None), ((), 0), ((), -1), ((), (0,)), ((), ()), ((), [-1])],
+)
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_every_dim_form_and_keepdim_like_torch(tut, shape, dim, keepdim):
     x = _input(shape, torch.float32, seed=5)
@@ -109,8 +111,17 @@ def test_every_dim_form_and_keepdim_like_torch(tut, shape, dim, keepdim):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,dim", [((6, 33, 65), (0, 2)), ((6, 33, 65), (2, 1)), ((5, 7, 3, 11), (0, 2)),
-                                       ((5, 7, 3, 11), (1, 3)), ((5, 7, 3, 11), (0, 1, 3)), ((257, 3, 5), (-1, -2))])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((6, 33, 65), (0, 2)),
+        ((6, 33, 65), (2, 1)),
+        ((5, 7, 3, 11), (0, 2)),
+        ((5, 7, 3, 11), (1, 3)),
+        ((5, 7, 3, 11), (0, 1, 3)),
+        ((257, 3, 5), (-1, -2)),
+    ],
+)
 def test_several_dims_match_float64(tut, shape, dim, dtype):
     x = _input(shape, dtype, seed=sum(shape))
     out = tut["reduce_sum"](x, dim)
@@ -124,15 +135,21 @@ def _strided_inputs(dtype):
     """Non-contiguous 3-D views (transposed, sliced, permuted) and expanded ones (stride 0)."""
     base = _input((12, 10, 14), dtype, seed=21)
     row = _input((1, 10, 1), dtype, seed=22)
-    return {"transposed": base.transpose(0, 2), "sliced": base[::2, 1:, ::3], "permuted": base.permute(1, 2, 0),
-            "expanded": row.expand(6, 10, 9), "expanded, one dim": _input((7, 1), dtype, seed=23).expand(7, 5)[None],
-            "expanded and transposed": row.expand(6, 10, 9).transpose(1, 2)}
+    return {
+        "transposed": base.transpose(0, 2),
+        "sliced": base[::2, 1:, ::3],
+        "permuted": base.permute(1, 2, 0),
+        "expanded": row.expand(6, 10, 9),
+        "expanded, one dim": _input((7, 1), dtype, seed=23).expand(7, 5)[None],
+        "expanded and transposed": row.expand(6, 10, 9).transpose(1, 2),
+    }
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)])
-@pytest.mark.parametrize("kind", ["transposed", "sliced", "permuted", "expanded", "expanded, one dim",
-                                  "expanded and transposed"])
+@pytest.mark.parametrize(
+    "kind", ["transposed", "sliced", "permuted", "expanded", "expanded, one dim", "expanded and transposed"]
+)
 def test_non_contiguous_and_expanded_several_dims(tut, dtype, dim, kind):
     x = _strided_inputs(dtype)[kind]
     assert not x.is_contiguous()
@@ -151,7 +168,9 @@ def test_dtype_keyword_like_torch(tut, x_dtype, dtype, dim):
     x = _input((5, 40, 3), x_dtype, seed=31)
     out = tut["reduce_sum"](x, dim, dtype=dtype)
     ref = _torch_sum(x, dim, dtype=dtype)
-    assert out.shape == ref.shape and out.dtype == ref.dtype == dtype, f"{out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
+    assert out.shape == ref.shape and out.dtype == ref.dtype == dtype, (
+        f"{out.shape} {out.dtype} vs {ref.shape} {ref.dtype}"
+    )
     exact = _torch_sum(x.to(dtype).double(), dim)
     err = _rel_error(out, exact)
     assert err <= TOLERANCE[dtype], f"{x_dtype} -> {dtype} dim={dim}: relative error {err:.2e}"
@@ -169,9 +188,23 @@ def test_dtypes_the_kernels_lack_raise_a_clear_type_error(tut, dtype):
         tut["reduce_sum"](x, 1, dtype=dtype)
 
 
-@pytest.mark.parametrize("shape,dim", [((0,), None), ((0, 5), None), ((0, 5), 0), ((0, 5), 1), ((5, 0), 0),
-                                       ((5, 0), 1), ((2, 0, 3), 1), ((2, 0, 3), (0, 2)), ((2, 0, 3), (1, 2)),
-                                       ((2, 0, 3), ()), ((0, 4, 0), (0, 2)), ((3, 0), [-1, 0])])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((0,), None),
+        ((0, 5), None),
+        ((0, 5), 0),
+        ((0, 5), 1),
+        ((5, 0), 0),
+        ((5, 0), 1),
+        ((2, 0, 3), 1),
+        ((2, 0, 3), (0, 2)),
+        ((2, 0, 3), (1, 2)),
+        ((2, 0, 3), ()),
+        ((0, 4, 0), (0, 2)),
+        ((3, 0), [-1, 0]),
+    ],
+)
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_empty_inputs_like_torch(tut, shape, dim, keepdim):
     x = torch.empty(shape, device=DEVICE)
@@ -183,19 +216,39 @@ def test_empty_inputs_like_torch(tut, shape, dim, keepdim):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward(tut, dtype):
     x = _input((33, 65), dtype, seed=2).requires_grad_(True)
-    for dim, keepdim in [(None, False), (None, True), (0, False), (1, True), (-1, False), ((0, 1), False),
-                         ((1, 0), True), ((), False)]:
+    for dim, keepdim in [
+        (None, False),
+        (None, True),
+        (0, False),
+        (1, True),
+        (-1, False),
+        ((0, 1), False),
+        ((1, 0), True),
+        ((), False),
+    ]:
         out = tut["reduce_sum"](x, dim, keepdim)
         grad_out = _input(out.shape, dtype, seed=4)
         (dx,) = torch.autograd.grad(out, x, grad_out)
         (dx_ref,) = torch.autograd.grad(_torch_sum(x, dim, keepdim), x, grad_out)
-        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), \
+        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), (
             f"dim={dim} keepdim={keepdim}: gradient differs from torch's"
+        )
 
 
-@pytest.mark.parametrize("shape,dim", [((4, 9, 17), (0, 2)), ((4, 9, 17), (2, 1)), ((2, 3, 4, 5), (0, 2, 3)),
-                                       ((2, 3, 4, 5), 1), ((), None), ((), 0), ((), (0,)), ((0, 3), 1),
-                                       ((3, 0, 2), (0, 1))])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((4, 9, 17), (0, 2)),
+        ((4, 9, 17), (2, 1)),
+        ((2, 3, 4, 5), (0, 2, 3)),
+        ((2, 3, 4, 5), 1),
+        ((), None),
+        ((), 0),
+        ((), (0,)),
+        ((0, 3), 1),
+        ((3, 0, 2), (0, 1)),
+    ],
+)
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("dtype", [None, torch.float32, torch.bfloat16])
 def test_backward_several_dims_and_dtype_like_torch(tut, shape, dim, keepdim, dtype):
@@ -210,8 +263,9 @@ def test_backward_several_dims_and_dtype_like_torch(tut, shape, dim, keepdim, dt
         grad_out = _input(out.shape, out.dtype, seed=9)
         (dx,) = torch.autograd.grad(out, x, grad_out)
         (dx_ref,) = torch.autograd.grad(ref, x, grad_out)
-        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), \
+        assert dx.shape == x.shape and dx.dtype == x.dtype and torch.equal(dx, dx_ref), (
             f"{shape} dim={dim} keepdim={keepdim} dtype={dtype}: gradient differs from torch's"
+        )
 
 
 def test_backward_of_an_expanded_input(tut):
@@ -224,6 +278,7 @@ def test_backward_of_an_expanded_input(tut):
 
 
 # --- the low-level launchers write every element of a poisoned output ---
+
 
 @pytest.mark.parametrize("design", ["atomic", "two-pass", "persistent"])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -239,8 +294,9 @@ def test_sum_vector_designs(tut, design, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129),
-                                   (40_009, 3), (3, 40_009)])
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129), (40_009, 3), (3, 40_009)]
+)
 @pytest.mark.parametrize("transposed", [False, True])
 def test_row_kernel_writes_every_output(tut, dtype, shape, transposed):
     """The core row kernel, one program per BLOCK_M rows and one split covering each row, on a poisoned
@@ -291,8 +347,9 @@ def test_persistent_second_pass_is_exercised(tut):
     assert tut["sum_vector"](x, torch.empty(1, device=DEVICE), "persistent") > 1
 
 
-@pytest.mark.parametrize("n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16),
-                                           (64, 4096), (2, 2**20)])
+@pytest.mark.parametrize(
+    "n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16), (64, 4096), (2, 2**20)]
+)
 def test_row_config_is_a_tile_of_4096_elements(tut, n_rows, n_cols):
     """_row_config: BLOCK_N the row rounded up to a power of two, at most 2048; BLOCK_M fills a tile of 4096
     elements (no more rows than the matrix has); 16 elements per thread, 4 to 16 warps."""
@@ -303,6 +360,7 @@ def test_row_config_is_a_tile_of_4096_elements(tut, n_rows, n_cols):
 
 
 # --- the read-only pass (the page's speed of light) reads every byte ---
+
 
 def _xor_all(words):
     return functools.reduce(operator.xor, words.reshape(-1).tolist(), 0)
@@ -334,12 +392,13 @@ def test_read_pass_refuses_what_it_cannot_read_as_words(tut):
 
 # --- determinism ---
 
+
 @pytest.mark.parametrize("case", ["two-pass", "persistent", "reduce_sum", "reduce_sum dim=0", "rows"])
 def test_deterministic_designs_give_identical_bits(tut, case):
     x = _input((70_001,), torch.float32, seed=9)
     xm = x[:70_000].view(700, 100)
     out = torch.empty(1, device=DEVICE)
-    col_out, row_out = torch.empty(100, device=DEVICE), torch.empty(700, device=DEVICE)
+    col_out = torch.empty(100, device=DEVICE)
     run = {
         "two-pass": lambda: (tut["sum_vector"](x, out, "two-pass"), out.clone())[1],
         "persistent": lambda: (tut["sum_vector"](x, out, "persistent"), out.clone())[1],
@@ -366,6 +425,7 @@ def test_bf16_running_sums_lose_digits(tut):
 
 
 # --- bad inputs ---
+
 
 def test_bad_inputs_raise_clear_errors(tut):
     reduce_sum = tut["reduce_sum"]

@@ -39,8 +39,9 @@ def _input(shape, dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129),
-                                   (40_009, 3), (3, 40_009)])  # the last two need SPLIT > 1
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129), (40_009, 3), (3, 40_009)]
+)  # the last two need SPLIT > 1
 @pytest.mark.parametrize("along", ["rows", "cols"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_row_and_col_kernels_write_every_output(tut, dtype, shape, along, transposed):
@@ -122,7 +123,11 @@ def test_split_sums_give_identical_bits(tut, case):
     x = _input((70_000,), torch.float32, seed=9)
     xm = x.view(700, 100)
     long_rows, tall = _input((3, 40_009), torch.float32, seed=10), _input((40_009, 3), torch.float32, seed=11)
-    col_out, row_out, three = torch.empty(100, device=DEVICE), torch.empty(700, device=DEVICE), torch.empty(3, device=DEVICE)
+    col_out, row_out, three = (
+        torch.empty(100, device=DEVICE),
+        torch.empty(700, device=DEVICE),
+        torch.empty(3, device=DEVICE),
+    )
     run = {
         "cols": lambda: (tut["sum_cols"](xm, col_out), col_out.clone())[1],
         "rows": lambda: (tut["sum_rows"](xm, row_out), row_out.clone())[1],
@@ -166,8 +171,11 @@ def test_sum_dim_non_contiguous_and_empty(tut):
 
 # --- what the page carries from the core page must be the core page's ---
 
-@pytest.mark.parametrize("n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16),
-                                           (64, 4096), (2, 2**20), (2**20, 128)])
+
+@pytest.mark.parametrize(
+    "n_rows,n_cols",
+    [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16), (64, 4096), (2, 2**20), (2**20, 128)],
+)
 def test_carried_core_design_is_the_core_pages(tut, core, n_rows, n_cols):
     assert tut["_core_row_config"](n_rows, n_cols) == core["_row_config"](n_rows, n_cols)
 

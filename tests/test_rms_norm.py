@@ -41,8 +41,11 @@ def reference(x, normalized_shape, w, eps, dy):
 
 def random_case(gen, dtype):
     """A random shape: 1 to 3 leading dims, a row of 1..5000 elements (odd, 1, non-powers of two)."""
-    n = int(torch.randint(1, 5000, (1,), generator=gen)) if torch.rand(1, generator=gen) < 0.8 else \
-        int(torch.tensor([1, 2, 3, 7, 31, 257, 1023, 2049])[torch.randint(0, 8, (1,), generator=gen)])
+    n = (
+        int(torch.randint(1, 5000, (1,), generator=gen))
+        if torch.rand(1, generator=gen) < 0.8
+        else int(torch.tensor([1, 2, 3, 7, 31, 257, 1023, 2049])[torch.randint(0, 8, (1,), generator=gen)])
+    )
     lead = [int(d) for d in torch.randint(1, 7, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)]
     return lead, n
 
@@ -287,10 +290,15 @@ def _fwd_samples():
     x = torch.randn(5, 7, device=DEVICE)
     padded = torch.randn(5, 10, device=DEVICE)[:, :7]
     w = torch.randn(7, device=DEVICE) + 1
-    return [(x, w, 1e-6), (x, None, 1e-6), (x.clone().requires_grad_(), w.clone().requires_grad_(), 1e-3),
-            (x.clone().requires_grad_(), None, 0.0), (padded.requires_grad_(), w, 1e-6),
-            (torch.randn(7, 5, device=DEVICE).T, w.clone().requires_grad_(), 1e-6),
-            (torch.randn(0, 7, device=DEVICE, requires_grad=True), w, 1e-6)]
+    return [
+        (x, w, 1e-6),
+        (x, None, 1e-6),
+        (x.clone().requires_grad_(), w.clone().requires_grad_(), 1e-3),
+        (x.clone().requires_grad_(), None, 0.0),
+        (padded.requires_grad_(), w, 1e-6),
+        (torch.randn(7, 5, device=DEVICE).T, w.clone().requires_grad_(), 1e-6),
+        (torch.randn(0, 7, device=DEVICE, requires_grad=True), w, 1e-6),
+    ]
 
 
 def test_forward_operator_passes_opcheck(tut):
@@ -302,8 +310,11 @@ def test_forward_operator_passes_opcheck(tut):
 def test_backward_operator_passes_opcheck(tut):
     x, w = torch.randn(5, 7, device=DEVICE), torch.randn(7, device=DEVICE) + 1
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
-    dys = [torch.randn(5, 7, device=DEVICE), torch.tensor(1.0, device=DEVICE).expand(5, 7),  # stride 0: from .sum()
-           torch.randn(7, 5, device=DEVICE).T]
+    dys = [
+        torch.randn(5, 7, device=DEVICE),
+        torch.tensor(1.0, device=DEVICE).expand(5, 7),  # stride 0: from .sum()
+        torch.randn(7, 5, device=DEVICE).T,
+    ]
     op = tut["rms_norm_bwd_op"]
     for dy in dys:
         for weight, compute_dw in [(w, True), (w, False), (None, False), (None, True)]:
@@ -344,8 +355,9 @@ def test_compiled_block_keeps_the_drop_in(tut, monkeypatch, dtype, normalized_sh
     eager, compiled = run(block), run(torch.compile(block, fullgraph=True, backend="aot_eager"))
     torch._dynamo.reset()
     tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
-    for name, got, want in zip(["loss", "linear weight's gradient", "input's gradient", "norm weight's gradient"],
-                               compiled, eager):
+    for name, got, want in zip(
+        ["loss", "linear weight's gradient", "input's gradient", "norm weight's gradient"], compiled, eager
+    ):
         torch.testing.assert_close(got, want, **tol, msg=lambda m, name=name: f"{name}: {m}")
     # and the eager block against float64: the comparison above is not of two wrong answers
     linear64 = copy.deepcopy(linear).double()
@@ -364,11 +376,15 @@ def test_missing_peers_are_named_with_their_reason(tut, monkeypatch, capsys):
     monkeypatch.setitem(tut.data, "ON_GPU", True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
     assert peer_module("quack", "torch", min_major=9) is None
-    assert capsys.readouterr().out == \
-        "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    assert (
+        capsys.readouterr().out
+        == "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    )
     assert peer_module("Liger-Kernel", "torch.no_such_module") is None  # installed, yet it does not load
-    assert capsys.readouterr().out == \
-        "Liger-Kernel: not measured here (ModuleNotFoundError: No module named 'torch.no_such_module').\n"
+    assert (
+        capsys.readouterr().out
+        == "Liger-Kernel: not measured here (ModuleNotFoundError: No module named 'torch.no_such_module').\n"
+    )
     assert peer_module("torch.compile", "torch.nn.functional") is F and capsys.readouterr().out == ""
 
 

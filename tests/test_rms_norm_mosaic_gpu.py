@@ -41,7 +41,9 @@ def _python_312():
     found = sorted(map(str, pathlib.Path.home().glob(".pyenv/versions/3.1[2-9]*/bin/python3")))
     found += [p for p in (shutil.which(f"python3.{minor}") for minor in (12, 13)) if p]
     ok = "import sys; sys.exit(sys.version_info < (3, 12))"
-    return next((p for p in found if subprocess.run([p, "-c", ok], capture_output=True, timeout=60).returncode == 0), None)
+    return next(
+        (p for p in found if subprocess.run([p, "-c", ok], capture_output=True, timeout=60).returncode == 0), None
+    )
 
 
 def mosaic_python():
@@ -55,8 +57,10 @@ def mosaic_python():
         if not (python.exists() and marker.exists()):
             base = _python_312()
             if base is None:
-                pytest.fail("deep dives 51 and 52's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on "
-                            "PATH or in ~/.pyenv; install one (pyenv install 3.12) and run make test again")
+                pytest.fail(
+                    "deep dives 51 and 52's tests need Python 3.12 or newer (JAX >= 0.11.1): none found on "
+                    "PATH or in ~/.pyenv; install one (pyenv install 3.12) and run make test again"
+                )
             shutil.rmtree(VENV, ignore_errors=True)
             subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=600)
             subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True, timeout=1200)
@@ -69,25 +73,61 @@ def test_the_mosaic_gpu_kernels_in_the_interpreter():
     python = mosaic_python()
     assert _new_enough(python), f"{python} has no JAX >= {NEEDED}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([python, "-m", "pytest", str(ROOT / "tests" / "mosaic"), "-q", "-p", "no:cacheprovider",
-                           "--confcutdir", str(ROOT / "tests" / "mosaic")], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=2400)
+    proc = subprocess.run(
+        [
+            python,
+            "-m",
+            "pytest",
+            str(ROOT / "tests" / "mosaic"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--confcutdir",
+            str(ROOT / "tests" / "mosaic"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=2400,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert re.search(r"\b\d+ passed\b", proc.stdout) and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    assert re.search(r"\b\d+ passed\b", proc.stdout) and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[
+        -2000:
+    ]
 
 
 def test_the_exchange_on_a_gpu():
     """tests/mosaic/gpu_exchange.py: the backward whose cluster of two programs a row swap sums through SMEM, which the
     interpreter cannot run, on this machine's GPU against float64 and bit for bit twice."""
     probe = "import jax, sys; sys.exit(jax.default_backend() != 'gpu')"
-    if PAGE.stem in SHOWN_NOT_RUN or subprocess.run([sys.executable, "-c", probe], capture_output=True,
-                                                    timeout=300).returncode:
+    if (
+        PAGE.stem in SHOWN_NOT_RUN
+        or subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300).returncode
+    ):
         pytest.skip(f"needs a GPU and a JAX that runs Mosaic GPU (>= {NEEDED})")
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "mosaic" / "gpu_exchange.py"), "-q",
-                           "-p", "no:cacheprovider", "--confcutdir", str(ROOT / "tests" / "mosaic")],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
-    assert proc.returncode == 0 and " skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-6000:] + proc.stderr[-3000:]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "tests" / "mosaic" / "gpu_exchange.py"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--confcutdir",
+            str(ROOT / "tests" / "mosaic"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=1200,
+    )
+    assert proc.returncode == 0 and " skipped" not in proc.stdout.splitlines()[-1], (
+        proc.stdout[-6000:] + proc.stderr[-3000:]
+    )
 
 
 def _functions(path, rename=None):
@@ -104,16 +144,41 @@ def _functions(path, rename=None):
     return found
 
 
-CARRIED_05 = {PAGE: ["_tile", "_load", "fwd_kernel", "fwd_chunked_kernel", "MIN_ELEMENTS", "_warps", "_params",
-                     "_fwd_config", "_forward"],
-              BACKWARD: ["_tile", "_load", "bwd_kernel", "dw_sum_kernel", "MIN_ELEMENTS", "WHOLE_ROW_N", "CHUNK_N",
-                         "WARPS_PER_SM", "_warps", "_params", "_bwd_config", "_sum_config", "_backward"]}
+CARRIED_05 = {
+    PAGE: [
+        "_tile",
+        "_load",
+        "fwd_kernel",
+        "fwd_chunked_kernel",
+        "MIN_ELEMENTS",
+        "_warps",
+        "_params",
+        "_fwd_config",
+        "_forward",
+    ],
+    BACKWARD: [
+        "_tile",
+        "_load",
+        "bwd_kernel",
+        "dw_sum_kernel",
+        "MIN_ELEMENTS",
+        "WHOLE_ROW_N",
+        "CHUNK_N",
+        "WARPS_PER_SM",
+        "_warps",
+        "_params",
+        "_bwd_config",
+        "_sum_config",
+        "_backward",
+    ],
+}
 
 
 @pytest.mark.parametrize("page", list(CARRIED_05), ids=lambda p: p.stem[:2])
 def test_the_carried_05_kernels_are_05s(page):
     """What 51 and 52 are measured against is 05 as it is: its forward's and its backward's kernels and configs,
-    letter for letter (05 names Pallas' Triton backend plgpu; 51 and 52, which also use Mosaic GPU, name it pltriton)."""
+    letter for letter (05 names Pallas' Triton backend plgpu; 51 and 52, which also use Mosaic GPU, name it
+    pltriton)."""
     ours, core = _functions(page), _functions(ROOT / "tutorials" / "05_jax_rms_norm.py", {"plgpu": "pltriton"})
     for name in CARRIED_05[page]:
         assert ours.get(name) is not None and ours.get(name) == core.get(name), f"{page.stem[:2]}'s {name} is not 05's"

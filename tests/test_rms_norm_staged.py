@@ -36,9 +36,23 @@ def test_staged_kernel_compiles_for_hopper(page, tmp_path):
     metas = [dict(page["staged_meta"](n, 2, cfg, 65536), HAS_WEIGHT=w) for n in (32768, 20000) for w in (True, False)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     for dtype in ("bf16", "fp16"):
-        proc = subprocess.run([sys.executable, "-c", COMPILE, str(PAGE), "rms_norm_fwd_staged_kernel",
-                               json.dumps(POINTERS), dtype, json.dumps(metas), str(tmp_path)],
-                              capture_output=True, text=True, timeout=600, env=env)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                COMPILE,
+                str(PAGE),
+                "rms_norm_fwd_staged_kernel",
+                json.dumps(POINTERS),
+                dtype,
+                json.dumps(metas),
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         assert proc.returncode == 0, f"compiling the staged kernel for sm_90a failed:\n{proc.stderr[-4000:]}"
         for result, meta in zip(json.loads(proc.stdout.strip().splitlines()[-1]), metas):
             staged_bytes = meta["CHUNKS"] * cfg["CHUNK_N"] * 2
@@ -99,8 +113,17 @@ def test_bad_input_is_refused(page):
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels need a CUDA GPU (Triton's interpreter does not run them)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("n_cols,stride,staged", [(16400, 16400, True), (20000, 20000, True), (32768, 32768, True),
-                                                  (32760, 32760, False), (32752, 32784, True), (16385, 16400, False)])
+@pytest.mark.parametrize(
+    "n_cols,stride,staged",
+    [
+        (16400, 16400, True),
+        (20000, 20000, True),
+        (32768, 32768, True),
+        (32760, 32760, False),
+        (32752, 32784, True),
+        (16385, 16400, False),
+    ],
+)
 def test_staged_forward_matches_float64(page, dtype, n_cols, stride, staged):
     """Rows the staged kernel takes (whole or masked last chunks, a stride past the row) and rows it leaves to
     the core kernel; with and without a weight; outputs poisoned with NaN first."""

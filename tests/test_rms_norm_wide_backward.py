@@ -23,7 +23,9 @@ def rel(out, ref):
 def reference(x, w, dy, eps=1e-6):
     x64 = x.double().requires_grad_(True)
     w64 = None if w is None else w.double().requires_grad_(True)
-    grads = torch.autograd.grad(F.rms_norm(x64, x.shape[-1:], w64, eps), [x64] + ([] if w is None else [w64]), dy.double())
+    grads = torch.autograd.grad(
+        F.rms_norm(x64, x.shape[-1:], w64, eps), [x64] + ([] if w is None else [w64]), dy.double()
+    )
     return grads[0], (grads[1] if w is not None else None)
 
 
@@ -87,6 +89,7 @@ def test_carried_core_kernel_and_determinism(dive):
 def test_carried_core_kernels_are_the_core_pages(dive):
     """The core page's chunked backward and dw sum, which this page carries to run alone, must not drift from 04's."""
     import inspect
+
     core = load_tutorial("04_rms_norm")
     for name in ("rms_norm_bwd_chunked_kernel", "dw_reduce_kernel"):
         assert inspect.getsource(dive[name].fn) == inspect.getsource(core[name].fn), f"41 carries a {name} unlike 04's"
@@ -97,8 +100,9 @@ def test_split_config_keeps_todays_parameters(dive):
     cfg = dive["_split_config"]
     gpu = DEVICE == "cuda"
     m = cfg(16384, torch.bfloat16, True, True)
-    assert (m["SLICES"], m["BLOCK_M"], m["BLOCK_N"], m["num_warps"], m["FLAG_WORDS"]) == \
-        ((4, 1, 4096, 8, True) if gpu else (1, 1, 16384, 32, False))
+    assert (m["SLICES"], m["BLOCK_M"], m["BLOCK_N"], m["num_warps"], m["FLAG_WORDS"]) == (
+        (4, 1, 4096, 8, True) if gpu else (1, 1, 16384, 32, False)
+    )
     m = cfg(65536, torch.float32, True, True)
     assert (m["SLICES"], m["BLOCK_N"], m["num_warps"]) == ((16, 4096, 16) if gpu else (1, 65536, 32))
     assert dive["MAX_FUSED_N"] == 8192 and dive["MAX_SPLIT_N"] == 131072 and dive["WARPS_PER_SM"] == 16

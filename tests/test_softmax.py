@@ -127,8 +127,12 @@ def test_online_kernels_forced_on_odd_rows(dtype, monkeypatch):
 
 def test_launchers_pick_by_row_length():
     """Fused up to MAX_FUSED_N (forward) and MAX_FUSED_BWD_N (backward), online past them."""
-    for n, fwd, bwd in [(T["MAX_FUSED_BWD_N"], "fused", "fused"), (T["MAX_FUSED_BWD_N"] + 1, "fused", "online"),
-                        (T["MAX_FUSED_N"], "fused", "online"), (T["MAX_FUSED_N"] + 1, "online", "online")]:
+    for n, fwd, bwd in [
+        (T["MAX_FUSED_BWD_N"], "fused", "fused"),
+        (T["MAX_FUSED_BWD_N"] + 1, "fused", "online"),
+        (T["MAX_FUSED_N"], "fused", "online"),
+        (T["MAX_FUSED_N"] + 1, "online", "online"),
+    ]:
         x = torch.randn(1, n, device=DEVICE)
         assert T["softmax_rows_forward"](x, torch.empty_like(x)) == fwd
         assert T["softmax_rows_backward"](x, x, torch.empty_like(x)) == bwd
@@ -222,12 +226,21 @@ def test_bad_inputs_raise_clear_errors():
 
 # The kernels as PyTorch operators (sol::softmax_fwd_01, sol::softmax_bwd_01)
 
+
 def operator_samples():
     """Rows as the drop-in hands them over: contiguous, a row stride past the row, a transposed view (no unit stride
     along the row: the operator copies), rows broadcast down (row stride 0), 16-bit, one row, empty."""
     base = torch.randn(7, 40, device=DEVICE)
-    xs = [base, base[:, :33], base[:, :9].T, base[:1].expand(5, -1), base.bfloat16(), base[:1, :5].half(),
-          base[:0], base[:, :0]]
+    xs = [
+        base,
+        base[:, :33],
+        base[:, :9].T,
+        base[:1].expand(5, -1),
+        base.bfloat16(),
+        base[:1, :5].half(),
+        base[:0],
+        base[:, :0],
+    ]
     return [x.detach() for x in xs]
 
 
@@ -240,8 +253,11 @@ def test_operators_pass_opcheck(requires_grad):
         torch.library.opcheck(fwd, (x.requires_grad_(requires_grad),))
         y = torch.softmax(x.detach().float(), -1).to(x.dtype)
         # dy as autograd hands it over: contiguous, broadcast from a 0-d (from .sum()), transposed
-        for dy in (torch.randn_like(y), torch.randn((), device=DEVICE, dtype=y.dtype).expand(y.shape),
-                   torch.randn(y.shape[::-1], device=DEVICE, dtype=y.dtype).T):
+        for dy in (
+            torch.randn_like(y),
+            torch.randn((), device=DEVICE, dtype=y.dtype).expand(y.shape),
+            torch.randn(y.shape[::-1], device=DEVICE, dtype=y.dtype).T,
+        ):
             torch.library.opcheck(bwd, (y, dy))
     x = torch.randn(3, 11, device=DEVICE)
     assert torch.equal(fwd(x), T["softmax"](x, -1)), "the drop-in is the operator on the rows"

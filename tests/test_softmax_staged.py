@@ -86,8 +86,22 @@ print(json.dumps(out))
 def compile_for_hopper(dtype, metas, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-c", COMPILE, str(PAGE), KERNEL, json.dumps(POINTERS), dtype, json.dumps(metas),
-         str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+        [
+            sys.executable,
+            "-c",
+            COMPILE,
+            str(PAGE),
+            KERNEL,
+            json.dumps(POINTERS),
+            dtype,
+            json.dumps(metas),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, f"compiling {KERNEL} for sm_90a failed:\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -151,8 +165,17 @@ def rel_err(out, ref):
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels need a CUDA GPU (Triton's interpreter does not run them)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("n_cols,stride,staged", [(16400, 16400, True), (20000, 20000, True), (32768, 32768, True),
-                                                  (32767, 32767, False), (32752, 32784, True), (16385, 16400, False)])
+@pytest.mark.parametrize(
+    "n_cols,stride,staged",
+    [
+        (16400, 16400, True),
+        (20000, 20000, True),
+        (32768, 32768, True),
+        (32767, 32767, False),
+        (32752, 32784, True),
+        (16385, 16400, False),
+    ],
+)
 def test_staged_forward_matches_float64(dtype, n_cols, stride, staged):
     """Rows the staged kernel takes (whole chunks or a masked last chunk, a row stride past the row) and
     rows it leaves to the core kernel (length not a multiple of 16): outputs poisoned with NaN first."""

@@ -133,7 +133,8 @@ def test_statistics_take_no_trip_through_shared_memory(stem, tmp_path):
         where = f"{stem} {case['dtype']} N = {case['n']}"
         if case["n"] <= 8:  # a warp holds whole rows: the statistics' stores take no shared memory at all
             assert with_stores["shared"] == without["shared"], (
-                f"{where}: the statistics' stores take {with_stores['shared'] - without['shared']} bytes of shared memory"
+                f"{where}: the statistics' stores take {with_stores['shared'] - without['shared']} bytes of shared "
+                "memory"
             )
         assert with_stores["st_shared"] == without["st_shared"], (
             f"{where}: the statistics' stores add {with_stores['st_shared'] - without['st_shared']} st.shared"

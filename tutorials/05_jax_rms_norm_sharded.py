@@ -96,7 +96,7 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N, PARTS, A
 
 def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
     """One row a program, read twice in CHUNKS chunks of CHUNK_N columns."""
-    (n_rows, n_cols), row, ar = x_ref.shape, pl.program_id(0), jnp.arange(CHUNK_N)
+    (_, n_cols), row, ar = x_ref.shape, pl.program_id(0), jnp.arange(CHUNK_N)
     def chunk(k, policy):  # chunk k of the row, as stored (past either end of the row: loads nothing)
         col = k * CHUNK_N + ar
         return plgpu.load(x_ref.at[row, col], mask=(col >= 0) & (col < n_cols), other=0, eviction_policy=policy)
@@ -256,7 +256,7 @@ assert (y_s == y_1).all() and (dx_s == dx_1).all() and jnp.allclose(dw_s, dw_1, 
 print(f"{MESH.size} device(s): y and dx bit for bit the single-device ones, dx split as {dx_s.sharding.spec}; "
       f"dw within {float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1))):.1e} of its largest value")
 jaxpr, hlo = str(jax.make_jaxpr(sharded_step)(x, w, dy)), sharded_step.lower(x, w, dy).compile().as_text()
-for line in [l for l in jaxpr.splitlines() if "psum" in l] + [l for l in hlo.splitlines() if " all-reduce(" in l]:
+for line in [text for text in jaxpr.splitlines() if "psum" in text] + [text for text in hlo.splitlines() if " all-reduce(" in text]:
     print(line.strip().split(", metadata")[0][:150])
 if " all-reduce(" not in hlo:
     print(f"No all-reduce in the compiled HLO: over {MESH.size} device the psum adds nothing, and XLA removed it.")

@@ -86,12 +86,13 @@ def will_run(src, copy, gallery_conf):
 
     md5 = pathlib.Path(f"{copy}.md5")
     return executable_script(str(src), gallery_conf) and not (
-        md5.exists() and md5.read_text() == get_md5sum(str(src), mode="t"))
+        md5.exists() and md5.read_text() == get_md5sum(str(src), mode="t")
+    )
 
 
-# Pages that need a newer JAX than some supported Pythons can install (51, 52: Mosaic GPU's interpreter needs JAX 0.11.1,
-# which needs Python 3.12; the CPU machines' Python 3.11 gets 0.10.2). Where this JAX is older, conf.py shows such a
-# page without running it, and the tests of what a page's run makes skip it.
+# Pages that need a newer JAX than some supported Pythons can install (51, 52: Mosaic GPU's interpreter needs JAX
+# 0.11.1, which needs Python 3.12; the CPU machines' Python 3.11 gets 0.10.2). Where this JAX is older, conf.py shows
+# such a page without running it, and the tests of what a page's run makes skip it.
 JAX_NEEDED = {"51_rms_norm_mosaic_gpu": (0, 11, 1), "52_rms_norm_mosaic_gpu_backward": (0, 11, 1)}
 
 
@@ -111,24 +112,34 @@ def shown_not_run():
 def pages_to_run(gallery_conf, tutorials, generated):
     """The gallery scripts (paths) under tutorials/ this build will execute, in gallery order."""
     tutorials = pathlib.Path(tutorials)
-    return [src for src in sorted(tutorials.rglob("[0-9][0-9]_*.py"), key=lambda p: p.relative_to(tutorials).parts)
-            if will_run(src, pathlib.Path(generated) / src.relative_to(tutorials), gallery_conf)]
+    return [
+        src
+        for src in sorted(tutorials.rglob("[0-9][0-9]_*.py"), key=lambda p: p.relative_to(tutorials).parts)
+        if will_run(src, pathlib.Path(generated) / src.relative_to(tutorials), gallery_conf)
+    ]
 
 
 def warm_up(pages, jobs, log=print):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
     the longest to compile), then each page that failed once more, alone. Returns {page name: (seconds, exit code,
     last lines of output)}."""
-    env = dict(os.environ, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1",
-               TORCHINDUCTOR_COMPILE_THREADS="1")  # a page per core: Inductor compiles in the page's process
+    env = dict(
+        os.environ, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS="1"
+    )  # a page per core: Inductor compiles in the page's process
     env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
     queue = sorted(pages, key=lambda p: -p.stat().st_size)
     running, done = {}, {}
     while queue or running:
         while queue and len(running) < jobs:
             page = queue.pop(0)
-            proc = subprocess.Popen([sys.executable, "-c", _WARM_UP, str(page)], cwd=page.parent, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _WARM_UP, str(page)],
+                cwd=page.parent,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             running[page] = (proc, time.monotonic())
         time.sleep(0.2)
         for page, (proc, start) in list(running.items()):
@@ -137,8 +148,10 @@ def warm_up(pages, jobs, log=print):
             tail = proc.stdout.read()[-1500:]
             done[page.stem] = (time.monotonic() - start, proc.returncode, tail)
             del running[page]
-            log(f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
-                + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)"))
+            log(
+                f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
+                + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)")
+            )
     failed = [page for page in pages if done[page.stem][1] != 0]
     if failed and jobs > 1:  # it may have failed for the others' sake (out of GPU memory beside them): once more, alone
         log(f"warm-up: {len(failed)} failed beside the others; again, one at a time")
@@ -164,11 +177,15 @@ def stamps(pages):
             versions.append(f"{package}=={metadata.version(package)}")
         except metadata.PackageNotFoundError:
             versions.append(f"{package} absent")
-    caches = [os.environ.get(v, "") for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR",
-                                              "QUACK_CACHE_DIR")]
+    caches = [
+        os.environ.get(v, "")
+        for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "QUACK_CACHE_DIR")
+    ]
     setting = repr((versions, caches)).encode()
-    return {page: f"{pathlib.Path(page).stem}-{hashlib.sha256(pathlib.Path(page).read_bytes() + setting).hexdigest()[:20]}"
-            for page in pages}
+    return {
+        page: f"{pathlib.Path(page).stem}-{hashlib.sha256(pathlib.Path(page).read_bytes() + setting).hexdigest()[:20]}"
+        for page in pages
+    }
 
 
 def _warm_up(app):
@@ -184,8 +201,10 @@ def _warm_up(app):
     start = time.monotonic()
     if cold:
         jobs = max(1, min(len(cold), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
-        _logger.info(f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
-                     + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else ""))
+        _logger.info(
+            f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
+            + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else "")
+        )
         done = warm_up(cold, jobs, log=_logger.info)
         folder.mkdir(parents=True, exist_ok=True)
         for page in cold:
@@ -194,10 +213,14 @@ def _warm_up(app):
             else:
                 _logger.info(f"warm-up of {page.stem} failed; its last output:\n{done[page.stem][2]}")
         failed = [page.stem for page in cold if done[page.stem][1]]
-        _logger.info(f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
-                     + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+        _logger.info(
+            f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
+            + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else "")
+        )
     elif pages:
-        _logger.info(f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {folder})")
+        _logger.info(
+            f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {folder})"
+        )
     if pages:  # the caches hold what the pages compile: no pool of compile workers beside the timed pages
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
@@ -217,7 +240,7 @@ def run_in_child(function, *args):
         try:
             try:
                 value = ("value", function(*args))
-            except BaseException as err:  # noqa: BLE001: the parent raises it
+            except BaseException as err:  # the parent raises it
                 value = ("error", err)
             data = pickle.dumps(value)
         except Exception as err:  # unpicklable: say so
@@ -231,8 +254,11 @@ def run_in_child(function, *args):
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
     if not data:
-        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
-               else f"exit code {os.WEXITSTATUS(status)}")
+        how = (
+            f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+            if os.WIFSIGNALED(status)
+            else f"exit code {os.WEXITSTATUS(status)}"
+        )
         raise ChildProcessError(f"the page's process died ({how}) before it could report")
     kind, value = pickle.loads(data)
     if kind == "error":
@@ -242,9 +268,20 @@ def run_in_child(function, *args):
 
 # What most pages import, imported once here so that each page's process starts with them (a fork copies them):
 # none of them starts CUDA (checked below). JAX is left out: tutorial 05 sets XLA's variables before importing it.
-PREIMPORT = ("triton", "triton.language", "triton.testing", "pandas", "matplotlib.pyplot", "torch._dynamo",
-             "torch._inductor.compile_fx", "liger_kernel.ops.layer_norm", "liger_kernel.ops.rms_norm",
-             "liger_kernel.ops.softmax", "cutlass", "cutlass.torch")
+PREIMPORT = (
+    "triton",
+    "triton.language",
+    "triton.testing",
+    "pandas",
+    "matplotlib.pyplot",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "liger_kernel.ops.layer_norm",
+    "liger_kernel.ops.rms_norm",
+    "liger_kernel.ops.softmax",
+    "cutlass",
+    "cutlass.torch",
+)
 # The CuTe DSL (cutlass, 3.3 s) under quack, but not quack itself: importing quack.dsl starts CUDA, which a
 # forked child cannot start again (H200, quack 0.6.5, nvidia-cutlass-dsl 4.8.1; probe in the design record).
 
@@ -265,15 +302,17 @@ def preimport(modules=PREIMPORT, gpu=False):
         try:
             importlib.import_module(name)
             done.append(name)
-        except Exception:  # noqa: BLE001: not installed, or not importable here: the page imports it itself
+        except Exception:  # not installed, or not importable here: the page imports it itself
             pass
     if gpu:
         try:
             assert run_in_child(_cuda_works) == 8.0
         except Exception as err:
-            raise RuntimeError(f"after importing {', '.join(done)} into the build's process, a page's process cannot "
-                               f"use CUDA ({type(err).__name__}: {err}); one of them starts CUDA on import: build with "
-                               "SOL_PREIMPORT=0") from err
+            raise RuntimeError(
+                f"after importing {', '.join(done)} into the build's process, a page's process cannot "
+                f"use CUDA ({type(err).__name__}: {err}); one of them starts CUDA on import: build with "
+                "SOL_PREIMPORT=0"
+            ) from err
     return done
 
 
@@ -303,6 +342,7 @@ def _profiled(function, *args):
             finally:
                 timers[0] += time.monotonic() - start
                 timers[1] += 1
+
         return wrapper
 
     gen_rst.execute_code_block = execute_code_block
@@ -315,9 +355,11 @@ def _profiled(function, *args):
 def where_the_time_went(blocks, timers, cells=3):
     """A log line's tail: the seconds in the page's code, the timers' share of them, and the slowest code blocks."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
-    return (f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
-            f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
-            + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow))
+    return (
+        f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
+        f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
+        + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
+    )
 
 
 def _isolate_pages(app):
@@ -350,8 +392,11 @@ def _isolate_pages(app):
         seconds = time.monotonic() - start
         _pages_time[0] += seconds
         _pages_time[1] += 1
-        _logger.info(f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
-                     + (" (failed)" if "formatted_exception" in result[3] else "") + profile)
+        _logger.info(
+            f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
+            + (" (failed)" if "formatted_exception" in result[3] else "")
+            + profile
+        )
         return result
 
     generate_file_rst.sol_isolated = True

@@ -45,12 +45,26 @@ _logger = logging.getLogger(__name__)
 # ---- the first cell: what the page imports, and the versions ----
 
 # Import name -> pip name, where they differ (jaxlib comes with jax, at the version jax asks for)
-PIP_NAMES = {"liger_kernel": "liger-kernel", "quack": "quack-kernels", "jaxlib": "jax", "PIL": "pillow",
-             "sklearn": "scikit-learn", "yaml": "pyyaml"}
+PIP_NAMES = {
+    "liger_kernel": "liger-kernel",
+    "quack": "quack-kernels",
+    "jaxlib": "jax",
+    "PIL": "pillow",
+    "sklearn": "scikit-learn",
+    "yaml": "pyyaml",
+}
 # The order of the install line; packages not named here follow in alphabetical order
 ORDER = ["torch", "triton", "jax", "numpy", "pandas", "matplotlib"]
-SHOWN = {"torch": "torch", "triton": "Triton", "jax": "JAX", "numpy": "NumPy", "pandas": "pandas",
-         "matplotlib": "matplotlib", "liger-kernel": "Liger-Kernel", "quack-kernels": "quack"}
+SHOWN = {
+    "torch": "torch",
+    "triton": "Triton",
+    "jax": "JAX",
+    "numpy": "NumPy",
+    "pandas": "pandas",
+    "matplotlib": "matplotlib",
+    "liger-kernel": "Liger-Kernel",
+    "quack-kernels": "quack",
+}
 
 
 def _canonical(name):
@@ -131,8 +145,9 @@ def _words(names):
 def _wrap(text):
     """Comment lines of at most 100 columns; a package's name and version stay on one line."""
     text = re.sub(r"(\w) (\d)", "\\1\u00a0\\2", text)
-    return textwrap.fill(text, width=100, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False,
-                         break_long_words=False).replace("\u00a0", " ")
+    return textwrap.fill(
+        text, width=100, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False, break_long_words=False
+    ).replace("\u00a0", " ")
 
 
 def install_cell(script, requirements, lock, jax_needed=None):
@@ -145,16 +160,21 @@ def install_cell(script, requirements, lock, jax_needed=None):
         low["jax"] = ".".join(map(str, jax_needed))
     mosaic = any(".pallas.mosaic_gpu" in module for module, _ in imported_modules(script))
     versions = [f"{SHOWN.get(n, n)} {built[_canonical(n)]}" for n in required if _canonical(n) in built]
-    says = f"This page needs {_words(required)}" + (f" (the site is built with {_words(versions)})." if versions
-                                                     else ".")
+    says = f"This page needs {_words(required)}" + (
+        f" (the site is built with {_words(versions)})." if versions else "."
+    )
     if "torch" in required:
-        says += (" On Colab torch and Triton are already installed: the line below keeps what is installed and new "
-                 "enough, and adds only what is missing.")
+        says += (
+            " On Colab torch and Triton are already installed: the line below keeps what is installed and new "
+            "enough, and adds only what is missing."
+        )
     elif "jax" in required:
-        says += (" On Colab JAX is already installed (with its CUDA plugin on a GPU runtime): the line below keeps "
-                 "what is installed and new enough, and adds only what is missing. Where it upgrades JAX on a GPU, "
-                 'install the CUDA plugin of the same version: "jax[cuda12]" (or "jax[cuda13]" with a CUDA 13 '
-                 "driver).")
+        says += (
+            " On Colab JAX is already installed (with its CUDA plugin on a GPU runtime): the line below keeps "
+            "what is installed and new enough, and adds only what is missing. Where it upgrades JAX on a GPU, "
+            'install the CUDA plugin of the same version: "jax[cuda12]" (or "jax[cuda13]" with a CUDA 13 '
+            "driver)."
+        )
     else:
         says += " The line below keeps what is installed and new enough, and adds only what is missing."
     lines = [_wrap(says), "%pip install -q " + " ".join(_spec(n, low.get(_canonical(n))) for n in required)]
@@ -162,15 +182,27 @@ def install_cell(script, requirements, lock, jax_needed=None):
         lines.append("# Optional, compared with where installed (the page skips them where absent):")
         lines.append("# %pip install -q " + " ".join(_spec(n, low.get(_canonical(n))) for n in optional))
     if "triton" in required:
-        lines.append(_wrap("Without a CUDA GPU the page runs its kernels through Triton's interpreter on the CPU: "
-                           "a correctness run at small sizes, not timings."))
+        lines.append(
+            _wrap(
+                "Without a CUDA GPU the page runs its kernels through Triton's interpreter on the CPU: "
+                "a correctness run at small sizes, not timings."
+            )
+        )
     elif mosaic:
-        lines.append(_wrap("Mosaic GPU needs a Hopper GPU (H100, H200). Without a GPU the page runs its kernels "
-                           "through Mosaic GPU's interpreter on the CPU (JAX 0.11.1 or newer, Python 3.12): a "
-                           "correctness run at small sizes, not timings."))
+        lines.append(
+            _wrap(
+                "Mosaic GPU needs a Hopper GPU (H100, H200). Without a GPU the page runs its kernels "
+                "through Mosaic GPU's interpreter on the CPU (JAX 0.11.1 or newer, Python 3.12): a "
+                "correctness run at small sizes, not timings."
+            )
+        )
     elif "jax" in required:
-        lines.append(_wrap("Without a CUDA GPU the page runs its Pallas kernels through Pallas' interpreter on the "
-                           "CPU: a correctness run at small sizes, not timings."))
+        lines.append(
+            _wrap(
+                "Without a CUDA GPU the page runs its Pallas kernels through Pallas' interpreter on the "
+                "CPU: a correctness run at small sizes, not timings."
+            )
+        )
     return "\n".join(lines)
 
 
@@ -183,8 +215,30 @@ _LITERAL = re.compile(r"``(.+?)``(?!`)", re.S)
 _ROLE = re.compile(r"(?<![\w:`]):(?:(?P<domain>[a-z]+):)?(?P<role>[a-z][a-z0-9-]*):`(?P<body>[^`]+)`")
 _INTERPRETED = re.compile(r"(?<![`\w])`(?P<body>[^`\n]+(?:\n[^`\n]+)*)`(?P<under>_{0,2})(?![`\w])")
 _ANONYMOUS = re.compile(r"(\[[^\]]*\]\([^)\s]*\))_")  # `text <url>`__, after sphinx-gallery took one underscore
-_CODE_ROLES = {"func", "meth", "class", "mod", "attr", "data", "obj", "exc", "const", "code", "file", "samp",
-               "envvar", "program", "option", "command", "type", "member", "var", "macro", "enum", "enumerator"}
+_CODE_ROLES = {
+    "func",
+    "meth",
+    "class",
+    "mod",
+    "attr",
+    "data",
+    "obj",
+    "exc",
+    "const",
+    "code",
+    "file",
+    "samp",
+    "envvar",
+    "program",
+    "option",
+    "command",
+    "type",
+    "member",
+    "var",
+    "macro",
+    "enum",
+    "enumerator",
+}
 _CALLABLE_ROLES = {"func", "meth"}  # Sphinx shows them with "()" (add_function_parentheses)
 
 
@@ -307,8 +361,10 @@ def _galleries(app):
     conf = app.config.sphinx_gallery_conf
     src = pathlib.Path(app.srcdir)
     examples, galleries = conf.get("examples_dirs", []), conf.get("gallery_dirs", [])
-    examples, galleries = [examples] if isinstance(examples, str) else examples, \
-        [galleries] if isinstance(galleries, str) else galleries
+    examples, galleries = (
+        [examples] if isinstance(examples, str) else examples,
+        [galleries] if isinstance(galleries, str) else galleries,
+    )
     return [((src / e).resolve(), src / g) for e, g in zip(examples, galleries)]
 
 
@@ -340,8 +396,11 @@ def _resolver(app, docname):
 
     def resolve(kind, target):
         if kind == "doc":
-            path = target.lstrip("/") if target.startswith("/") else \
-                os.path.normpath(os.path.join(os.path.dirname(docname), target)).replace(os.sep, "/")
+            path = (
+                target.lstrip("/")
+                if target.startswith("/")
+                else os.path.normpath(os.path.join(os.path.dirname(docname), target)).replace(os.sep, "/")
+            )
             return (title(path), url(path)) if path in env.all_docs else None
         if target.lower() not in labels:
             return None
@@ -354,8 +413,9 @@ def _resolver(app, docname):
 
 def _rewritten(nb):
     cells = nb["cells"]
-    return bool(cells) and cells[0]["cell_type"] == "code" \
-        and INSTALL_TAG in cells[0].get("metadata", {}).get("tags", [])
+    return (
+        bool(cells) and cells[0]["cell_type"] == "code" and INSTALL_TAG in cells[0].get("metadata", {}).get("tags", [])
+    )
 
 
 def rewrite_notebook(nb_path, cell, resolve, add_parentheses=True):
@@ -382,9 +442,16 @@ def rewrite_notebook(nb_path, cell, resolve, add_parentheses=True):
             converted = to_markdown(source, resolve, add_parentheses)
             if converted != source:
                 c["source"] = [converted]
-    cells.insert(0, {"cell_type": "code", "execution_count": None, "metadata": {"tags": [INSTALL_TAG]},
-                     "outputs": [], "source": [line + "\n" for line in cell.splitlines()[:-1]]
-                     + cell.splitlines()[-1:]})
+    cells.insert(
+        0,
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {"tags": [INSTALL_TAG]},
+            "outputs": [],
+            "source": [line + "\n" for line in cell.splitlines()[:-1]] + cell.splitlines()[-1:],
+        },
+    )
     new = json.dumps(nb, indent=2)
     changed = new != text
     if changed:
@@ -417,13 +484,15 @@ def _rewrite_notebooks(app, env):
     root = pathlib.Path(app.confdir)
     changed = 0
     for nb, script, docname in notebooks(app):
-        cell = install_cell(script, root / "requirements.txt", root / "requirements-gpu.lock",
-                            sol_build.JAX_NEEDED.get(script.stem))
+        cell = install_cell(
+            script, root / "requirements.txt", root / "requirements-gpu.lock", sol_build.JAX_NEEDED.get(script.stem)
+        )
         changed += rewrite_notebook(nb, cell, _resolver(app, docname), app.config.add_function_parentheses)
         leftover = leftover_markup(json.loads(nb.read_text(encoding="utf-8")))
         if leftover:
-            _logger.warning(f"{nb.name}: Sphinx markup left in its Markdown cells: {', '.join(leftover[:5])}",
-                            location=docname)
+            _logger.warning(
+                f"{nb.name}: Sphinx markup left in its Markdown cells: {', '.join(leftover[:5])}", location=docname
+            )
     _logger.info(f"notebooks: {changed} rewritten (first cell, Markdown)")
 
 
@@ -447,6 +516,7 @@ def _publish_notebooks(app, exception):
 
 
 # ---- links from the pages: Colab, the source, furo's view and edit icons ----
+
 
 def file_links(repository, branch, path):
     """(view, edit) URLs of a file of the repository, in the form its host uses (GitHub's, which GitHub Enterprise,
@@ -492,18 +562,20 @@ def add_page_links(rst, links, script_name):
         return rst
     inline = " · ".join(f"`{label} <{url}>`__" for label, url in links)
     top = f".. only:: html\n\n    .. container:: sol-page-links\n\n        {inline}\n\n"
-    at = re.search(r"^\.\. rst-class:: sphx-glr-example-title\s*$", rst, re.M) \
-        or re.search(r"^\.\. _sphx_glr_(?!download)\S+:\s*$", rst, re.M)
+    at = re.search(r"^\.\. rst-class:: sphx-glr-example-title\s*$", rst, re.M) or re.search(
+        r"^\.\. _sphx_glr_(?!download)\S+:\s*$", rst, re.M
+    )
     if at:
-        rst = rst[:at.start()] + top + rst[at.start():]
+        rst = rst[: at.start()] + top + rst[at.start() :]
     footer = re.search(r"^( *)\.\. container:: sphx-glr-footer[^\n]*\n(?:[ \t]*\n|\1 +\S[^\n]*\n?)*", rst, re.M)
     if footer:
         indent = footer[1] + "  "
         buttons = "".join(
             f"\n{indent}.. container:: sphx-glr-download sol-download-{LINK_CLASSES[label]}\n\n"
             f"{indent}  `{label}{': ' + script_name if label == 'View source' else ''} <{url}>`__\n"
-            for label, url in links)
-        rst = rst[:footer.end()].rstrip("\n") + "\n" + buttons + "\n" + rst[footer.end():]
+            for label, url in links
+        )
+        rst = rst[: footer.end()].rstrip("\n") + "\n" + buttons + "\n" + rst[footer.end() :]
     return rst
 
 

@@ -4,7 +4,8 @@ The contract, a page's side. When the environment variable ``SOL_RESULTS`` names
 writes ``<that folder>/<its file's stem>.csv`` (``01_fused_softmax.csv``), one row per point of its
 benchmark sweep, with exactly these columns (any order; an index written by pandas is one of them):
 
-* ``direction``: ``forward`` or ``backward`` (cross-entropy: ``forward+backward``); for a sum, its kind (``sum of all elements``, ``row sums``, ``column sums``);
+* ``direction``: ``forward`` or ``backward`` (cross-entropy: ``forward+backward``); for a sum, its kind
+  (``sum of all elements``, ``row sums``, ``column sums``);
 * ``dtype``: the tensors' dtype by its torch name (``float32``, ``bfloat16``);
 * ``N``: the size of the point (a row length, or the elements of a vector);
 * ``ours, % of light``: our kernel's GB/s as a percentage of the speed of light measured beside it (a copy
@@ -22,8 +23,9 @@ direction adds it with ``.assign(direction="forward", ...)``, and one whose kern
 two columns):
 
     if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \\
-            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
+        table[["ours, % of light", "ours / best peer"]].assign(
+            recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
+        ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_fused_softmax.csv"))
 
 Run alone (a downloaded notebook, ``python tutorials/...``) nothing sets ``SOL_RESULTS``, and the page
 writes nothing.
@@ -76,6 +78,7 @@ _logger = logging.getLogger(__name__)
 
 # ---- the contract, the reader's side ----
 
+
 def read_results(folder):
     """{page stem: DataFrame of COLUMNS} of every ``<stem>.csv`` in folder (none: an empty dict).
 
@@ -89,12 +92,16 @@ def _read(path):
     frame = pd.read_csv(path, dtype={key: str for key in KEYS})
     lacking = [c for c in COLUMNS if c not in frame.columns]
     if lacking:
-        raise ValueError(f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results have the columns "
-                         f"{', '.join(map(repr, COLUMNS))}")
+        raise ValueError(
+            f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results have the columns "
+            f"{', '.join(map(repr, COLUMNS))}"
+        )
     unknown = [c for c in frame.columns if c not in COLUMNS]
     if unknown:
-        raise ValueError(f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, COLUMNS))} "
-                         "(an index without a name? write the summary indexed by direction, dtype and N)")
+        raise ValueError(
+            f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, COLUMNS))} "
+            "(an index without a name? write the summary indexed by direction, dtype and N)"
+        )
     for column in (SIZE, *METRICS, FLAG):
         if not pd.api.types.is_numeric_dtype(frame[column]):
             raise ValueError(f"{path.name}: column {column!r} holds something other than numbers")
@@ -115,11 +122,17 @@ def _stats(points):
     where a peer ran (and where the worst is), how many such points; points: (N, % of light, ratio)."""
     light = [(v, n) for n, v, _ in points if not math.isnan(v)]
     ratio = sorted((v, n) for n, _, v in points if not math.isnan(v))
-    return {"best": max(light)[0] if light else math.nan, "best at": max(light)[1] if light else None,
-            "lowest": min(light)[0] if light else math.nan, "lowest at": min(light)[1] if light else None,
-            "light points": len(light), "worst ratio": ratio[0][0] if ratio else math.nan,
-            "worst at": ratio[0][1] if ratio else None, "peer points": len(ratio),
-            "median ratio": statistics.median(v for v, _ in ratio) if ratio else math.nan}
+    return {
+        "best": max(light)[0] if light else math.nan,
+        "best at": max(light)[1] if light else None,
+        "lowest": min(light)[0] if light else math.nan,
+        "lowest at": min(light)[1] if light else None,
+        "light points": len(light),
+        "worst ratio": ratio[0][0] if ratio else math.nan,
+        "worst at": ratio[0][1] if ratio else None,
+        "peer points": len(ratio),
+        "median ratio": statistics.median(v for v, _ in ratio) if ratio else math.nan,
+    }
 
 
 def _size(n):
@@ -136,7 +149,8 @@ def recommend(results):
     for stem in sorted(results, key=lambda s: (op_of(s), s)):
         for direction, dtype, n, light, ratio, flag in results[stem][list(COLUMNS)].itertuples(index=False):
             points.setdefault((op_of(stem), direction, dtype), {}).setdefault(_size(n), []).append(
-                (stem, float(light), float(ratio), int(flag)))
+                (stem, float(light), float(ratio), int(flag))
+            )
     rows, notes = [], []
     rank = lambda entry: -math.inf if math.isnan(entry[1]) else entry[1]  # ties: the first page
     for (op, direction, dtype), by_n in points.items():
@@ -148,17 +162,29 @@ def recommend(results):
                 rows[-1]["sizes"].append(n)
                 rows[-1]["points"].append((n, chosen[1], chosen[2]))
             else:
-                rows.append({"key": (op, direction, dtype, *answer), "op": op, "direction": direction, "dtype": dtype,
-                             "sizes": [n], "stem": answer[0], "claimed": answer[1], "rivals": answer[2],
-                             "points": [(n, chosen[1], chosen[2])]})
+                rows.append(
+                    {
+                        "key": (op, direction, dtype, *answer),
+                        "op": op,
+                        "direction": direction,
+                        "dtype": dtype,
+                        "sizes": [n],
+                        "stem": answer[0],
+                        "claimed": answer[1],
+                        "rivals": answer[2],
+                        "points": [(n, chosen[1], chosen[2])],
+                    }
+                )
     for row in rows:
         del row["key"]
         row.update(_stats(row.pop("points")))
         if row["rivals"]:
-            notes.append(f"{' and '.join((row['stem'], *row['rivals']))} each write recommended = 1 for "
-                         f"{OPS.get(row['op'], 'op ' + row['op'])} {row['direction']}, {row['dtype']} at N = "
-                         f"{_span(row['sizes'])}; the landing page names {row['stem']}, the fastest there. "
-                         "Make their RANGE constants agree.")
+            notes.append(
+                f"{' and '.join((row['stem'], *row['rivals']))} each write recommended = 1 for "
+                f"{OPS.get(row['op'], 'op ' + row['op'])} {row['direction']}, {row['dtype']} at N = "
+                f"{_span(row['sizes'])}; the landing page names {row['stem']}, the fastest there. "
+                "Make their RANGE constants agree."
+            )
     return rows, notes
 
 
@@ -176,8 +202,11 @@ def summarize(frame, stem="", chosen=None):
             if not len(points):
                 continue
             sizes = sorted(_size(n) for n in points[SIZE])
-            row = {"what": f"{direction}, {dtype}" + (", past its range" if past else ""), "sizes": sizes,
-                   **_stats(list(zip(points[SIZE].map(_size), points[METRICS[0]], points[METRICS[1]])))}
+            row = {
+                "what": f"{direction}, {dtype}" + (", past its range" if past else ""),
+                "sizes": sizes,
+                **_stats(list(zip(points[SIZE].map(_size), points[METRICS[0]], points[METRICS[1]]))),
+            }
             if past:
                 see = {}
                 for n in (n for n in sizes if (direction, dtype, n) in chosen):
@@ -188,6 +217,7 @@ def summarize(frame, stem="", chosen=None):
 
 
 # ---- the landing page ----
+
 
 def _pages(tutorials):
     """{stem: (docname, short title, writes results)} of every gallery script under tutorials/."""
@@ -201,20 +231,20 @@ def _pages(tutorials):
 
 
 def _at(value):
-    """ (N = 4,096)": where a figure was reached."""
+    """(N = 4,096)": where a figure was reached."""
     if value is None:
         return ""
     return f" (N = {int(value):,})" if float(value).is_integer() else f" (N = {value})"
 
 
 def _ends(sizes):
-    """"256 to 16,384", "65,536"."""
+    """ "256 to 16,384", "65,536"."""
     show = lambda n: f"{n:,}" if float(n).is_integer() else f"{n}"
     return show(sizes[0]) if len(sizes) == 1 else f"{show(sizes[0])} to {show(sizes[-1])}"
 
 
 def _span(sizes):
-    """"256 to 16,384 (7 points)", "65,536 (1 point)"."""
+    """ "256 to 16,384 (7 points)", "65,536 (1 point)"."""
     return f"{_ends(sizes)} ({len(sizes)} point{'s' if len(sizes) > 1 else ''})"
 
 
@@ -228,7 +258,10 @@ def _ratio_cells(row):
 def _unclaimed(sizes):
     """The label of a page recommended where no page that measured these N claims them."""
     one = len(sizes) == 1
-    return f" (the fastest measured: no page that measured {'this N' if one else 'these N'} claims {'it' if one else 'them'})"
+    return (
+        f" (the fastest measured: no page that measured {'this N' if one else 'these N'} "
+        f"claims {'it' if one else 'them'})"
+    )
 
 
 def _recommendation_cells(row, doc):
@@ -263,14 +296,19 @@ def _page_cells(stem, doc, row):
     cells = [doc(stem), what, _ends(row["sizes"]) + (f" ({len(row['sizes'])})" if len(row["sizes"]) > 1 else "")]
     if math.isnan(row["best"]):  # ours did not run here (a Gluon kernel without a GPU)
         return cells + ["not measured", "-", "-", "-"]
-    return cells + [f"{row['best']:.3g}%{_at(row['best at'])}", f"{row['lowest']:.3g}%{_at(row['lowest at'])}",
-                    *_ratio_cells(row)]
+    return cells + [
+        f"{row['best']:.3g}%{_at(row['best at'])}",
+        f"{row['lowest']:.3g}%{_at(row['lowest at'])}",
+        *_ratio_cells(row),
+    ]
 
 
 def page_rows(results, recommended):
     """[(stem, row of summarize())] of every page in results, its points past its range split off and naming
     the page recommended there (recommended: the rows of recommend())."""
-    chosen = {(r["op"], r["direction"], r["dtype"], n): (r["stem"], r["claimed"]) for r in recommended for n in r["sizes"]}
+    chosen = {
+        (r["op"], r["direction"], r["dtype"], n): (r["stem"], r["claimed"]) for r in recommended for n in r["sizes"]
+    }
     rows = []
     for stem, frame in results.items():
         mine = {key[1:]: answer for key, answer in chosen.items() if key[0] == op_of(stem)}
@@ -295,45 +333,64 @@ def landing_rst(results, pages, device, kept=(), ran=True):
     build's run (their pages were not made again), ran whether this build ran the tutorials."""
     doc = lambda stem: f":doc:`{stem[:2]} {pages[stem][1]} <{pages[stem][0]}>`"
     if not ran or not results:
-        why = "it did not run the tutorials (``make html-noplot``)" if not ran else "no tutorial that writes results ran"
-        return (f"No results were measured in this build: {why}. Each page's own tables hold its numbers, "
-                "where a build ran it.\n")
+        why = (
+            "it did not run the tutorials (``make html-noplot``)" if not ran else "no tutorial that writes results ran"
+        )
+        return (
+            f"No results were measured in this build: {why}. Each page's own tables hold its numbers, "
+            "where a build ran it.\n"
+        )
     recommended, _ = recommend(results)
     lines = [
-        f"Measured by this build {device}", "",
+        f"Measured by this build {device}",
+        "",
         *_heading("Which kernel for your op and N"),
         "For each op, direction (for a sum, its kind), dtype and size *N* that a page measured: the page whose kernel "
         "the site recommends there. Each page states the *N* its design is for (``RANGE``, beside its launch "
         "parameters); where no page that measured an *N* claims it, the row names the page whose kernel was the "
-        "fastest there, and says so. **ours, % of light**: that kernel's GB/s as a percentage of the speed of light measured "
-        "beside it at the same *N* (a copy of the same bytes; for a sum, a pass that only reads them), the lowest to "
-        "the highest over the row's *N*. **ours / best peer**: its GB/s over the fastest peer's at the same *N* "
-        "(PyTorch, ``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* and "
-        "the median over the *N* where a peer ran; above 1, ours is faster.", "",
-        *_list_table(["op", "measured", "N", "the site recommends", "ours, % of light", "ours / best peer: worst",
-                      "median"], [_recommendation_cells(row, doc) for row in recommended], "sol-results sol-recommended"),
+        "fastest there, and says so. **ours, % of light**: that kernel's GB/s as a percentage of the speed of light "
+        "measured beside it at the same *N* (a copy of the same bytes; for a sum, a pass that only reads them), the "
+        "lowest to the highest over the row's *N*. **ours / best peer**: its GB/s over the fastest peer's at the same "
+        "*N* (PyTorch, ``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* "
+        "and the median over the *N* where a peer ran; above 1, ours is faster.",
+        "",
+        *_list_table(
+            ["op", "measured", "N", "the site recommends", "ours, % of light", "ours / best peer: worst", "median"],
+            [_recommendation_cells(row, doc) for row in recommended],
+            "sol-results sol-recommended",
+        ),
         *_heading("Each page's sweep"),
         "Each row is one thing a page measured, over the sizes *N* it swept, with its kernel (*ours*: the one the page "
         "builds; where a page compares designs, the one it recommends), the best and the lowest % of light over *N*, "
         "and ours / best peer as above. A core page's *N* past its range are a row of their own, naming the page "
-        "recommended there. Each page's tables hold every point.", "",
+        "recommended there. Each page's tables hold every point.",
+        "",
         f".. figure:: /_generated/{FIGURE}",
         "   :alt: Bars, one per page and measurement: the best percentage of the speed of light that our kernel "
         "reached (a line at 100%), and the median of ours over the best peer (a line at 1).",
-        "   :width: 100%", "",
+        "   :width: 100%",
+        "",
         "   Left: our best % of the speed of light (bars) and lowest (dots) over the sizes each page swept. Right: "
-        "ours / best peer, the median (bars) and the worst size (dots).", "",
-        *_list_table(["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst",
-                      "median"], [_page_cells(stem, doc, row) for stem, row in page_rows(results, recommended)],
-                     "sol-results"),
+        "ours / best peer, the median (bars) and the worst size (dots).",
+        "",
+        *_list_table(
+            ["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst", "median"],
+            [_page_cells(stem, doc, row) for stem, row in page_rows(results, recommended)],
+            "sol-results",
+        ),
     ]
     if kept:
-        lines += ["Not rerun by this build (their scripts are unchanged, so their pages, like these rows, show the "
-                  "run of an earlier build): " + ", ".join(doc(s) for s in kept) + ".", ""]
+        lines += [
+            "Not rerun by this build (their scripts are unchanged, so their pages, like these rows, show the "
+            "run of an earlier build): " + ", ".join(doc(s) for s in kept) + ".",
+            "",
+        ]
     missing = [s for s, (_, _, writes) in pages.items() if writes and s not in results]
     if missing:
-        lines += ["Not measured in this build (not run, or run without results): "
-                  + ", ".join(doc(s) for s in missing) + ".", ""]
+        lines += [
+            "Not measured in this build (not run, or run without results): " + ", ".join(doc(s) for s in missing) + ".",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -351,27 +408,47 @@ def draw(results, pages, device, path):
 
     palette, stems = plt.get_cmap("tab10").colors, list(results)
     see = lambda row: f" (see {', '.join(s[:2] for s, _, _ in row['see'])})" if "see" in row else ""
-    rows = [(f"{stem[:2]} {pages[stem][1]}: {row['what']}{see(row)}", palette[stems.index(stem) % len(palette)], row)
-            for stem, row in page_rows(results, recommend(results)[0])]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.3 * len(rows) + 1.6), sharey=True, facecolor="white",
-                                      gridspec_kw={"width_ratios": [3, 2]})
+    rows = [
+        (f"{stem[:2]} {pages[stem][1]}: {row['what']}{see(row)}", palette[stems.index(stem) % len(palette)], row)
+        for stem, row in page_rows(results, recommend(results)[0])
+    ]
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(11, 0.3 * len(rows) + 1.6), sharey=True, facecolor="white", gridspec_kw={"width_ratios": [3, 2]}
+    )
     where = list(range(len(rows)))[::-1]  # first page on top
     best = [0 if math.isnan(r["best"]) else r["best"] for _, _, r in rows]
     left.barh(where, best, color=[c for _, c, _ in rows], height=0.7, label="best over N")
     left.plot([r["lowest"] for _, _, r in rows], where, "o", color="black", markersize=3, label="lowest over N")
     for y, (_, _, r) in zip(where, rows):
-        left.text(max(r["best"], 0) + 1 if not math.isnan(r["best"]) else 1, y,
-                  "not measured" if math.isnan(r["best"]) else f"{r['best']:.3g}%", va="center", fontsize=7)
+        left.text(
+            max(r["best"], 0) + 1 if not math.isnan(r["best"]) else 1,
+            y,
+            "not measured" if math.isnan(r["best"]) else f"{r['best']:.3g}%",
+            va="center",
+            fontsize=7,
+        )
     left.axvline(100, color="black", linewidth=1, label="speed of light")
     left.set_yticks(where, [label for label, _, _ in rows], fontsize=7)
     left.set_xlim(0, max(115, max(best) + 15))
     left.set_xlabel("ours, % of the speed of light at the same N")
     ratios = [(y, c, r) for y, (_, c, r) in zip(where, rows) if r["peer points"] and not math.isnan(r["best"])]
     if ratios:
-        right.barh([y for y, _, _ in ratios], [r["median ratio"] - 1 for _, _, r in ratios], left=1, height=0.7,
-                   color=[c for _, c, _ in ratios], label="median over N")
-        right.plot([r["worst ratio"] for _, _, r in ratios], [y for y, _, _ in ratios], "o", color="black", markersize=3,
-                   label="worst N")
+        right.barh(
+            [y for y, _, _ in ratios],
+            [r["median ratio"] - 1 for _, _, r in ratios],
+            left=1,
+            height=0.7,
+            color=[c for _, c, _ in ratios],
+            label="median over N",
+        )
+        right.plot(
+            [r["worst ratio"] for _, _, r in ratios],
+            [y for y, _, _ in ratios],
+            "o",
+            color="black",
+            markersize=3,
+            label="worst N",
+        )
         values = [v for _, _, r in ratios for v in (r["worst ratio"], r["median ratio"])] + [1]
         low, high = min(values) / 1.2, max(values) * 1.2
         right.set_xscale("log")
@@ -383,8 +460,9 @@ def draw(results, pages, device, path):
     right.set_xlabel("ours / best peer at the same N (right of 1x: ours is faster)")
     for ax in (left, right):
         ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.8 / (0.3 * len(rows) + 1.6)), ncol=3, fontsize=7,
-                  frameon=False)
+        ax.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.8 / (0.3 * len(rows) + 1.6)), ncol=3, fontsize=7, frameon=False
+        )
     fig.suptitle(f"Measured by this build {device}".rstrip("."), fontsize=8, x=0.01, ha="left", wrap=True)
     fig.tight_layout()
     buffer = io.BytesIO()
@@ -411,16 +489,22 @@ def _device():
             return f"on {torch.cuda.get_device_name(0)}, every page beside its peers in the same run."
     except ImportError:
         pass
-    return ("on a CPU, through Triton's interpreter (Pallas' for JAX): these are NOT GPU timings, they say nothing "
-            "about GPU speed, and only peers that run on a CPU ran.")
+    return (
+        "on a CPU, through Triton's interpreter (Pallas' for JAX): these are NOT GPU timings, they say nothing "
+        "about GPU speed, and only peers that run on a CPU ran."
+    )
 
 
 # ---- the build ----
 
+
 def _folders(app):
     """(this build's results folder, the kept results folder, the tutorials' sources)."""
-    return (pathlib.Path(app.outdir).parent / "results", pathlib.Path(app.srcdir) / "_generated" / "results",
-            pathlib.Path(app.confdir) / "tutorials")
+    return (
+        pathlib.Path(app.outdir).parent / "results",
+        pathlib.Path(app.srcdir) / "_generated" / "results",
+        pathlib.Path(app.confdir) / "tutorials",
+    )
 
 
 def _ask_for_results(app):

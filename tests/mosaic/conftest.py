@@ -14,7 +14,7 @@ def _load(stem, tmp_path_factory):
     """A page's definitions: its text up to the correctness cell, as a module (jax.jit needs real source)."""
     source = (PAGES / f"{stem}.py").read_text(encoding="utf-8")
     head = tmp_path_factory.mktemp("page") / f"page{stem[:2]}.py"
-    head.write_text(source[:source.index("# %%\n# Correctness")], encoding="utf-8")
+    head.write_text(source[: source.index("# %%\n# Correctness")], encoding="utf-8")
     spec = importlib.util.spec_from_file_location(f"page{stem[:2]}", head)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -45,6 +45,7 @@ def rel(out, ref):
 def data(shape, dtype, seed):
     import jax
     import jax.numpy as jnp
+
     kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
     x, dy = (jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in (kx, kd))
     return x, (1 + 0.1 * jax.random.normal(kw, (shape[-1],), jnp.float32)).astype(dtype), dy

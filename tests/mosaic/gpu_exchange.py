@@ -31,8 +31,9 @@ def launch(page, n_rows, n_cols, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("n_rows, n_cols", [(1, 32768), (7, 32768), (66, 32768), (133, 32768), (300, 32768),
-                                            (201, 24576)])
+@pytest.mark.parametrize(
+    "n_rows, n_cols", [(1, 32768), (7, 32768), (66, 32768), (133, 32768), (300, 32768), (201, 24576)]
+)
 def test_the_exchange_against_float64_and_repeatable(page, dtype, n_rows, n_cols):
     """One row, fewer rows than pairs, one row a pair, more rows than pairs (each pair several rows, some one more than
     others), and 24 K (a warpgroup's 3 chunks a row in a ring of 4 or 8 slots); every element of dx against float64;

@@ -15,6 +15,7 @@ if tuple(int(p) for p in jax.__version__.split(".")[:3]) < (0, 11, 1):
 
 def races():
     from jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call import get_races
+
     return get_races().races_found
 
 
@@ -26,6 +27,7 @@ def check_drop_in(rms_norm):
     """y, dx and dw of jax.vjp through a page's drop-in on a 3-D bf16 x against float64; the shapes and dtypes it
     gives; no rows in, no rows out."""
     from conftest import data, float64_vjp, rel
+
     x, w, dy = data((2, 3, 4096), jnp.bfloat16, seed=1)
     y, pullback = jax.vjp(rms_norm, x, w)
     dx, dw = pullback(dy)

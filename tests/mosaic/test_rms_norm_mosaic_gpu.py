@@ -17,9 +17,21 @@ def page(page51):
 
 
 @DTYPES
-@pytest.mark.parametrize("wgs, n_cols, chunk", [(2, 2048, 256), (2, 2048, 1024), (2, 4096, 512), (2, 6144, 1024),
-                                                (3, 6144, 1024), (4, 4096, 512), (4, 8192, 1024), (6, 6144, 512),
-                                                (8, 4096, 256), (8, 8192, 512)])
+@pytest.mark.parametrize(
+    "wgs, n_cols, chunk",
+    [
+        (2, 2048, 256),
+        (2, 2048, 1024),
+        (2, 4096, 512),
+        (2, 6144, 1024),
+        (3, 6144, 1024),
+        (4, 4096, 512),
+        (4, 8192, 1024),
+        (6, 6144, 512),
+        (8, 4096, 256),
+        (8, 8192, 512),
+    ],
+)
 def test_forward_a_row_a_program_against_float64_without_races(page, dtype, wgs, n_cols, chunk):
     """The forward that loads a row straight into registers, a program a row: two to eight warpgroups (the counts its
     config gives a GPU), 1-4 chunks a warpgroup (6144 over two: 3 chunks of 1024), every element of y written (the
@@ -36,10 +48,16 @@ def test_drop_in_shapes_and_gradient(page):
     check_drop_in(page.rms_norm)
 
 
-@pytest.mark.parametrize("shape, dtype, weight_n, match", [
-    ((4, 3072), jnp.float32, 3072, "multiples of 2048"), ((4, 1024), jnp.float32, 1024, "multiples of 2048"),
-    ((4, 2048), jnp.int32, 2048, "dtype"), ((4, 2048), jnp.float32, 1024, "weight must be"),
-    ((4, 67584), jnp.bfloat16, 67584, "to 65536")])
+@pytest.mark.parametrize(
+    "shape, dtype, weight_n, match",
+    [
+        ((4, 3072), jnp.float32, 3072, "multiples of 2048"),
+        ((4, 1024), jnp.float32, 1024, "multiples of 2048"),
+        ((4, 2048), jnp.int32, 2048, "dtype"),
+        ((4, 2048), jnp.float32, 1024, "weight must be"),
+        ((4, 67584), jnp.bfloat16, 67584, "to 65536"),
+    ],
+)
 def test_bad_input_says_why(page, shape, dtype, weight_n, match):
     with pytest.raises((ValueError, TypeError), match=match):
         page.rms_norm(jnp.ones(shape, dtype), jnp.ones((weight_n,), dtype))

@@ -202,7 +202,7 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N, PARTS, A
 
 def fwd_chunked_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, CHUNK_N, CHUNKS):
     """One row a program, read twice in CHUNKS chunks of CHUNK_N columns."""
-    (n_rows, n_cols), row, ar = x_ref.shape, pl.program_id(0), jnp.arange(CHUNK_N)
+    (_, n_cols), row, ar = x_ref.shape, pl.program_id(0), jnp.arange(CHUNK_N)
     def chunk(k, policy):  # chunk k of the row, as stored (past either end of the row: loads nothing)
         col = k * CHUNK_N + ar
         return pltriton.load(x_ref.at[row, col], mask=(col >= 0) & (col < n_cols), other=0, eviction_policy=policy)
