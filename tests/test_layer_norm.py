@@ -2,8 +2,14 @@
 determinism of the persistent backward. Without a CUDA GPU the kernels run through Triton's
 interpreter, so the sizes stay small."""
 
+import copy
 import math
+import os
 import random
+import re
+import subprocess
+import sys
+import types
 
 import pytest
 import torch
@@ -310,7 +316,9 @@ def test_page_checks_passed(ln):
     assert len(errors) > 0 and errors["same bits"].all(), "the backward gave different bits between runs"
     results = ln["results"]
     ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * 2 * len(ln["SWEEP_N"]) and ours["GB/s"].gt(0).all()
+    assert len(ours) == 2 * 2 * len(ln["SWEEP_N"])
+    # a GPU's run times every point; the interpreter's run checks values and times none (NaN, shown as no speed)
+    assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
 
 
 def test_forward_configs_keep_todays_launch_parameters(ln):
@@ -325,3 +333,136 @@ def test_forward_configs_keep_todays_launch_parameters(ln):
     assert cfg(64, 32768, 2, occupancy)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
     kernel, meta, grid = cfg(64, 65536, 4, occupancy)
     assert kernel is ln["layer_norm_fwd_chunked_kernel"] and meta == dict(CHUNK_N=16384, num_warps=32) and grid == 64
+
+
+def _fwd_samples():
+    """(x, w, b, eps) for the forward operator: weight and bias each present or absent, with and without
+    requires_grad, rows with a row stride, transposed rows, a single column, no rows."""
+    x, padded = torch.randn(5, 7, device=DEVICE), torch.randn(5, 10, device=DEVICE)[:, :7]
+    w, b = torch.randn(7, device=DEVICE) + 1, torch.randn(7, device=DEVICE)
+    grad = lambda t: t.clone().requires_grad_()  # noqa: E731
+    return [
+        (x, w, b, 1e-5),
+        (x, None, None, 1e-5),
+        (x, w, None, 1e-5),
+        (x, None, b, 1e-3),
+        (grad(x), grad(w), grad(b), 1e-5),
+        (grad(x), None, grad(b), 1e-5),
+        (grad(x), grad(w), None, 0.1),
+        (padded.requires_grad_(), w, b, 1e-5),
+        (torch.randn(7, 5, device=DEVICE).T, grad(w), grad(b), 1e-5),
+        (torch.randn(4, 1, device=DEVICE, requires_grad=True), grad(w[:1]), grad(b[:1]), 1e-5),
+        (torch.randn(0, 7, device=DEVICE, requires_grad=True), grad(w), grad(b), 1e-5),
+    ]
+
+
+def test_forward_operator_passes_opcheck(ln):
+    """Schema, fake (shapes without running the kernels), autograd registration, and a compiled graph's run."""
+    for args in _fwd_samples():
+        torch.library.opcheck(ln["layer_norm_fwd_op"], args)
+
+
+def test_backward_operator_passes_opcheck(ln):
+    x, w = torch.randn(5, 7, device=DEVICE), torch.randn(7, device=DEVICE) + 1
+    mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + 1e-5)
+    dys = [
+        torch.randn(5, 7, device=DEVICE),
+        torch.tensor(1.0, device=DEVICE).expand(5, 7),  # stride 0: from .sum()
+        torch.randn(7, 5, device=DEVICE).T,
+    ]
+    op = ln["layer_norm_bwd_op"]
+    for dy in dys:
+        for weight, compute in [(w, True), (w, False), (None, False), (None, True)]:
+            torch.library.opcheck(op, (x, dy, weight, mean, rstd, compute))
+    empty = torch.empty(0, 7, device=DEVICE)
+    torch.library.opcheck(op, (empty, empty, w, empty[:, 0], empty[:, 0], True))
+    dx, dw, db = op(empty, empty, w, empty[:, 0], empty[:, 0], True)
+    assert dx.shape == (0, 7) and not dw.any() and not db.any() and dw.shape == db.shape == (7,), "a sum over none"
+    dx, dw, db = op(x, dys[0], w, mean, rstd, True)
+    torch.testing.assert_close(db, dys[0].sum(0), rtol=1e-5, atol=1e-5)  # the operator computes, not just shapes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "normalized_shape,affine",
+    [((16,), (True, True)), ((16,), (False, False)), ((16,), (False, True)), ((2, 8), (True, True))],
+    ids=str,
+)
+def test_compiled_block_keeps_the_drop_in(ln, monkeypatch, dtype, normalized_shape, affine):
+    """A linear layer, layer_norm and a loss compiled with fullgraph=True (no graph break) against the same block run
+    eagerly, in the loss and in the gradients of the input, the layer's weight and the norm's weight and bias."""
+    # Dynamo reads the page's globals through its module name; a page run by the tests is not a module
+    module = types.ModuleType(ln.data["__name__"])
+    module.__dict__.update(ln.data)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 3, 12, generator=gen).to(DEVICE, dtype)
+    linear = torch.nn.Linear(12, 16, device=DEVICE, dtype=dtype)
+    w = (torch.rand(normalized_shape, generator=gen) + 0.5).to(DEVICE, dtype) if affine[0] else None
+    b = torch.randn(normalized_shape, generator=gen).to(DEVICE, dtype) if affine[1] else None
+    c = torch.randn(6, 3, *normalized_shape, generator=gen).to(DEVICE)  # a loss that layer_norm does not flatten
+    layer_norm = ln["layer_norm"]
+
+    def block(x, w, b):
+        return (layer_norm(linear(x).reshape(c.shape), normalized_shape, w, b, 1e-5).float() * c).sum()
+
+    def run(fn):
+        leaves = [None if t is None else t.clone().requires_grad_() for t in (x, w, b)]
+        linear.zero_grad(set_to_none=True)
+        loss = fn(*leaves)
+        loss.backward()
+        return [loss.detach(), linear.weight.grad] + [t.grad for t in leaves if t is not None]
+
+    torch._dynamo.reset()
+    eager, compiled = run(block), run(torch.compile(block, fullgraph=True, backend="aot_eager"))
+    torch._dynamo.reset()
+    assert len(compiled) == len(eager) == 3 + sum(affine)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    names = ["loss", "linear weight's gradient", "input's gradient"]
+    names += [f"norm {t}'s gradient" for t, present in zip(("weight", "bias"), affine) if present]
+    for name, got, want in zip(names, compiled, eager):
+        torch.testing.assert_close(got, want, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    # and the eager block against float64: the comparison above is not of two wrong answers
+    linear64 = copy.deepcopy(linear).double()
+    h64 = linear64(x.double()).reshape(c.shape)
+    w64, b64 = (None if t is None else t.double() for t in (w, b))
+    loss64 = (ref_layer_norm(h64, normalized_shape, w64, b64, 1e-5) * c.double()).sum()
+    assert rel_error(eager[1], torch.autograd.grad(loss64, linear64.weight)[0]) <= 2 * TOL[dtype], "against float64"
+
+
+def test_missing_peers_are_named_with_their_reason(ln, monkeypatch, capsys):
+    load_peer = ln["load_peer"]
+    monkeypatch.setitem(ln.data, "ON_GPU", False)
+    assert load_peer("torch.compile", "torch._inductor") is None
+    assert capsys.readouterr().out == "torch.compile: not measured here (no GPU).\n"
+    monkeypatch.setitem(ln.data, "ON_GPU", True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
+    assert load_peer("quack", "torch.nn.functional", min_cc=(9, 0)) is None
+    assert (
+        capsys.readouterr().out
+        == "quack: not measured here (needs compute capability 9.0 or newer; this GPU has 8.6).\n"
+    )
+    assert load_peer("Liger-Kernel", "no_such_package_here.ops") is None
+    assert capsys.readouterr().out == "Liger-Kernel: not measured here (not installed).\n"
+    assert load_peer("torch.compile", "torch.nn.functional") is torch.nn.functional and capsys.readouterr().out == ""
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the page's run without a GPU")
+def test_cpu_run_measures_no_speed_and_says_so(ln, monkeypatch):
+    """Run alone as the build runs it: it exits 0, prints the one line where a GPU's run reads its speeds (the
+    benchmark and its reading), names each peer it leaves out and why, shows the ladder as step | idea | N, and prints
+    no speed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SOL_RESULTS", "SOL_LOCK")} | {"MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, str(ln.path)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines.count(ln["NO_SPEED"]) == 2 and all(lines), lines
+    assert "torch.compile: not measured here (no GPU)." in lines, lines
+    for peer in ("Liger-Kernel", "quack"):
+        assert any(re.fullmatch(rf"{peer}: not measured here \((no GPU|not installed)\)\.", line) for line in lines), (
+            lines
+        )
+    assert not re.search(r"GB/s|% of the copy|as fast as|best peer|No quack", proc.stdout), proc.stdout
+    assert list(ln["ladder"].columns[:3]) == ["step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
+    monkeypatch.delenv("SOL_LOCK", raising=False)
+    assert "<td>not pinned</td>" in ln["environment_card"]()._repr_html_()

@@ -8,7 +8,7 @@ Layer norm brings each row to zero mean and unit variance, then scales and shift
 :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import contextlib, math, os, time, timeit
+import importlib, importlib.util, math, os, time, typing
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -102,12 +102,11 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 # %%
 # The backward, without locks
 # ---------------------------
-# With :math:`g = dy \odot w`, :math:`dx = r \, (g - \overline{g} - \hat{x} \, \overline{g \hat{x}})` (bars: row
-# means); *dw*, *db* sum *dy x_hat*, *dy* over rows. A *persistent* grid, a program an SM, gives program *p* of
-# *P* the blocks *p, p + P, ...* and its own line of a ``[P, N]`` buffer for its sums: no lock, no atomic. A second
-# kernel adds the lines in a fixed order: the same bits every run. ``tl.range(..., num_stages=S)`` loads the next
-# ``S - 1`` blocks into shared memory while one is computed. With spin locks:
-# :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`.
+# With :math:`g = dy \odot w`, :math:`dx = r \, (g - \overline{g} - \hat{x} \, \overline{g \hat{x}})` (bars: row means);
+# *dw*, *db* sum *dy x_hat*, *dy* over rows. A *persistent* grid, a program an SM, gives program *p* of *P* the blocks
+# *p, p + P, ...* and its own line of a ``[P, N]`` buffer for its sums: no lock, no atomic. A second kernel adds the
+# lines in a fixed order: the same bits every run. ``tl.range(..., num_stages=S)`` loads the next ``S - 1`` blocks into
+# shared memory while one is computed. With spin locks: :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`.
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -245,9 +244,10 @@ def layer_norm_bwd_chunked_kernel(
 # %%
 # Launch parameters and the drop-in
 # ---------------------------------
-# Measured fastest on an H100 (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). In the configs:
-# rows of 512 take 128 bytes a thread, others 64; chunks, 32 warps forward, 16 backward (16 values a
-# thread); 2 to 4 stages, as ``BWD_STAGE_BYTES`` allows.
+# Measured fastest on an H100 (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`). In the configs: rows of
+# 512 take 128 bytes a thread, others 64; chunks, 32 warps forward, 16 backward (16 values a thread); 2 to 4 stages,
+# as ``BWD_STAGE_BYTES`` allows. As PyTorch operators (``torch.library.custom_op``), the kernels stay in the graph of
+# a model compiled with ``fullgraph=True``; ``register_fake`` gives it their outputs' shapes without running them.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
 MAX_FUSED_N = 32768  # forward: 32 fp32 a thread of 32 warps fill the registers
@@ -265,8 +265,7 @@ RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): r
 SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: narrow strips, many programs
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _occupancy = {}
-def _warps(n_elements, element_size, bytes_per_thread, least=4):
-    """Warps such that each thread holds about bytes_per_thread bytes of a tile (least to 32 warps)."""
+def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def programs_per_sm(kernel, args, meta):
     """Programs of this compiled kernel an SM holds at once, by threads, registers and shared memory."""
@@ -337,32 +336,41 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
         grid = (triton.cdiv(n_cols, SUM_META["BLOCK_C"]),)
         sum_partials_kernel[grid](dw_partial, db_partial, dw, db, lines, n_cols, **SUM_META)
     return kernel, lines
-
 def _rows(t, n_rows, n_cols):  # unit-stride rows, copied only if needed
     return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
-
-class LayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x2d, w, b, eps):
-        y2d, mean, rstd = x2d.new_empty(x2d.shape), *(x2d.new_empty(len(x2d), dtype=torch.float32) for _ in range(2))
-        if y2d.numel() > 0:
-            layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
-        ctx.save_for_backward(x2d, w, b, mean, rstd)
-        return y2d
-    @staticmethod
-    def backward(ctx, dy2d):
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-            raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
-                               "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
-        x2d, w, b, mean, rstd = ctx.saved_tensors
-        dx2d, need = torch.empty_like(x2d), ctx.needs_input_grad[1:3]
-        dw, db = (x2d.new_zeros(x2d.shape[1], dtype=torch.float32 if t is None else t.dtype) for t in (w, b))
-        if dx2d.numel() > 0:
-            layer_norm_rows_backward(x2d, _rows(dy2d, *x2d.shape), dx2d, w, mean, rstd, *((dw, db) if any(need) else ()))
-        if x2d.shape[1] == 1:  # y = b: dx is 0, not a GPU's rounding
-            dx2d.zero_()
-        return dx2d, dw if need[0] else None, db if need[1] else None, None
-
+@torch.library.custom_op("sol::layer_norm_fwd_02", mutates_args=())
+def layer_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], b: typing.Optional[torch.Tensor],
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y, and each row's mean and rstd (fp32, for the backward), of rows x of any strides, in new tensors."""
+    (y2d, mean, rstd), wb = layer_norm_fwd_fake(x, w, b, eps), (t if t is None else t.contiguous() for t in (w, b))
+    if y2d.numel() > 0:
+        layer_norm_rows_forward(_rows(x, *x.shape), y2d, *wb, mean, rstd, eps)
+    return y2d, mean, rstd
+@layer_norm_fwd_op.register_fake
+def layer_norm_fwd_fake(x, w, b, eps):  # shapes and dtypes only
+    return x.new_empty(x.shape), *(x.new_empty(x.shape[0], dtype=torch.float32) for _ in range(2))
+@torch.library.custom_op("sol::layer_norm_bwd_02", mutates_args=())
+def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torch.Tensor], mean: torch.Tensor,
+                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors; rows of any strides."""
+    dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
+    if dx2d.numel() > 0:
+        layer_norm_rows_backward(_rows(x, *x.shape), _rows(dy, *x.shape), dx2d, w if w is None else w.contiguous(),
+                                 mean.contiguous(), rstd.contiguous(), *((dw, db) if compute_dwdb else ()))
+    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dw, db  # N = 1, y = b: dx is 0, not a GPU's rounding
+@layer_norm_bwd_op.register_fake
+def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
+    return x.new_empty(x.shape), *(mean.new_zeros(x.shape[1] if compute_dwdb else 0) for _ in range(2))  # fp32
+def _setup(ctx, inputs, output):  # keeps x, w, and the rows' statistics for the backward
+    ctx.save_for_backward(*inputs[:3], *output[1:]), ctx.mark_non_differentiable(*output[1:])
+def _backward(ctx, dy2d, _mean, _rstd):
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
+        raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
+                           "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
+    (x2d, w, b, mean, rstd), need = ctx.saved_tensors, ctx.needs_input_grad[1:3]
+    dx2d, dw, db = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
+    return dx2d, dw.to(w.dtype) if need[0] else None, db.to(b.dtype) if need[1] else None, None
+layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
     shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
@@ -384,7 +392,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                          "and hold under 2**31 elements")
     x2d = _rows(input, math.prod(input.shape[: input.dim() - len(shape)]), n_cols := math.prod(shape))
     w, b = (None if t is None else t.reshape(n_cols).contiguous() for t in (weight, bias))
-    return LayerNormFunction.apply(x2d, w, b, float(eps)).view(input.shape)
+    return layer_norm_fwd_op(x2d, w, b, float(eps))[0].view(input.shape)
 
 # %%
 # Correctness
@@ -401,7 +409,6 @@ def check_row(shape, dtype):
     row = {q: ((o.double() - r).norm() / (r.norm() if r.norm() > 0 else 1)).item() for q, o, r in zip(OURS, first, refs)}
     return {"shape": shape, "dtype": str(dtype)[6:]} | row | {"same bits": all(
         torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))}
-
 torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
 assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
@@ -413,48 +420,76 @@ errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x, y* forward, *x, dy, dx* backward.
 
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), saying why in one wording
+    cc = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = ("not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else
+           "" if cc >= min_cc else "needs compute capability {}.{} or newer; this GPU has {}.{}".format(*min_cc, *cc))
+    if not why:
+        try:
+            return importlib.import_module(module)
+        except Exception as err:  # installed, yet it does not load here
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
+    print(f"{peer}: not measured here ({why}).")
 if ON_GPU:  # graphs are not captured on the default stream
     torch.cuda.set_stream(torch.cuda.Stream())
-def bench(fn, graph=True):  # median ms of fn()
-    if not ON_GPU:  # interpreter times mean nothing
-        return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # warm-up
+def bench(fn, graph=True):  # median ms of fn(); without a GPU, NaN: one call, timed not at all
+    fn()  # warm-up (on the CPU: the run that checks it)
+    if not ON_GPU:
+        return math.nan
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
-
 def providers():  # name -> fn(x, w, b), ours last
     found = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
-    if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
+    if load_peer("torch.compile", "torch._inductor"):  # on a CPU, Inductor would time a C++ compiler
         torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024
         found["torch.compile"] = torch.compile(found["torch"], dynamic=False)
-        with contextlib.suppress(ImportError):
-            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-    try:  # quack takes fp32 w and b (w32, b32)
-        assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "quack needs an sm_90 GPU or newer"
-        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
+    if liger := load_peer("Liger-Kernel", "liger_kernel.ops.layer_norm"):
+        found["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    if quack := load_peer("quack", "quack.rmsnorm", min_cc=(9, 0)):  # quack takes fp32 w and b (w32, b32)
         class QuackLayerNorm(torch.autograd.Function):
             @staticmethod
             def forward(ctx, x, w, b):
-                y, *saved = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+                y, *saved = quack.layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
                 ctx.save_for_backward(x, *saved)
                 return y
             @staticmethod
             def backward(ctx, dy):
-                dx, dw, db = layernorm_bwd(ctx.saved_tensors[0], w32, dy.contiguous(), *ctx.saved_tensors[1:], True)
+                dx, dw, db = quack.layernorm_bwd(ctx.saved_tensors[0], w32, dy.contiguous(), *ctx.saved_tensors[1:], True)
                 return dx, dw.to(dy.dtype), db.to(dy.dtype)
         found["quack"] = QuackLayerNorm.apply
-    except Exception as err:  # not installed, or not for this GPU
-        print(f"No quack: {err}")
     return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
-
+def measure(fns):  # (every provider's GB/s each way, step 0's ladder rows), each checked before it is timed
+    global w32, b32
+    records, steps = [], []
+    for dtype in (torch.float32, torch.bfloat16):
+        for n_cols in SWEEP_N:
+            x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+            w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
+            dy, out, w32, b32, point = torch.randn_like(x), torch.empty_like(x), w.float(), b.float(), (str(dtype)[6:], n_cols)
+            gbs = lambda times, ms: times * x.numel() * x.element_size() / ms * 1e-6
+            light, reference = gbs(2, bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w32, b32)
+            if dtype == torch.bfloat16 and n_cols in LADDER_N:  # step 0
+                steps.append((0, "one row a program, 4 warps", n_cols, gbs(2, bench(lambda: plain_forward(x, out, w, b))), light))
+                torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=2e-2)  # bench ran it
+            inputs = [t.requires_grad_() for t in (x, w, b)]
+            for name, fn in fns.items():
+                ms = (math.nan, math.nan)  # "-" in the table
+                try:
+                    torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
+                    ms = (bench(lambda: fn(*inputs)), bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)))
+                except Exception as err:
+                    if name == "ours":
+                        raise
+                    print(name, point, "not measured:", " ".join(str(err).split())[:100])
+                records += [("forward", *point, name, gbs(2, ms[0]), light), ("backward", *point, name, gbs(3, ms[1]), light)]
+    return pd.DataFrame(records, columns=["direction", "dtype", "N", "provider", "GB/s", "speed of light"]), steps
 def write_results(table):  # the summary the site's front page reads
     if os.environ.get("SOL_RESULTS"):
         table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm.csv"))
-
 def environment_card():  # everything needed to judge this page's numbers, collapsed
     card = {"device": WHERE, "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run)} / "
             f"{torch.version.cuda}" if ON_GPU else "none", "torch": torch.__version__, "Triton": triton.__version__,
@@ -469,68 +504,46 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: far past the 50 MB L2
-fns, records, steps = providers(), [], []
-for dtype in (torch.float32, torch.bfloat16):
-    for n_cols in SWEEP_N:
-        x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
-        dy, out, w32, b32, point = torch.randn_like(x), torch.empty_like(x), w.float(), b.float(), (str(dtype)[6:], n_cols)
-        gbs = lambda times, ms: times * x.numel() * x.element_size() / ms * 1e-6
-        light, reference = gbs(2, bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w32, b32)
-        if dtype == torch.bfloat16 and n_cols in LADDER_N:  # step 0
-            plain_forward(x, out, w, b)
-            torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=2e-2)
-            steps.append((0, "one row a program, 4 warps", n_cols, gbs(2, bench(lambda: plain_forward(x, out, w, b))), light))
-        inputs = [t.requires_grad_() for t in (x, w, b)]
-        for name, fn in fns.items():
-            ms = (math.nan, math.nan)  # "-" in the table
-            try:
-                torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
-                ms = (bench(lambda: fn(*inputs)), bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)))
-            except Exception as err:
-                if name == "ours":
-                    raise
-                print(name, point, "not measured:", err)
-            records += [("forward", *point, name, gbs(2, ms[0]), light), ("backward", *point, name, gbs(3, ms[1]), light)]
-results = pd.DataFrame(records, columns=["direction", "dtype", "N", "provider", "GB/s", "speed of light"])
+results, steps = measure(fns := providers())
 table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
 table = table.reset_index("speed of light").loc[["forward", "backward"], ["speed of light", *fns]]
 steps += [(1, "a block of rows a program, warps sized to its bytes", n, *table.loc["forward", "bfloat16", n][["ours", "speed of light"]])
           for n in LADDER_N]
 ladder = pd.DataFrame(steps, columns=["step", "idea", "N", "GB/s", "light"])
 ladder["% of light"] = 100 * ladder["GB/s"] / ladder.pop("light")
-ladder.style.format({"N": "{:,}", "GB/s": "{:,.0f}" if ON_GPU else "{:.3g}", "% of light": "{:.3g}%"}).hide(axis="index")
-
-# %%
-speed = ladder.set_index(["step", "N"])["GB/s"]
-print(" ".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0." for n in LADDER_N))
+shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]  # the interpreter's times are no GPU's speeds
+shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide(axis="index")
 
 # %%
 # Benchmark
 # ---------
 table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
 table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
-table["ours, % of light"].unstack([0, 1]).plot(logx=True, marker="o", grid=True, ylabel="ours, % of the copy's GB/s",
-                                               title=f"Layer norm, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+if ON_GPU:
+    table["ours, % of light"].unstack([0, 1]).plot(logx=True, marker="o", grid=True, ylabel="ours, % of the copy's GB/s",
+                                                   title=f"Layer norm, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
 write_results(table)
-table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}"},
-                   na_rep="-")
+table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
+                   na_rep="-") if ON_GPU else print(NO_SPEED)
 
 # %%
 # Reading the numbers
 # -------------------
 inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
 mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]
-print(f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
+speed = ladder.set_index(["step", "N"])["GB/s"]
+print("".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0. " for n in LADDER_N) +
+      f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
       f"{table['ours / best peer'][inside].min():.2g}x the fastest peer; forward, {(fwd.ours / fwd.naive).median():.2g}x "
       f"the naive (median; bytes predict 6x). Past RANGE it fell to {past.min():.3g}%: a wide row leaves room for few "
-      "programs an SM, chunks read x twice; deep dives 21 and 23 take over. Fused, layer norm is bound by its bytes.")
+      "programs an SM, chunks read x twice; deep dives 21 and 23 take over. Fused, layer norm is bound by its bytes."
+      if ON_GPU else NO_SPEED)
 
 # %%
 # Going further
 # -------------
-# **Past RANGE**: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, or a row
-# split), :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory),
+# **Past RANGE**: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, or a row split),
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory),
 # :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row split over programs).
 # **Exercise**: ``STAGES = 1`` in ``_bwd_config``: which widths fall, and why? Reference: Ba et al. (2016).
 
