@@ -250,21 +250,20 @@ def layer_norm_bwd_chunked_kernel(
 # a model compiled with ``fullgraph=True``; ``register_fake`` gives it their outputs' shapes without running them.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
+SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
 MAX_FUSED_N = 32768  # forward: 32 fp32 a thread of 32 warps fill the registers
 MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # backward: x, dy and 2 accumulators fill the registers
 MIN_ELEMENTS = 4096  # forward: enough bytes in flight to hide latency
 FWD_MIN_BYTES_PER_SM = 40960  # forward: less x in flight an SM: twice the rows
 BWD_MIN_BYTES = 8192  # backward: a block's x fills a pipeline stage
-BWD_PROGRAMS_PER_SM = 1  # backward: pipelined loads keep one busy
-BWD_VALUES_PER_THREAD = 32  # backward: more spills, with 2 accumulators
-BWD_STAGE_BYTES = 98304  # backward: under half an SM's shared memory
+BWD_PROGRAMS_PER_SM, BWD_VALUES_PER_THREAD = 1, 32  # backward: pipelined loads keep one busy; more would spill
+BWD_STAGE_BYTES = 98304  # backward: under half an SM's shared memory, and within SMEM_PER_BLOCK, the device's
 BWD_WARPS_PER_SM = 32  # chunked backward: half an SM's 64 warps was fastest
 CHUNK_N = {"forward": 16384, "backward": 4096}  # a chunk: what the warps' registers hold
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1),  # the N these
          ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # kernels are for
 SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: narrow strips, many programs
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_occupancy = {}
+SUPPORTED_DTYPES, _occupancy = (torch.float32, torch.float16, torch.bfloat16), {}  # _occupancy: programs_per_sm's
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def programs_per_sm(kernel, args, meta):
@@ -272,12 +271,12 @@ def programs_per_sm(kernel, args, meta):
     key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
                          else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
            tuple(sorted(meta.items())))
-    if key not in _occupancy and not ON_GPU:
-        _occupancy[key] = 1  # the interpreter runs programs one by one
-    if key not in _occupancy:
+    if key not in _occupancy and not ON_GPU:  # the interpreter runs programs one by one
+        _occupancy[key] = 1
+    elif key not in _occupancy:
         props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
         compiled = kernel.warmup(*args, grid=(1,), **meta)
-        compiled._init_handles()
+        compiled._init_handles()  # loads it: n_regs is known after
         smem = compiled.metadata.shared
         _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,
                                      getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
@@ -298,7 +297,9 @@ def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=
     """(kernel, meta, lines, rows per program): one partial line a program, at most ``programs`` lines."""
     if chunk_n is None and n_cols <= MAX_BWD_FUSED_N[min(element_size, 4)]:
         block_m = max(1, BWD_MIN_BYTES // element_size // (block_n := triton.next_power_of_2(n_cols)))
-        kernel, stages = layer_norm_bwd_kernel, BWD_STAGE_BYTES // (2 * block_m * block_n * element_size)
+        tile = 2 * block_m * block_n  # x and dy a stage; narrow tiles stage 4 bytes a value, and 16 KB stay spare
+        kernel, stages = layer_norm_bwd_kernel, min(BWD_STAGE_BYTES // (tile * element_size),
+                                                    (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
         meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * BWD_VALUES_PER_THREAD),
                     STAGES=max(2, min(4, stages)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
         per_sm = BWD_PROGRAMS_PER_SM
@@ -306,8 +307,7 @@ def _bwd_config(n_rows, n_cols, element_size, occupancy, programs=None, chunk_n=
         block_m, kernel = 1, layer_norm_bwd_chunked_kernel
         meta = dict(CHUNK_N=chunk_n or CHUNK_N["backward"], num_warps=16)
         per_sm = min(occupancy(kernel, meta), max(1, BWD_WARPS_PER_SM // meta["num_warps"]))
-    n_blocks = triton.cdiv(n_rows, block_m)
-    lines = max(1, min(per_sm * NUM_SMS if programs is None else programs, n_blocks))
+    lines = max(1, min(per_sm * NUM_SMS if programs is None else programs, n_blocks := triton.cdiv(n_rows, block_m)))
     rows_per_program = triton.cdiv(n_blocks, lines) * block_m  # strided blocks; a run of rows if chunked
     return kernel, meta, triton.cdiv(n_rows, rows_per_program), rows_per_program
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps, chunk_n=None):

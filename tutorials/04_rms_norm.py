@@ -415,7 +415,7 @@ if ON_GPU:  # graph capture needs a side stream
 def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
-    fn(), torch.cuda.synchronize()  # a warm-up
+    fn()  # a warm-up, outside the capture (torch.cuda.graph synchronizes before it captures)
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
