@@ -178,8 +178,7 @@ SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw,
 # which the landing page names at those N; design 1 is the classic design it is measured against.
 RANGE = {}
 
-def _warps(n_elements, element_size, bytes_per_thread, least=4):
-    """Warps such that each thread holds about bytes_per_thread bytes of a tile (least to 32 warps)."""
+def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 
 def _bwd_config(n_rows, n_cols, element_size, programs=None):
