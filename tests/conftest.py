@@ -1,6 +1,7 @@
 """Shared fixtures. Without a CUDA GPU the kernels run through Triton's interpreter on the CPU."""
 
 import collections
+import math
 import os
 import pathlib
 import subprocess
@@ -86,6 +87,18 @@ def load_page(path):
     exec(compile(head, str(path), "exec"), scope)
     rest = "\n" * head.count("\n") + source[len(head) :] if len(head) < len(source) else None
     return _Page(path, scope, rest)
+
+
+# The edge-case tests (tests/test_edges_*.py) pass views of tensors fenced by NaNs: a kernel that reads outside a
+# view's elements shows it in its result
+def fenced(shape, dtype, seed=0, values=None, offset=7):
+    """A leaf tensor of `shape` (values: given, or standard normal) whose storage starts `offset` elements into a
+    buffer of NaNs that goes on past its end."""
+    n = math.prod(shape)
+    values = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if values is None else values
+    buffer = torch.full((n + offset + 64,), float("nan"), dtype=dtype)
+    buffer[offset : offset + n] = values.reshape(-1).to(dtype)
+    return buffer.to(DEVICE)[offset : offset + n].view(shape).detach()
 
 
 class LazyTutorial:

@@ -6,10 +6,12 @@ gradient of the gradient included. Each result is compared with torch.sum and wi
 A kernel that assumed unit strides would read the wrong elements of a strided view and past the storage of a
 broadcast one; the storage sits inside a larger buffer of NaNs here, so a read outside it shows in the result."""
 
+import math
+
 import pytest
 import torch
 
-from conftest import DEVICE, load_tutorial
+from conftest import DEVICE, fenced, load_tutorial
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Relative to the sum of |x|: a few roundings of the output dtype (the interpreter truncates to bf16).
@@ -27,14 +29,10 @@ def page31():
 
 
 def _fenced(shape, dtype, seed):
-    """A tensor of `shape` whose storage starts 7 elements into a buffer and is followed by more: NaN all around."""
-    gen = torch.Generator().manual_seed(seed)
-    n = 1
-    for size in shape:
-        n *= size
-    buffer = torch.full((n + 64,), float("nan"), dtype=dtype)
-    buffer[7 : 7 + n] = (torch.randn(n, generator=gen) + 0.05).to(dtype)
-    return buffer.to(DEVICE)[7 : 7 + n].view(shape)
+    """conftest's fenced tensor of `shape`, normal values shifted a little off 0 (their sum is not all cancellation)."""
+    return fenced(
+        shape, dtype, values=torch.randn(math.prod(shape), generator=torch.Generator().manual_seed(seed)) + 0.05
+    )
 
 
 # name -> view of a fenced base: (shape of the base, the view)

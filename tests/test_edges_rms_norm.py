@@ -10,7 +10,6 @@ is compared with F.rms_norm in the same dtypes and with float64.
 Every input, weight and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a
 tensor's storage, or assumed unit strides, shows NaN or wrong values in the result."""
 
-import math
 import os
 import re
 
@@ -18,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DEVICE, load_tutorial
+from conftest import DEVICE, fenced, load_tutorial
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # the interpreter's numpy
 
@@ -41,16 +40,6 @@ def rms_norm(page):
 @pytest.fixture(scope="module")
 def rms_norm_forward():
     return load_tutorial("42_rms_norm_staged_gluon")["rms_norm_forward"]
-
-
-def fenced(shape, dtype, seed=0, values=None, offset=7):
-    """A leaf tensor of `shape` (values: given, or standard normal) whose storage starts `offset` elements into a
-    buffer of NaNs that goes on past its end."""
-    n = math.prod(shape)
-    values = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if values is None else values
-    buffer = torch.full((n + offset + 64,), float("nan"), dtype=dtype)
-    buffer[offset : offset + n] = values.reshape(-1).to(dtype)
-    return buffer.to(DEVICE)[offset : offset + n].view(shape).detach()
 
 
 class Input:

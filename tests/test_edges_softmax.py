@@ -8,12 +8,11 @@ Each result is compared with torch.softmax in the same dtype and with float64.
 Every input and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a tensor's
 storage, or assumed unit strides, shows NaN or wrong values in the result."""
 
-import math
 
 import pytest
 import torch
 
-from conftest import DEVICE, load_tutorial
+from conftest import DEVICE, fenced, load_tutorial
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # the interpreter's numpy
 
@@ -30,16 +29,6 @@ def softmax():
 @pytest.fixture(scope="module")
 def softmax_forward():
     return load_tutorial("12_softmax_staged_gluon")["softmax_forward"]
-
-
-def fenced(shape, dtype, seed=0, values=None, offset=7):
-    """A leaf tensor of `shape` (values: given, or standard normal) whose storage starts `offset` elements into a
-    buffer of NaNs that goes on past its end."""
-    n = math.prod(shape)
-    values = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if values is None else values
-    buffer = torch.full((n + offset + 64,), float("nan"), dtype=dtype)
-    buffer[offset : offset + n] = values.reshape(-1).to(dtype)
-    return buffer.to(DEVICE)[offset : offset + n].view(shape).detach()
 
 
 # name -> (shape of the fenced base, the view of it that is passed)
