@@ -8,7 +8,6 @@ Each result is compared with torch.softmax in the same dtype and with float64.
 Every input and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a tensor's
 storage, or assumed unit strides, shows NaN or wrong values in the result."""
 
-
 import pytest
 import torch
 
