@@ -1,5 +1,5 @@
 """Edge cases of tutorial 02's drop-in ``layer_norm`` and of the row statistics its deep dives compute (21's and
-22's forwards, the ``row_statistics`` of 23 and 02_layer_norm_backward_locks), against torch and a float64
+22's forwards, the ``row_statistics`` of 23 and 24_layer_norm_backward_locks), against torch and a float64
 reference: every tensor argument as a view (sliced, transposed, expanded with stride 0, 1-d, a storage offset),
 empty and size-1 shapes, every dtype torch takes (or a clear TypeError naming the argument), extreme values
 (constant rows, rows scaled by 1e20, values near the dtype's largest, inf, tiny rows, a first value far from the
@@ -21,7 +21,7 @@ CORE = LazyTutorial("02_layer_norm")
 WIDE = LazyTutorial("21_layer_norm_wide_forward")
 STAGED = LazyTutorial("22_layer_norm_staged_gluon")
 WIDE_BWD = LazyTutorial("23_layer_norm_wide_backward")
-LOCKS = LazyTutorial("02_layer_norm_backward_locks")
+LOCKS = LazyTutorial("24_layer_norm_backward_locks")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # a few roundings of the dtype (the interpreter truncates fp32 -> bf16 instead of rounding: twice a GPU's)
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
@@ -174,11 +174,11 @@ def test_staged_page_forward_values(name):
     _check_stats(name, x, y, mean, rstd, what=f"22 {used}")
 
 
-@pytest.mark.parametrize("page", ["23_layer_norm_wide_backward", "02_layer_norm_backward_locks"])
+@pytest.mark.parametrize("page", ["23_layer_norm_wide_backward", "24_layer_norm_backward_locks"])
 @pytest.mark.parametrize("name", ["constant", "1e20 scaled", "near the largest"])
 def test_backward_pages_row_statistics(page, name):
     """The statistics these pages hand their backward kernels: float64's, rounded once (fp32 overflows)."""
-    stats = {"23_layer_norm_wide_backward": WIDE_BWD, "02_layer_norm_backward_locks": LOCKS}[page]["row_statistics"]
+    stats = {"23_layer_norm_wide_backward": WIDE_BWD, "24_layer_norm_backward_locks": LOCKS}[page]["row_statistics"]
     x = _value_rows(name, 257, torch.float32).float().to(DEVICE)
     mean, rstd = stats(x)
     var64, mean64 = torch.var_mean(x.double(), dim=1, correction=0)

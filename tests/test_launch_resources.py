@@ -725,7 +725,7 @@ CROSS_ENTROPY = ("gradient", "gradient, label smoothing", "forward alone, label 
 PAGES = {
     "01_fused_softmax": Entry(softmax_01, ("",)),
     "02_layer_norm": Entry(layer_norm_02, ("affine",)),
-    "02_layer_norm_backward_locks": Entry(layer_norm_locks_02, ("classic", "persistent"), layer_norm_locks_02_takes),
+    "24_layer_norm_backward_locks": Entry(layer_norm_locks_02, ("classic", "persistent"), layer_norm_locks_02_takes),
     "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_04, ("weight",)),
     "06_cross_entropy": Entry(cross_entropy, CROSS_ENTROPY),

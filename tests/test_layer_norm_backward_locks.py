@@ -14,7 +14,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 @pytest.fixture(scope="module")
 def page():
-    return load_tutorial("02_layer_norm_backward_locks")
+    return load_tutorial("24_layer_norm_backward_locks")
 
 
 def reference(x, w, dy, eps=1e-5):

@@ -88,8 +88,7 @@ def test_core_pages_name_their_deep_dives():
 
 
 # The core pages that teach a design as a ladder: the first page of each number. A companion page of the same number
-# (02_layer_norm_backward_locks, 05_jax_rms_norm_sharded) extends its core page with one more design, as a deep dive
-# does.
+# (05_jax_rms_norm_sharded) extends its core page with one more design, as a deep dive does.
 LADDERS = [stem for stem in CORE if stem == min(c for c in CORE if c[:2] == stem[:2])]
 LOOPS = ("tl.range", "tl.static_range", "fori_loop", "while_loop", "eviction_policy", "cache_modifier", "tl.minimum")
 
@@ -172,7 +171,6 @@ MOST_MINUTES = 30
 READS_LONGER = {
     "01_fused_softmax": 57,
     "02_layer_norm": 66,
-    "02_layer_norm_backward_locks": 59,
     "03_parallel_reduction": 54,
     "04_rms_norm": 63,
     "05_jax_rms_norm": 54,

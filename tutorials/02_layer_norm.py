@@ -106,7 +106,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 # *dw*, *db* sum *dy x_hat*, *dy* over rows. A *persistent* grid, a program an SM, gives program *p* of *P* the blocks
 # *p, p + P, ...* and its own line of a ``[P, N]`` buffer for its sums: no lock, no atomic. A second kernel adds the
 # lines in a fixed order: the same bits every run. ``tl.range(..., num_stages=S)`` loads the next ``S - 1`` blocks into
-# shared memory while one is computed. With spin locks: :ref:`sphx_glr_tutorials_02_layer_norm_backward_locks.py`.
+# shared memory while one is computed. With spin locks: :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`.
 
 @triton.jit
 def layer_norm_bwd_kernel(

@@ -16,7 +16,7 @@ benchmark sweep, with exactly these columns (any order; an index written by pand
 * ``recommended``: 1 where the site recommends this page's kernel for this direction, dtype and N, else 0.
   The page reads it from one constant beside its launch parameters, ``RANGE``: {(direction, dtype): the N
   its design is for, a ``range``}. A page that compares designs the site recommends elsewhere
-  (02_layer_norm_backward_locks) has an empty ``RANGE``.
+  (24_layer_norm_backward_locks) has an empty ``RANGE``.
 
 A page's block, where its summary table is indexed by direction, dtype and N (a page whose table lacks the
 direction adds it with ``.assign(direction="forward", ...)``, and one whose kernel has another name renames the

@@ -429,7 +429,7 @@ print(f"Design 1 gave bits unlike its first run in up to {worst.loc['1: spin loc
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["design 2, % of light", "design 2 / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
-        os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm_backward_locks.csv"))
+        os.path.join(os.environ["SOL_RESULTS"], "24_layer_norm_backward_locks.csv"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
