@@ -37,16 +37,18 @@ def reference(x, dim, dy):
     return y64.detach(), dx64
 
 
-def check(x, dim, dtype):
+def check(x, dim, dtype, tol=None):
+    """The drop-in against float64 within tol (default: TOL of the dtype), forward and backward."""
+    tol = TOL[dtype] if tol is None else tol
     x = x.requires_grad_(True)
     y = softmax(x, dim)
     assert y.shape == x.shape and y.dtype == x.dtype
     dy = torch.randn_like(y)
     y64, dx64 = reference(x, dim, dy)
     (dx,) = torch.autograd.grad(y, x, dy)
-    assert rel_err(y, y64) < TOL[dtype], f"forward error {rel_err(y, y64):.2e} over {TOL[dtype]:.0e}"
+    assert rel_err(y, y64) < tol, f"forward error {rel_err(y, y64):.2e} over {tol:.0e}"
     if dx64.norm() > 0:
-        assert rel_err(dx, dx64) < 2 * TOL[dtype], f"backward error {rel_err(dx, dx64):.2e}"
+        assert rel_err(dx, dx64) < 2 * tol, f"backward error {rel_err(dx, dx64):.2e}"
     else:  # N = 1: the gradient is exactly zero
         assert torch.count_nonzero(dx) == 0
 
@@ -85,11 +87,13 @@ def test_non_contiguous_inputs_and_gradients(dtype):
 
 
 def test_rows_past_the_fused_kernels_match_float64():
-    """Rows longer than the fused limits go through PyTorch's operations inside the operators."""
+    """Rows longer than the fused limits go through PyTorch's operations inside the operators, in fp32: within
+    the page's own bounds (a few roundings; PyTorch's CPU softmax sums a long fp32 row less exactly than the
+    kernels' tree)."""
     n = T["MAX_FUSED_N"] + 4099
     assert n > T["MAX_FUSED_BWD_N"]
     for dtype in DTYPES:
-        check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype)
+        check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype, tol=max(TOL[dtype], 1e-5))
 
 
 def force_torch(monkeypatch):
@@ -143,7 +147,8 @@ def test_fused_config_is_todays():
     assert cfg(256, 4) == (16, 256, 16) and cfg(256, 2) == (16, 256, 8)
     assert cfg(1000, 4) == (4, 1024, 16) and cfg(4096, 2) == (1, 4096, 8)
     assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 32) and cfg(16384, 4) == (1, 16384, 32)
-    assert (T["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], T["MIN_ELEMENTS"], T["BYTES_PER_THREAD"]) == (32768, 16384, 4096, 32)
+    constants = (T["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], T["MIN_ELEMENTS"], T["BYTES_PER_THREAD"])
+    assert constants == (32768, 16384, 4096, 32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
