@@ -38,8 +38,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    y_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \qquad m = \max_j x_j .
 #
-# Subtracting the row maximum :math:`m` changes nothing mathematically but keeps :math:`e^{x - m}`
-# at most 1, so large scores cannot overflow. With PyTorch operations, one per line:
+# Subtracting the row maximum :math:`m` keeps :math:`e^{x - m}` at most 1: large scores cannot overflow.
+# With PyTorch operations, one per line:
 
 def naive_softmax(x):  # rows of a 2-D tensor
     x_max = x.max(dim=1, keepdim=True).values  # read M*N, write M
@@ -69,7 +69,7 @@ def naive_softmax(x):  # rows of a 2-D tensor
 #   and ``other=`` is what they load: :math:`-\infty`, whose exponential is 0.
 # * ``tl.max`` and ``tl.sum`` reduce a block along an axis.
 #
-# The arithmetic is fp32; fp16 and bf16 stay 16-bit in memory (half the bytes).
+# The arithmetic is fp32 (``.to`` converts); fp16 and bf16 stay 16-bit in memory (half the bytes).
 
 @triton.jit
 def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
@@ -118,11 +118,11 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 # %%
-# **Launch parameters** come from ``_fused_config`` and the constants above it: change them there. Memory
-# stays busy when each SM has enough bytes in flight to cover its latency (Little's law: bytes in flight =
-# bandwidth x latency / SMs). So a program takes at least ``MIN_ELEMENTS`` elements (short rows packed into
-# one tile) and a warp per 32 x ``BYTES_PER_THREAD`` bytes of it: two 16-byte loads a thread, registers to
-# spare for a second program an SM. :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each.
+# **Launch parameters** come from ``_fused_config`` and the constants above it. Memory stays busy when each
+# SM has enough bytes in flight to cover its latency (Little's law: bytes in flight = bandwidth x latency /
+# SMs). So a program takes at least ``MIN_ELEMENTS`` elements (short rows packed into one tile) and a warp per
+# 32 x ``BYTES_PER_THREAD`` bytes of it: two 16-byte loads a thread, registers to spare for a second program
+# an SM. :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each choice.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills
@@ -149,9 +149,8 @@ def _fused_config(n_cols, element_size):
 #
 #    dx = y \odot \left(dy - \sum_j y_j \, dy_j\right) .
 #
-# A row reduction (one dot product a row) and an elementwise step: it fuses as step 1 does, reading
-# :math:`y` and :math:`dy` and writing :math:`dx`, :math:`3MN` elements. Saving :math:`y` (not :math:`x`)
-# spares the exponentials.
+# A dot product a row and an elementwise step: it fuses as step 1 does, reading :math:`y` and :math:`dy` and
+# writing :math:`dx`, :math:`3MN` elements. Saving :math:`y` (not :math:`x`) spares the exponentials.
 
 @triton.jit
 def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
