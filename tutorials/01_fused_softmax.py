@@ -390,15 +390,16 @@ def summary(results):
     fmt = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
     return table.style.format(fmt, na_rep="-")  # the Styler: its .data is the table
 
-def plot(results):
+def plot(table):
     """Each provider in % of the copy measured beside it, one panel per direction and dtype (on a GPU)."""
     if not ON_GPU:
         return
+    table = table.data  # the summary's Styler holds the table
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
-    for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
-        for name, line in part.groupby("provider", sort=False):
-            ax.plot(line.N, line["% of speed of light"], marker="o", markersize=3, label=name,
-                    linewidth=2.5 if name == "ours" else 1.2)
+    for ax, ((direction, dtype), part) in zip(axes.flat, table.groupby(level=[0, 1], sort=False)):
+        for name in part.columns[1:-2]:  # the providers: after the speed of light, before ours in % and vs peers
+            ax.plot(part.index.get_level_values("N"), 100 * part[name] / part["speed of light"], marker="o",
+                    markersize=3, label=name, linewidth=2.5 if name == "ours" else 1.2)
         ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
         ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
         ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
@@ -479,13 +480,13 @@ ladder
 # :math:`M \times N = 2^{26}` elements on a GPU, N from 256 to 32 K; "-" marks a point a peer cannot run.
 # Forward and backward, GB/s (higher is better):
 
-results = sweep(providers())
-table = summary(results)
+table = summary(sweep(providers()))
+table
 
 # %%
 # As a plot, each provider in % of the copy measured beside it (on a GPU):
 
-plot(results)
+plot(table)
 
 # %%
 # Reading the numbers
