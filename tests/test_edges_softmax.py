@@ -1,8 +1,8 @@
 """No silent wrong answer from softmax (tutorial 01) and deep dive 12's softmax_forward: every view a tensor can be
 (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a non-zero storage offset) along every dim, empty and
 size-1 dims, every dtype torch.softmax takes (ours, or a clear TypeError naming the argument), values at the edges
-of each dtype (1e20, the largest finite value, -inf, inf, NaN, constant rows) through the fused and the online
-kernels, gradients (incoming ones strided and broadcast too), the refused gradient of a gradient, and clear errors.
+of each dtype (1e20, the largest finite value, -inf, inf, NaN, constant rows) through the fused kernels and past
+them, gradients (incoming ones strided and broadcast too), the refused gradient of a gradient, and clear errors.
 Each result is compared with torch.softmax in the same dtype and with float64.
 
 Every input and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a tensor's
@@ -198,7 +198,7 @@ def test_extreme_values_fused_kernels(softmax, case, dtype):
 @pytest.mark.parametrize("case", ["1e20-scaled", "-inf in the first half of each row", "inf and NaN", "a row of -inf"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_extreme_values_online_kernels(softmax, case, dtype):
-    """Rows past 32768 (the online forward) and 16384 (the online backward), in chunks of 16384."""
+    """Rows past 32768 (forward) and 16384 (backward): the drop-in computes them with PyTorch's operations."""
     x = edge_rows(case, dtype, 32768 + 40)[:2]
     check_against_torch(softmax, Input(x.shape, lambda t: t, values=x), -1, dtype)
 

@@ -2,9 +2,9 @@
 Softmax, long rows: one row split across programs
 =================================================
 
-Past 32 K columns a row no longer fits in one program's registers, and the core page
-(:ref:`sphx_glr_tutorials_01_fused_softmax.py`) streams it with *online softmax*, reading it twice. Here
-programs share the row and wait for each other: it is read once. **What you will learn**: how programs
+Past 32 K columns (16 K backward) a row no longer fits in the registers of one program of the core page
+(:ref:`sphx_glr_tutorials_01_fused_softmax.py`). *Online softmax* streams it, reading it twice; here programs
+then share the row and wait for each other: it is read once. **What you will learn**: how programs
 exchange partial statistics through flag words without a fence; why a group's programs must all be on
 the GPU at once (the grid sized from the compiled kernel's occupancy); how publishing one row ahead (a
 *lookahead*) shortens the wait; where the launch parameters live (``_split_config``). Measured against
@@ -24,30 +24,26 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
-# The core kernels we start from
-# ------------------------------
-# Carried from the core page: the fused forward (rows up to 32 K in registers) and the online kernels,
-# keeping a running maximum :math:`m` and sum :math:`s`, rescaled as the maximum grows
-# (:math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`), then rereading the row from L2.
+# The kernels we start from
+# -------------------------
+# Carried from the core page: the fused forward (rows up to 32 K in registers). Past it, the online kernels,
+# one row a program, keep a running maximum :math:`m` and sum :math:`s`, rescaled as the maximum grows
+# (:math:`s' = s \, e^{m - m'} + \sum_{\text{chunk}} e^{x_i - m'}`), then reread the row from L2.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(0)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: M * N may pass 2**31
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=-float("inf")).to(tl.float32)
-        x_max = tl.max(x, axis=1)
-        numerator = tl.exp(x - x_max[:, None])
-        inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, not per element
-        y = numerator * inv_denominator[:, None]
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
+    col_ok = cols[None, :] < n_cols
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                mask=col_ok, other=-float("inf")).to(tl.float32)
+    numerator = tl.exp(x - tl.max(x, axis=1)[:, None])
+    y = numerator * (1.0 / tl.sum(numerator, axis=1))[:, None]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok)
 
 @triton.jit
 def softmax_fwd_online_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -119,7 +115,7 @@ def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_strid
                      cache_modifier=".cs")
 
 def core_launch(direction, args, n_rows, n_cols, element_size):
-    """(kernel, grid, meta) of the core page's launch: the fused forward up to 32 K, else online."""
+    """(kernel, grid, meta) without a split: the core page's fused forward up to 32 K, else the online kernels."""
     if direction == "forward" and n_cols <= 32768:
         block_n = triton.next_power_of_2(n_cols)  # the core page's _fused_config
         block_m = max(1, 4096 // block_n)
@@ -312,8 +308,9 @@ def _split_config(direction, element_size):
             ("backward", 4): dict(MIN_N=65536, SLICE_N=4096, num_warps=4)}.get((direction, min(element_size, 4)))
 
 # The N this launcher is for, where the site's landing page recommends it: rows longer than the core page's range
-# (split from MIN_N on, the core's online kernel below it); 2**31: no last
-RANGE = {(d, t): range(32768 + 1, 2**31) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
+# (forward 32 K, backward 16 K; split from MIN_N on, the online kernels below it); 2**31: no last
+RANGE = {(d, t): range((32768 if d == "forward" else 16384) + 1, 2**31) for d in ("forward", "backward")
+         for t in ("float32", "bfloat16")}
 
 _occupancy = {}  # (kernel, argument types, meta) -> (programs per SM, what limits it, registers)
 def driver_occupancy(compiled, threads, smem):
@@ -376,7 +373,7 @@ def split_grid(kernel, args, meta, per_sm, n_rows):
 
 def launch(direction, tensors, split=None, n_rows=None):
     """(kernel, grid, args, meta) of y = softmax(x) (tensors x, y) or of dx (y, dy, dx), 2-D, unit-stride
-    rows: split where ``split_plan`` says and a group fits at once, else the core page's kernels."""
+    rows: split where ``split_plan`` says and a group fits at once, else core_launch's kernels."""
     rows, n_cols = tensors[0].shape
     n_rows = rows if n_rows is None else n_rows
     sizes = (rows, n_cols, *(t.stride(0) for t in tensors))
@@ -441,14 +438,14 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "
 # -------------------
 # :math:`M \times N = 2^{26}` elements on a GPU, where ``_split_config`` splits in either direction,
 # timed as on the core page (CUDA-graph replays, L2 flushed, next to a copy of the same tensor; the
-# peers through autograd, as in training). *core* is the core page's launch (online, or fused up to
-# 32 K), *split* the launcher above, *no lookahead* the same slices without it where it is on. The last
+# peers through autograd, as in training). *core* is the launch without a split (online, or the core's
+# fused forward up to 32 K), *split* the launcher above, *no lookahead* the same slices without it where it is on. The last
 # columns: what the split launcher ran (the core's kernel where it does not split) and what the
 # compiled kernel reports. The peers: PyTorch, ``torch.compile``, Liger-Kernel and quack (``quack.softmax``,
 # CuTe-DSL kernels for compute capability 9.0 and newer, with clusters for long rows); "-": a peer's limit.
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
-WIDTHS = {torch.float32: [65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
+WIDTHS = {torch.float32: [32768, 65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
     else {torch.float32: [65536], torch.bfloat16: [32768, 65536]}
 NO_LOOKAHEAD = {(d, s): dict(_split_config(d, s), LOOKAHEAD=False) for d in ("forward", "backward") for s in (2, 4)}
 fns = {"torch": lambda t: torch.softmax(t, dim=-1)}  # name -> softmax along the last dim: the peers that run here
@@ -567,7 +564,8 @@ for (direction, dtype, n_cols), row in table.iterrows():
             f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
     print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
                   if pd.notna(row.get("no lookahead")) else "."))
-short = table[(table["split, % of light"] < 95) | (table["split / best peer"] < 0.99)]  # the site's bar: both
+inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]  # the N this page is recommended for
+short = inside[(inside["split, % of light"] < 95) | (inside["split / best peer"] < 0.99)]  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short.index) or "no point"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
