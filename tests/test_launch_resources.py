@@ -694,6 +694,8 @@ def sums_31(p, dtype, n, variant):
     x = matrix(n, dtype)
     p["sum_rows"](x, torch.empty(len(x), device=DEVICE, dtype=dtype))
     p["sum_cols"](x, torch.empty(n, device=DEVICE, dtype=dtype))
+    for design in p["DESIGNS"]:  # the whole sum's designs, the core page's persistent one among them
+        p["sum_vector"](x.view(-1), torch.empty(1, device=DEVICE), design)
 
 
 def rms_norm_backward_41(p, dtype, n, variant):
