@@ -42,7 +42,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # ``tl.arange(0, BLOCK_N)`` is the vector :math:`0, 1, \ldots, \mathrm{BLOCK\_N} - 1`, spread over the
 # program's threads; ``BLOCK_N`` is a ``tl.constexpr``, a compile-time constant (a power of two), for
 # which Triton compiles a kernel of its own. ``tl.load`` reads the addresses of a block where its
-# ``mask`` is true (``other`` elsewhere: the columns past the row), ``tl.store`` writes. ``tl.sum``
+# ``mask`` is true (``other`` elsewhere: the columns past the row), ``tl.store`` writes, rounding to the
+# output's dtype (``out_ptr.dtype.element_ty``); offsets are ``int64`` so that they pass :math:`2^{31}`.
+# ``kernel[grid](...)`` launches: ``plain_row_sum_kernel[(n_rows,)]`` runs a program a row. ``tl.sum``
 # reduces the row as a *tree* (each thread adds its values, a warp's threads halve their partial sums by
 # shuffles, the warps combine theirs through shared memory), not in the order of a running sum: the two
 # differ by a few roundings. It adds in fp32 whatever ``x``'s dtype: a bf16 running sum keeps 8
@@ -123,9 +125,9 @@ def sum_rows(x2d, out):
 # many. Step 2 splits it over a **persistent** grid, as many programs as the GPU holds at once: program
 # ``pid`` walks blocks ``pid``, ``pid + num_programs``, ... (``tl.num_programs(0)`` is the grid's size)
 # and writes one partial sum; a one-program second launch of the same kernel adds the partials in an
-# order fixed by the code and the grid: the same bits every run. Offsets are ``int64``: :math:`n` may
-# pass :math:`2^{31}`. Deep dive 31 measures the alternatives: a program per block, and ``tl.atomic_add``
-# into one number, which adds in whatever order programs finish.
+# order fixed by the code and the grid: the same bits every run. Deep dive 31 measures the
+# alternatives: a program per block, and ``tl.atomic_add`` into one number, which adds in whatever
+# order programs finish.
 
 @triton.jit
 def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -144,9 +146,9 @@ RANGE = {("sum of all elements", t): range(1, 2**40) for t in ("float32", "bfloa
 
 def _vector_config(n):
     """(grid, BLOCK, num_warps) of sum_blocks_kernel's first pass over n elements. The memory stays busy when
-    every SM has bandwidth x latency / SMs bytes in flight (Little's law), tens of KB on a data-centre GPU: a
-    program loads 4096 elements a step (8 a thread with 16 warps, 16-byte loads), and 4 programs an SM make 64
-    warps, as many as an sm_80 or sm_90 SM holds (sm_86 and sm_89 hold 48: there the grid takes two waves)."""
+    every SM has bandwidth x latency / SMs bytes in flight (Little's law), 10 KB or more on a data-centre GPU:
+    a program loads 4096 elements a step (16 KB of fp32; 8 a thread with 16 warps, 16-byte loads), and 4
+    programs an SM make 64 warps, as many as an sm_80 or sm_90 SM holds (sm_86 and sm_89 hold 48)."""
     return min(triton.cdiv(n, 4096), 4 * NUM_SMS), 4096, 16
 
 def sum_vector(x, out):

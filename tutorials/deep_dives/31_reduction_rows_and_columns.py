@@ -76,9 +76,8 @@ def core_sum_rows(x2d, out):
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": 1}
 
 # %%
-# A sum's speed of light is a kernel that only reads the same bytes: the core page's read-only pass,
-# carried, which xors the tensor's 32-bit words into one word per program (so no load can be dropped).
-# Each benchmark takes the faster of its two configurations.
+# The speed of light, the core page's read-only pass: it xors the tensor's 32-bit words into one word a
+# program (so no load can be dropped); each benchmark takes the faster of its two configurations.
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr, EVICT: tl.constexpr):
@@ -263,6 +262,46 @@ def sum_dim(x, dim):
     return out
 
 # %%
+# The sum of every element: three designs
+# ---------------------------------------
+# The core page sums a whole tensor over a **persistent** grid (a program walks blocks ``pid``,
+# ``pid + num_programs``, ...), then adds the partials in a second one-program pass, in a fixed order.
+# Alternatives, a flag of the core kernel here: **two-pass**, a program per block of 4096, and
+# **atomic**, each program adding its sum into one fp32 number with ``tl.atomic_add`` (an addition to
+# memory no other program interleaves) as programs finish: one launch, roundings in any order.
+
+@triton.jit
+def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr):
+    pid = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)  # one running sum per lane
+    for block in tl.range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offs = tl.cast(block, tl.int64) * BLOCK + lanes
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        acc += x.to(tl.float32)
+    total = tl.sum(acc, axis=0)
+    if ATOMIC:
+        tl.atomic_add(out_ptr, total)  # every program adds into one fp32 number
+    else:
+        tl.store(out_ptr + pid, total.to(out_ptr.dtype.element_ty))  # one partial sum per program
+
+DESIGNS = ("atomic", "two-pass", "persistent")
+
+def sum_vector(x, out, design="persistent"):
+    """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the core page's
+    launch); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
+    if design not in DESIGNS or x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:
+        raise ValueError(f"sum_vector: a design of {DESIGNS} and a unit-stride 1-D x, got {design!r}, {x.stride()}")
+    n_blocks = triton.cdiv(x.numel(), 4096)
+    grid = min(n_blocks, 4 * NUM_SMS) if design == "persistent" else n_blocks  # the core page's persistent grid
+    atomic = design == "atomic"
+    partials = out.zero_() if atomic else out if grid == 1 else torch.empty(grid, device=x.device, dtype=torch.float32)
+    sum_blocks_kernel[(grid,)](x, partials, x.numel(), BLOCK=4096, ATOMIC=atomic, num_warps=16)
+    if grid > 1 and not atomic:  # the second pass; one program alone wrote its sum straight to out
+        sum_blocks_kernel[(1,)](partials, out, grid, BLOCK=1024, ATOMIC=False, num_warps=4)
+    return grid
+
+# %%
 # Correctness
 # -----------
 # Against the float64 sum: :math:`\lVert out - ref \rVert / \lVert ref \rVert`, beside
@@ -398,8 +437,7 @@ sweep_table("rows")
 sweep_table("cols")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the read-only pass measured next to it;
-# the thin grey line is the copy, on the same scale:
+# As a plot, in % of the read-only pass measured next to each point; the thin grey line is the copy:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
 styles = {"torch": "--", "torch.compile": "-.", "core design": ":", "ours": "-"}
@@ -453,48 +491,10 @@ layout = pd.DataFrame(layout_rows).set_index("variant")
 layout.style.format({"GB/s": "{:.0f}", "% of speed of light": "{:.1f}%"})
 
 # %%
-# The sum of every element: three designs
-# ---------------------------------------
-# The core page sums a whole tensor over a **persistent** grid (a program walks blocks ``pid``,
-# ``pid + num_programs``, ...), then adds the partials in a second one-program pass, in a fixed order.
-# Alternatives, a flag of the core kernel here: **two-pass**, a program per block of 4096, and
-# **atomic**, each program adding its sum into one fp32 number with ``tl.atomic_add`` (an addition to
-# memory no other program interleaves) as programs finish: one launch, roundings in any order.
-
-@triton.jit
-def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr):
-    pid = tl.program_id(0)
-    lanes = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], tl.float32)  # one running sum per lane
-    for block in tl.range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
-        offs = tl.cast(block, tl.int64) * BLOCK + lanes
-        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-        acc += x.to(tl.float32)
-    total = tl.sum(acc, axis=0)
-    if ATOMIC:
-        tl.atomic_add(out_ptr, total)  # every program adds into one fp32 number
-    else:
-        tl.store(out_ptr + pid, total.to(out_ptr.dtype.element_ty))  # one partial sum per program
-
-DESIGNS = ("atomic", "two-pass", "persistent")
-
-def sum_vector(x, out, design="persistent"):
-    """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the core page's
-    launch); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
-    if design not in DESIGNS or x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:
-        raise ValueError(f"sum_vector: a design of {DESIGNS} and a unit-stride 1-D x, got {design!r}, {x.stride()}")
-    n_blocks = triton.cdiv(x.numel(), 4096)
-    grid = min(n_blocks, 4 * NUM_SMS) if design == "persistent" else n_blocks  # the core page's persistent grid
-    atomic = design == "atomic"
-    partials = out.zero_() if atomic else out if grid == 1 else torch.empty(grid, device=x.device, dtype=torch.float32)
-    sum_blocks_kernel[(grid,)](x, partials, x.numel(), BLOCK=4096, ATOMIC=atomic, num_warps=16)
-    if grid > 1 and not atomic:  # the second pass; one program alone wrote its sum straight to out
-        sum_blocks_kernel[(1,)](partials, out, grid, BLOCK=1024, ATOMIC=False, num_warps=4)
-    return grid
-
-# %%
-# Each design against ``torch.sum`` on vectors of fp32 and bf16, in GB/s (on the CPU, the error against
-# float64 instead), and how many distinct results ``RUNS`` runs of the same fp32 sum gave:
+# The whole sum's designs, measured
+# ---------------------------------
+# Against ``torch.sum`` on vectors of fp32 and bf16, in GB/s (on the CPU, the error against float64),
+# and how many distinct results ``RUNS`` runs of the same sum gave:
 
 VECTOR_N, RUNS = ([2**20, 2**24, 2**28], 20) if ON_GPU else ([2**10, 2**14], 3)
 records = []
