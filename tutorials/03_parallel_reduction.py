@@ -211,7 +211,8 @@ def reduce_sum(input, dim=None, keepdim=False, *, dtype=None):  # torch's names,
     if x.dtype not in SUPPORTED_DTYPES or (dtype or x.dtype) not in SUPPORTED_DTYPES:
         raise TypeError(f"reduce_sum: x is {x.dtype}, dtype={dtype}; the kernels take float32, float16 and bfloat16")
     if x.device.type != DEVICE.type:
-        raise ValueError(f"reduce_sum: x is on {x.device}; " + ("a CUDA GPU is in use" if ON_GPU else "no GPU: the interpreter needs CPU tensors"))
+        raise ValueError(f"reduce_sum: x is on {x.device}; "
+                         + ("a CUDA GPU is in use" if ON_GPU else "no GPU: the interpreter needs CPU tensors"))
     dims = () if dim is None else tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
         raise TypeError(f"reduce_sum: dim must be None, an int or a tuple or list of ints, got {dim!r}")
@@ -349,10 +350,12 @@ def ladder_sentences(ladder):
     """What each step gained or lost, from the ladder table just measured."""
     if not ON_GPU:
         return NO_SPEED
-    speed, n = ladder.set_index(["step", "N"])["GB/s"], LADDER_ELEMENTS
+    speed, n, top = ladder.set_index(["step", "N"])["GB/s"], LADDER_ELEMENTS, ladder.loc[ladder["% of light"].idxmax()]
     return (f"Packing short rows (step 1) read rows of 64 {speed[1, 64] / speed[0, 64]:.3g}x as fast as one row a "
             f"program (step 0), and rows of 4096 at {speed[1, 4096] / speed[0, 4096]:.3g}x its speed. On one row of "
-            f"{n:,}, the persistent grid (step 2) read {speed[2, n] / speed[1, n]:.3g}x as fast as step 1's lone program.")
+            f"{n:,}, the persistent grid (step 2) read {speed[2, n] / speed[1, n]:.3g}x as fast as step 1's lone "
+            "program." + (f" Step {top['step']:.0f} at N = {top['N']:,.0f} read at {top['% of light']:.4g}% of "
+                          f"{LIGHT}: that pass is a measured kernel, not a bound." if top["% of light"] > 100 else ""))
 
 SWEEP_VECTOR = [2**20, 2**22, 2**24, 2**26, 2**28] if ON_GPU else [2**10, 2**12, 2**14]
 
@@ -444,9 +447,9 @@ def sweep_sentences(results):
     over = results[results["% of speed of light"] > 100]
     if len(over):
         top = over.loc[over["% of speed of light"].idxmax()]
-        text += (f" {len(over)} points read above {LIGHT}, at most {top['% of speed of light']:.3g}% ({top.provider}, "
-                 f"{top.dtype}, n = {top.n:,}): the read-only pass is a measured kernel, not a bound, and one launch "
-                 "of it can be timed a little slower than another kernel reading the same bytes.")
+        text += (f" {len(over)} points read above {LIGHT}, at most {top['% of speed of light']:.4g}% "
+                 f"({top['provider']}, {top['dtype']}, n = {top['n']:,}): the read-only pass is a measured kernel, "
+                 "not a bound, and one launch of it can be timed a little slower than another kernel reading the same bytes.")
     return text
 
 def environment_card():
@@ -513,7 +516,7 @@ print(sweep_sentences(results))
 # column sums (``dim=0``, read :math:`N` apart):
 # :ref:`sphx_glr_tutorials_deep_dives_31_reduction_rows_and_columns.py` splits rows across programs, as
 # step 2 does, lays out a kernel for columns, measures the whole sum's alternatives (a program per
-# block, atomics: which give the same bits every run) and shows why running sums are fp32. **One
+# block; atomics, whose bits change from run to run) and shows why running sums are fp32. **One
 # launch, still deterministic**: each program writes its partial and counts itself with
 # ``tl.atomic_add``; the last sums the partials in their fixed order (as CUB does). **Exercise.**
 # Change ``_vector_config``'s constants: which sizes move, and why?
