@@ -639,8 +639,7 @@ def sums_03(p, dtype, n, variant):
         p["reduce_sum"](matrix(n, dtype), dim=1)
         return
     x = torch.empty(n, device=DEVICE, dtype=dtype)
-    for design in p["DESIGNS"]:  # the drop-in's persistent design, and the two the page measures beside it
-        p["sum_vector"](x, torch.empty(1, device=DEVICE, dtype=torch.float32 if design == "atomic" else dtype), design)
+    p["sum_vector"](x, torch.empty(1, device=DEVICE, dtype=dtype))  # the drop-in's persistent design
     p["reduce_sum"](x)
 
 
@@ -695,6 +694,8 @@ def sums_31(p, dtype, n, variant):
     x = matrix(n, dtype)
     p["sum_rows"](x, torch.empty(len(x), device=DEVICE, dtype=dtype))
     p["sum_cols"](x, torch.empty(n, device=DEVICE, dtype=dtype))
+    for design in p["DESIGNS"]:  # the whole sum's designs, the core page's persistent one among them
+        p["sum_vector"](x.view(-1), torch.empty(1, device=DEVICE), design)
 
 
 def rms_norm_backward_41(p, dtype, n, variant):

@@ -1,6 +1,7 @@
 """Tests for the core page tutorials/03_parallel_reduction.py: reduce_sum against float64, the low-level
-launchers on poisoned outputs, the read-only pass, bitwise determinism of the designs that promise it, and
-the bad inputs. The split row kernel and the column kernel of deep dive 31: tests/test_reduction_rows_and_columns.py."""
+launchers on poisoned outputs, the read-only pass, bitwise determinism, and the bad inputs. The split row kernel,
+the column kernel, the whole sum's other designs and the running sums of deep dive 31:
+tests/test_reduction_rows_and_columns.py."""
 
 import functools
 import operator
@@ -280,17 +281,16 @@ def test_backward_of_an_expanded_input(tut):
 # --- the low-level launchers write every element of a poisoned output ---
 
 
-@pytest.mark.parametrize("design", ["atomic", "two-pass", "persistent"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 1000, 8191, 70_001])
-def test_sum_vector_designs(tut, design, dtype, n):
+def test_sum_vector_writes_the_sum(tut, dtype, n):
+    """Step 2's launcher (the drop-in's whole sum), one pass and two, on a poisoned output."""
     x = _input((n,), dtype, seed=n + 1)
-    out_dtype = torch.float32 if design == "atomic" else dtype
-    out = torch.full((1,), float("nan"), device=DEVICE, dtype=out_dtype)
-    tut["sum_vector"](x, out, design)
-    assert not out.isnan().any(), f"{design}: output left unwritten"
+    out = torch.full((1,), float("nan"), device=DEVICE, dtype=dtype)
+    tut["sum_vector"](x, out)
+    assert not out.isnan().any(), "output left unwritten"
     err = _rel_error(out[0], x.double().sum())
-    assert err <= TOLERANCE[out_dtype], f"{design} n={n} {dtype}: relative error {err:.2e}"
+    assert err <= TOLERANCE[dtype], f"n={n} {dtype}: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -344,7 +344,7 @@ def test_ladder_table_measures_each_step(tut):
 def test_persistent_second_pass_is_exercised(tut):
     """The vector sizes above must reach the persistent design's second pass, or it goes untested."""
     x = torch.zeros(100_003, device=DEVICE)
-    assert tut["sum_vector"](x, torch.empty(1, device=DEVICE), "persistent") > 1
+    assert tut["sum_vector"](x, torch.empty(1, device=DEVICE)) > 1
 
 
 @pytest.mark.parametrize(
@@ -357,6 +357,12 @@ def test_row_config_is_a_tile_of_4096_elements(tut, n_rows, n_cols):
     assert block_n == min(2048, 1 << (n_cols - 1).bit_length()), (n_rows, n_cols, block_n)
     assert block_m == max(1, min(4096 // block_n, 1 << (n_rows - 1).bit_length())), (n_rows, n_cols, block_m)
     assert num_warps == min(16, max(4, block_m * block_n // 512)), (n_rows, n_cols, num_warps)
+
+
+@pytest.mark.parametrize("n", [1, 4096, 4097, 2**20, 2**28])
+def test_vector_config_is_a_persistent_grid_of_16_warp_programs(tut, n):
+    """_vector_config: 4096 elements a program a step, 16 warps, one program a block up to 4 programs an SM."""
+    assert tut["_vector_config"](n) == (min(-(-n // 4096), 4 * tut["NUM_SMS"]), 4096, 16), n
 
 
 # --- the read-only pass (the page's speed of light) reads every byte ---
@@ -393,15 +399,14 @@ def test_read_pass_refuses_what_it_cannot_read_as_words(tut):
 # --- determinism ---
 
 
-@pytest.mark.parametrize("case", ["two-pass", "persistent", "reduce_sum", "reduce_sum dim=0", "rows"])
+@pytest.mark.parametrize("case", ["sum_vector", "reduce_sum", "reduce_sum dim=0", "rows"])
 def test_deterministic_designs_give_identical_bits(tut, case):
     x = _input((70_001,), torch.float32, seed=9)
     xm = x[:70_000].view(700, 100)
     out = torch.empty(1, device=DEVICE)
     col_out = torch.empty(100, device=DEVICE)
     run = {
-        "two-pass": lambda: (tut["sum_vector"](x, out, "two-pass"), out.clone())[1],
-        "persistent": lambda: (tut["sum_vector"](x, out, "persistent"), out.clone())[1],
+        "sum_vector": lambda: (tut["sum_vector"](x, out), out.clone())[1],
         "reduce_sum": lambda: tut["reduce_sum"](x),
         "reduce_sum dim=0": lambda: tut["reduce_sum"](xm, 0),
         "rows": lambda: (tut["sum_rows"](xm.t(), col_out), col_out.clone())[1],
@@ -410,18 +415,6 @@ def test_deterministic_designs_give_identical_bits(tut, case):
     for _ in range(4):
         again = run()
         assert torch.equal(again.view(torch.int32), first.view(torch.int32)), f"{case}: {again} != {first}"
-
-
-def test_determinism_table_says_what_it_measured(tut):
-    table = tut["determinism"]
-    for design in ("sum_vector, two-pass", "sum_vector, persistent", "reduce_sum(dim=0)"):
-        assert table.loc[design, "distinct results"] == 1, f"{design} was not reproducible:\n{table}"
-
-
-def test_bf16_running_sums_lose_digits(tut):
-    demo = tut["demo"]
-    assert demo["error, fp32"].max() < 1e-5, demo
-    assert demo["error, bf16"].iloc[-1] > 0.1, f"the bf16 accumulator should visibly fail:\n{demo}"
 
 
 # --- bad inputs ---

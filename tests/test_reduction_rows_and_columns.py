@@ -1,7 +1,7 @@
 """Tests for deep dive 31 (tutorials/deep_dives/31_reduction_rows_and_columns.py): the split row kernel and the
 column kernel against float64 on poisoned outputs (splits and second passes forced on small shapes), the split
-and tile choices, bitwise determinism, the drop-in sum_dim, the carried read-only pass, and the carried core
-design, which must be the core page's."""
+and tile choices, bitwise determinism, the drop-in sum_dim, the carried read-only pass, the carried core design,
+which must be the core page's, the whole sum's three designs and the running-sum demo."""
 
 import functools
 import operator
@@ -225,3 +225,59 @@ def test_page_tables_say_what_they_measured(tut):
     for sweep in ("rows", "cols"):
         providers = set(results[results.sweep == sweep].provider)
         assert {"torch", "core design", "ours"} <= providers, f"{sweep}: {providers}"
+
+
+# --- the whole sum's designs and the running sums ---
+
+
+@pytest.mark.parametrize("design", ["atomic", "two-pass", "persistent"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 1000, 8191, 70_001])
+def test_sum_vector_designs(tut, design, dtype, n):
+    x = _input((n,), dtype, seed=n + 1)
+    out_dtype = torch.float32 if design == "atomic" else dtype
+    out = torch.full((1,), float("nan"), device=DEVICE, dtype=out_dtype)
+    tut["sum_vector"](x, out, design)
+    assert not out.isnan().any(), f"{design}: output left unwritten"
+    err = _rel_error(out[0], x.double().sum())
+    assert err <= TOLERANCE[out_dtype], f"{design} n={n} {dtype}: relative error {err:.2e}"
+
+
+def test_sum_vector_refuses_what_it_cannot_read(tut):
+    out = torch.empty(1, device=DEVICE)
+    for x, design in [(torch.arange(10.0, device=DEVICE)[::2], "persistent"), (torch.ones(8, device=DEVICE), "fast")]:
+        with pytest.raises(ValueError, match="unit-stride 1-D"):
+            tut["sum_vector"](x, out, design)
+
+
+@pytest.mark.parametrize("n", [1000, 70_001])
+def test_carried_persistent_design_gives_the_core_pages_bits(tut, core, n):
+    x = _input((n,), torch.bfloat16, seed=n)
+    ours, theirs = torch.empty(1, device=DEVICE), torch.empty(1, device=DEVICE)
+    assert tut["sum_vector"](x, ours, "persistent") == core["sum_vector"](x, theirs)
+    assert torch.equal(ours, theirs), f"n={n}: the carried persistent design differs from the core page's"
+
+
+@pytest.mark.parametrize("design", ["two-pass", "persistent"])
+def test_ordered_designs_give_identical_bits(tut, design):
+    x = _input((70_001,), torch.float32, seed=9)
+    out = torch.empty(1, device=DEVICE)
+    first = (tut["sum_vector"](x, out, design), out.clone())[1]
+    for _ in range(4):
+        tut["sum_vector"](x, out, design)
+        assert torch.equal(out.view(torch.int32), first.view(torch.int32)), f"{design}: {out} != {first}"
+
+
+def test_vector_table_says_what_it_measured(tut):
+    vector = tut["vector"]
+    assert set(vector.design) == {"torch.sum", "atomic", "two-pass", "persistent"}, set(vector.design)
+    ordered = vector[vector.design.isin(["two-pass", "persistent"])]
+    assert (ordered["distinct results"] == 1).all(), ordered
+    ours = vector[vector.design != "torch.sum"]  # fp32 sums; torch.sum's of bf16 is rounded to bf16
+    assert (vector["GB/s"] > 0).all() and (ours.error <= 1e-5).all(), vector
+
+
+def test_bf16_running_sums_lose_digits(tut):
+    demo = tut["demo"]
+    assert demo["error, fp32"].max() < 1e-5, demo
+    assert demo["error, bf16"].iloc[-1] > 0.1, f"the bf16 accumulator should visibly fail:\n{demo}"

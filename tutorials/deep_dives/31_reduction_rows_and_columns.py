@@ -7,12 +7,13 @@ A matrix of :math:`M \times N` elements, stored row by row, can be summed along 
 results, the weight-gradient pattern of the layer-norm backward). The core page
 (:ref:`sphx_glr_tutorials_03_parallel_reduction.py`) sums both with one row kernel, one program per
 block of rows, a column sum being a row sum of ``x.T``. This page makes both fast. **What you will
-learn**: why a column sum needs a layout of its own, and what reusing the row kernel
-on ``x.T`` costs, measured; how the block shape is chosen (in bytes for columns); how splitting the
-reduced axis across programs fills the GPU when there are few rows or few column strips, with a second
-pass that keeps the sum deterministic; and how ``num_stages`` keeps the next tile's loads in flight.
-Measured against the core design, ``torch.sum``, ``torch.compile`` and the speed of light (a read-only
-pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
+learn**: why a column sum needs a layout of its own, and what reusing the row kernel on ``x.T`` costs,
+measured; how the block shape is chosen (in bytes for columns); how splitting the reduced axis across
+programs fills the GPU when there are few rows or few column strips, with a second pass that keeps the
+sum deterministic; how ``num_stages`` keeps the next tile's loads in flight; then the whole sum's
+alternatives to the core page's persistent grid (which give the same bits every run), and why running
+sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`` and the speed of
+light (a read-only pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
 """
 
 import datetime, os, platform, subprocess, timeit
@@ -75,9 +76,8 @@ def core_sum_rows(x2d, out):
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": 1}
 
 # %%
-# A sum's speed of light is a kernel that only reads the same bytes: the core page's read-only pass,
-# carried, which xors the tensor's 32-bit words into one word per program (so no load can be dropped).
-# Each benchmark takes the faster of its two configurations.
+# The speed of light, the core page's read-only pass: it xors the tensor's 32-bit words into one word a
+# program (so no load can be dropped); each benchmark takes the faster of its two configurations.
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr, EVICT: tl.constexpr):
@@ -143,15 +143,13 @@ def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_
 # %%
 # Choosing the block shape and the split
 # --------------------------------------
-# **Launch parameters** of both kernels come from ``tile_config`` (the tile) and ``choose_split`` (the
-# grid), with the constants above them: change them there. The why of each number is in the comments;
-# the layout table further down measures the strip width. Then the split: each program should walk at
-# least ``MIN_STEPS`` tiles (or the partial sums it writes begin to count against the bytes it reads),
-# and the grid should hold up to ``WAVES`` programs per SM, so that the last programs do not leave the
-# GPU idle. For the column kernel the split is rounded *down*: a grid a little over ``WAVES`` programs
-# per SM timed slower than one just under it on an H100 (its last few programs run on an otherwise idle
-# GPU), and a matrix whose strips alone nearly fill the GPU gains nothing from a split but a second
-# pass. The row kernel's split is rounded up, which timed faster for its longest rows.
+# **Launch parameters** come from ``tile_config`` (the tile) and ``choose_split`` (the grid), with the
+# constants above them, each with its reason; the layout table below measures the strip width. Each
+# piece of a split walks at least ``MIN_STEPS`` tiles (or the partials it writes count against the
+# bytes it reads), and the grid holds up to ``WAVES`` programs per SM. The column kernel's split is
+# rounded *down*: a grid a little over ``WAVES`` programs per SM timed slower than one just under it on
+# an H100 (its last programs run on an otherwise idle GPU). The row kernel's split is rounded up,
+# which timed faster for its longest rows.
 
 TILE = 4096  # elements per tile of the row kernel, whatever the dtype
 ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
@@ -164,8 +162,7 @@ COL_BLOCK_BYTES = 256  # strip width: two whole 128-byte lines of each row, narr
 MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-# The N these kernels are for, where the site's landing page recommends them: every N (2**40: no last), as no other
-# page sums rows or columns (the core page sums whole tensors)
+# The N these kernels are for, read by the site's landing page: every N (2**40: no last); 03 sums whole tensors
 RANGE = {(kind, t): range(1, 2**40) for kind in ("row sums", "column sums") for t in ("float32", "bfloat16")}
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
@@ -265,6 +262,46 @@ def sum_dim(x, dim):
     return out
 
 # %%
+# The sum of every element: three designs
+# ---------------------------------------
+# The core page sums a whole tensor over a **persistent** grid (a program walks blocks ``pid``,
+# ``pid + num_programs``, ...), then adds the partials in a second one-program pass, in a fixed order.
+# Alternatives, a flag of the core kernel here: **two-pass**, a program per block of 4096, and
+# **atomic**, each program adding its sum into one fp32 number with ``tl.atomic_add`` (an addition to
+# memory no other program interleaves) as programs finish: one launch, roundings in any order.
+
+@triton.jit
+def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr):
+    pid = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)  # one running sum per lane
+    for block in tl.range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offs = tl.cast(block, tl.int64) * BLOCK + lanes
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        acc += x.to(tl.float32)
+    total = tl.sum(acc, axis=0)
+    if ATOMIC:
+        tl.atomic_add(out_ptr, total)  # every program adds into one fp32 number
+    else:
+        tl.store(out_ptr + pid, total.to(out_ptr.dtype.element_ty))  # one partial sum per program
+
+DESIGNS = ("atomic", "two-pass", "persistent")
+
+def sum_vector(x, out, design="persistent"):
+    """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the core page's
+    launch); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
+    if design not in DESIGNS or x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:
+        raise ValueError(f"sum_vector: a design of {DESIGNS} and a unit-stride 1-D x, got {design!r}, {x.stride()}")
+    n_blocks = triton.cdiv(x.numel(), 4096)
+    grid = min(n_blocks, 4 * NUM_SMS) if design == "persistent" else n_blocks  # the core page's persistent grid
+    atomic = design == "atomic"
+    partials = out.zero_() if atomic else out if grid == 1 else torch.empty(grid, device=x.device, dtype=torch.float32)
+    sum_blocks_kernel[(grid,)](x, partials, x.numel(), BLOCK=4096, ATOMIC=atomic, num_warps=16)
+    if grid > 1 and not atomic:  # the second pass; one program alone wrote its sum straight to out
+        sum_blocks_kernel[(1,)](partials, out, grid, BLOCK=1024, ATOMIC=False, num_warps=4)
+    return grid
+
+# %%
 # Correctness
 # -----------
 # Against the float64 sum: :math:`\lVert out - ref \rVert / \lVert ref \rVert`, beside
@@ -298,14 +335,12 @@ errors.style.format({"ours": "{:.1e}", "torch": "{:.1e}"}).hide(axis="index")
 # %%
 # Benchmark
 # ---------
-# Matrices of :math:`M \times N = 2^{27}` elements (512 MB in fp32, far past the 50 MB L2), summed
-# along rows and down columns, :math:`N` swept, fp32 and bf16: this page's kernels against the core
-# design (for rows, measured only where this page splits, since elsewhere it is the very same launch;
-# for columns, the row kernel on ``x.T``), :func:`torch.sum` and ``torch.compile``, all on the same
-# tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a CUDA graph of
-# the call. The speed of light is the read-only pass of the same matrix; the copy (bytes read and
-# written, timed without a graph, in which CUDA may make it a slower copy-engine transfer) is shown for
-# reference. GB/s counts the input, read once.
+# Matrices of :math:`M \times N = 2^{27}` elements (512 MB in fp32, far past a GPU's L2), summed
+# along rows and down columns, fp32 and bf16: this page's kernels against the core design (for rows,
+# measured only where this page splits; for columns, the row kernel on ``x.T``), :func:`torch.sum` and
+# ``torch.compile``, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a CUDA
+# graph of the call. The copy (bytes read and written, timed without a graph, where CUDA may use a
+# slower copy engine) is shown for reference. GB/s counts the input, read once.
 
 SWEEP_N = [16, 256, 4096, 65536, 2**20] if ON_GPU else [16, 256, 4096]
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
@@ -402,8 +437,7 @@ sweep_table("rows")
 sweep_table("cols")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the read-only pass measured next to it;
-# the thin grey line is the copy, on the same scale:
+# As a plot, in % of the read-only pass measured next to each point; the thin grey line is the copy:
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
 styles = {"torch": "--", "torch.compile": "-.", "core design": ":", "ours": "-"}
@@ -457,6 +491,52 @@ layout = pd.DataFrame(layout_rows).set_index("variant")
 layout.style.format({"GB/s": "{:.0f}", "% of speed of light": "{:.1f}%"})
 
 # %%
+# The whole sum's designs, measured
+# ---------------------------------
+# Against ``torch.sum`` on vectors of fp32 and bf16, in GB/s (on the CPU, the error against float64),
+# and how many distinct results ``RUNS`` runs of the same sum gave:
+
+VECTOR_N, RUNS = ([2**20, 2**24, 2**28], 20) if ON_GPU else ([2**10, 2**14], 3)
+records = []
+for dtype in (torch.float32, torch.bfloat16):
+    for n in VECTOR_N:
+        x, out = torch.randn(n, device=DEVICE, dtype=dtype) + 0.5, torch.empty(1, device=DEVICE)
+        reference = x.double().sum().item()
+        designs = {d: lambda d=d: (sum_vector(x, out, d), out)[1] for d in DESIGNS} | {"torch.sum": lambda: x.sum()}
+        for name, fn in designs.items():
+            runs = {fn().double().item() for _ in range(RUNS)}
+            gbps = x.numel() * x.element_size() / bench(fn) * 1e-6
+            records.append({"dtype": str(dtype)[6:], "n": n, "design": name, "GB/s": gbps,
+                            "error": abs(min(runs) - reference) / abs(reference), "distinct results": len(runs)})
+vector, by = pd.DataFrame(records), dict(index=["dtype", "n"], columns="design", sort=False)
+vector.pivot_table(values="GB/s" if ON_GPU else "error", **by).join(vector.pivot_table(values="distinct results", **by)
+                                                                   .add_suffix(", results")).style.format(
+    lambda v: f"{v:,.0f}" if v >= 1 else f"{v:.1e}")
+
+# %%
+# Why the running sums are fp32
+# -----------------------------
+# The kernels read bf16 as such, add in fp32 and round once. bf16 keeps 8 significant bits: once a
+# running sum reaches 256 the next bf16 number is 258, so adding a value below 1 rounds back to 256.
+# ``DEMO_LANES`` running sums of bf16 values in :math:`[0, 1)`, each addition rounded to the
+# accumulator's dtype (as a kernel's ``.to(tl.bfloat16)`` would), against the float64 sum:
+
+DEMO_LANES, DEMO_PER_LANE = (1024, [4, 64, 1024, 4096]) if ON_GPU else (16, [4, 64, 1024])
+torch.manual_seed(0)
+rows = []
+for per_lane in DEMO_PER_LANE:
+    x = torch.rand(per_lane, DEMO_LANES, device=DEVICE).to(torch.bfloat16)
+    row, exact = {"values per lane": per_lane}, x.double().sum().item()
+    for name, acc_dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        acc = torch.zeros(DEMO_LANES, device=DEVICE, dtype=acc_dtype)
+        for values in x:  # one step: each lane adds its next value, rounded to acc_dtype
+            acc += values
+        row[f"error, {name}"] = abs(acc.double().sum().item() - exact) / exact
+    rows.append(row)
+demo = pd.DataFrame(rows).set_index("values per lane")
+demo.style.format("{:.1e}")
+
+# %%
 # Reading the numbers
 # -------------------
 # Computed from the tables above, in this build:
@@ -473,6 +553,13 @@ for sweep, what in [("rows", "Row sums"), ("cols", "Column sums")]:
 strided = layout.loc["row kernel on x.T (core design)", "GB/s"]
 print(f"Layout: the column kernel (default) reads at {layout.loc['column kernel, default', 'GB/s'] / strided:.3g}x "
       f"the speed of the row kernel walking down the columns of x.T.")
+top = vector[vector.n == VECTOR_N[-1]].set_index(["dtype", "design"])
+varying = sorted(set(vector.design[vector["distinct results"] > 1]))
+print(f"Whole sums at n = {VECTOR_N[-1]:,}: the persistent design read " + " and ".join(
+      f"{top.loc[(t, 'persistent'), 'GB/s'] / top.loc[(t, 'atomic'), 'GB/s']:.3g}x as fast as the atomic one in {t}"
+      for t in ("float32", "bfloat16")) + f"; over {RUNS} runs " + (f"{', '.join(varying)} gave more than one result."
+      if varying else "every design gave one result.") + f" Running sums of {DEMO_PER_LANE[-1]} values a lane: bf16 "
+      f"off by {100 * demo['error, bf16'].iloc[-1]:.3g}%, fp32 by {100 * demo['error, fp32'].iloc[-1]:.2g}%.")
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     light = results.pivot_table(index=["sweep", "dtype", "N"], columns="provider", values="% of speed of light", sort=False)
     summary = pd.DataFrame({"ours, % of light": light.ours,
@@ -486,47 +573,32 @@ if not ON_GPU:
 # %%
 # Going further
 # -------------
-# * **What is left between the bf16 column sums and the read-only pass.** A bf16 sum of the same
-#   number of elements takes half the time of an fp32 one, so every fixed cost of a call weighs twice
-#   as much. The write-back of the lines ``do_bench``'s flush leaves dirty is one such cost, but the
-#   read-only pass pays it too: it is inside the speed of light (and it is why a read can measure below
-#   the copy, which moves twice the bytes in its timed call). The split grid's second launch is not:
-#   the read-only pass has none. Things that did not beat the kernel above on an H100, for the
-#   curious: Hopper's TMA loads (``TensorDescriptor``), a persistent grid walking the strips, wider
-#   strips or tiles, more warps, bf16 pairs loaded as 32-bit words, and eviction hints on the loads
-#   (``evict_first``, streaming loads). The single-launch design of the core page's "going further"
-#   (the last program to finish does the second pass) removes the second launch.
+# * **What is left between the bf16 column sums and the read-only pass.** A bf16 sum takes half the
+#   time of an fp32 one of as many elements, so every fixed cost of a call weighs twice as much; the
+#   split grid's second launch is one the read-only pass does not pay. Things that did not beat the
+#   kernel above on an H100: TMA loads (``TensorDescriptor``), a persistent grid walking the strips,
+#   wider strips or tiles, more warps, bf16 pairs loaded as 32-bit words, eviction hints. The
+#   single-launch design of the core page's "going further" removes the second launch.
 # * **Exercise.** Change ``TILE``, ``COL_TILE_BYTES``, ``COL_BYTES_PER_THREAD`` and
-#   ``COL_BLOCK_BYTES`` and rerun the benchmark: which sizes move, and why? The row kernel's bf16 tile
-#   of ``TILE`` elements holds half the bytes of an fp32 one, where the column kernel counts its tile
-#   in bytes: does counting the row tile in bytes change the bf16 row sums? Drop ``num_stages=2`` from
-#   the column kernel: what does each dtype lose? Round the column kernel's split up (pass
-#   ``round_up=True`` to ``choose_split`` in ``sum_cols``): which widths :math:`N` change?
+#   ``COL_BLOCK_BYTES``: which sizes move, and why? Count the row tile in bytes: do the bf16 row sums
+#   change? Drop ``num_stages=2`` from the column kernel, or round its split up (``round_up=True``).
 #
 # References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; the CUB library's device-wide
 # reductions; the layer-norm backward of the Triton tutorials, which sums weight gradients with
 # atomics and a lock (this page's split column sum is its deterministic counterpart).
-#
-# Where this page was made
-# ------------------------
 
 def environment_card():
     """Everything a reader needs to judge this page's numbers, shown collapsed."""
+    card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch": torch.__version__, "Triton":
+            triton.__version__, "Python": platform.python_version(), "built": BUILT, "packages": os.getenv("SOL_LOCK", "not pinned")}
     if ON_GPU:
-        props = torch.cuda.get_device_properties(DEVICE)
+        props, smi = torch.cuda.get_device_properties(DEVICE), "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+        card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
         try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
+            driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
         except (OSError, subprocess.SubprocessError):
-            driver = "unknown (no nvidia-smi)"
-        device = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        runtime = f"driver {driver}, CUDA {torch.version.cuda}"
-    else:
-        device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
-    card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
-            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
-            "packages": os.environ.get("SOL_LOCK", "not pinned")}
+            driver = "unknown"
+        card["driver / CUDA"] = f"driver {driver}, CUDA {torch.version.cuda}"
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
 
