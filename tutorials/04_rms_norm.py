@@ -18,9 +18,8 @@ if not ON_GPU:
 import pandas as pd, triton, triton.language as tl
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}")
 
 # %%
 # RMSNorm and its bytes
@@ -81,23 +80,21 @@ def plain_backward(x, w, rstd, dy, dx):  # contiguous rows; returns dw in fp32
 # %%
 # Step 1: several rows a program
 # ------------------------------
-# A program takes a tile of ``BLOCK_M`` rows of ``BLOCK_N`` columns: ``rows[:, None]`` and ``cols[None, :]``, a
-# column and a row of numbers, broadcast into the tile as in NumPy, and ``tl.sum(..., axis=1)`` sums each of its
-# rows. It loads the weight once and adds ``dy * x_hat`` into an fp32 tile (``tl.zeros``) in registers, summed down
-# its rows once at the end: one ``dw_partial`` row a program. The loop ``tl.range(start, end, step)`` walks the
-# blocks ``pid``, ``pid + P``, ... (``P = tl.num_programs(0)``, ``tl.cdiv`` rounds up); with a program a block,
-# step 1, it runs once.
+# A program takes a tile of ``BLOCK_M`` rows of ``BLOCK_N`` columns, at least ``MIN_ELEMENTS``: ``rows[:, None]``
+# and ``cols[None, :]`` broadcast into the tile as in NumPy; ``tl.sum(..., axis=1)`` sums each row. The weight is
+# loaded once; ``dy * x_hat`` adds into an fp32 tile (``tl.zeros``) in registers, summed down once at the end: one
+# ``dw_partial`` row a program. ``tl.range(start, end, step)`` walks blocks ``pid``, ``pid + P``, ... (``P`` is
+# ``tl.num_programs(0)``; ``tl.cdiv`` rounds up): with a program a block (step 1) it runs once.
 
 @triton.jit
 def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
     dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        mask = (rows < n_rows)[:, None] & col_ok[None, :]
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
         offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -106,13 +103,12 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
         dw_partial += dy * x_hat  # rows past the end add 0
         c = tl.sum(g * x_hat, axis=1) / n_cols
         tl.store(dx_ptr + offs, ((g - x_hat * c[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
-    tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=col_ok)
+    tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
 
 # %%
-# The launch parameters live in one function a kernel. The memory is busy when each SM has enough bytes in flight
-# to cover its latency (Little's law: bytes in flight = bandwidth x latency / SMs): a tile of ``MIN_ELEMENTS``, 8 to
-# 16 KB, with a few programs an SM. Warps share the tile: about 32 bytes of each live tile a thread (x, dy and dw's
-# tile), 16 once a row is 16 KB, to have more loads in flight.
+# A config function a kernel holds its launch. Memory is busy when each SM has bytes in flight to cover its latency
+# (Little's law: bytes in flight = bandwidth x latency / SMs): tiles of ``MIN_ELEMENTS`` (8 to 16 KB), a few
+# programs an SM, warps for about 32 bytes of each tile a thread (16 past rows of 16 KB: more loads in flight).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 MIN_ELEMENTS = 4096  # elements a program moves a block
@@ -130,7 +126,7 @@ def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: th
 # Step 2: a persistent grid
 # -------------------------
 # The same kernel on P programs, as many as 16 warps an SM hold, times the SMs: each walks many blocks, adding their
-# dw in the same registers, so dw has P partials, not one a block. The drop-in's backward:
+# dw into the same registers: P partials, not one a block. The drop-in's backward:
 
 def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous rows; returns dw in fp32
     kernel, meta, grid = _bwd_config(*x.shape, x.element_size())
@@ -142,11 +138,11 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous r
 # %%
 # The forward
 # -----------
-# The tile of step 1, a program a block: nothing adds up across blocks, so no persistent grid. Rows past the end are
-# clamped to the last (``tl.minimum``): no row mask on loads, the duplicate never stored. ``HAS_WEIGHT``, a
-# ``constexpr``, compiles the weight's lines out when there is none. ``tl.sum`` leaves ``rstd`` in every thread of its
-# row; a 1-D store would go through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked
-# to column 0. A thread keeps 64 bytes of the one live tile (four loads in flight).
+# Step 1's tile, a program a block (nothing adds up across blocks: no persistent grid). Rows past the end are clamped
+# to the last (``tl.minimum``): loads need no row mask, the duplicate is never stored. ``HAS_WEIGHT``, a
+# ``constexpr``, compiles the weight's lines out without one. ``rstd`` is stored in the tile's shape
+# (``tl.broadcast_to``), masked to column 0: a 1-D store would go through shared memory. A thread holds 64 bytes of
+# the tile: four loads in flight.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -184,19 +180,19 @@ def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
 # %%
 # The drop-in function
 # --------------------
-# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; errors name what the kernels lack. They run as
-# two PyTorch operators (``torch.library.custom_op``): a model compiled with ``torch.compile(fullgraph=True)`` keeps
-# them in its graph, unbroken; ``register_fake`` tells the compiler their outputs' shapes without running a kernel.
-# Whole rows fit in registers up to a forward row of 64 KB (an fp32 row of 32 K would fill an SM alone) and a
-# backward row of 8 K values (it holds three tiles). Past them the operators compute in torch, in fp64 (where
-# :math:`x^2` cannot overflow): right, and slow. ``RANGE``, the N these kernels are for, leaves the rest to the deep
-# dives: :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` for wide rows and
-# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` for 16-bit forward rows past 16 K.
+# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; errors name what the kernels lack. Two PyTorch
+# operators (``torch.library.custom_op``) run them, so ``torch.compile(fullgraph=True)`` keeps them in its graph;
+# ``register_fake`` gives the compiler their outputs' shapes. Whole rows fit in registers up to a forward row of 64 KB
+# and a backward row of 8 K values (three tiles); past them the operators compute in torch, in fp64 (:math:`x^2`
+# cannot overflow): right, and slow. ``RANGE`` (the N these kernels are for) leaves wide rows to
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` and 16-bit forward rows past 16 K to
+# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py`.
 
 fused = lambda direction, n_cols, element_size: n_cols * element_size <= 65536 if direction == "forward" else n_cols <= 8192
 RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385),
          ("backward", "float32"): range(1, 8193), ("backward", "bfloat16"): range(1, 8193)}
 
+rms_norm_fwd_fake = lambda x, w, eps: (x.new_empty(x.shape), x.new_empty(x.shape[0], dtype=torch.float32))
 @torch.library.custom_op("sol::rms_norm_fwd_04", mutates_args=())
 def rms_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     x, (y, rstd) = x.contiguous(), rms_norm_fwd_fake(x, w, eps)  # y, and rstd (fp32) for the backward
@@ -208,10 +204,10 @@ def rms_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], eps: floa
         kernel[(grid,)](x, x if w is None else w.contiguous(), y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
                         HAS_WEIGHT=w is not None, **meta)
     return y, rstd
-@rms_norm_fwd_op.register_fake
-def rms_norm_fwd_fake(x, w, eps):
-    return x.new_empty(x.shape), x.new_empty(x.shape[0], dtype=torch.float32)
+rms_norm_fwd_op.register_fake(rms_norm_fwd_fake)  # shapes and dtypes only, for the compiler
 
+rms_norm_bwd_fake = lambda x, w, rstd, dy, compute_dw: \
+    (x.new_empty(x.shape), w.new_empty(w.shape) if compute_dw and w is not None else x.new_empty(0))
 @torch.library.custom_op("sol::rms_norm_bwd_04", mutates_args=())
 def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: torch.Tensor, dy: torch.Tensor,
                     compute_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,9 +219,7 @@ def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: tor
     else:
         dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else torch.zeros(())
     return dx, dw.copy_(dw_sum) if dw.numel() else dw  # dw: empty unless asked for; no rows: 0
-@rms_norm_bwd_op.register_fake
-def rms_norm_bwd_fake(x, w, rstd, dy, compute_dw):
-    return x.new_empty(x.shape), w.new_empty(w.shape) if compute_dw and w is not None else x.new_empty(0)
+rms_norm_bwd_op.register_fake(rms_norm_bwd_fake)
 
 def _setup(ctx, inputs, output):  # keeps x, w and rstd for the backward
     ctx.save_for_backward(inputs[0], inputs[1], output[1])
@@ -274,6 +268,7 @@ SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in r
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 100_003), (4, 200_001)] \
     if ON_GPU else [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+BUILT = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
@@ -338,6 +333,10 @@ def measure_ladder():  # the backward with dw on bf16 rows of 256 (packing matte
             speed = gbps(False, x, bench(lambda: launch(x, w, rstd, dy, dx).to(w.dtype)))
             rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
     return pd.DataFrame(rows).sort_values("step", kind="stable")
+
+def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
+    shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
+    return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
 
 def benchmark():  # the drop-in against its peers, forward and backward: (records, table)
     records = []
@@ -423,8 +422,7 @@ def environment_card():
 # -----------
 # Relative errors of y, dx and dw against float64, several shapes, each dtype:
 
-errors = check_all()
-errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
+(errors := check_all()).style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 
 # %%
 # The ladder, measured
@@ -432,8 +430,7 @@ errors.style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
 # The backward with dw on bf16 rows of 256 (short rows: packing them matters) and 4096 (a row fills a program):
 
 ladder = measure_ladder()
-shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]  # the interpreter's times are no GPU's speeds
-shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
+show_ladder(ladder)
 
 # %%
 # Benchmark
@@ -456,11 +453,9 @@ print(reading(ladder, table))
 # %%
 # Going further
 # -------------
-# **Past the range**: the backward of wide rows,
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`, shares a row among programs; 16-bit forward rows
-# to 32 K, :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py`, are staged in shared memory. **What
+# **Past the range**: deep dive 41 splits a wide row among programs, 42 stages 16-bit rows in shared memory. **What
 # limits the kernels now**: the persistent backward waits on each block's loads; loading the next block before
-# computing this one (as deep dive 41 does) keeps the memory busy with fewer programs. **Exercise**: give each thread
-# 64 bytes in ``_bwd_config``: what spills? Reference: Zhang, Sennrich (2019).
+# computing this one (as 41 does) keeps the memory busy with fewer programs. **Exercise**: give each thread 64 bytes
+# in ``_bwd_config``: what spills? Reference: Zhang, Sennrich (2019).
 
 environment_card()
