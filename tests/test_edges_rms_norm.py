@@ -3,9 +3,9 @@ weight can be (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a non-z
 shapes of one and two dims, empty and size-1 dims, every dtype F.rms_norm takes (ours, or a clear TypeError naming
 the argument) and mixes of input and weight dtypes, eps (None, 0, an int, large), values at the edges of each dtype
 (rows past 1e19, whose sum of squares overflows fp32 and where torch returns 0; the largest finite value; tiny,
--inf, inf, NaN, constant and zero rows) through the fused kernels and the torch path past them, gradients of the input and the
-weight (incoming ones strided and broadcast too), the refused gradient of a gradient, and clear errors. Each result
-is compared with F.rms_norm in the same dtypes and with float64.
+-inf, inf, NaN, constant and zero rows) through the fused kernels and the torch path past them, gradients of the
+input and the weight (incoming ones strided and broadcast too), the refused gradient of a gradient, and clear errors.
+Each result is compared with F.rms_norm in the same dtypes and with float64.
 
 Every input, weight and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a
 tensor's storage, or assumed unit strides, shows NaN or wrong values in the result."""
