@@ -402,6 +402,7 @@ def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
         why = "not installed" if importlib.util.find_spec(package) is None else "no GPU"
         assert f"{peer}: not measured here ({why})." in lines, lines
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
-    assert list(tut["shown"].columns) == ["step", "idea", "N"] and set(tut["shown"].step) == {0, 1, 2}
+    shown = tut["show_ladder"](tut["ladder"]).data
+    assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == {0, 1, 2}
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()
