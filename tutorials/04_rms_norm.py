@@ -390,11 +390,13 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
             f"at 4,096; step 2 ran {speed[2, 256] / speed[1, 256]:.2f}x and {speed[2, 4096] / speed[1, 4096]:.2f}x as fast as step 1.")
     for step, n in ((step, n) for step in (1, 2) for n in (256, 4096) if speed[step, n] < speed[step - 1, n]):
         meta, grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[1:]
-        text += (f"\nStep {step} lost at N = {n:,} ({speed[step, n] / speed[step - 1, n]:.2f}x): " + (
-            f"a tile of {meta['BLOCK_M']} row{'s' * (meta['BLOCK_M'] > 1)} is step 0's program with {meta['num_warps']} "
-            "warps instead of 4, and as many partials: nothing to gain, the other warps cost." if step == 1 else
+        text += f"\nStep {step} lost at N = {n:,} ({speed[step, n] / speed[step - 1, n]:.2f}x): " + (
+            f"its programs of {meta['BLOCK_M']} rows and {meta['num_warps']} warps moved less than step 0's of one row "
+            "and 4 warps." if step == 1 and meta["BLOCK_M"] > 1 else
+            f"a tile there is one row, so step 1 is step 0's program with {meta['num_warps']} warps instead of 4, a "
+            "loop and as many partials: nothing to pack, and these changes cost." if step == 1 else
             f"its {grid:,} programs ({grid // NUM_SMS} an SM) have fewer loads in flight than step 1's one a block, "
-            "and fewer partials did not pay for it."))
+            "and fewer partials did not pay for it.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"], table["ours / best peer"][inside]
     naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], light[[not i for i in inside]]
