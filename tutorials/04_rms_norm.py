@@ -217,7 +217,7 @@ def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: tor
         x_hat, r, g = x.double() * rstd.double()[:, None], rstd.double()[:, None], dy.double() * w.double()
         dx, dw_sum = ((g - x_hat * (g * x_hat).mean(1, keepdim=True)) * r).to(x.dtype), (dy.double() * x_hat).sum(0)
     else:
-        dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else torch.zeros(())
+        dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else x.new_zeros(())
     return dx, dw.copy_(dw_sum) if dw.numel() else dw  # dw: empty unless asked for; no rows: 0
 rms_norm_bwd_op.register_fake(rms_norm_bwd_fake)
 
