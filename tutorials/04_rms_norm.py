@@ -55,9 +55,9 @@ def naive_rms_norm(x, weight, eps):
 # launches M of them: here a program a row. ``tl.arange(0, BLOCK_N)`` numbers the columns; ``BLOCK_N`` is a
 # ``tl.constexpr``, fixed when the kernel compiles (the row's length rounded up to a power of two), so a ``mask``
 # keeps ``tl.load`` and ``tl.store`` (of a pointer plus offsets) inside the row, and masked loads read ``other=0``.
-# The row stays in the registers of the program's 4 warps (the default ``num_warps``), in fp32. Each program writes
-# dx and its row of ``dw_partial``; torch's ``.sum(0)`` adds the M rows down each column in a fixed order: the same
-# bits on every run. To remove: rows of 256 bf16 (512 bytes a program, too few to keep the memory busy) and the
+# The row stays in the registers of the program's 4 warps (the default ``num_warps``), in fp32 (``.to``), and
+# ``tl.sum`` adds it up. Each program writes dx and its row of ``dw_partial``; torch's ``.sum(0)`` adds the M rows
+# down each column in a fixed order: the same bits on every run. To remove: rows of 256 bf16 (512 bytes a program, too few to keep the memory busy) and the
 # partials (8 bytes an element, beside x, dy and dx's 6).
 
 @triton.jit
@@ -456,8 +456,8 @@ print(reading(ladder, table))
 # Going further
 # -------------
 # **Past the range**: deep dive 41 splits a wide row among programs, 42 stages 16-bit rows in shared memory. **What
-# limits the kernels now**: the persistent backward waits on each block's loads; loading the next block before
-# computing this one (as 41 does) keeps the memory busy with fewer programs. **Exercise**: give each thread 64 bytes
-# in ``_bwd_config``: what spills? Reference: Zhang, Sennrich (2019).
+# limits the kernels now**: the persistent backward waits on each block's loads; loading the next block first (as 41
+# does) keeps the memory busy with fewer programs. **Exercise**: 64 bytes a thread in ``_bwd_config``: what spills?
+# Reference: Zhang, Sennrich (2019).
 
 environment_card()
