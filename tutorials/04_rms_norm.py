@@ -51,14 +51,14 @@ def naive_rms_norm(x, weight, eps):
 #
 # Step 0: the plain backward
 # --------------------------
-# A Triton kernel runs as many *programs*, each knowing its number, ``tl.program_id(0)``; ``kernel[(M,)](...)``
-# launches M of them: here a program a row. ``tl.arange(0, BLOCK_N)`` numbers the columns; ``BLOCK_N`` is a
-# ``tl.constexpr``, fixed when the kernel compiles (the row's length rounded up to a power of two), so a ``mask``
-# keeps ``tl.load`` and ``tl.store`` (of a pointer plus offsets) inside the row, and masked loads read ``other=0``.
-# The row stays in the registers of the program's 4 warps (the default ``num_warps``), in fp32 (``.to``), and
-# ``tl.sum`` adds it up. Each program writes dx and its row of ``dw_partial``; torch's ``.sum(0)`` adds the M rows
-# down each column in a fixed order: the same bits on every run. To remove: rows of 256 bf16 (512 bytes a program, too few to keep the memory busy) and the
-# partials (8 bytes an element, beside x, dy and dx's 6).
+# A Triton kernel runs as many *programs*, each knowing its number, ``tl.program_id(0)``; ``kernel[(M,)](...)`` launches
+# M of them: here a program a row. ``tl.arange(0, BLOCK_N)`` numbers the columns; ``BLOCK_N`` is a ``tl.constexpr``,
+# fixed when the kernel compiles (the row's length rounded up to a power of two), so a ``mask`` keeps ``tl.load`` and
+# ``tl.store`` (of a pointer plus offsets) inside the row, and masked loads read ``other=0``. The row stays in the
+# registers of the program's 4 warps (the default ``num_warps``), in fp32 (``.to``; stored in the output's dtype,
+# ``dx_ptr.dtype.element_ty``), and ``tl.sum`` adds it up. Each program writes dx and its row of ``dw_partial``; torch's
+# ``.sum(0)`` adds the M rows down each column in a fixed order: the same bits on every run. To remove: rows of 256 bf16
+# (512 bytes a program, too few to keep the memory busy) and the partials (8 bytes an element, beside x, dy and dx's 6).
 
 @triton.jit
 def plain_rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_cols, BLOCK_N: tl.constexpr):
@@ -138,11 +138,11 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous r
 # %%
 # The forward
 # -----------
-# Step 1's tile, a program a block (nothing adds up across blocks: no persistent grid). Rows past the end are clamped
-# to the last (``tl.minimum``): loads need no row mask, the duplicate is never stored. ``HAS_WEIGHT``, a
-# ``constexpr``, compiles the weight's lines out without one. ``rstd`` is stored in the tile's shape
-# (``tl.broadcast_to``), masked to column 0: a 1-D store would go through shared memory. A thread holds 64 bytes of
-# the tile: four loads in flight.
+# Step 1's tile, a program a block (nothing adds up across blocks: no persistent grid). Rows past the end are clamped to
+# the last (``tl.minimum``): loads need no row mask, the duplicate is never stored. ``HAS_WEIGHT``, a ``constexpr``,
+# compiles the weight's lines out without one; ``tl.where`` picks a value row by row. ``rstd`` is stored in the tile's
+# shape (``tl.broadcast_to``), masked to column 0: a 1-D store would go through shared memory. A thread holds 64 bytes
+# of the tile: four loads in flight.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
