@@ -1,5 +1,5 @@
-"""Tutorial 04 (core page): RMSNorm. Fused and chunked kernels against float64, poisoned outputs, bad inputs,
-determinism, the launch parameters. The split backward is tested in test_rms_norm_wide_backward.py."""
+"""Tutorial 04 (core page): RMSNorm. The kernels, and torch past them, against float64, poisoned outputs, bad inputs,
+determinism, the launch parameters. Deep dive 41's kernels are tested in test_rms_norm_wide_backward.py."""
 
 import copy
 import importlib.util
@@ -104,47 +104,48 @@ def test_default_eps_matches_torch(tut):
     torch.testing.assert_close(tut["rms_norm"](x32, (8,)), F.rms_norm(x32, (8,)), atol=0, rtol=1e-5)
 
 
-def test_chunked_kernels_forced(tut):
-    """The long-row kernels on small rows: several chunks, a partial last chunk, with and without dw."""
-    x = 2 * torch.randn(5, 300, device=DEVICE)
-    w = torch.randn(300, device=DEVICE)
-    dy = torch.randn(5, 300, device=DEVICE)
-    y64, dx64, dw64 = reference(x, (300,), w, 1e-6, dy)
-    y, rstd = torch.full_like(x, float("nan")), torch.full((5,), float("nan"), device=DEVICE)
-    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6, chunk_n=128)
-    dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
-    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, chunk_n=64)
-    assert rel(y, y64) <= 1e-5 and rel(dx, dx64) <= 1e-5 and rel(dw, dw64) <= 1e-5
-    dx2 = torch.full_like(x, float("nan"))
-    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx2, None, chunk_n=64)  # dx only, weight still used
-    assert torch.equal(dx2, dx)
-    dx3 = torch.full_like(x, float("nan"))  # no weight: g = dy
-    tut["rms_norm_rows_backward"](x, None, rstd, dy, dx3, None, chunk_n=64)
-    _, dx64, _ = reference(x, (300,), None, 1e-6, dy)
-    assert rel(dx3, dx64) <= 1e-5
+@pytest.mark.parametrize("weight", [True, False])
+def test_rows_past_the_kernels_computed_by_torch(tut, weight):
+    """Past the fused rows (a forward row over 64 KB, a backward row over 8 K values) the operators compute in torch,
+    in fp64: y, dx and dw against float64, with and without a weight."""
+    fused = tut["fused"]
+    assert fused("forward", 16384, 4) and not fused("forward", 16385, 4) and fused("forward", 32768, 2)
+    assert not fused("forward", 32769, 2) and fused("backward", 8192, 2) and not fused("backward", 8193, 4)
+    for n in (8200, 16400):  # the backward in torch; then the forward too
+        x = (3 * torch.randn(3, n, device=DEVICE)).requires_grad_(True)
+        w = (torch.randn(n, device=DEVICE) + 1).requires_grad_(True) if weight else None
+        dy = torch.randn(3, n, device=DEVICE)
+        y = tut["rms_norm"](x, (n,), w, 1e-6)
+        grads = torch.autograd.grad(y, [x] + ([w] if weight else []), dy)
+        y64, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
+        assert rel(y, y64) <= 1e-5 and rel(grads[0], dx64) <= 1e-5, f"N = {n}"
+        assert not weight or rel(grads[1], dw64) <= 1e-5, f"N = {n}"
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
 @pytest.mark.parametrize("weight", [True, False])
 def test_poisoned_outputs_fully_written(tut, shape, weight):
-    """Outputs filled with NaN first: every element must be written, and no row outside the tensor."""
+    """Outputs filled with NaN first: every element must be written, and nothing past the outputs."""
     m, n = shape
     x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16) if weight else None
     dy = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
-    # outputs with a padded row stride, the padding as guard: it must stay untouched
+    # the forward's output with a padded row stride, the padding as guard: it must stay untouched
     y_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=torch.bfloat16)
     y = y_store[:, :n]
     rstd = torch.full((m,), float("nan"), device=DEVICE)
-    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
+    kernel, meta, grid = tut["_fwd_config"](m, n, 2)
+    kernel[(grid,)](x, x if w is None else w, y, rstd, m, n, x.stride(0), y.stride(0), 1e-6, HAS_WEIGHT=weight, **meta)
     assert not y.isnan().any() and not rstd.isnan().any()
     assert y_store[:, n:].isnan().all(), "the forward wrote past the end of a row"
-    dx_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=torch.bfloat16)
-    dx = dx_store[:, :n]
-    dw = torch.full((n,), float("nan"), device=DEVICE, dtype=torch.bfloat16) if weight else None
-    tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw)
-    assert not dx.isnan().any() and (dw is None or not dw.isnan().any())
-    assert dx_store[:, n:].isnan().all(), "the backward wrote past the end of a row"
+    # the backward's rows are contiguous: the buffer past dx as guard
+    dx_store = torch.full((m * n + 64,), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    dx = dx_store[: m * n].view(m, n)
+    ones = torch.ones(n, device=DEVICE, dtype=torch.bfloat16)
+    for persistent in (True, False):
+        dw = tut["rms_norm_rows_backward"](x, ones if w is None else w, rstd, dy, dx, persistent=persistent)
+        assert not dx.isnan().any() and not dw.isnan().any()
+        assert dx_store[m * n :].isnan().all(), "the backward wrote past the end of dx"
     y64, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
     assert rel(y, y64) <= TOL[torch.bfloat16]
     if n > 1:
@@ -162,19 +163,23 @@ def test_dw_bitwise_deterministic(tut):
         assert torch.equal(dx, runs[0][0]) and torch.equal(dw, runs[0][1])
 
 
-def test_dw_sums_many_partials(tut):
-    """More dw partials than one step of the final reduction takes (BLOCK_P = 64), both kernels."""
-    x = torch.randn(70, 40, device=DEVICE)
+def test_steps_1_and_2_agree(tut):
+    """Step 1 (a program a block) and step 2 (the persistent grid, several blocks a program): the same dx bits, dw
+    from different partials, both against float64."""
+    x = torch.randn(700, 40, device=DEVICE)
     w = torch.randn(40, device=DEVICE)
-    dy = torch.randn(70, 40, device=DEVICE)
-    rstd, y = torch.empty(70, device=DEVICE), torch.empty_like(x)
-    tut["rms_norm_rows_forward"](x, w, y, rstd, 1e-6)
+    dy = torch.randn(700, 40, device=DEVICE)
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
     _, dx64, dw64 = reference(x, (40,), w, 1e-6, dy)
-    for chunk_n in (None, 16):
-        dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
-        grid = tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, dw, chunk_n=chunk_n, programs=70)
-        assert grid == 70 > tut["_reduce_config"](40)["BLOCK_P"]
-        assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"chunk_n {chunk_n}"
+    meta, grid = tut["_bwd_config"](700, 40, 4)[1:]
+    assert grid < math.ceil(700 / meta["BLOCK_M"]) or DEVICE == "cuda"  # several blocks a program on the CPU
+    dxs = []
+    for persistent in (False, True):
+        dx = torch.full_like(x, float("nan"))
+        dw = tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, persistent=persistent)
+        assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"persistent {persistent}"
+        dxs.append(dx)
+    assert torch.equal(*dxs)
 
 
 def test_configs_keep_todays_launch_parameters(tut):
@@ -183,17 +188,11 @@ def test_configs_keep_todays_launch_parameters(tut):
     assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4), 125)
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)
     assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
-    assert fwd(64, 32768, 4)[0] is tut["rms_norm_fwd_chunked_kernel"]  # 128 KB rows: chunked
-    assert fwd(64, 32768, 4)[1:] == (dict(CHUNK_N=16384, num_warps=16), 64)
-    assert fwd(64, 65536, 2)[1] == dict(CHUNK_N=16384, num_warps=16)
     assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=8), 2 * sms)
     assert bwd(2**17, 512, 4)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=16), sms)
     assert bwd(2**14, 4096, 4)[1:] == (dict(BLOCK_M=1, BLOCK_N=4096, num_warps=32), sms)  # 16 KB: wide
     assert bwd(2**14, 4096, 2)[1:] == (dict(BLOCK_M=1, BLOCK_N=4096, num_warps=8), 2 * sms)
     assert bwd(2**13, 8192, 2)[1] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=32)
-    assert bwd(2**12, 16384, 2)[1:] == (dict(CHUNK_N=8192, num_warps=16), sms)
-    assert bwd(2**12, 16384, 4)[1] == dict(CHUNK_N=8192, num_warps=32)
-    assert tut["_reduce_config"](4096)["BLOCK_N"] == 16 and tut["_reduce_config"](4097)["BLOCK_N"] == 32
 
 
 def test_empty_tensors(tut):
@@ -265,8 +264,8 @@ def test_ladder_step_0_matches_float64(tut, n):
     w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16)
     dy = torch.randn(37, n, device=DEVICE, dtype=torch.bfloat16)
     rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
-    dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
-    tut["plain_backward"](x, w, rstd, dy, dx, dw)
+    dx = torch.full_like(x, float("nan"))
+    dw = tut["plain_backward"](x, w, rstd, dy, dx)
     _, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
     assert rel(dw, dw64) <= TOL[torch.bfloat16], f"N = {n}: dw error {rel(dw, dw64):.2e}"
     if n > 1:  # at N = 1 dx is a difference of nearly equal numbers
@@ -403,6 +402,7 @@ def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
         why = "not installed" if importlib.util.find_spec(package) is None else "no GPU"
         assert f"{peer}: not measured here ({why})." in lines, lines
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
-    assert list(tut["shown"].columns) == ["step", "idea", "N"] and set(tut["shown"].step) == {0, 1, 2}
+    shown = tut["show_ladder"](tut["ladder"]).data
+    assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == {0, 1, 2}
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()

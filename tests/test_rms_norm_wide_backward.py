@@ -1,5 +1,5 @@
 """Deep dive 41 (RMSNorm, wide backward): the split kernel forced on small rows (both ways of waiting,
-packed and not, poisoned outputs, dx only, no weight), its config, the carried core chunked kernel,
+packed and not, poisoned outputs, dx only, no weight), its config, the chunked kernel,
 determinism, and the page's own checks and measurements."""
 
 import pytest
@@ -72,8 +72,8 @@ def test_split_kernel_forced(dive, flag_words, dtype, n, monkeypatch):
     assert rel(dx3, reference(x, None, dy)[0]) <= TOL[dtype]
 
 
-def test_carried_core_kernel_and_determinism(dive):
-    """split_from=inf runs the core page's chunked kernel (the 'core' column); both are bitwise repeatable."""
+def test_chunked_kernel_and_determinism(dive):
+    """split_from=inf runs the chunked kernel (the 'chunked' column); both are bitwise repeatable."""
     x, w = torch.randn(5, 9000, device=DEVICE), torch.randn(9000, device=DEVICE)
     dy = torch.randn(5, 9000, device=DEVICE)
     rstd = dive["rstd_of"](x)
@@ -86,13 +86,19 @@ def test_carried_core_kernel_and_determinism(dive):
         assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-def test_carried_core_kernels_are_the_core_pages(dive):
-    """The core page's chunked backward and dw sum, which this page carries to run alone, must not drift from 04's."""
-    import inspect
-
-    core = load_tutorial("04_rms_norm")
-    for name in ("rms_norm_bwd_chunked_kernel", "dw_reduce_kernel"):
-        assert inspect.getsource(dive[name].fn) == inspect.getsource(core[name].fn), f"41 carries a {name} unlike 04's"
+@pytest.mark.parametrize("scale", [1e20, 1e-30, 0.0], ids=["1e20-scaled", "tiny", "zero rows"])
+def test_chunked_kernel_extreme_values(dive, scale):
+    """Rows whose sum of squares passes fp32 (rstd from float64, as the core page's forward saves it), tiny and zero
+    rows, through the chunked kernel: dx and dw against float64, each against the size of its terms."""
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(4, 9000, generator=gen) * scale).to(DEVICE)
+    w, dy = (torch.randn(9000, generator=gen) + 1).to(DEVICE), torch.randn(4, 9000, generator=gen).to(DEVICE)
+    rstd64 = torch.rsqrt(x.double().square().mean(-1) + 1e-6)
+    dx, dw = dive["rms_norm_backward"](x, w, rstd64.float(), dy, float("inf"))
+    dx64, dw64 = reference(x, w, dy)
+    x_hat = x.double() * rstd64[:, None]
+    assert (dx.double() - dx64).norm() <= 1e-5 * (rstd64[:, None] * dy.double() * w.double()).norm()
+    assert (dw.double() - dw64).norm() <= 1e-5 * max((dy.double() * x_hat).norm().item(), 1e-30)
 
 
 def test_split_config_keeps_todays_parameters(dive):
@@ -112,6 +118,6 @@ def test_split_config_keeps_todays_parameters(dive):
 def test_page_checked_and_measured(dive):
     errors, results = dive["errors"], dive["results"]
     assert len(errors) == 3 * len(dive["CHECK_SHAPES"]) and errors["same bits"].all()
-    for name in ("core", "this page"):
+    for name in ("chunked", "this page"):
         ours = results[results.provider == name]
         assert len(ours) == 2 * len(dive["SWEEP_N"]) and (ours["GB/s"] > 0).all()

@@ -3,7 +3,7 @@ RMSNorm, wide rows in the backward: one row shared by several programs
 ======================================================================
 
 The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
-gradient in registers up to 8 K columns; past that its chunked kernel reads each row twice and adds
+gradient in registers up to 8 K columns; past that a chunked kernel reads each row twice and adds
 into a ``dw_partial`` row in memory for every row. **What you will learn**: how to
 *split* a wide row over a group of programs that exchange their partial row sums through global
 memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
@@ -23,17 +23,17 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
-# The backward, and the core kernel it replaces
-# ---------------------------------------------
+# The backward, and the chunked kernel it replaces
+# ------------------------------------------------
 # With :math:`r` the reciprocal root mean square of a row, :math:`\hat{x} = r x` and :math:`g = dy \odot w`,
 #
 # .. math:: dx = r \left( g - \hat{x} \, \frac{1}{N} \sum_j g_j \hat{x}_j \right), \qquad
 #    dw_j = \sum_{\text{rows}} dy_j \, \hat{x}_j .
 #
-# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Carried from
-# the core page: its chunked kernel, which it runs past 8 K columns (a pass for the row's dot product,
-# a second, backwards, writing :math:`dx` and adding into the program's fp32 ``dw_partial`` row), and
-# the fixed-order sum of the partials.
+# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). The first
+# answer for rows past 8 K columns (the core page computes those in torch) is a chunked kernel: a pass
+# for the row's dot product, a second, backwards, writing :math:`dx` and adding into the program's fp32
+# ``dw_partial`` row, then a fixed-order sum of the partials.
 
 @triton.jit
 def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
@@ -97,7 +97,7 @@ def _warps(n_elements, element_size, bytes_per_thread):
     return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
 
 def _chunked_config(n_rows, n_cols, element_size):
-    """The core page's: (meta, grid) of the chunked kernel, one program per SM, 32 bytes a thread."""
+    """(meta, grid) of the chunked kernel: one program per SM, 32 bytes a thread."""
     return dict(CHUNK_N=8192, num_warps=_warps(8192, element_size, 32)), max(1, min(n_rows, NUM_SMS))
 
 # %%
@@ -373,7 +373,7 @@ def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
 def backward_plan(x2d, w, rstd, dy2d, dx2d, compute_dw, split_from=MAX_FUSED_N, split=None):
     """(kernel, meta, grid, (programs per SM, limit, registers)) of the backward for these very tensors
     (the split kernel's occupancy is that of the version Triton compiles for them): split from
-    ``split_from`` to MAX_SPLIT_N columns when a group fits on the GPU, else the core's chunked kernel."""
+    ``split_from`` to MAX_SPLIT_N columns when a group fits on the GPU, else the chunked kernel."""
     n_rows, n_cols = x2d.shape
     if split_from < n_cols <= MAX_SPLIT_N:
         meta = _split_config(n_cols, x2d.dtype, w is not None, compute_dw, (x2d, dy2d, dx2d), split)
@@ -398,13 +398,13 @@ def rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from=MAX_FUSED_N,
         args = (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
                 x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
     kernel[(grid,)](*args, **meta)
-    if compute_dw:  # the core's: narrow strips of columns, each summing all partials in order
+    if compute_dw:  # narrow strips of columns, each summing all partials in order
         block_n = 16 if n_cols <= 4096 else 32
         dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](dw_partial, dw, n_partials, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
     return kernel, meta, grid, fit
 
 def rms_norm_backward(x2d, w, rstd, dy2d, split_from=MAX_FUSED_N):
-    """(dx, dw) of RMSNorm over x2d's rows; ``split_from=math.inf``: the core's chunked kernel."""
+    """(dx, dw) of RMSNorm over x2d's rows; ``split_from=math.inf``: the chunked kernel."""
     dx2d, dw = torch.empty_like(x2d), torch.empty(x2d.shape[1], device=x2d.device, dtype=w.dtype)
     rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from)
     return dx2d, dw
@@ -452,7 +452,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw
 # Where the launcher splits, :math:`MN = 2^{26}` elements on a GPU, with what it chose (the compiled
 # kernel's registers and programs per SM, and what limits them). A peer's backward is ``autograd.grad``
 # of :math:`x` and :math:`w` after its own forward; ours the launcher with its allocations, on the
-# :math:`r` a forward saved; *core* is the core page's chunked kernel on the same rows. Each is a CUDA
+# :math:`r` a forward saved; *chunked* is the chunked kernel above on the same rows. Each is a CUDA
 # graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy of :math:`x` (the
 # speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written. The peers: PyTorch,
 # ``torch.compile``, Liger-Kernel and quack (``quack.rmsnorm``, CuTe-DSL kernels for compute capability 9.0 and
@@ -506,7 +506,7 @@ for dtype in (torch.float32, torch.bfloat16):
                       "PACK": meta.get("PACK", "-"), "grid": grid, "registers": fit[2] if fit and ON_GPU else "-",
                       "programs / SM": fit[0] if fit and ON_GPU else "-", "limited by": fit[1] if fit else "-"})
         xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        timed = {"core": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
+        timed = {"chunked": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
                  "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
         for name, fn in fns.items():
             try:  # autograd.grad of x and w: every kernel the peer launches for them
@@ -527,24 +527,24 @@ for (name, why), points in missing.items():  # once per peer and reason
 results = pd.DataFrame(records)
 results["% of light"] = 100 * results["GB/s"] / results.light
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
-table = table[[*fns, "core", "this page"]]
+table = table[[*fns, "chunked", "this page"]]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"]).light.first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
-table["this page / core"] = table["this page"] / table["core"]
+table["this page / chunked"] = table["this page"] / table["chunked"]
 table["this page / best peer"] = table["this page"] / table[[p for p in fns if p in table]].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "41_rms_norm_wide_backward.csv"))
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
-table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "core", "this page"] if c in table}
-                   | {"this page, % of light": "{:.1f}%", "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"] if c in table}
+                   | {"this page, % of light": "{:.1f}%", "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
 for ax, dtype in zip(axes, ("float32", "bfloat16")):
     for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
         ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
@@ -561,9 +561,9 @@ fig.suptitle(f"RMSNorm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHER
 # Computed from the table above, in this build:
 
 for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
-    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / core"], part["this page / best peer"]
+    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
     print(f"{dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
-          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
+          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
     print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
 short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
@@ -580,7 +580,7 @@ if not ON_GPU:
 # above): 16-bit slices, rows held as 32-bit words, run at most 4 programs an SM; tried on an H100
 # (``dev/DESIGN.md``): unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, capped registers, no
 # lookahead: all slower. A row just past a power of two of ``SLICE_N`` leaves its last slices nearly empty.
-# Past ``MAX_SPLIT_N`` the core's chunked kernels take over. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64: what spills?
+# Past ``MAX_SPLIT_N`` the chunked kernel takes over. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64: what spills?
 #
 # Where this page was made
 # ------------------------
