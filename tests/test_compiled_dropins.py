@@ -78,3 +78,28 @@ def test_compiled_fullgraph_matches_eager(name, dtype):
     compiled = run(torch.compile(block, fullgraph=True))
     for what, got, want in zip(("loss", "input's gradient", "weight's gradient"), compiled, eager):
         torch.testing.assert_close(got, want, **TOL[dtype], msg=lambda m, w=what: f"{name}, {dtype}, {w}: {m}")
+
+
+# Forward-only drop-ins (no autograd of their own): a compiled block without gradients against eager
+FORWARD_ONLY = {
+    "sum_dim (31), rows": ("31_reduction_rows_and_columns", "sum_dim", lambda f, h: f(h, 1)),
+    "sum_dim (31), columns": ("31_reduction_rows_and_columns", "sum_dim", lambda f, h: f(h, 0)),
+}
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+@pytest.mark.parametrize("name", list(FORWARD_ONLY))
+def test_compiled_forward_only_matches_eager(name, dtype):
+    page, function, call = FORWARD_ONLY[name]
+    dropin = _dropin(page, function)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    x = torch.randn(M, K, device=DEVICE, dtype=dtype, generator=gen)
+    linear = torch.nn.Linear(K, N, device=DEVICE, dtype=dtype)
+
+    def block(x):
+        return call(dropin, linear(x).relu()) * 0.5
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager, compiled = block(x), torch.compile(block, fullgraph=True)(x)
+    torch.testing.assert_close(compiled.float(), eager.float(), **TOL[dtype], msg=lambda m: f"{name}, {dtype}: {m}")

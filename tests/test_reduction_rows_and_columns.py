@@ -169,6 +169,22 @@ def test_sum_dim_non_contiguous_and_empty(tut):
         assert torch.equal(tut["sum_dim"](x, dim), torch.sum(x, dim)), (shape, dim)
 
 
+
+def test_sum_dim_is_an_operator_a_compiled_model_keeps(tut):
+    """sum_dim is a PyTorch operator: opcheck (schema, fake tensor, no aliasing) on a row and a column sum, and
+    torch.compile(fullgraph=True) with the graph-only backend gives eager's values."""
+    x = _input((37, 41), torch.float32, seed=3)
+    for dim in (0, 1, -1):
+        torch.library.opcheck(tut["sum_dim"], (x, dim), test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda t: tut["sum_dim"](t * 2, 0), fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), tut["sum_dim"](x * 2, 0))
+
+
+@pytest.mark.parametrize("shape, dim", [((4, 5), 2), ((4, 5), -3), ((), 0)])
+def test_sum_dim_refuses_a_dim_the_tensor_lacks(tut, shape, dim):
+    with pytest.raises(IndexError, match="sum_dim: dim"):
+        tut["sum_dim"](torch.ones(shape, device=DEVICE), dim)
+
 # --- what the page carries from the core page must be the core page's ---
 
 

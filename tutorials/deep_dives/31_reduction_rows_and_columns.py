@@ -16,14 +16,13 @@ sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`
 light (a read-only pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
 """
 
-import datetime, os, platform, subprocess, timeit
+import datetime, math, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import matplotlib.pyplot as plt, pandas as pd
 import triton
 import triton.language as tl
 
@@ -235,23 +234,23 @@ pd.DataFrame(config_rows).set_index(["M x N", "sum along"])
 # %%
 # The drop-in for one dimension
 # -----------------------------
-# ``sum_dim(x, dim)`` is :func:`torch.sum` along one dimension of a float tensor (no autograd: the core
-# page's ``reduce_sum`` shows the gradient, which needs no kernel). The tensor is viewed as
+# ``sum_dim(x, dim)`` is :func:`torch.sum` along one dimension of a float tensor, a PyTorch operator that a compiled
+# model keeps in its graph (no autograd: the core page's ``reduce_sum`` shows the gradient). The tensor is viewed as
 # :math:`A \times R \times B` around the reduced dimension of length :math:`R`: when :math:`B = 1`
 # that is a row sum, when :math:`A = 1` a column sum, and otherwise the reduced dimension is moved
 # last and copied (one more pass). The row and column kernels take both strides: no copy otherwise.
 
-def sum_dim(x, dim):
+@torch.library.custom_op("sol::sum_dim_31", mutates_args=())
+def sum_dim(x: torch.Tensor, dim: int) -> torch.Tensor:
     """torch.sum(x, dim) for one int dim of a float32/float16/bfloat16 tensor, accumulated in fp32."""
-    dim %= x.dim()
-    shape = list(x.shape)
+    if not -x.dim() <= dim < max(1, x.dim()) or x.dim() == 0:
+        raise IndexError(f"sum_dim: dim {dim} of a tensor of {x.dim()} dimensions (sum a 0-d tensor with torch.sum)")
+    shape, dim = list(x.shape), dim % x.dim()
     length = shape.pop(dim)
     out = torch.empty(shape, device=x.device, dtype=x.dtype)
     if x.numel() == 0:
         return out.zero_()
-    before = 1
-    for size in x.shape[:dim]:
-        before *= size
+    before = math.prod(x.shape[:dim])
     after = out.numel() // before
     if after == 1:  # rows of length `length`
         sum_rows(x.reshape(before, length), out.view(-1))
@@ -260,6 +259,7 @@ def sum_dim(x, dim):
     else:  # A x R x B with A, B > 1: move the reduced dim last (a copy), then sum rows
         sum_rows(x.movedim(dim, -1).reshape(-1, length), out.view(-1))
     return out
+sum_dim.register_fake(lambda x, dim: x.new_empty([s for i, s in enumerate(x.shape) if i != dim % x.dim()]))
 
 # %%
 # The sum of every element: three designs
