@@ -169,7 +169,6 @@ def test_sum_dim_non_contiguous_and_empty(tut):
         assert torch.equal(tut["sum_dim"](x, dim), torch.sum(x, dim)), (shape, dim)
 
 
-
 def test_sum_dim_is_an_operator_a_compiled_model_keeps(tut):
     """sum_dim is a PyTorch operator: opcheck (schema, fake tensor, no aliasing) on a row and a column sum, and
     torch.compile(fullgraph=True) with the graph-only backend gives eager's values."""
@@ -184,6 +183,7 @@ def test_sum_dim_is_an_operator_a_compiled_model_keeps(tut):
 def test_sum_dim_refuses_a_dim_the_tensor_lacks(tut, shape, dim):
     with pytest.raises(IndexError, match="sum_dim: dim"):
         tut["sum_dim"](torch.ones(shape, device=DEVICE), dim)
+
 
 # --- what the page carries from the core page must be the core page's ---
 
