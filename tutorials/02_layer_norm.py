@@ -24,8 +24,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # ---------------
 # A row *x* of *N* values becomes :math:`y = (x - \mu) \, r \odot w + b`, with mean :math:`\mu` and
 # :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). Each PyTorch op below reads its inputs from memory and writes
-# its output there; over *M* rows the comments count the elements moved (2 bytes each in bf16; *w*, *b* and the
-# per-row means are small):
+# its output there; the comments count the elements moved over *M* rows (*w*, *b*, the row means: small):
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
@@ -39,10 +38,10 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
 # Step 0: one row a program
 # -------------------------
 # A Triton kernel runs as a grid of *programs*; ``tl.program_id(0)`` says which one this is, here the row. The
-# program holds its whole row as one block: ``tl.arange(0, BLOCK_N)`` is the vector of column numbers, and
-# ``BLOCK_N`` is a ``tl.constexpr``, a compile-time size (a power of two: the row rounded up). The mask ``ok`` keeps
-# the padding columns out of ``tl.load`` (they read as ``other``) and ``tl.store``. The mean, then the variance of
-# *x - mean* (no cancellation as in *E[x²] - mean²*), in fp32, on Triton's default 4 warps of 32 threads a program.
+# program holds its row as one block: ``tl.arange(0, BLOCK_N)`` is the vector of column numbers, ``BLOCK_N`` a
+# ``tl.constexpr`` (a compile-time size, a power of two). The mask ``ok`` keeps the padding out of ``tl.load`` (it
+# reads as ``other``), ``tl.where`` and ``tl.store``; ``tl.sum`` reduces the block. The mean, then the variance of
+# *x - mean* (no cancellation as in *E[x²] - mean²*), in fp32, on Triton's default 4 warps (of 32 threads).
 
 @triton.jit
 def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -157,11 +156,11 @@ def layer_norm_bwd_kernel(
 # Launch parameters
 # -----------------
 # Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: bytes in flight =
-# bandwidth x latency / SMs, a few tens of KB an SM on a GPU of a few TB/s). The figures in the two config functions
-# were chosen by measurement (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`) with that in view; each
-# comment says what it depends on. The kernels hold a row in registers, up to ``MAX_FUSED_N`` columns forward and
-# ``MAX_BWD_FUSED_N`` backward; past them the launchers compute with torch (the appendix's ``torch_rows_*``),
-# correct and slower: deep dives 21 and 23 (below) have kernels for those rows.
+# bandwidth x latency / SMs, tens of KB an SM on a GPU of a few TB/s). The config functions' figures were measured
+# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); their comments say what they depend on. Past
+# ``MAX_FUSED_N`` columns (forward) and ``MAX_BWD_FUSED_N`` (backward) a row does not fit in registers: the
+# launchers compute with torch there (the appendix's ``torch_rows_*``), correct and slower; deep dives 21 and 23
+# have kernels for those rows.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
 SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
@@ -183,8 +182,9 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy):
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a program an SM (or ``programs``), each with a line of partials; ``stages`` replaces STAGES."""
-    # blocks of 8 KB of x, 32 fp32 values a thread; a stage holds a block of x and of dy, under 96 KB in all (half an
-    # SM's shared memory), and within the device's SMEM_PER_BLOCK (narrow tiles count 4 bytes a value; 16 KB spare)
+    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
+    # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
+    # (narrow tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
@@ -219,13 +219,11 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 # %%
 # The drop-in
 # -----------
-# ``layer_norm`` below takes what :func:`torch.nn.functional.layer_norm` takes: it checks its arguments as torch does
-# (with errors that name the argument and the limit), flattens the normalized dims into rows and calls the forward
-# operator. The appendix wraps the two launchers as PyTorch operators, ``torch.library.custom_op``, so that a model
-# compiled with ``fullgraph=True`` keeps them in its graph: ``register_fake`` tells the compiler their outputs'
-# shapes without running them, and ``register_autograd`` gives the forward its backward (which refuses a gradient of
-# the gradient, ``create_graph=True``, with a clear error). Rows of any strides work: ``_rows`` copies them only
-# where a row is not contiguous.
+# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it as torch does (errors name the
+# argument) and flattens the normalized dims into rows (``_rows`` copies only rows that are not contiguous). The
+# appendix wraps the launchers as PyTorch operators (``torch.library.custom_op``), kept in the graph of a model
+# compiled with ``fullgraph=True``: ``register_fake`` gives the compiler their outputs' shapes, ``register_autograd``
+# the forward's backward.
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
