@@ -3,10 +3,11 @@ Layer norm, wide rows in the forward: read x twice, or split the row
 ====================================================================
 
 The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads :math:`x` once;
-past 32 K columns it leaves the row to torch, and this page's chunked kernel streams it twice. **What you will learn**: why reading :math:`x` *twice* can
-beat reading it once, when the second read hits L2; how to split a row over a group of programs that exchange
-partial statistics (Chan's formula), so a row too long for one program is read once; and where each is chosen
-(``_twice_config``, ``_split_config``). Both are measured against the core kernel and the peers where they run.
+past 32 K columns it leaves the row to torch, and this page's chunked kernel streams it twice. **What you will
+learn**: why reading :math:`x` *twice* can beat reading it once, when the second read hits L2; how to split a row
+over a group of programs that exchange partial statistics (Chan's formula), so a row too long for one program is
+read once; and where each is chosen (``_twice_config``, ``_split_config``). Both are measured against the core
+kernel and the peers where they run.
 """
 
 import contextlib, datetime, os, platform, timeit
