@@ -619,6 +619,10 @@ def layer_norm_02(p, dtype, n, variant):
     gradients(p["layer_norm"](x, (n,), w, b), [x, w, b])
 
 
+def layer_norm_02_takes(p, dtype, n, variant):
+    return n <= p["MAX_FUSED_N"]  # past it the drop-in computes with torch (deep dives 21 and 23 hold the kernels)
+
+
 def layer_norm_locks_02(p, dtype, n, variant):
     x, dy, dx = (matrix(n, dtype) for _ in range(3))
     w, dw, db = (torch.empty(n, device=DEVICE, dtype=dtype) for _ in range(3))
@@ -729,7 +733,7 @@ CROSS_ENTROPY = ("gradient", "gradient, label smoothing", "forward alone, label 
 # The page -> its entry points. Each page's options are on (weight, bias, their gradients): a flag off only drops loads
 PAGES = {
     "01_fused_softmax": Entry(softmax_01, ("",)),
-    "02_layer_norm": Entry(layer_norm_02, ("affine",)),
+    "02_layer_norm": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
     "24_layer_norm_backward_locks": Entry(layer_norm_locks_02, ("classic", "persistent"), layer_norm_locks_02_takes),
     "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),

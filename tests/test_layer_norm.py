@@ -132,59 +132,61 @@ def test_non_contiguous_inputs_and_gradient(ln, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-def test_chunked_kernels_match_float64(ln, dtype):
-    """Rows past the fused limits take the chunked kernels; forced here with small chunks (3 of them, the
-    last one ragged), two programs sharing the rows in the backward."""
+def test_torch_path_past_the_kernels_matches_float64(ln, dtype):
+    """Rows past MAX_FUSED_N (forward) and MAX_BWD_FUSED_N (backward) are computed with torch: every output
+    written (poisoned beforehand), against float64, with a large mean."""
     torch.manual_seed(2)
-    n = 2 * 256 + 123
-    x = (torch.randn(5, n, device=DEVICE) * 2 + 50).to(dtype)  # a large mean: the shift must work
-    w = torch.randn(n, device=DEVICE).to(dtype)
-    b = torch.randn(n, device=DEVICE).to(dtype)
-    dy = torch.randn(5, n, device=DEVICE, dtype=dtype)
     nan = float("nan")
-    y, mean, rstd = torch.full_like(x, nan), torch.full((5,), nan, device=DEVICE), torch.full((5,), nan, device=DEVICE)
-    assert (
-        ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5, chunk_n=256) is ln["layer_norm_fwd_chunked_kernel"]
-    )
-    dx, dw, db = torch.full_like(x, nan), torch.full_like(w, nan), torch.full_like(w, nan)
-    kernel, lines = ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=2, chunk_n=256)
-    assert kernel is ln["layer_norm_bwd_chunked_kernel"] and lines == 2
-    ins = [t.double().requires_grad_(True) for t in (x, w, b)]
-    y64 = ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5)
-    g64 = torch.autograd.grad(y64, ins, dy.double())
-    for name, out, ref in (("y", y, y64.detach()), ("dx", dx, g64[0]), ("dw", dw, g64[1]), ("db", db, g64[2])):
-        assert torch.isfinite(out).all(), f"chunked {name}: some elements were never written"
-        assert rel_error(out, ref) <= TOL[dtype], f"chunked {name}: error {rel_error(out, ref):.2e}"
-    xf = x.double()
-    assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-5, atol=1e-4), "chunked mean"
-    assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), "chunked rstd"
+    for n in (ln["MAX_BWD_FUSED_N"] + 123, ln["MAX_FUSED_N"] + 123):
+        x = (torch.randn(3, n, device=DEVICE) * 2 + 50).to(dtype)
+        w, b = torch.randn(n, device=DEVICE).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
+        dy = torch.randn(3, n, device=DEVICE, dtype=dtype)
+        y, mean, rstd = (
+            torch.full_like(x, nan),
+            torch.full((3,), nan, device=DEVICE),
+            torch.full((3,), nan, device=DEVICE),
+        )
+        used = ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+        assert (used == "torch") == (n > ln["MAX_FUSED_N"]), f"N = {n}: {used}"
+        dx, dw, db = (
+            torch.full_like(x, nan),
+            torch.full_like(w, nan, dtype=torch.float32),
+            torch.full_like(w, nan, dtype=torch.float32),
+        )
+        assert ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db) == 0, "the backward's torch path"
+        ins = [t.double().requires_grad_(True) for t in (x, w, b)]
+        y64 = ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5)
+        g64 = torch.autograd.grad(y64, ins, dy.double())
+        for name, out, ref in (("y", y, y64.detach()), ("dx", dx, g64[0]), ("dw", dw, g64[1]), ("db", db, g64[2])):
+            assert torch.isfinite(out).all(), f"N = {n}, {name}: some elements were never written"
+            assert rel_error(out, ref) <= TOL[dtype], f"N = {n}, {name}: error {rel_error(out, ref):.2e}"
+        xf = x.double()
+        assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-5, atol=1e-4), f"N = {n}: mean"
+        assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), f"N = {n}: rstd"
 
 
 @pytest.mark.parametrize("shape", [(37, 100), (5, 1), (3, 5000), (1, 3)])
 def test_forward_writes_every_element(ln, shape):
-    """Outputs poisoned with NaN beforehand; both forward kernels must overwrite all of them (the chunked
-    one forced with small chunks), on rows with a padded stride, with and without w and b."""
+    """Outputs poisoned with NaN beforehand; the forward kernel must overwrite all of them, on rows with a padded
+    stride, with and without w and b."""
     torch.manual_seed(3)
     m, n = shape
     x = (torch.randn(m, n + 7, device=DEVICE) * 3 + 20)[:, :n]  # row stride n + 7
     w, b = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
-    for chunk_n in (None, 64):
-        for wb in ((w, b), (w, None), (None, None)):
-            y = torch.full_like(x, float("nan"))
-            mean = torch.full((m,), float("nan"), device=DEVICE)
-            rstd = torch.full_like(mean, float("nan"))
-            ln["layer_norm_rows_forward"](x, y, *wb, mean, rstd, 1e-5, chunk_n=chunk_n)
-            what = f"{m} x {n}, chunk_n={chunk_n}, w={wb[0] is not None}, b={wb[1] is not None}"
-            assert torch.isfinite(y).all() and torch.isfinite(mean).all() and torch.isfinite(rstd).all(), (
-                what + ": some outputs were never written"
-            )
-            ref = ref_layer_norm(x.double(), (n,), *(t if t is None else t.double() for t in wb), 1e-5)
-            assert rel_error(y, ref) <= 1e-5, what
-            xf = x.double()
-            assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-6, atol=1e-5), what + ": mean"
-            assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), (
-                what + ": rstd"
-            )
+    for wb in ((w, b), (w, None), (None, None)):
+        y = torch.full_like(x, float("nan"))
+        mean = torch.full((m,), float("nan"), device=DEVICE)
+        rstd = torch.full_like(mean, float("nan"))
+        ln["layer_norm_rows_forward"](x, y, *wb, mean, rstd, 1e-5)
+        what = f"{m} x {n}, w={wb[0] is not None}, b={wb[1] is not None}"
+        assert torch.isfinite(y).all() and torch.isfinite(mean).all() and torch.isfinite(rstd).all(), (
+            what + ": some outputs were never written"
+        )
+        ref = ref_layer_norm(x.double(), (n,), *(t if t is None else t.double() for t in wb), 1e-5)
+        assert rel_error(y, ref) <= 1e-5, what
+        xf = x.double()
+        assert torch.allclose(mean.double(), xf.mean(1), rtol=1e-6, atol=1e-5), what + ": mean"
+        assert torch.allclose(rstd.double(), 1 / (xf.var(1, unbiased=False) + 1e-5).sqrt(), rtol=1e-4), what + ": rstd"
 
 
 def test_backward_writes_every_element(ln, monkeypatch):
@@ -196,15 +198,7 @@ def test_backward_writes_every_element(ln, monkeypatch):
         return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
 
     torch.manual_seed(4)
-    for m, n, programs, chunk_n in [
-        (37, 100, None, None),
-        (37, 100, 5, None),
-        (10, 3, 3, None),
-        (9, 700, 4, None),
-        (64, 1, None, None),
-        (9, 700, 4, 256),
-        (5, 300, None, 128),
-    ]:
+    for m, n, programs in [(37, 100, None), (37, 100, 5), (10, 3, 3), (9, 700, 4), (64, 1, None), (3, 8200, None)]:
         x = torch.randn(m, n, device=DEVICE)
         w = torch.randn(n, device=DEVICE)
         dy = torch.randn(m, n, device=DEVICE)
@@ -213,10 +207,10 @@ def test_backward_writes_every_element(ln, monkeypatch):
         monkeypatch.setattr(torch, "empty", poisoned_empty)
         dx, dw, db = torch.empty_like(x).fill_(float("nan")), torch.empty(n), torch.empty(n)
         dx, dw, db = dx.to(DEVICE), dw.to(DEVICE), db.to(DEVICE)
-        ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=programs, chunk_n=chunk_n)
+        ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=programs)
         monkeypatch.setattr(torch, "empty", real_empty)
         for name, t in (("dx", dx), ("dw", dw), ("db", db)):
-            assert torch.isfinite(t).all(), f"{m} x {n}, programs={programs}, chunk_n={chunk_n}: {name} not all written"
+            assert torch.isfinite(t).all(), f"{m} x {n}, programs={programs}: {name} not all written"
         ins = [t.double().requires_grad_(True) for t in (x, w)]
         g64 = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], None, 1e-5), ins, dy.double())
         # dx's error against the size of its terms, rstd * dy * w: with one column the exact dx is 0 and a
@@ -228,7 +222,7 @@ def test_backward_writes_every_element(ln, monkeypatch):
 
 @pytest.mark.parametrize("n", [300, 20_000])
 def test_persistent_backward_is_bitwise_deterministic(ln, n):
-    """Same inputs, ten runs, identical bytes (fused rows and chunked rows)."""
+    """Same inputs, ten runs, identical bytes (rows the kernel takes, and rows past it, which torch computes)."""
     torch.manual_seed(6)
     m = 64 if n < 1000 else 3
     x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
@@ -321,18 +315,23 @@ def test_page_checks_passed(ln):
     assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
 
 
-def test_forward_configs_keep_todays_launch_parameters(ln):
-    """The forward's launch parameters measured on an H100 (dev/DESIGN.md): rows of 512 at 128 bytes a thread
-    (racecheck-clean at N = 512), others at 64, rows past 32 K in 16 K-column chunks. The occupancy given keeps the
-    rule that doubles BLOCK_M (a GPU only) off, so the test reads the same with and without a GPU."""
-    cfg, occupancy = ln["_fwd_config"], lambda kernel, meta: 64
-    assert cfg(1000, 512, 2, occupancy)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=2), 125)
-    assert cfg(1000, 512, 4, occupancy)[1] == dict(BLOCK_M=8, BLOCK_N=512, num_warps=4)
-    assert cfg(1000, 1024, 2, occupancy)[1] == dict(BLOCK_M=4, BLOCK_N=1024, num_warps=4)
-    assert cfg(1000, 300, 4, occupancy)[1] == dict(BLOCK_M=8, BLOCK_N=512, num_warps=4)
-    assert cfg(64, 32768, 2, occupancy)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
-    kernel, meta, grid = cfg(64, 65536, 4, occupancy)
-    assert kernel is ln["layer_norm_fwd_chunked_kernel"] and meta == dict(CHUNK_N=16384, num_warps=32) and grid == 64
+def test_configs_keep_todays_launch_parameters(ln):
+    """The launch parameters chosen by measurement (dev/DESIGN.md): forward rows of 512 at 128 bytes a thread
+    (racecheck-clean at N = 512), others at 64; the backward's blocks of 8 KB in 2 to 4 stages, a program an SM. The
+    occupancy given keeps the rule that doubles BLOCK_M (a GPU only) off, so the test reads the same with and without
+    a GPU."""
+    cfg, occupancy = ln["_fwd_config"], lambda meta: 64
+    assert cfg(1000, 512, 2, occupancy) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=2), 125)
+    assert cfg(1000, 512, 4, occupancy)[0] == dict(BLOCK_M=8, BLOCK_N=512, num_warps=4)
+    assert cfg(1000, 1024, 2, occupancy)[0] == dict(BLOCK_M=4, BLOCK_N=1024, num_warps=4)
+    assert cfg(1000, 300, 4, occupancy)[0] == dict(BLOCK_M=8, BLOCK_N=512, num_warps=4)
+    assert cfg(64, 32768, 2, occupancy)[0] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
+    bwd, sms = ln["_bwd_config"], ln["NUM_SMS"]
+    assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)
+    assert bwd(10_000, 8192, 2)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)
+    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2)
+    assert bwd(10_000, 512, 2, stages=1)[0]["STAGES"] == 1
+    assert bwd(10, 512, 2, programs=5)[1] == 2  # 2 blocks of 8 rows: 2 programs, one line each
 
 
 def _fwd_samples():
@@ -464,6 +463,6 @@ def test_cpu_run_measures_no_speed_and_says_so(ln, monkeypatch):
             lines
         )
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer|No quack", proc.stdout), proc.stdout
-    assert list(ln["ladder"].columns[:3]) == ["step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
+    assert list(ln["ladder"].columns[:4]) == ["direction", "step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in ln["environment_card"]()._repr_html_()

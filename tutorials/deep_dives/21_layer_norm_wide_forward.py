@@ -3,10 +3,11 @@ Layer norm, wide rows in the forward: read x twice, or split the row
 ====================================================================
 
 The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads :math:`x` once;
-past 32 K columns it streams the row twice, in chunks. **What you will learn**: why reading :math:`x` *twice* can
-beat reading it once, when the second read hits L2; how to split a row over a group of programs that exchange
-partial statistics (Chan's formula), so a row too long for one program is read once; and where each is chosen
-(``_twice_config``, ``_split_config``). Both are measured against the core kernel and the peers where they run.
+past 32 K columns it leaves the row to torch, and this page's chunked kernel streams it twice. **What you will
+learn**: why reading :math:`x` *twice* can beat reading it once, when the second read hits L2; how to split a row
+over a group of programs that exchange partial statistics (Chan's formula), so a row too long for one program is
+read once; and where each is chosen (``_twice_config``, ``_split_config``). Both are measured against the core
+kernel and the peers where they run.
 """
 
 import contextlib, datetime, os, platform, timeit
@@ -26,8 +27,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # --------------------------------------------
 # A forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements, a copy's bytes. Reading
 # :math:`x` twice moves :math:`3MN`, but if L2 serves the second read, memory still sees :math:`2MN`.
-# The core page's kernels, carried so this page runs alone: the fused forward (``BLOCK_M`` whole rows
-# per program, one read) and, past ``MAX_FUSED_N`` columns, the chunked one (the row streamed twice).
+# The core page's fused forward (``BLOCK_M`` whole rows per program, one read), carried so this page runs
+# alone, and past ``MAX_FUSED_N`` columns, where the core page computes with torch, the chunked kernel (the row
+# streamed twice; the last chunks first the second time, ``eviction_policy`` asking L2 to keep or drop a load).
 
 @triton.jit
 def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -111,7 +113,7 @@ def layer_norm_fwd_chunked_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
 
-MAX_FUSED_N = 32768  # the core page: longest row kept whole in registers; longer rows are chunked
+MAX_FUSED_N = 32768  # the core page: longest row kept whole in registers; longer rows are chunked here
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 _occupancy = {}
 
@@ -142,7 +144,7 @@ def _fused_config(n_cols, element_size, bytes_per_thread=64, min_elements=4096):
     return block_m, block_n, num_warps
 
 def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
-    """The core page's launcher: fused, one read, up to MAX_FUSED_N columns; chunked past them."""
+    """The core page's fused kernel, one read, up to MAX_FUSED_N columns; the chunked kernel past them."""
     (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, HAS_B=bias is not None)
     args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
@@ -203,7 +205,7 @@ def _twice_config(n_cols, element_size):
 # %%
 # The same split for the forward
 # ------------------------------
-# Past ``MAX_FUSED_N`` the core's chunked kernel reads each row twice; split, it is read once.
+# Past ``MAX_FUSED_N`` the chunked kernel reads each row twice; split, it is read once.
 # ``SLICES`` programs, a *group*, share each block of rows, each owning ``BLOCK_N`` columns and its
 # slice of :math:`w` and :math:`b` in registers; an SM holds several, one loading while another stores.
 # No slice can compute the row's mean and variance alone: each publishes its mean :math:`m_k` and standard
@@ -454,7 +456,7 @@ errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index"
 # :math:`M N = 2^{26}` elements on a GPU (far past the 50 MB L2), where the launcher picks these
 # kernels; each provider timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a
 # CUDA graph of the call, next to a copy of the same tensor (the speed of light, timed without a graph).
-# GB/s counts :math:`x` read and :math:`y` written; *core* is the core page's launcher; "-": no point.
+# GB/s counts :math:`x` read and :math:`y` written; *core* is ``core_forward`` (the core page's fused kernel, chunked past ``MAX_FUSED_N``); "-": no point.
 # The peers: PyTorch, ``torch.compile``, Liger-Kernel and quack (CuTe-DSL kernels, compute capability
 # 9.0 and newer), whose ``layernorm_fwd`` takes the weight and bias in fp32: copies made once per point.
 
@@ -572,10 +574,10 @@ if not ON_GPU:
 # -------------
 # The twice-reading kernel holds a whole row per program; past 32 K columns the split takes over. The
 # split pays an exchange per block whatever its bytes, so a 16-bit slice (half an fp32 one's bytes) ran
-# slower than the core's chunked kernel on an H100. 16-bit rows of 16 K to 32 K are staged in shared memory
+# slower than the chunked kernel on an H100. 16-bit rows of 16 K to 32 K are staged in shared memory
 # instead (:ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`); the backward splits wide
 # rows too (:ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`).
-# **Gaps, and what was tried** (this build's are named above): 16-bit rows of 64 K take the core's chunked
+# **Gaps, and what was tried** (this build's are named above): 16-bit rows of 64 K take the chunked
 # kernel, x read twice. Tried on an H100 (``dev/DESIGN.md``), none faster: chunks of 4-16 K columns at 8-32
 # warps, persistent grids, per-chunk scalar sums (fewer registers), hints on w and b. quack's design, a row
 # in the shared memory of a cluster of SMs, does not compile with Triton 3.6 (Gluon in Triton 3.9 compiles it).

@@ -2,8 +2,9 @@
 Layer norm, wide rows in the backward: one row shared by several programs
 =========================================================================
 
-The core page's Design-2 backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps :math:`dw`,
-:math:`db` in fp32 registers; past a few thousand columns they do not fit and it streams rows twice.
+The core page's persistent backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps :math:`dw`,
+:math:`db` in fp32 registers; past 8192 columns they do not fit and the core page computes with torch. Here a
+chunked kernel streams such rows twice.
 **What you will learn**: how to *split* a wide row over programs that exchange the
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
@@ -21,16 +22,17 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
-# The backward, and the core kernel it replaces
-# ---------------------------------------------
+# The backward, and the chunked kernel
+# ------------------------------------
 # With :math:`\hat{x} = (x - \mu) r` and :math:`g = dy \odot w`,
 #
 # .. math:: dx = r \left( g - \frac{1}{N}\sum_j g_j - \hat{x} \, \frac{1}{N}\sum_j g_j \hat{x}_j \right),
 #    \qquad dw = \sum_{\text{rows}} dy \odot \hat{x}, \qquad db = \sum_{\text{rows}} dy .
 #
-# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Carried from
-# the core page: its chunked Design-2 kernel, run at these widths (a pass for the two row sums, a second
-# writing :math:`dx` and adding into the program's fp32 partial line), and the fixed-order sum of lines.
+# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). Past the core
+# page's ``MAX_BWD_FUSED_N`` columns, where it computes with torch, the chunked kernel runs the rows (a pass
+# for the two row sums, a second writing :math:`dx` and adding into the program's fp32 partial line), and a
+# kernel adds the partial lines in a fixed order.
 
 @triton.jit
 def layer_norm_bwd_chunked_kernel(
@@ -402,7 +404,7 @@ def row_statistics(x2d, eps=1e-5):
     return mean.float(), torch.rsqrt(var + eps).float()
 
 def layer_norm_backward(x2d, weight, dy2d, mean, rstd, split_from=None):
-    """(dx, dw, db) of F.layer_norm over x2d's rows; ``split_from=math.inf``: the core's chunked kernel."""
+    """(dx, dw, db) of F.layer_norm over x2d's rows; ``split_from=math.inf``: the chunked kernel."""
     dy2d, dx2d = dy2d.contiguous(), torch.empty_like(x2d)
     dw = torch.zeros(x2d.shape[1], device=x2d.device, dtype=x2d.dtype if weight is None else weight.dtype)
     db = torch.zeros(x2d.shape[1], device=x2d.device, dtype=x2d.dtype)
@@ -493,7 +495,7 @@ if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's 
         print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 else:
     print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
-fns["core"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
+fns["chunked"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
 fns["this page"] = layer_norm_backward
 
 records, plans, missing = [], [], {}
@@ -509,14 +511,14 @@ for name_dtype, n_cols in [(name_dtype, n) for name_dtype, widths in SWEEP.items
                   "per SM": plan["per_sm"], "partial %": 100 * 16 * plan["lines"] / (3 * x.shape[0] * x.element_size())})
     for name, fn in fns.items():
         try:
-            if name in ("core", "this page"):  # the launcher, on statistics saved beforehand
+            if name in ("chunked", "this page"):  # the launcher, on statistics saved beforehand
                 ms = bench(lambda: fn(x.detach(), w.detach(), dy, *stats))
             else:  # autograd.grad of x, w and b: every kernel the peer launches for them
                 y = fn(*inputs)
                 ms = bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
             gbs = 3 * nbytes / ms * 1e-6
         except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-            if name in ("core", "this page"):
+            if name in ("chunked", "this page"):
                 raise
             why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
             missing.setdefault((name, why), []).append(f"{name_dtype} N = {n_cols}")
@@ -531,7 +533,7 @@ results = pd.DataFrame(records)
 table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)[list(fns)]
 table.insert(0, "speed of light", results.groupby(["dtype", "N"])["speed of light GB/s"].first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
-table["this page / core"] = table["this page"] / table["core"]
+table["this page / chunked"] = table["this page"] / table["chunked"]
 table["this page / best peer"] = table["this page"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
@@ -539,13 +541,13 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
         os.path.join(os.environ["SOL_RESULTS"], "23_layer_norm_wide_backward.csv"))
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
 table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.1f}%", "this page, % of light": "{:.1f}%",
-                   "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+                   "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
 fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
 for ax, (name_dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
     for name, line in part.groupby("provider", sort=False):
         ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
@@ -561,9 +563,9 @@ fig.suptitle(f"Layer norm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {W
 # -------------------
 # Computed from the table above, in this build:
 for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
-    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / core"], part["this page / best peer"]
+    pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
     print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
-          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the core's chunked "
+          f"(N = {pct.idxmax()}) of the copy, {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked "
           f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
 short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
 print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
