@@ -256,7 +256,8 @@ def check_row(shape, dtype, key):
         x64, w64, dy64 = (jnp.asarray(t, jnp.float64) for t in (x, w, dy))
         refs = [np.asarray(r) for r in gradients(rms_norm_reference, x64, w64, dy64)]
         r_g = np.asarray(dy64 * w64 * jax.lax.rsqrt(jnp.mean(x64 * x64, axis=-1, keepdims=True) + 1e-6))
-    scales, row = [np.linalg.norm(refs[0]), np.linalg.norm(r_g), np.linalg.norm(refs[2])], {"shape": shape, "dtype": dtype}
+    scales = [np.linalg.norm(refs[0]), np.linalg.norm(r_g), np.linalg.norm(refs[2])]
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": dtype}
     for name, fn in [("Pallas", rms_norm), ("XLA", rms_norm_reference)]:
         row |= {f"{name} {q}": np.linalg.norm(np.asarray(out, np.float64) - ref) / scale
                 for q, out, ref, scale in zip(("y", "dx", "dw"), gradients(jax.jit(fn), x, w, dy), refs, scales)}
