@@ -6,12 +6,13 @@ Tutorial 04's RMSNorm for JAX: Pallas kernels (``jax.experimental.pallas``) made
 ``jax.custom_vjp``, measured against the speed of light (a copy) and XLA's fusion of the formula. Over several GPUs:
 :ref:`sphx_glr_tutorials_05_jax_rms_norm_sharded.py`.
 
-**Which Pallas backend.** This page uses Pallas' Triton backend, which needs an NVIDIA GPU of compute capability 8.0
-or newer (the page stops with a message elsewhere) and which JAX 0.11 deprecates in favour of Mosaic GPU (Hopper and
-newer); its kernels read like tutorial 04's. Without a GPU, Pallas interprets the kernels on the CPU.
+**Which Pallas backend.** Pallas' Triton backend, whose kernels read like tutorial 04's: it needs an NVIDIA GPU of
+compute capability 8.0 or newer (elsewhere the page stops with a message); JAX 0.11 deprecates it in favour of Mosaic
+GPU (Hopper and newer). Without a GPU, Pallas interprets the kernels on the CPU.
 
 **What you will learn**: a masked Pallas kernel and its launch; the gradient through ``jax.custom_vjp``, with
-:math:`dw` summed in fp32 in a fixed order (bitwise repeatable). Prerequisites: :ref:`sphx_glr_tutorials_04_rms_norm.py`.
+:math:`dw` summed in fp32 in a fixed order (bitwise repeatable). Prerequisites:
+:ref:`sphx_glr_tutorials_04_rms_norm.py`.
 """
 
 import datetime, functools, importlib.metadata, importlib.util, itertools, os, statistics, timeit
@@ -44,11 +45,10 @@ def rms_norm_reference(x, weight, eps=1e-6):
     return (x32 * rstd * weight.astype(x32.dtype)).astype(x.dtype)
 
 # %%
-# The forward reads :math:`x` and writes :math:`y`: :math:`2MN` elements (:math:`4MN` bytes in bf16), a copy's bytes,
-# and XLA under ``jax.jit`` fuses it as it sees fit. With :math:`g = dy \odot w`, the gradient :math:`dx = r\,(g -
-# \hat{x}\,\frac{1}{N}\sum_j g_j \hat{x}_j)` sums **along each row** and :math:`dw = \sum_{\text{rows}} dy \odot
-# \hat{x}` **down each column**: a fusion of one loop order reads :math:`x, dy` twice, :math:`5MN` elements, where one
-# kernel moves :math:`3MN`.
+# The forward reads :math:`x` and writes :math:`y`: :math:`2MN` elements (:math:`4MN` bytes in bf16), a copy's bytes;
+# XLA under ``jax.jit`` fuses it as it sees fit. The backward (tutorial 04 derives it) sums :math:`dx`'s terms
+# **along each row** and :math:`dw` **down each column**: a fusion of one loop order reads :math:`x, dy` twice,
+# :math:`5MN` elements, where one kernel moves :math:`3MN` (:math:`x, dy` in, :math:`dx` out).
 #
 # The forward kernel, step 0: a block of whole rows a program
 # ------------------------------------------------------------
@@ -75,9 +75,9 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
     plgpu.store(rstd_ref.at[rows], rstd, mask=rows < n_rows)
 
 # %%
-# ``pl.pallas_call(kernel, grid=(P,), out_shape=...)`` makes a kernel a function of arrays run by ``P`` programs;
-# ``out_shape`` gives the outputs' shapes and dtypes, ``compiler_params`` Triton's ``num_warps`` (threads a program,
-# in warps of 32), ``interpret=True`` runs it on the CPU. The forward saves ``rstd`` (one fp32 a row) for the backward.
+# ``pl.pallas_call(kernel, grid=(P,), out_shape=...)`` makes a kernel a function of arrays run by ``P`` programs
+# (``out_shape``: the outputs' shapes and dtypes); ``compiler_params`` sets Triton's ``num_warps`` (warps of 32
+# threads a program), ``interpret=True`` runs it on the CPU. ``rstd``, one fp32 a row, is saved for the backward.
 #
 # The backward: one kernel for both gradients
 # -------------------------------------------
@@ -114,7 +114,7 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
     """dw[j] = sum over p of dw_partial[p, j] in a fixed order: bitwise the same on every run."""
     n_partials, n_cols = dw_partial_ref.shape
     cols = pl.program_id(0) * BLOCK_N + jnp.arange(BLOCK_N)
-    add = lambda i, acc: acc + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
+    add = lambda i, a: a + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
     acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
     plgpu.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
 
@@ -123,8 +123,8 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
 # Launch parameters
 # -----------------
 # Memory is busy when each SM has enough bytes in flight to cover a load's latency (Little's law: bytes in flight an
-# SM = bandwidth x latency / SMs). So a program moves at least ``MIN_ELEMENTS`` (several short rows), and warps are
-# sized so that a thread holds a few dozen bytes of a tile: more would spill registers. The backward's are 04's.
+# SM = bandwidth x latency / SMs). So a program moves at least ``MIN_ELEMENTS`` (several short rows), and a thread
+# holds a few dozen bytes of a tile: more would spill registers.
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # a GPU's SMs; on the CPU, four stand-ins
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
@@ -141,7 +141,7 @@ def _fwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params) of fwd_kernel: a program per block of MIN_ELEMENTS, or of one row."""
     block_n = pl.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-    # one tile alive: 64 bytes a thread, at most 16 warps (two programs an SM at 16 K)
+    # one tile alive: 64 bytes a thread; at most 16 warps, two programs an SM
     return dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), \
         _params(min(16, _warps(block_m * block_n, itemsize, 64)))
 
@@ -191,7 +191,8 @@ def _backward(x2d, w, rstd, dy2d):  # dx in x's dtype, dw in fp32 (the sum over 
                                     compiler_params=params, interpret=INTERPRET)(x2d, w, rstd, dy2d)
     meta, params = _sum_config(n_cols)
     dw = pl.pallas_call(functools.partial(dw_sum_kernel, **meta), out_shape=jax.ShapeDtypeStruct((n_cols,), f32),
-                        grid=(pl.cdiv(n_cols, meta["BLOCK_N"]),), compiler_params=params, interpret=INTERPRET)(dw_partial)
+                        grid=(pl.cdiv(n_cols, meta["BLOCK_N"]),), compiler_params=params,
+                        interpret=INTERPRET)(dw_partial)
     return dx, dw
 
 def differentiable(forward, backward):
@@ -207,30 +208,29 @@ def differentiable(forward, backward):
     return f
 
 _rms_norm_rows = functools.cache(lambda eps: differentiable(functools.partial(_forward, eps=eps), _backward))
-SUPPORTED_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
+DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
 def _check(x, weight, eps):  # errors that name the limit and the way around it
-    if bad := [f"{n} has dtype {t.dtype}" for n, t in (("x", x), ("weight", weight)) if t.dtype not in SUPPORTED_DTYPES]:
+    if bad := [f"{n} has dtype {t.dtype}" for n, t in (("x", x), ("weight", weight)) if t.dtype not in DTYPES]:
         raise TypeError(f"rms_norm: {bad[0]}; float32, float16 and bfloat16 are supported (cast with .astype)")
     if x.ndim == 0 or x.shape[-1] == 0 or tuple(weight.shape) != x.shape[-1:]:
-        raise ValueError(f"rms_norm: x has shape {tuple(x.shape)}, weight {tuple(weight.shape)}: x needs a last axis of "
-                         "1 or more elements (the rows), weight that axis's length, (N,)")
+        raise ValueError(f"rms_norm: x has shape {tuple(x.shape)}, weight {tuple(weight.shape)}: x needs a last "
+                         "axis of 1 or more elements (the rows), weight that axis's length, (N,)")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool):
         raise TypeError(f"rms_norm: eps must be a Python float (it is compiled in), got {type(eps).__name__}")
 
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last axis of x (..., N), weight (N,): differentiable, jit-able; fp32, fp16, bf16."""
-    x, weight = jnp.asarray(x), jnp.asarray(weight)
-    _check(x, weight, eps)
+    _check(x := jnp.asarray(x), weight := jnp.asarray(weight), eps)
     return _rms_norm_rows(float(eps))(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape)
 
 # %%
 # Appendix: how this page measures
 # --------------------------------
 # What the page runs but does not teach: ``check_row`` (the errors), the timers, the tables, the plot, the CSV, the
-# environment card. ``bench`` issues ``CALLS`` calls back to back (JAX queues them), waits for the last and takes the median of
-# ``REPEATS`` runs; in the sweep the providers take turns ``ROUNDS`` times, the fastest round kept. The *speed of light*
-# is a copy of :math:`x` in JAX (PyTorch's copy, when a CUDA PyTorch is installed, cross-checks it); GB/s counts
-# :math:`x, y` forward, :math:`x, dy, dx` backward. ``write_summary`` writes the landing page's CSV.
+# environment card. ``bench`` issues ``CALLS`` calls back to back (JAX queues them), waits for the last and takes the
+# median of ``REPEATS`` runs; in the sweep the providers take turns ``ROUNDS`` times, the fastest round kept. The
+# *speed of light* is a copy of :math:`x` in JAX (PyTorch's copy, when a CUDA PyTorch is installed, cross-checks it);
+# GB/s counts :math:`x, y` forward, :math:`x, dy, dx` backward. ``write_summary`` writes the landing page's CSV.
 
 import contextlib, platform, subprocess  # the environment card's
 
@@ -249,7 +249,7 @@ if TORCH_WHY:
 def gradients(fn, x, w, dy):
     y, pullback = jax.vjp(fn, x, w)
     return (y, *pullback(dy))
-def check_row(shape, dtype, key):
+def check_row(shape, dtype, key):  # dx's error relative to the size of its terms, r g (at N = 1 they cancel)
     x, w, dy = ((s * jax.random.normal(k, n) + c).astype(dtype) for s, c, k, n in
                 zip((3, 0.5, 1), (0, 1, 0), jax.random.split(key, 3), (shape, shape[-1:], shape)))
     with jax.enable_x64(True):
@@ -288,7 +288,8 @@ def sweep():  # (records, table): every N, both directions, ours, XLA's and the 
         w = (1 + 0.1 * jax.random.normal(jax.random.key(2), (n_cols,))).astype(dtype)
         runs = {("copy", "speed of light"): (copy, (x,), {})}  # (direction, provider): what bench() times
         for provider, fn in [("XLA (jnp, jit)", jax.jit(rms_norm_reference)), ("Pallas (ours)", jax.jit(rms_norm))]:
-            runs |= {("forward", provider): (fn, (x, w), {}), ("backward", provider): (pull, (jax.vjp(fn, x, w)[1], dy), {})}
+            runs |= {("forward", provider): (fn, (x, w), {}),
+                     ("backward", provider): (pull, (jax.vjp(fn, x, w)[1], dy), {})}
         if not TORCH_WHY:  # the same values, copied: a view of JAX's buffers freed after JAX's client ends crashes
             xt, sync = torch.from_dlpack(x).clone(), dict(wait=lambda _: torch.cuda.synchronize())
             runs["forward", "PyTorch copy"] = functools.partial(torch.Tensor.copy_, torch.empty_like(xt), xt), (), sync
@@ -359,7 +360,8 @@ def read_numbers(ladder, table):  # the sentences under "Reading the numbers", f
     inside = [n in RANGE[d, t] for d, t, n in table.index]
     light, xla, past = table["ours, % of light"], table["ours / XLA"], table[[not i for i in inside]]
     print(f"Inside its range (N up to {max(RANGE['forward', 'float32'])}) ours ran at {light[inside].min():.3g}-"
-          f"{light[inside].max():.3g}% of the copy and {xla[inside].min():.2f}x to {xla[inside].max():.2f}x XLA's fusion.")
+          f"{light[inside].max():.3g}% of the copy and {xla[inside].min():.2f}x to {xla[inside].max():.2f}x XLA's "
+          "fusion.")
     if len(past):
         print(f"Past it, {past['ours / XLA'].min():.2f}x to {past['ours / XLA'].max():.2f}x XLA's fusion: forward rows "
               f"past {FWD_WHOLE_ROW_N} and backward rows past {WHOLE_ROW_N} are XLA's formulas inside our op.")
@@ -378,8 +380,7 @@ def closing_card():  # the card; the site is built in one process, so this page'
 # %%
 # Correctness
 # -----------
-# Relative errors of :math:`y, dx, dw` against ``jax.vjp`` of the formula in float64, beside XLA's (:math:`dx`
-# relative to its terms' size, :math:`r g`).
+# Relative errors of :math:`y, dx, dw` against ``jax.vjp`` of the formula in float64, beside XLA's.
 
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000)] if ON_GPU else [(17, 1), (33, 257)]
 errors = pd.DataFrame([check_row(s, d, jax.random.key(i)) for d in ("float32", "float16", "bfloat16")
@@ -396,9 +397,10 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # (``_fwd_config``). Forward, fp32, a short row and a long one:
 
 def one_row_a_program(x2d, w):  # step 0's launch
+    kernel = functools.partial(fwd_kernel, eps=EPS, BLOCK_M=1, BLOCK_N=pl.next_power_of_2(x2d.shape[1]))
     out_shape = jax.ShapeDtypeStruct(x2d.shape, x2d.dtype), jax.ShapeDtypeStruct(x2d.shape[:1], jnp.float32)
-    return pl.pallas_call(functools.partial(fwd_kernel, eps=EPS, BLOCK_M=1, BLOCK_N=pl.next_power_of_2(x2d.shape[1])),
-                          out_shape=out_shape, grid=(x2d.shape[0],), compiler_params=_params(4), interpret=INTERPRET)(x2d, w)
+    return pl.pallas_call(kernel, out_shape=out_shape, grid=(x2d.shape[0],), compiler_params=_params(4),
+                          interpret=INTERPRET)(x2d, w)
 
 ladder = measure_ladder({0: ("a row a program, 4 warps", one_row_a_program),
                          1: ("MIN_ELEMENTS a program, warps sized to the tile", functools.partial(_forward, eps=EPS))},

@@ -435,7 +435,7 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
     """dw[j] = sum over p of dw_partial[p, j] in a fixed order: bitwise the same on every run."""
     n_partials, n_cols = dw_partial_ref.shape
     cols = pl.program_id(0) * BLOCK_N + jnp.arange(BLOCK_N)
-    add = lambda i, acc: acc + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
+    add = lambda i, a: a + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
     acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
     pltriton.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
 
