@@ -43,9 +43,9 @@ if ON_GPU and tuple(map(int, (capability := jax.devices()[0].compute_capability)
 # ----------------------------------
 # ``jax.shard_map`` runs a function on each device's block of rows (``P(AXIS)``: split along the first axis), the
 # weight replicated (``P()``). :math:`y` and :math:`dx` of a row need only that row: nothing crosses the links. But
-# :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` sums *all* rows: each device sums its own with 05's kernels (in the appendix),
-# then ``jax.lax.psum`` adds the devices' fp32 vectors, an *all-reduce* of :math:`N` values (:math:`4N` bytes),
-# whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the kernels alone.
+# :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` sums *all* rows: each device sums its own with 05's kernels (in
+# the appendix), then ``jax.lax.psum`` adds the devices' fp32 vectors, an *all-reduce* of :math:`N` values
+# (:math:`4N` bytes), whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the kernels alone.
 
 AXIS = "rows"
 def sharded_parts(mesh, eps=1e-6, psum=True):
