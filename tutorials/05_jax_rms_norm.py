@@ -82,8 +82,9 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
 # The backward: one kernel for both gradients
 # -------------------------------------------
 # As in tutorial 04: a *persistent* grid, a few programs an SM, each looping (``jax.lax.fori_loop``) over blocks
-# :math:`p, p + P, \ldots`, writes :math:`dx`, adds :math:`dy \odot \hat{x}` into an fp32 ``dw_partial`` kept in
-# registers and loads the next block before it works on this one. A second kernel sums the partials in a fixed order.
+# :math:`p, p + P, \ldots` (:math:`P` = ``pl.num_programs(0)``): it writes :math:`dx`, adds :math:`dy \odot \hat{x}`
+# into an fp32 ``dw_partial`` kept in registers and loads the next block before it works on this one. A second kernel
+# sums the partials in a fixed order.
 
 def bwd_kernel(x_ref, w_ref, rstd_ref, dy_ref, dx_ref, dw_partial_ref, *, BLOCK_M, BLOCK_N):
     """Program p does blocks p, p + P, ... and stores its dw_partial row, zeros included."""
@@ -118,7 +119,6 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
     acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
     plgpu.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
 
-
 # %%
 # Launch parameters
 # -----------------
@@ -131,9 +131,9 @@ MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in
 FWD_WHOLE_ROW_N = 16384  # the forward kernel's longest row: 32 fp32 a thread at 16 warps; longer rows go to XLA
 WHOLE_ROW_N = 8192  # the backward's longest row: x, dy, the next block's and dw_partial in registers; longer: XLA
 WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
-# The N these kernels are for (the landing page recommends them there)
+# The N these kernels are for (the landing page's recommendation)
 RANGE = {(d, t): range(1, 8192 + 1) for d in ("forward", "backward") for t in ("float32", "bfloat16")}
-# warps giving each thread about bytes_per_thread bytes of a tile of n elements; one stage: we prefetch by hand
+# warps giving a thread about bytes_per_thread bytes of a tile of n elements; num_stages=1: we prefetch by hand
 _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (32 * bytes_per_thread)))
 _params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
@@ -141,7 +141,7 @@ def _fwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params) of fwd_kernel: a program per block of MIN_ELEMENTS, or of one row."""
     block_n = pl.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-    # one tile alive: 64 bytes a thread; at most 16 warps, two programs an SM
+    # one tile alive: 64 bytes a thread, at most 16 warps (at 16 K: 32 fp32 a thread)
     return dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), \
         _params(min(16, _warps(block_m * block_n, itemsize, 64)))
 
@@ -161,8 +161,8 @@ def _sum_config(n_cols):
 # %%
 # The drop-in function
 # --------------------
-# ``jax.custom_vjp`` pairs forward and backward; the forward saves :math:`x`, :math:`w`, ``rstd``. Rows past the
-# kernels' take XLA's formulas: correct, not this page's speed ("Going further").
+# ``jax.custom_vjp`` pairs forward and backward; the forward saves :math:`x`, :math:`w`, ``rstd``. Rows longer than
+# the kernels hold take XLA's formulas ("Going further").
 
 def _forward(x2d, w, eps):
     (n_rows, n_cols), f32 = x2d.shape, jnp.float32
@@ -410,7 +410,7 @@ ladder = measure_ladder({0: ("a row a program, 4 warps", one_row_a_program),
 # %%
 # Benchmark
 # ---------
-# Every N, both directions; the peer is XLA's fusion of the formula (forward and ``jax.vjp``'s backward).
+# Every N, both directions, against XLA's fusion of the formula and of its ``jax.vjp``.
 
 results, table = sweep()  # and the landing page's CSV
 show(table) if ON_GPU else print(NO_SPEED)

@@ -129,6 +129,7 @@ MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in
 FWD_WHOLE_ROW_N = 16384  # the forward kernel's longest row: 32 fp32 a thread at 16 warps; longer rows go to XLA
 WHOLE_ROW_N = 8192  # the backward's longest row: x, dy, the next block's and dw_partial in registers; longer: XLA
 WARPS_PER_SM = 16  # the backward's persistent grid: as many programs an SM as fit in 16 warps
+# warps giving a thread about bytes_per_thread bytes of a tile of n elements; num_stages=1: we prefetch by hand
 _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (32 * bytes_per_thread)))
 _params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
@@ -136,7 +137,7 @@ def _fwd_config(n_rows, n_cols, itemsize):
     """(meta, grid, compiler params) of fwd_kernel: a program per block of MIN_ELEMENTS, or of one row."""
     block_n = pl.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)  # several short rows a program
-    # one tile alive: 64 bytes a thread; at most 16 warps, two programs an SM
+    # one tile alive: 64 bytes a thread, at most 16 warps (at 16 K: 32 fp32 a thread)
     return dict(BLOCK_M=block_m, BLOCK_N=block_n), pl.cdiv(n_rows, block_m), \
         _params(min(16, _warps(block_m * block_n, itemsize, 64)))
 
