@@ -45,7 +45,8 @@ if ON_GPU and tuple(map(int, (capability := jax.devices()[0].compute_capability)
 # weight replicated (``P()``). :math:`y` and :math:`dx` of a row need only that row: nothing crosses the links. But
 # :math:`dw = \sum_{\text{rows}} dy \odot \hat{x}` sums *all* rows: each device sums its own with 05's kernels (in
 # the appendix), then ``jax.lax.psum`` adds the devices' fp32 vectors, an *all-reduce* of :math:`N` values
-# (:math:`4N` bytes), whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the kernels alone.
+# (:math:`4N` bytes), whatever the number of rows. ``psum=False`` leaves each device's :math:`dw` apart, to time the
+# kernels alone.
 
 AXIS = "rows"
 def sharded_parts(mesh, eps=1e-6, psum=True):
@@ -315,7 +316,7 @@ def closing_card():  # the card; this page's GPU memory is freed for the next pa
 # ----------------------
 # ``differentiable(*sharded_parts(mesh))`` is the drop-in over a mesh of every device (each GPU, or two CPU devices),
 # checked against the same function on one device: :math:`y` and :math:`dx` the same bits, :math:`dw` the same sums
-# grouped differently. The jaxpr has the ``psum``; XLA's HLO, as this build compiled it, the all-reduce.
+# grouped differently (the table). The jaxpr has the ``psum``; XLA's HLO, as this build compiled it, the all-reduce.
 
 one_device = differentiable(functools.partial(_forward, eps=EPS), _backward)
 MESH = Mesh(np.array(jax.devices()), (AXIS,))
@@ -324,14 +325,15 @@ w, dy = 1 + 0.1 * jax.random.normal(jax.random.key(8), (1000,)), jax.random.norm
 sharded_step = jax.jit(lambda x, w, dy: gradients(differentiable(*sharded_parts(MESH, EPS)), x, w, dy))
 (y_s, dx_s, dw_s), (y_1, dx_1, dw_1) = sharded_step(x, w, dy), jax.jit(lambda *a: gradients(one_device, *a))(x, w, dy)
 assert (y_s == y_1).all() and (dx_s == dx_1).all() and jnp.allclose(dw_s, dw_1, rtol=1e-5, atol=1e-5)
-print(f"{MESH.size} device(s): y and dx bit for bit the single-device ones, dx split as {dx_s.sharding.spec}; "
-      f"dw within {float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1))):.1e} of its largest value")
 jaxpr, hlo = str(jax.make_jaxpr(sharded_step)(x, w, dy)), sharded_step.lower(x, w, dy).compile().as_text()
 shown = [text for text in jaxpr.splitlines() if "psum" in text] + [t for t in hlo.splitlines() if " all-reduce(" in t]
 for line in shown:
     print(line.strip().split(", metadata")[0][:150])
 if " all-reduce(" not in hlo:
     print(f"No all-reduce in the compiled HLO: over {MESH.size} device the psum adds nothing, and XLA removed it.")
+pd.DataFrame([{"devices": MESH.size, "y, dx: bit for bit the one-device ones": True, "dx split as": dx_s.sharding.spec,
+               "dw: largest difference / largest value": float(jnp.max(jnp.abs(dw_s - dw_1)) / jnp.max(jnp.abs(dw_1)))}]
+             ).style.format({"dw: largest difference / largest value": "{:.1e}"}).hide()
 
 # %%
 # Weak scaling, measured
