@@ -338,3 +338,32 @@ def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
             raise
         for module in lowered[: 1 if n_cols > page["WHOLE_ROW_N"] else 2]:  # past it the backward is XLA's
             assert "__gpu$xla.gpu.triton" in module.as_text(), f"{dtype} {n_cols}: no Triton kernel"
+
+
+def test_cpu_run_says_what_it_checks_and_names_the_absent_peer(capsys):
+    """Without a GPU the page says that Pallas' interpreter checks values and measures no speed, and words the
+    peer it cannot measure as "{peer}: not measured here ({why})."."""
+    if jax.default_backend() == "gpu":
+        pytest.skip("on a GPU the peer is measured")
+    capsys.readouterr()
+    page = load_definitions()
+    assert "PyTorch copy: not measured here (no GPU).\n" in capsys.readouterr().out
+    assert page["NO_SPEED"].startswith("No GPU here: this run checks the kernels' values through Pallas' interpreter")
+    assert page["NO_SPEED"].endswith("; it measures no speed.")
+
+
+@pytest.mark.parametrize("path", [PAGE, SHARDED], ids=["05", "05 sharded"])
+def test_pages_refuse_gpus_older_than_compute_capability_8(path, monkeypatch):
+    """Pallas' Triton backend needs compute capability 8.0 or newer: on an older GPU each page stops at once and says
+    so, naming the GPU and its capability."""
+
+    class OldGpu:
+        device_kind, compute_capability = "Tesla T4", "7.5"
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda *a: [OldGpu()])
+    monkeypatch.setattr(jax, "device_count", lambda *a: 1)
+    source = path.read_text(encoding="utf-8")
+    head = source[: source.index("\n# %%\n")]
+    with pytest.raises(RuntimeError, match=r"compute capability 8\.0 or newer .*Tesla T4 has 7\.5"):
+        exec(compile(head, str(path), "exec"), {"__name__": "tutorial_05_head"})
