@@ -35,7 +35,7 @@ print(f"Built on {WHERE} · JAX {jax.__version__} · jaxlib {jaxlib.__version__}
 # The forward reads :math:`x` and writes :math:`y = x \cdot r \odot w`, :math:`r = 1/\sqrt{\overline{x^2} + \varepsilon}`:
 # :math:`2MN` elements, a copy's bytes (05 derives it). :math:`r` needs the whole row before one output, so the row
 # must wait somewhere: here, in registers. Split over a program of 1024 threads (eight warpgroups), an fp32 row of
-# 32 K is 32 registers a thread. (05 reads 16-bit rows past 16 K twice instead, the second time from L2.)
+# 32 K is 32 registers a thread. (Pallas' Triton backend, below, reads 16-bit rows past 16 K twice instead.)
 #
 # A Mosaic GPU kernel
 # -------------------
@@ -151,7 +151,7 @@ def _check(x, weight):
         raise ValueError(f"rms_norm: x {tuple(x.shape)} and weight {tuple(weight.shape)}: weight must be (N,) for x (..., N)")
     if n_cols < MIN_N or n_cols % MIN_N or n_cols > MAX_N:
         raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernel takes multiples of {MIN_N} from {MIN_N} "
-                         f"to {MAX_N} (tutorial 05 takes any row up to 32 K)")
+                         f"to {MAX_N} (tutorial 05 takes any row)")
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_norm_rows(x2d, w, eps):
@@ -172,8 +172,9 @@ def rms_norm(x, weight, eps=1e-6):
 # %%
 # Tutorial 05's forward, carried
 # ------------------------------
-# What this page is measured against: 05's Pallas forward kernels (its Triton backend, ``pltriton`` here) and their
-# launch parameters, as 05 has them.
+# What this page is measured against: 05's forward design in Pallas' Triton backend (``pltriton`` here), carried past
+# 05's range: whole rows in registers, fp32 rows of 32 K with the next row's first parts loaded early, 16-bit rows past
+# 16 K read twice (05 itself hands rows past 16 K to XLA's formula).
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]

@@ -349,7 +349,7 @@ def _check(x, weight):
         raise ValueError(f"rms_norm: x {tuple(x.shape)} and weight {tuple(weight.shape)}: weight must be (N,) for x (..., N)")
     if n_cols < MIN_N or n_cols % MIN_N:
         raise ValueError(f"rms_norm: rows of {n_cols} elements; this page's kernels take multiples of {MIN_N} from {MIN_N} "
-                         f"(tutorial 05 takes any row up to 32 K)")
+                         f"(tutorial 05 takes any row)")
     if _config(1, n_cols, x.dtype.itemsize) is None:
         raise ValueError(f"rms_norm: no launch takes rows of {n_cols} {x.dtype} here: SMEM_BUDGET {SMEM_BUDGET} bytes, "
                          f"dw in registers up to {WARPGROUPS * DW_COLUMNS} columns a program, at most 4 programs a row")
@@ -380,8 +380,9 @@ def rms_norm(x, weight, eps=1e-6):
 # %%
 # Tutorial 05's backward, carried
 # -------------------------------
-# What this page is measured against: 05's Pallas backward kernels (its Triton backend, ``pltriton`` here) and their
-# launch parameters, as 05 has them; 05's forward saves :math:`r` for them, which ``backward_05`` takes.
+# What this page is measured against: 05's backward design in Pallas' Triton backend (``pltriton`` here), carried past
+# 05's range: rows past 8 K walked twice in chunks (05 itself hands them to XLA's formulas); 05's forward saves
+# :math:`r` for it, which ``backward_05`` takes.
 
 def _tile(rows, cols, n_rows, n_cols):  # indices and in-bounds mask of the tile rows x cols
     return (rows[:, None], cols[None, :]), (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
@@ -434,7 +435,7 @@ def dw_sum_kernel(dw_partial_ref, dw_ref, *, BLOCK_P, BLOCK_N):
     """dw[j] = sum over p of dw_partial[p, j] in a fixed order: bitwise the same on every run."""
     n_partials, n_cols = dw_partial_ref.shape
     cols = pl.program_id(0) * BLOCK_N + jnp.arange(BLOCK_N)
-    add = lambda i, acc: acc + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
+    add = lambda i, a: a + _load(dw_partial_ref, *_tile(i * BLOCK_P + jnp.arange(BLOCK_P), cols, n_partials, n_cols))
     acc = jax.lax.fori_loop(0, pl.cdiv(n_partials, BLOCK_P), add, jnp.zeros((BLOCK_P, BLOCK_N), jnp.float32))
     pltriton.store(dw_ref.at[cols], jnp.sum(acc, axis=0), mask=cols < n_cols)
 
