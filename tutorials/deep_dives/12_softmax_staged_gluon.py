@@ -13,7 +13,7 @@ copies; and where it is chosen (``_staged_config``). Gluon kernels compile only 
 this page still runs, with the core kernel, and says that nothing was staged.
 """
 
-import datetime, os, platform, subprocess, timeit
+import datetime, importlib.util, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -265,18 +265,23 @@ errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index"
 # the compiled kernels report: the reason staging pays. The peers: PyTorch, ``torch.compile``, Liger-Kernel
 # and quack (``quack.softmax``, CuTe-DSL kernels for compute capability 9.0 and newer); "-": a peer's limit.
 
-try:
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-except ImportError:  # not installed: no Liger column
-    LigerSoftmaxFunction = None
-quack = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0 and newer
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+
+def peer_module(peer, module, min_major=0):
+    """The peer's module, or None, saying why it is not measured here."""
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
     try:
-        import quack
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+
+
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.softmax")
+quack = peer_module("quack", "quack", min_major=9)  # Dao-AILab's CuTe-DSL kernels
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 WIDTHS = [16384, 24576, 32768] if ON_GPU else [16384]
 FORCE = dict(_staged_config(2), MIN_N=1)  # the staged kernel at 16384 too
@@ -301,15 +306,15 @@ def bench(fn, graph=True):
 def providers():
     """name -> softmax(x, -1), forward; peers that cannot run here are left out, and staging without a GPU."""
     found = {"torch": lambda x: torch.softmax(x, -1)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+    if inductor:
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):  # one compilation per shape
                 setattr(torch._dynamo.config, knob, 1024)
         found["torch.compile"] = torch.compile(lambda x: torch.softmax(x, -1), dynamic=False)
-        if LigerSoftmaxFunction is not None:
-            found["Liger"] = LigerSoftmaxFunction.apply
-        if quack is not None:
-            found["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor
+    if liger:
+        found["Liger"] = liger.LigerSoftmaxFunction.apply
+    if quack:
+        found["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor
     found["core"] = lambda x: softmax_forward(x, cfg={})  # {}: no staging
     if ON_GPU:
         found["staged"] = lambda x: softmax_forward(x, cfg=FORCE)
@@ -411,21 +416,25 @@ per_sm = results.dropna(subset=["programs / SM"]).set_index(["dtype", "N"])["pro
 for kernel in ("core", "staged"):
     table[f"{kernel}: programs / SM"] = [per_sm[key][kernel] if ON_GPU else float("nan") for key in table.index]
 table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light": "{:.1f}%", "core, % of light": "{:.1f}%",
-                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-")
+                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED, "Gluon kernels do not run in the interpreter: nothing was staged here.")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "staged": "-"}
-for name, line in results.groupby("provider", sort=False):
-    ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
-ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
-ax.grid(True, alpha=0.3)
-ax.legend(loc="lower left", fontsize=8)
-ax.set_title(f"Softmax forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
-fig.tight_layout()
+if ON_GPU:
+    fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":",
+              "staged": "-"}
+    for name, line in results.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name,
+                linewidth=2.5 if name == "staged" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"Softmax forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -439,9 +448,7 @@ if ON_GPU:
               f"{row['core: programs / SM']:.0f} ({row['staged / core']:.3g}x), the best peer "
               f"{row['staged'] / row['staged / best peer']:.0f} GB/s ({row['staged / best peer']:.3g}x).")
 else:
-    print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
-          "for the staged kernel on this machine; the core and torch columns are interpreter timings on a CPU, "
-          "NOT GPU timings.")
+    print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["staged, % of light", "staged / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="forward", recommended=[int(n in RANGE.get(("forward", t), ())) for t, n in table.index]).to_csv(
@@ -481,7 +488,7 @@ def environment_card():
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
     else:
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
             "packages": os.environ.get("SOL_LOCK", "not pinned")}

@@ -277,6 +277,7 @@ configs.set_index(["direction", "dtype", "N"])
 # a copy of the same tensor (the speed of light, timed without a graph).
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 POINTS = [256, 8192, 262144] if ON_GPU else [256, 4096, 65536]
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
@@ -312,42 +313,45 @@ for dtype in (torch.float32, torch.bfloat16):
         del x, y
 persistence = pd.DataFrame(rows).set_index(["dtype", "N"])
 persistence["persistent / plain"] = persistence["persistent: GB/s"] / persistence["one program per block: GB/s"]
-persistence.style.format({c: "{:.0f}" for c in persistence.columns if c != "kernel"}
-                         | {c: "{:.1f}%" for c in persistence.columns if "%" in c} | {"persistent / plain": "{:.2f}"})
+shown = persistence if ON_GPU else persistence.filter(regex="kernel|programs")  # interpreter times: no GPU's speeds
+shown.style.format({c: "{:.0f}" for c in shown.columns if c != "kernel"}
+                   | {c: "{:.1f}%" for c in shown.columns if "%" in c} | {"persistent / plain": "{:.2f}"})
 
 # %%
-# The same numbers as a plot:
+# The same numbers as a plot (on a GPU):
 
-fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
-labels = [f"{dtype}\nN = {n}" for dtype, n in persistence.index]
-for i, (label, hatch) in enumerate((("one program per block", ""), ("persistent", "//"))):
-    ax.bar([k + 0.4 * i for k in range(len(labels))], persistence[f"{label}: % of copy"], width=0.4, label=label,
-           hatch=hatch, edgecolor="black")
-ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-ax.set(xticks=[k + 0.2 for k in range(len(labels))], ylabel="% of the copy's GB/s")
-ax.set_xticklabels(labels, fontsize=8)
-ax.legend(loc="lower left", fontsize=8)
-ax.set_title(f"Softmax forward, plain and persistent grids, on {WHERE}", fontsize=9)
-fig.tight_layout()
+if ON_GPU:
+    fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
+    labels = [f"{dtype}\nN = {n}" for dtype, n in persistence.index]
+    for i, (label, hatch) in enumerate((("one program per block", ""), ("persistent", "//"))):
+        ax.bar([k + 0.4 * i for k in range(len(labels))], persistence[f"{label}: % of copy"], width=0.4, label=label,
+               hatch=hatch, edgecolor="black")
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set(xticks=[k + 0.2 for k in range(len(labels))], ylabel="% of the copy's GB/s")
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"Softmax forward, plain and persistent grids, on {WHERE}", fontsize=9)
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the tables above, in this build:
 
-for (dtype, n_cols), row in persistence.iterrows():
-    print(f"{dtype}, N = {n_cols} ({row['kernel']}): {row['persistent: programs']} persistent programs instead of "
-          f"{row['one program per block: programs']}, at {row['persistent / plain']:.2f}x the speed of the plain grid.")
-faster = (persistence["persistent / plain"] > 1.01).sum()
-print(f"The persistent grid was more than 1% faster at {faster} of {len(persistence)} points here. The core page "
-      "launches one program per block of rows, which on the H100 it was tuned on was as fast or faster for every "
-      "kernel and row length swept (the design record, dev/DESIGN.md in the repository).")
 if ON_GPU:
+    for (dtype, n_cols), row in persistence.iterrows():
+        print(f"{dtype}, N = {n_cols} ({row['kernel']}): {row['persistent: programs']} persistent programs instead "
+              f"of {row['one program per block: programs']}, at {row['persistent / plain']:.2f}x the speed of the "
+              "plain grid.")
+    faster = (persistence["persistent / plain"] > 1.01).sum()
+    print(f"The persistent grid was more than 1% faster at {faster} of {len(persistence)} points here. The core page "
+          "launches one program per block of rows, which on the H100 it was tuned on was as fast or faster for every "
+          "kernel and row length swept (the design record, dev/DESIGN.md in the repository).")
     fwd = configs[configs.direction == "forward"]
     print(f"Forward, programs per SM from the compiled kernels: {fwd['programs / SM'].min()} to "
           f"{fwd['programs / SM'].max()}, most often limited by {fwd['limited by'].mode()[0]}.")
 else:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+    print(NO_SPEED)
 
 # %%
 # Going further
@@ -380,7 +384,7 @@ def environment_card():
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
     else:
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
             "packages": os.environ.get("SOL_LOCK", "not pinned")}

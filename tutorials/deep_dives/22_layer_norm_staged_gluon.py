@@ -13,6 +13,7 @@ GPU: without one this page still runs, with the core kernel, and says that nothi
 """
 
 import datetime
+import importlib.util
 import os
 import platform
 import statistics
@@ -350,25 +351,30 @@ errors.style.format({"ours y": "{:.1e}", "torch y": "{:.1e}"}).hide(axis="index"
 # ``layernorm_bwd``, that take the weight and bias in fp32: a small autograd function joins them, given fp32
 # copies made once per point, outside the timing.
 
-try:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-except ImportError:  # not installed: no Liger column
-    LigerLayerNormFunction = None
-layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+
+def peer_module(peer, module, min_major=0):
+    """The peer's module, or None, saying why it is not measured here."""
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
     try:
-        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-        layernorm_fwd = None
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+
+
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.layer_norm")
+quack = peer_module("quack", "quack.rmsnorm", min_major=9)  # Dao-AILab's CuTe-DSL kernels: layernorm_fwd, _bwd
+
 
 class QuackLayerNorm(torch.autograd.Function):
     """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
     @staticmethod
     def forward(ctx, x, w, b, w32, b32, eps):
-        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        y, rstd, mean = quack.layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
         ctx.save_for_backward(x, w32, rstd, mean)
         ctx.dtypes = w.dtype, b.dtype
         return y
@@ -376,7 +382,7 @@ class QuackLayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w32, rstd, mean = ctx.saved_tensors
-        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        dx, dw, db = quack.layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
         return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
@@ -409,16 +415,16 @@ def bench(fn, graph=True):
 def providers():
     """name -> fn(x, w, b); peers that cannot run here are left out, and the staged kernel without a GPU."""
     found = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler, not a GPU
+    if inductor:
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
                 setattr(torch._dynamo.config, knob, 1024)
         found["torch.compile"] = torch.compile(
             lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), dynamic=False)
-        if LigerLayerNormFunction is not None:
-            found["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-        if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
-            found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
+    if liger:
+        found["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
+    if quack:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+        found["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
     found["core"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg={})  # {}: no staging
     if ON_GPU:
         found["staged"] = lambda x, w, b: layer_norm_forward(x, w, b, cfg=FORCE)
@@ -457,21 +463,25 @@ table["core, % of light"] = 100 * table["core"] / table["speed of light"]
 table["staged / core"] = table["staged"] / table["core"]
 table["staged / best peer"] = table["staged"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light": "{:.1f}%", "core, % of light": "{:.1f}%",
-                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-")
+                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED, "Gluon kernels do not run in the interpreter: nothing was staged here.")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "staged": "-"}
-for name, line in results.groupby("provider", sort=False):
-    ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
-ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
-ax.grid(True, alpha=0.3)
-ax.legend(loc="lower left", fontsize=8)
-ax.set_title(f"Layer norm forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
-fig.tight_layout()
+if ON_GPU:
+    fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":",
+              "staged": "-"}
+    for name, line in results.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name,
+                linewidth=2.5 if name == "staged" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"Layer norm forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -484,9 +494,7 @@ if ON_GPU:
               f"{row['core, % of light']:.1f}% ({row['staged / core']:.3g}x), the best peer "
               f"{row['staged'] / row['staged / best peer']:.0f} GB/s ({row['staged / best peer']:.3g}x).")
 else:
-    print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
-          "for the staged kernel on this machine; the core and torch columns are interpreter timings on a CPU, "
-          "NOT GPU timings.")
+    print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["staged, % of light", "staged / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="forward", recommended=[int(n in RANGE.get(("forward", t), ())) for t, n in table.index]).to_csv(
@@ -520,7 +528,7 @@ def environment_card():
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
     else:
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
             "packages": os.environ.get("SOL_LOCK", "not pinned")}

@@ -15,7 +15,7 @@ gives a different :math:`dw` on every run; and what a persistent grid with one p
 program buys instead. Prerequisites: the layer-norm page above (its backward formula).
 """
 
-import datetime, os, platform, subprocess, timeit
+import datetime, importlib.util, os, platform, subprocess, timeit
 
 import torch
 if not torch.cuda.is_available():
@@ -301,25 +301,27 @@ determinism.style.format({"max dw spread / max |dw|": "{:.1e}"}).hide(axis="inde
 # quack's layer norm is a pair of functions, ``layernorm_fwd`` and ``layernorm_bwd``, that take the weight and
 # bias in fp32: a small autograd function joins them, given fp32 copies made once per point, outside the timing.
 
-try:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-except ImportError:
-    LigerLayerNormFunction = None
-layernorm_fwd = None  # quack (Dao-AILab's CuTe-DSL kernels), where it runs: installed, on compute capability 9.0+
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+def peer_module(peer, module, min_major=0):
+    """The peer's module, or None, saying why it is not measured here."""
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
     try:
-        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-        layernorm_fwd = None
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler here, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.layer_norm")
+quack = peer_module("quack", "quack.rmsnorm", min_major=9)  # Dao-AILab's CuTe-DSL kernels: layernorm_fwd, _bwd
 
 class QuackLayerNorm(torch.autograd.Function):
     """quack's layer-norm pair as one autograd function; w32, b32: fp32 copies of w, b, made once by the caller."""
     @staticmethod
     def forward(ctx, x, w, b, w32, b32, eps):
-        y, rstd, mean = layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
+        y, rstd, mean = quack.layernorm_fwd(x, w32, b32, eps, return_rstd=True, return_mean=True)
         ctx.save_for_backward(x, w32, rstd, mean)
         ctx.dtypes = w.dtype, b.dtype
         return y
@@ -327,7 +329,7 @@ class QuackLayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w32, rstd, mean = ctx.saved_tensors
-        dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+        dx, dw, db = quack.layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
         return dx, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None, None, None
 
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**14
@@ -351,15 +353,15 @@ def bench(fn, graph=True):
     return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
 
 peers = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}
-if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+if inductor:
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
     peers["torch.compile"] = torch.compile(peers["torch"], dynamic=False)
-    if LigerLayerNormFunction is not None:
-        peers["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-    if layernorm_fwd is not None:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
-        peers["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
+if liger:
+    peers["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
+if quack:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point
+    peers["quack"] = lambda x, w, b: QuackLayerNorm.apply(x, w, b, w32, b32, 1e-5)
 
 records, missing = [], {}
 for dtype in (torch.float32, torch.bfloat16):
@@ -394,44 +396,49 @@ table["design 2 / design 1"] = table["2: persistent"] / table["1: spin locks"]
 table["design 2, % of light"] = 100 * table["2: persistent"] / table["speed of light"]
 table["design 2 / best peer"] = table["2: persistent"] / table[[p for p in PEERS if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"design 2, % of light": "{:.1f}%",
-                   "design 2 / design 1": "{:.2f}", "design 2 / best peer": "{:.2f}"}, na_rep="-")
+                   "design 2 / design 1": "{:.2f}", "design 2 / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
-styles = {"1: spin locks": (0, (1, 1)), "2: persistent": "-", "torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)),
-          "quack": (0, (5, 1))}
-for ax, (dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
-                linewidth=2.5 if name == "2: persistent" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s" if ax is axes[0] else None)
-axes[0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Layer norm backward, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white")
+    styles = {"1: spin locks": (0, (1, 1)), "2: persistent": "-", "torch": "--", "torch.compile": "-.",
+              "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1))}
+    for ax, (dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
+                    linewidth=2.5 if name == "2: persistent" else 1.5, label=name)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)",
+               ylabel="% of the copy's GB/s" if ax is axes[0] else None)
+    axes[0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Layer norm backward, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the tables above, in this build:
 
-for dtype, part in table.groupby(level="dtype", sort=False):
-    ratio, pct = part["design 2 / design 1"].droplevel(0), part["design 2, % of light"].droplevel(0)
-    print(f"{dtype}: design 2 is {ratio.min():.3g}x (N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}) "
-          f"as fast as design 1, and runs at {pct.min():.3g}% to {pct.max():.3g}% of the copy.")
 worst = determinism.set_index(["design", "dtype"]).filter(like="unlike").max(axis=1)
-print(f"Design 1 gave bits unlike its first run in up to {worst.loc['1: spin locks'].max()} of {RUNS} runs; "
-      f"design 2 in {worst.loc['2: persistent'].max()}.")
+if ON_GPU:
+    for dtype, part in table.groupby(level="dtype", sort=False):
+        ratio, pct = part["design 2 / design 1"].droplevel(0), part["design 2, % of light"].droplevel(0)
+        print(f"{dtype}: design 2 is {ratio.min():.3g}x (N = {ratio.idxmin()}) to {ratio.max():.3g}x "
+              f"(N = {ratio.idxmax()}) as fast as design 1, and runs at {pct.min():.3g}% to {pct.max():.3g}% "
+              "of the copy.")
+    print(f"Design 1 gave bits unlike its first run in up to {worst.loc['1: spin locks'].max()} of {RUNS} runs; "
+          f"design 2 in {worst.loc['2: persistent'].max()}.")
+else:
+    print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["design 2, % of light", "design 2 / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "24_layer_norm_backward_locks.csv"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further
@@ -463,7 +470,7 @@ def environment_card():
         runtime = f"driver {driver}, CUDA {torch.version.cuda}"
     else:
         device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU"
-        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"
+        runtime = "none: Triton's interpreter (TRITON_INTERPRET=1)"
     card = {"device": device, "driver / CUDA": runtime, "torch": torch.__version__,
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
             "packages": os.environ.get("SOL_LOCK", "not pinned")}

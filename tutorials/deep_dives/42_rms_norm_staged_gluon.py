@@ -15,6 +15,7 @@ kernels are compiled only for GPUs): the core kernel takes every row, and the pa
 
 import contextlib
 import datetime
+import importlib.util
 import os
 import platform
 import subprocess
@@ -278,24 +279,32 @@ def bench(fn, graph=True):
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
 
-fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # name -> fn(x, w)
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+
+def peer_module(peer, module, min_major=0):
+    """The peer's module, or None, saying why it is not measured here."""
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
+    try:
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+
+
+fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # name -> fn(x, w); peers that cannot run: left out
+if ON_GPU:
     torch.cuda.set_stream(torch.cuda.Stream())  # a CUDA graph cannot be captured on the default stream
+if peer_module("torch.compile", "torch"):  # on the CPU, Inductor would time a C++ compiler
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):  # one compilation per shape
             setattr(torch._dynamo.config, knob, 1024)
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
-    with contextlib.suppress(ImportError):  # not installed: no Liger column
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:
-        import quack
-        fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
+    fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+if quack := peer_module("quack", "quack", min_major=9):  # Dao-AILab's CuTe-DSL kernels
+    fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
 fns["core"] = lambda x, w: rms_norm_forward(x, w, EPS, cfg={})  # {}: nothing staged
 if ON_GPU:  # Gluon kernels do not run in the interpreter
     fns["staged"] = lambda x, w: rms_norm_forward(x, w, EPS, cfg=FORCE)
@@ -330,21 +339,25 @@ table["core, % of light"] = 100 * table["core"] / table["speed of light"]
 table["staged / core"] = table["staged"] / table["core"]
 table["staged / best peer"] = table["staged"] / table[[p for p in ("torch", "torch.compile", "Liger", "quack") if p in table]].max(axis=1)
 table.style.format({c: "{:.0f}" for c in table.columns} | {"staged, % of light": "{:.1f}%", "core, % of light": "{:.1f}%",
-                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-")
+                   "staged / core": "{:.2f}", "staged / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED, "Gluon kernels do not run in the interpreter: nothing was staged here.")
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "staged": "-"}
-for name, line in results.groupby("provider", sort=False):
-    ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "staged" else 1.5)
-ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
-ax.grid(True, alpha=0.3)
-ax.legend(loc="lower left", fontsize=8)
-ax.set_title(f"RMSNorm forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
-fig.tight_layout()
+if ON_GPU:
+    fig, ax = plt.subplots(figsize=(7, 4), facecolor="white")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":",
+              "staged": "-"}
+    for name, line in results.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name,
+                linewidth=2.5 if name == "staged" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set(xlabel="row length N (elements)", ylabel="% of the copy's GB/s", xticks=WIDTHS)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"RMSNorm forward, bf16, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}", fontsize=9)
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
@@ -359,9 +372,7 @@ if ON_GPU:
     short = table[(table["staged, % of light"] < 95) | (table["staged / best peer"] < 0.99)].index  # the site's bar: both
     print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"N = {n}" for _, n in short) or "none"))
 else:
-    print("Gluon kernels need a GPU (Triton's interpreter does not run them): nothing was staged or measured "
-          "for the staged kernel on this machine; the core and torch columns are interpreter timings on a CPU, "
-          "NOT GPU timings.")
+    print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["staged, % of light", "staged / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="forward", recommended=[int(n in RANGE.get(("forward", t), ())) for t, n in table.index]).to_csv(
@@ -382,7 +393,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # ------------------------
 
 card = {"device": f"CPU only ({platform.machine()}, {os.cpu_count()} cores), no CUDA GPU",
-        "driver / CUDA": "none: Triton's interpreter (TRITON_INTERPRET=1); the timings are NOT GPU timings"}
+        "driver / CUDA": "none: Triton's interpreter (TRITON_INTERPRET=1)"}
 if ON_GPU:
     props, driver = torch.cuda.get_device_properties(DEVICE), "unknown (no nvidia-smi)"
     with contextlib.suppress(OSError, subprocess.SubprocessError):
