@@ -623,7 +623,7 @@ def layer_norm_02_takes(p, dtype, n, variant):
     return n <= p["MAX_FUSED_N"]  # past it the drop-in computes with torch (deep dives 21 and 23 hold the kernels)
 
 
-def layer_norm_locks_02(p, dtype, n, variant):
+def layer_norm_locks_24(p, dtype, n, variant):
     x, dy, dx = (matrix(n, dtype) for _ in range(3))
     w, dw, db = (torch.empty(n, device=DEVICE, dtype=dtype) for _ in range(3))
     mean, rstd = (torch.empty(len(x), device=DEVICE) for _ in range(2))
@@ -631,11 +631,11 @@ def layer_norm_locks_02(p, dtype, n, variant):
     launcher(x, dy, dx, w, mean, rstd, dw, db)
 
 
-def layer_norm_locks_02_takes(p, dtype, n, variant):
+def layer_norm_locks_24_takes(p, dtype, n, variant):
     size = torch.empty((), dtype=dtype).element_size()
     if variant == "classic":
         return triton.next_power_of_2(n) * size <= 65536  # backward_classic refuses longer rows
-    return n <= p["MAX_BWD_FUSED_N"][min(size, 4)]  # backward_persistent refuses longer rows
+    return n <= p["MAX_BWD_FUSED_N"]  # backward_persistent refuses longer rows
 
 
 def sums_03(p, dtype, n, variant):
@@ -734,7 +734,7 @@ CROSS_ENTROPY = ("gradient", "gradient, label smoothing", "forward alone, label 
 PAGES = {
     "01_fused_softmax": Entry(softmax_01, ("",)),
     "02_layer_norm": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
-    "24_layer_norm_backward_locks": Entry(layer_norm_locks_02, ("classic", "persistent"), layer_norm_locks_02_takes),
+    "24_layer_norm_backward_locks": Entry(layer_norm_locks_24, ("classic", "persistent"), layer_norm_locks_24_takes),
     "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
     "06_cross_entropy": Entry(cross_entropy, CROSS_ENTROPY),

@@ -125,12 +125,12 @@ def layer_norm_bwd_kernel(
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
     HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """Persistent: program p takes the blocks of rows p, p + P, p + 2P, ... (P programs)."""
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    # num_stages=STAGES: the loads of the next STAGES - 1 blocks go to shared memory while this one is computed
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok, rows = rows < n_rows, rows.to(tl.int64)
@@ -151,53 +151,34 @@ def layer_norm_bwd_kernel(
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
-@triton.jit
-def sum_partials_kernel(dw_partial_ptr, db_partial_ptr, dw_ptr, db_ptr, n_partials, n_cols,
-                        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    col_ok = cols < n_cols
-    dw_acc, db_acc = tl.zeros([BLOCK_P, BLOCK_C], tl.float32), tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
-    for first in range(0, n_partials, BLOCK_P):
-        lines = first + tl.arange(0, BLOCK_P)
-        ok = (lines < n_partials)[:, None] & col_ok[None, :]
-        offs = lines.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        dw_acc += tl.load(dw_partial_ptr + offs, mask=ok, other=0.0)
-        db_acc += tl.load(db_partial_ptr + offs, mask=ok, other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
-    tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_ok)
-
 # The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-MAX_BWD_FUSED_N = {2: 8192, 4: 8192}  # a block of x, dy and 2 fp32 accumulators fit one program's registers
-BWD_MIN_BYTES = 8192  # fewest bytes of x a block moves (the same bytes in every dtype)
-BWD_PROGRAMS_PER_SM = 1  # one program an SM, its loads pipelined; fewer partial lines to sum
-BWD_VALUES_PER_THREAD = 32  # fp32 values of a block a thread (each accumulator holds as many)
-BWD_STAGE_BYTES = 98304  # shared memory for the pipelined loads, STAGES x (x and dy of a block)
-SUM_META = dict(BLOCK_P=128, BLOCK_C=16 if ON_GPU else 4096, num_warps=8)  # dw, db: narrow strips, many programs
+NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
+SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
+MAX_BWD_FUSED_N = 8192  # x, dy and two fp32 accumulators of a block fit one program's registers
 # The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
 # which the landing page names at those N; design 1 is the classic design it is measured against.
 RANGE = {}
 
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
-
-def _bwd_config(n_rows, n_cols, element_size, programs=None):
-    """The core page's (kernel, meta, lines, rows per program) of design 2, for rows that fit."""
-    if n_cols > MAX_BWD_FUSED_N[min(element_size, 4)]:
-        raise ValueError(f"rows of {n_cols} columns take the core page's chunked kernel, not carried here")
-    block_m = max(1, BWD_MIN_BYTES // element_size // (block_n := triton.next_power_of_2(n_cols)))
-    stages = BWD_STAGE_BYTES // (2 * block_m * block_n * element_size)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * BWD_VALUES_PER_THREAD),
-                STAGES=max(2, min(4, stages)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
-    n_blocks = triton.cdiv(n_rows, block_m)
-    lines = max(1, min(BWD_PROGRAMS_PER_SM * NUM_SMS if programs is None else programs, n_blocks))
-    rows_per_program = triton.cdiv(n_blocks, lines) * block_m
-    return layer_norm_bwd_kernel, meta, triton.cdiv(n_rows, rows_per_program), rows_per_program
+def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
+    """(meta, lines): a program an SM (or ``programs``), each with a line of partials; ``stages`` replaces STAGES."""
+    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
+    # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
+    # (narrow tiles count 4 bytes a value; 16 KB spare)
+    block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
+    tile = 2 * block_m * block_n
+    fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
+                STAGES=stages or max(2, min(4, fit)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
+    lines = max(1, min(NUM_SMS if programs is None else programs, n_blocks := triton.cdiv(n_rows, block_m)))
+    return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
 
 def sum_partials(dw_partial, db_partial, dw, db):
-    """dw = dw_partial.sum(0), db = db_partial.sum(0), in a fixed order (the core page's second pass)."""
-    sum_partials_kernel[(triton.cdiv(dw_partial.shape[1], SUM_META["BLOCK_C"]),)](
-        dw_partial, db_partial, dw, db, dw_partial.shape[0], dw_partial.shape[1], **SUM_META)
+    """dw = dw_partial.sum(0), db = db_partial.sum(0) in fp32, in the fixed order torch adds a column (the core
+    page's second pass)."""
+    torch.sum(dw_partial, 0, out=dw), torch.sum(db_partial, 0, out=db)
+
 
 # %%
 # The two launchers, on 2-D tensors whose rows have unit stride: ``dx2d``, ``dw`` and ``db`` are written.
@@ -221,11 +202,13 @@ def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dw, db, programs=No
     """Design 2, as the core page launches it for rows that fit in one program."""
     n_rows, n_cols = x2d.shape
     flags = dict(HAS_W=True, COMPUTE_DWDB=True)
-    kernel, meta, lines, _ = _bwd_config(n_rows, n_cols, x2d.element_size(), programs)
+    if n_cols > MAX_BWD_FUSED_N:
+        raise ValueError(f"rows of {n_cols} columns take deep dive 23's kernels, not carried here")
+    meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs)
     # one line per program, every line written: nothing needs clearing
     dw_partial, db_partial = (torch.empty((lines, n_cols), device=x2d.device, dtype=torch.float32) for _ in range(2))
-    kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial,
-                     n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta, **flags)
+    layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, n_rows, n_cols,
+                                    x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta, **flags)
     sum_partials(dw_partial, db_partial, dw, db)
 
 DESIGNS = {"1: spin locks": backward_classic, "2: persistent": backward_persistent}
@@ -390,7 +373,8 @@ for dtype in (torch.float32, torch.bfloat16):
 for (name, why), points in missing.items():
     print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", sort=False).reindex(columns=[*DESIGNS, *peers])
+table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", sort=False)
+table = table.reindex(columns=[*DESIGNS, *peers])
 table.insert(0, "speed of light", results.groupby(["dtype", "N"], sort=False)["speed of light GB/s"].first())
 table["design 2 / design 1"] = table["2: persistent"] / table["1: spin locks"]
 table["design 2, % of light"] = 100 * table["2: persistent"] / table["speed of light"]
@@ -436,7 +420,8 @@ if ON_GPU:
 else:
     print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
-    table[["design 2, % of light", "design 2 / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
+    summary = table[["design 2, % of light", "design 2 / best peer"]]
+    summary.set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
         direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "24_layer_norm_backward_locks.csv"))
 
@@ -444,8 +429,8 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # Going further
 # -------------
 # * **Wider rows.** Design 1 keeps a row in one program's registers (64 KB at most); so does design 2
-#   up to ``MAX_BWD_FUSED_N``. Past that the core page streams rows in chunks, and
-#   :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` splits each row over programs
+#   up to ``MAX_BWD_FUSED_N``. Past that :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`
+#   streams rows in chunks, or splits each row over programs
 #   that exchange their row sums, still lock-free and deterministic.
 # * **Exercises.** Delete the ``debug_barrier`` in design 1 and compare its :math:`dw` with float64 on a
 #   GPU over many runs: how often is a row lost? Change ``GROUP_SIZE_M``: how do speed and spread move?
@@ -475,6 +460,7 @@ def environment_card():
             "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
             "packages": os.environ.get("SOL_LOCK", "not pinned")}
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()
+    html = f"<details><summary>Full environment card</summary>{table}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 environment_card()
