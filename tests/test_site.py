@@ -169,12 +169,6 @@ def test_core_page_shows_its_ladder_measured(built_site, stem):
 # needs a reason written here.
 MOST_MINUTES = 30
 READS_LONGER = {
-    "01_fused_softmax": 57,
-    "02_layer_norm": 66,
-    "03_parallel_reduction": 54,
-    "04_rms_norm": 63,
-    "05_jax_rms_norm": 54,
-    "05_jax_rms_norm_sharded": 52,
     "06_cross_entropy": 62,
 }
 
