@@ -390,21 +390,20 @@ class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run ea
     backward = staticmethod(_backward)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
-    _need(isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor), TypeError,
-          "logits and target must be torch.Tensors")
+    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError, "logits and target must be torch.Tensors")
     _need(logits.dtype in SUPPORTED_DTYPES, TypeError, f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
     _need(logits.device.type == DEVICE.type and target.device == logits.device, ValueError,
           f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
     _need(target.dtype in (torch.int64, torch.uint8), TypeError, f"target has dtype {target.dtype}; pass class indices "
           "(torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
-    _need(logits.dim() > 0 and logits.shape[logits.dim() > 1] > 0, ValueError, f"logits of shape {list(logits.shape)} have no classes")
-    n_classes, expected = logits.shape[logits.dim() > 1], logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
-    _need(tuple(target.shape) == tuple(expected), ValueError, f"target has shape {list(target.shape)}, expected {list(expected)}")
+    n_classes, expected = logits.shape[logits.dim() > 1] if logits.dim() else 0, logits.shape[:1] + logits.shape[2:]
+    _need(n_classes > 0, ValueError, f"logits of shape {list(logits.shape)} have no classes")
+    expected = expected if logits.dim() > 1 else ()
+    _need(target.shape == expected, ValueError, f"target has shape {list(target.shape)}, expected {list(expected)}")
     _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
           f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
     _need(weight is None or weight.shape == (n_classes,) and weight.device == logits.device and not weight.requires_grad,
-          ValueError, f"weight must be of shape [{n_classes}] on {logits.device} and must not require a gradient; got "
-          f"{weight is not None and (list(weight.shape), weight.device, weight.requires_grad)}")
+          ValueError, f"weight must be of shape [{n_classes}] on {logits.device} and must not require a gradient")
     _need(reduction in ("none", "mean", "sum"), ValueError, f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
           f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
