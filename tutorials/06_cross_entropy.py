@@ -69,16 +69,14 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 # --------------------------------------------------------------
 # A long row is walked in chunks of ``CHUNK`` logits with an *online* softmax (tutorial 01): a running maximum :math:`m`
 # and sum :math:`s` of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. ``tl.range``
-# is a loop compiled as one; its ``num_stages`` loads the next chunks early. The gradient needs the final :math:`\ell`,
-# so pass 2 rereads the row at once, from L2 if it is still there: memory still sees 4 bytes a logit. It writes :math:`w
-# p` everywhere, then the target's :math:`w (p_t - 1)` over it, once ``tl.debug_barrier()`` has every thread's stores
-# done (another thread wrote that address): no compare at every logit. Exponents are ``exp2`` of :math:`x - m` (one
-# instruction; :math:`x \log_2 e` alone overflows past 2.4e38).
+# is a loop compiled as one (``num_stages``: the next chunks loaded early). Pass 2 needs the final :math:`\ell`: it
+# rereads the row at once, from L2 if it is still there, and writes :math:`w p`, then the target's :math:`w (p_t - 1)`
+# over it once ``tl.debug_barrier()`` has every thread's stores done (another thread wrote that address): no compare at
+# every logit. ``exp2`` is one instruction.
 #
-# The host turns each row's target, ``ignore_index`` and ``weight`` into one number :math:`w`: the class weight of the
-# target (1 without weights), 0 if ignored, NaN if out of range (an error on the host, where it can look). ``'mean'``
-# divides by :math:`\sum w` (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``): none reads outside
-# its row.
+# The host turns each row's target, ``ignore_index`` and ``weight`` into one number :math:`w`: the target's class weight
+# (or 1), 0 if ignored, NaN if out of range (the host raises where it can look). ``'mean'`` divides by :math:`\sum w`
+# (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``) to read inside its row.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
@@ -97,8 +95,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr, 
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
-            s = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E)
-            m = m_new
+            s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
         log_s = tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
         tl.store(loss_ptr + row, tl.where(w == 0.0, 0.0, w * (m - x_t + log_s)))
         if WRITE_GRAD:  # pass 2, the last chunk first (the likeliest still in L2)
@@ -114,13 +111,13 @@ def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr, 
 # %%
 # Step 2: the rows being read must fit L2
 # ---------------------------------------
-# Step 1 has a row in flight for each program the SMs hold; once they outgrow L2, the second read goes to memory. Step 2
-# launches a *persistent* grid, a few programs an SM, each walking rows ``p, p + P, ...``, so that the rows in flight
-# stay under ``L2_SHARE`` of L2, with cache hints: ``evict_last`` on the first read, ``evict_first`` on the second,
-# ``.cs`` (streaming) on the gradient's store. Programs an SM: enough bytes in flight to hide memory's latency (Little's
-# law: bandwidth x latency / SMs), ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow
-# L2. Stages (chunks loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap, and
-# only as many as the device's shared memory a block holds.
+# Step 1 has a row in flight for each program the SMs hold; once they outgrow L2, the second read goes to memory. Step
+# 2's grid is *persistent*: a few programs an SM, each walking rows ``p, p + P, ...``, the rows in flight under
+# ``L2_SHARE`` of L2; cache hints ``evict_last`` on the first read, ``evict_first`` on the second, ``.cs`` (streaming)
+# on the gradient's store. An SM needs enough bytes in flight to hide memory's latency (Little's law: bandwidth x
+# latency / SMs): ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow L2. Stages (chunks
+# loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap, and only as many as the
+# device's shared memory a block holds.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
@@ -132,12 +129,11 @@ L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the lazy backward's
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # the front page's pick: the forward alone
 
-def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):
-    """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
+def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
     half = element_size <= 2 and not grad
     chunk = max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
-    if step == 1:
+    if step == 1:  # a program per row, no cache hints, no pipelining
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     # no gradient: no second read to keep in L2, twice the programs for 16-bit rows
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
@@ -205,13 +201,13 @@ def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[t
 ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, grad: (  # shapes, dtypes
     x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
-def _need(ok, error, why):
+def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
     if not ok:
-        raise error(f"cross_entropy: {why}")
+        raise error(f"cross_entropy: {why()}")
 
 def _backward(ctx, dloss, *_):
-    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, "a gradient of this gradient "
-          "(create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy there")
+    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
+          "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
     try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
         (dx,) = ctx.saved_tensors
     except RuntimeError:
@@ -224,24 +220,28 @@ ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output:
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
-    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError, "logits and target must be torch.Tensors")
-    _need(logits.dtype in SUPPORTED_DTYPES, TypeError, f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
+    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError,
+          lambda: "logits and target must be torch.Tensors")
+    _need(logits.dtype in SUPPORTED_DTYPES, TypeError,
+          lambda: f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
     _need(logits.device.type == DEVICE.type and target.device == logits.device, ValueError,
-          f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
-    _need(target.dtype in (torch.int64, torch.uint8), TypeError, f"target has dtype {target.dtype}; pass class indices "
-          "(torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
+          lambda: f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
+    _need(target.dtype in (torch.int64, torch.uint8), TypeError, lambda: f"target has dtype {target.dtype}; pass class "
+          "indices (torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
     n_classes, expected = logits.shape[logits.dim() > 1] if logits.dim() else 0, logits.shape[:1] + logits.shape[2:]
-    _need(n_classes > 0, ValueError, f"logits of shape {list(logits.shape)} have no classes")
+    _need(n_classes > 0, ValueError, lambda: f"logits of shape {list(logits.shape)} have no classes")
     expected = expected if logits.dim() > 1 else ()
-    _need(target.shape == expected, ValueError, f"target has shape {list(target.shape)}, expected {list(expected)}")
+    _need(target.shape == expected, ValueError,
+          lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
     _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
-          f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
+          lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
     _need(weight is None or weight.shape == (n_classes,) and weight.device == logits.device and not weight.requires_grad,
-          ValueError, f"weight must be of shape [{n_classes}] on {logits.device} and must not require a gradient")
-    _need(reduction in ("none", "mean", "sum"), ValueError, f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}; it must not require a gradient")
+    _need(reduction in ("none", "mean", "sum"), ValueError,
+          lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
-          f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
-    _need(0 <= label_smoothing <= 1, ValueError, f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+          lambda: f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    _need(0 <= label_smoothing <= 1, ValueError, lambda: f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
     with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
         if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
             return n_classes, operator.index(ignore_index)
@@ -257,9 +257,10 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    if label_smoothing > 0:  # torch's own, and its autograd (deep dive 61: in the kernel)
-        return F.cross_entropy(logits, target.long(), None if weight is None else weight.to(logits.dtype),
+    if label_smoothing > 0:  # torch's own in fp32, and its autograd (deep dive 61: in the kernel)
+        loss = F.cross_entropy(logits.float(), target.long(), None if weight is None else weight.float(),
                                ignore_index=ignore_index, reduction=reduction, label_smoothing=float(label_smoothing))
+        return loss.to(logits.dtype)
     grad = torch.is_grad_enabled() and x2d.requires_grad
     loss = ce_fwd_op(x2d, target1d, weight, ignore_index, reduction, grad)[0]
     return loss.view(target.shape) if reduction == "none" else loss
@@ -278,6 +279,7 @@ TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bflo
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
+LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]  # the shortest and the middle V
 STEPS = {0: "the whole row in registers", 1: "chunks, the row reread from L2", 2: "rows in flight fit L2, cache hints"}
 
 def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)
@@ -432,7 +434,7 @@ def measure_providers():
         not_measured(name, f"{why}; at {', '.join(points)}")
     results = pd.DataFrame(records)
     results["% of speed of light"] = 100 * results["GB/s"] / results.light
-    return results
+    return results, provider_table(results)
 
 def provider_table(results):
     """GB/s (higher is better); ours as % of light and against the fastest peer."""
@@ -483,7 +485,7 @@ def reading(table):
 # Correctness
 # -----------
 # Errors relative to float64, beside PyTorch's: the loss (``'none'``) and gradient, rows ignored, class weights, and
-# without and with label smoothing (the kernel; torch ops).
+# without and with label smoothing (the kernel; torch's own, in fp32).
 
 errors = check_errors()
 errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index")
@@ -493,7 +495,6 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # ----------
 # bf16, forward+backward, at the shortest and middle :math:`V`; step 0 where its row fits registers:
 
-LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]
 ladder = measure_ladder()
 print(ladder_sentence(ladder))
 ladder_style(ladder)
@@ -502,8 +503,7 @@ ladder_style(ladder)
 # Every provider
 # --------------
 
-results = measure_providers()
-table = provider_table(results)
+results, table = measure_providers()
 table_style(table) if ON_GPU else print(NO_GPU)
 
 # %%
@@ -521,12 +521,10 @@ reading(table)
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that
-# split a row, each slice in registers, and exchange their maxima and sums (as vocabulary-parallel training does):
-# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward. It
-# also carries this page's kernel with every option inside: class weights and label smoothing in the same pass, and
-# the forward alone reduced to one number in the same launch.
-# Further: never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
+# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that split
+# a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
+# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward, with
+# every option in its kernel. Further: never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
 # References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
 
 environment_card()

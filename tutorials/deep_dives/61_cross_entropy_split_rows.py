@@ -366,13 +366,13 @@ def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[t
 ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, smoothing, grad: (  # shapes, dtypes
     x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
-def _need(ok, error, why):
+def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
     if not ok:
-        raise error(f"cross_entropy: {why}")
+        raise error(f"cross_entropy: {why()}")
 
 def _backward(ctx, dloss, *_):
-    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, "a gradient of this gradient "
-          "(create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy there")
+    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
+          "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
     try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
         (dx,) = ctx.saved_tensors
     except RuntimeError:
@@ -390,24 +390,28 @@ class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run ea
     backward = staticmethod(_backward)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
-    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError, "logits and target must be torch.Tensors")
-    _need(logits.dtype in SUPPORTED_DTYPES, TypeError, f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
+    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError,
+          lambda: "logits and target must be torch.Tensors")
+    _need(logits.dtype in SUPPORTED_DTYPES, TypeError,
+          lambda: f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
     _need(logits.device.type == DEVICE.type and target.device == logits.device, ValueError,
-          f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
-    _need(target.dtype in (torch.int64, torch.uint8), TypeError, f"target has dtype {target.dtype}; pass class indices "
-          "(torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
+          lambda: f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
+    _need(target.dtype in (torch.int64, torch.uint8), TypeError, lambda: f"target has dtype {target.dtype}; pass class "
+          "indices (torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
     n_classes, expected = logits.shape[logits.dim() > 1] if logits.dim() else 0, logits.shape[:1] + logits.shape[2:]
-    _need(n_classes > 0, ValueError, f"logits of shape {list(logits.shape)} have no classes")
+    _need(n_classes > 0, ValueError, lambda: f"logits of shape {list(logits.shape)} have no classes")
     expected = expected if logits.dim() > 1 else ()
-    _need(target.shape == expected, ValueError, f"target has shape {list(target.shape)}, expected {list(expected)}")
+    _need(target.shape == expected, ValueError,
+          lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
     _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
-          f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
+          lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
     _need(weight is None or weight.shape == (n_classes,) and weight.device == logits.device and not weight.requires_grad,
-          ValueError, f"weight must be of shape [{n_classes}] on {logits.device} and must not require a gradient")
-    _need(reduction in ("none", "mean", "sum"), ValueError, f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}; it must not require a gradient")
+    _need(reduction in ("none", "mean", "sum"), ValueError,
+          lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
-          f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
-    _need(0 <= label_smoothing <= 1, ValueError, f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+          lambda: f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    _need(0 <= label_smoothing <= 1, ValueError, lambda: f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
     with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
         if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
             return n_classes, operator.index(ignore_index)
