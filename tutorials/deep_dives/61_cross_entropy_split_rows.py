@@ -25,10 +25,9 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # %%
 # The core kernel we start from
 # -----------------------------
-# The core page's kernel with class weights :math:`w` (:math:`W = \sum_c w_c`) and label smoothing :math:`\varepsilon`
-# inside: program p walks rows ``p, p + P, ...``; pass 1 keeps a running maximum and sum, pass 2 rereads the row
-# backwards to write :math:`a\, p_c - b_c`, :math:`a = (1-\varepsilon) w_t + \varepsilon W / V`, :math:`b_c =
-# (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`; rows in flight fit ``L2_SHARE`` of L2.
+# The core page's kernel with label smoothing :math:`\varepsilon` inside: rows ``p, p + P, ...`` a program; pass 1 a
+# running maximum and sum, pass 2 the row reread backwards to write :math:`a\, p_c - b_c`, :math:`a = (1-\varepsilon)
+# w_t + \varepsilon W / V`, :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
@@ -314,15 +313,13 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in (checks, operators, here named ``*_61``, lazy backward) with every option
-# in the kernel: smoothing in the same pass, the forward alone reduced in one launch. There each program stores its
-# partial sums, then takes a *ticket*, an atomic add on one counter (``acq_rel``: its stores seen first); the one that
-# draws the last ticket reads every partial (``volatile``: past L1) and adds them in program order, the same bits every
-# run. ``cross_entropy_rows`` splits rows where ``ce_split_rows`` does; smoothing (one more share a slice: see the end)
-# and no gradient take the core kernel.
+# ``cross_entropy`` is the core page's drop-in (checks, operators named ``*_61``, lazy backward) with every option in
+# the kernel. The forward alone, reduced, is one launch: each program stores its partial sums, then takes a *ticket*, an
+# atomic add on one counter (``acq_rel``: its stores seen first); the one that draws the last ticket reads every partial
+# (``volatile``: past L1) and adds them in program order, the same bits every run. Rows split where ``ce_split_rows``
+# splits them; smoothing (see the end) and no gradient take the core kernel.
 
-def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
-    """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
+def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):  # (losses, scale); gradient: dx
     return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing) if smoothing > 0 else \
         ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
 
