@@ -43,7 +43,8 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # exist, the padding read as :math:`-\infty`. Step 0 is the plain case: every row counted, no options.
 
 @triton.jit
-def ce_row_kernel(x_ptr, target_ptr, loss_ptr, dx_ptr, n_cols, x_row_stride, dx_row_stride, scale,
+def ce_row_kernel(x_ptr, target_ptr, loss_ptr, dx_ptr,
+                  n_cols, x_row_stride, dx_row_stride, scale,
                   BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # int64: M * V passes 2**31
     cols = tl.arange(0, BLOCK_V)
@@ -79,9 +80,10 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 # (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``) to read inside its row.
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr, n_rows, n_cols, x_row_stride,
-                         dx_row_stride, CHUNK: tl.constexpr, STAGES: tl.constexpr, WRITE_GRAD: tl.constexpr,
-                         KEEP: tl.constexpr, DROP: tl.constexpr, STREAM: tl.constexpr):
+def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr,
+                         n_rows, n_cols, x_row_stride, dx_row_stride,
+                         CHUNK: tl.constexpr, STAGES: tl.constexpr, WRITE_GRAD: tl.constexpr,
+                         KEEP: tl.constexpr, DROP: tl.constexpr, STREAM: tl.constexpr):  # cache hints: step 2's
     LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ... (step 1: P = M)
@@ -354,9 +356,10 @@ def ladder_sentence(ladder):
         text += " Step 1 loses where the whole row fits registers: it reads the row twice, the second time from L2."
     for n in [n for n in LADDER_V if two[n] < 1]:
         per_sm = _config(2**20, n, 2)[1] // NUM_SMS
-        text += (f" At V = {n:,} step 2 loses ({two[n]:.2f}x step 1): what it buys is the second read from L2, and "
-                 f"where step 1's rows in flight already fit L2 there is nothing to buy, while its {per_sm} "
-                 f"program(s) an SM keep fewer bytes in flight than step 1's full grid.")
+        text += (f" At V = {n:,} step 2 loses ({two[n]:.2f}x step 1): its {per_sm} program(s) an SM keep "
+                 f"{per_sm * NUM_SMS * n * 2 / 2**20:.0f} MiB of rows in flight (L2: {L2_BYTES / 2**20:.0f} MiB), but "
+                 "step 2 only pays where step 1's second read misses L2, likely not the case at this V, and its "
+                 "fewer programs keep fewer loads in flight than step 1's full grid.")
     return text
 
 def ladder_style(ladder):
