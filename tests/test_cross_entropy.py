@@ -591,7 +591,9 @@ def test_operators_pass_opcheck(tut, requires_grad):
             torch.library.opcheck(bwd, (dx.clone(), dloss))
     x2d, target, weight, ignore_index, reduction, smoothing = operator_samples()[1]  # no smoothing: the operator's
     loss, dx = fwd(*operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, True))
-    assert torch.equal(fwd(*operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, False))[0], loss)
+    assert torch.equal(
+        fwd(*operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, False))[0], loss
+    )
     assert torch.equal(loss, tut["cross_entropy"](x2d, target, weight, ignore_index, reduction, smoothing))
     x = x2d.detach().requires_grad_(True)
     (expected,) = torch.autograd.grad(tut["cross_entropy"](x, target, weight, ignore_index, reduction, smoothing), x)

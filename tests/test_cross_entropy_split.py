@@ -142,7 +142,9 @@ def test_carried_core_kernel_is_the_core_pages(page):
     core = load_tutorial("06_cross_entropy")
     for name in ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM", "SMEM_PER_BLOCK"):
         assert page[name] == core[name], name
-    for n_rows, n_cols, size, step, grad in itertools.product((3, 8192), (1, 1000, 32000, 262144), (2, 4), (1, 2), (0, 1)):
+    for n_rows, n_cols, size, step, grad in itertools.product(
+        (3, 8192), (1, 1000, 32000, 262144), (2, 4), (1, 2), (0, 1)
+    ):
         options = dict(step=step, grad=bool(grad))
         assert page["_config"](n_rows, n_cols, size, **options) == core["_config"](n_rows, n_cols, size, **options)
     x, target = make((5, 3000), torch.bfloat16, seed=5)
