@@ -75,13 +75,14 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 # over it once ``tl.debug_barrier()`` has every thread's stores done (another thread wrote that address): no compare at
 # every logit. ``exp2`` is one instruction.
 #
-# The host turns each row's target, ``ignore_index`` and ``weight`` into one number :math:`w`: the target's class weight
-# (or 1), 0 if ignored, NaN if out of range (the host raises where it can look). ``'mean'`` divides by :math:`\sum w`
-# (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``) to read inside its row.
+# Each row has a weight :math:`w`: its target's class weight (1 without ``weight``), 0 if ignored, NaN if the target is
+# out of range (the host raises where it can look). The loss of a row is :math:`w (\ell - x_t)`; ``'mean'`` divides by
+# :math:`\sum w` (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``) so that every read stays inside
+# its row.
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr,
-                         n_rows, n_cols, x_row_stride, dx_row_stride,
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr,
+                         n_rows, n_cols, x_row_stride, dx_row_stride, ignore_index,
                          CHUNK: tl.constexpr, STAGES: tl.constexpr, WRITE_GRAD: tl.constexpr,
                          KEEP: tl.constexpr, DROP: tl.constexpr, STREAM: tl.constexpr):  # cache hints: step 2's
     LOG2E: tl.constexpr = 1.4426950408889634
@@ -89,8 +90,11 @@ def cross_entropy_kernel(x_ptr, target_ptr, w_ptr, scale_ptr, loss_ptr, dx_ptr,
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ... (step 1: P = M)
         row64 = tl.cast(row, tl.int64)  # M * V passes 2**31
         x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
-        target = tl.minimum(tl.maximum(tl.load(target_ptr + row), 0), n_cols - 1)
-        w, x_t = tl.load(w_ptr + row), tl.load(x_row + target).to(tl.float32)
+        t = tl.load(target_ptr + row)
+        target = tl.minimum(tl.maximum(t, 0), n_cols - 1)  # out of range: read inside the row, the loss NaN
+        w_t = tl.load(weight_ptr + target).to(tl.float32)  # the target's class weight (all 1 without weights)
+        w = tl.where(t == ignore_index, 0.0, tl.where(t == target, w_t, float("nan")))
+        x_t = tl.load(x_row + target).to(tl.float32)
         m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
         for chunk in tl.range(0, n_chunks, num_stages=STAGES):  # pass 1: m and s
             offs = chunk * CHUNK + cols
@@ -175,15 +179,15 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2):  # (losses, scale); gradient: dx
     (n_rows, n_cols), valid = x2d.shape, target != ignore_index
-    w = torch.where(valid, 1.0 if weight is None else weight.float()[target.clamp(0, n_cols - 1)], 0.0)
-    w = w.masked_fill(valid & ((target < 0) | (target >= n_cols)), float("nan"))  # out of range: NaN
-    scale = 1.0 / w.sum() if mean else torch.ones((), device=x2d.device)  # every row ignored: inf, a NaN 'mean'
+    counted = valid.sum() if weight is None else (valid * weight.float()[target.clamp(0, n_cols - 1)]).sum()
+    scale = 1.0 / counted.float() if mean else torch.ones((), device=x2d.device)  # all rows ignored: inf, NaN 'mean'
+    weight = torch.ones(n_cols, device=x2d.device) if weight is None else weight
     losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
     if n_rows > 0:
         meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None)
         out = x2d if dx is None else dx  # (dx_ptr is not written without WRITE_GRAD)
-        cross_entropy_kernel[(grid,)](x2d, target, w, scale, losses, out, n_rows, n_cols, x2d.stride(0), out.stride(0),
-                                      WRITE_GRAD=dx is not None, **meta)
+        cross_entropy_kernel[(grid,)](x2d, target, weight, scale, losses, out, n_rows, n_cols, x2d.stride(0),
+                                      out.stride(0), ignore_index, WRITE_GRAD=dx is not None, **meta)
     return losses, scale
 
 @torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
@@ -237,8 +241,8 @@ def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  #
           lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
     _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
           lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
-    _need(weight is None or weight.shape == (n_classes,) and weight.device == logits.device and not weight.requires_grad,
-          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}; it must not require a gradient")
+    _need(weight is None or (weight.shape, weight.device) == ((n_classes,), logits.device) and not weight.requires_grad,
+          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}, must not require a gradient")
     _need(reduction in ("none", "mean", "sum"), ValueError,
           lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,

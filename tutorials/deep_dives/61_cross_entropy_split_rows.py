@@ -402,8 +402,8 @@ def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  #
           lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
     _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
           lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
-    _need(weight is None or weight.shape == (n_classes,) and weight.device == logits.device and not weight.requires_grad,
-          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}; it must not require a gradient")
+    _need(weight is None or (weight.shape, weight.device) == ((n_classes,), logits.device) and not weight.requires_grad,
+          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}, must not require a gradient")
     _need(reduction in ("none", "mean", "sum"), ValueError,
           lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
