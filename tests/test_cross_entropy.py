@@ -1,5 +1,5 @@
 """Tutorial 06 (core page): cross-entropy over a large vocabulary. The drop-in against F.cross_entropy in float64 for
-every option, rows of several chunks (the chunk shrunk so that small rows have many), the in-place gradient, the lazy
+every option, rows of several chunks (the chunk shrunk so that small rows have many), the logits left alone, the lazy
 backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed);
 its PyTorch operators through torch.library.opcheck and in a block compiled with fullgraph=True; the stages the
 launch config picks fit the shared memory of an A100, an L4 and an H100, compiled for each (no GPU needed)."""
