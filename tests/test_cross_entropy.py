@@ -1,9 +1,10 @@
 """Tutorial 06 (core page): cross-entropy over a large vocabulary. The drop-in against F.cross_entropy in float64 for
-every option, rows of several chunks (the chunk shrunk so that small rows have many), the in-place gradient, the lazy
+every option, rows of several chunks (the chunk shrunk so that small rows have many), the logits left alone, the lazy
 backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed);
 its PyTorch operators through torch.library.opcheck and in a block compiled with fullgraph=True; the stages the
 launch config picks fit the shared memory of an A100, an L4 and an H100, compiled for each (no GPU needed)."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -155,22 +156,17 @@ def test_non_contiguous_logits(tut, small_chunks):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_inplace_gradient_equals_the_default_and_default_leaves_logits_alone(tut, dtype, reduction):
+def test_the_logits_are_left_alone(tut, dtype, reduction):
+    """The gradient is a tensor of its own: the forward and the backward never write into the logits, and the same
+    logits give the same loss again."""
     x, target, gen = make((6, 90), dtype, seed=11)
     kept = x.detach().clone()
     dy = torch.randn(() if reduction == "mean" else (6,), generator=gen).to(DEVICE, dtype)
-    loss = tut["cross_entropy"](x, target, reduction=reduction, label_smoothing=0.1)
-    assert torch.equal(x, kept), "the default wrote into the logits"
-    again = tut["cross_entropy"](x, target, reduction=reduction, label_smoothing=0.1)  # the logits used again
-    assert torch.equal(loss, again)
+    loss = tut["cross_entropy"](x, target, reduction=reduction)
+    assert torch.equal(x, kept), "the forward wrote into the logits"
+    assert torch.equal(loss, tut["cross_entropy"](x, target, reduction=reduction))
     (dx,) = torch.autograd.grad(loss, x, dy)
-    assert torch.equal(x, kept), "the default's backward wrote into the logits"
-    x2 = kept.clone().requires_grad_(True)
-    loss2 = tut["cross_entropy"](x2, target, reduction=reduction, label_smoothing=0.1, inplace_backward=True)
-    assert torch.equal(loss2, loss)
-    (dx2,) = torch.autograd.grad(loss2, x2, dy)
-    assert torch.equal(dx2, dx), "in place and default gradients differ"
-    assert dx2.data_ptr() == x2.data_ptr(), "inplace_backward=True did not write over the logits"
+    assert torch.equal(x, kept) and dx.data_ptr() != x.data_ptr(), "the backward wrote into the logits"
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.125, 0.0, -3.0])
@@ -200,14 +196,16 @@ def test_scale_grad_rows(tut):
         assert torch.equal(out, expected), dloss
 
 
-@pytest.mark.parametrize("inplace", [False, True], ids=["operator", "in place"])
+@pytest.mark.parametrize("inplace", [False], ids=["operator"])
 def test_backward_twice_says_why(tut, inplace):
+    """A second backward through the handed-over gradient says why it cannot (deep dive 61 runs it in place too)."""
     x, target, _ = make((3, 20), torch.float32, seed=1)
-    loss = tut["cross_entropy"](x, target, inplace_backward=inplace)
+    options = {"inplace_backward": True} if inplace else {}
+    loss = tut["cross_entropy"](x, target, **options)
     torch.autograd.grad(loss, x, retain_graph=True)
     with pytest.raises(RuntimeError, match="already ran"):
         torch.autograd.grad(loss, x)
-    loss = tut["cross_entropy"](x.detach().clone().requires_grad_(True), target, inplace_backward=inplace)
+    loss = tut["cross_entropy"](x.detach().clone().requires_grad_(True), target, **options)
     loss.backward()
     with pytest.raises(RuntimeError, match="already ran"):
         loss.backward()
@@ -220,18 +218,18 @@ def test_poisoned_gradient_fully_written_and_nothing_past_the_row(tut, small_chu
     x, target, gen = make((9, 150), dtype, seed=step, ignored=0.3)
     store = torch.full((9, 160), float("nan"), device=DEVICE, dtype=dtype)
     dx = store[:, :150]
-    losses, scale = tut["cross_entropy_rows"](x.detach(), target, None, -100, 0.1, True, dx, step=step)
+    losses, scale = tut["cross_entropy_rows"](x.detach(), target, None, -100, True, dx, step=step)
     assert not dx.isnan().any() and not losses.isnan().any()
     assert store[:, 150:].isnan().all(), "the kernel wrote past the end of a row"
-    loss64, dx64 = reference(x, target, torch.ones(()), label_smoothing=0.1)
+    loss64, dx64 = reference(x, target, torch.ones(()))
     assert rel(losses.sum() * scale, loss64) <= 1e-5 and rel(dx, dx64) <= TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_step_0_kernel(tut, dtype):
-    """The ladder's plain design, the whole row in registers, against float64 ('mean', some rows ignored); every
-    gradient written, nothing past the row (a padded row stride)."""
-    x, target, _ = make((8, 333), dtype, seed=2, ignored=0.3)
+    """The ladder's plain design, the whole row in registers, against float64 ('mean' of every row); every gradient
+    written, nothing past the row (a padded row stride)."""
+    x, target, _ = make((8, 333), dtype, seed=2, ignored=0.0)
     store = torch.full((8, 340), float("nan"), device=DEVICE, dtype=dtype)
     dx = store[:, :333]
     loss = tut["step0_loss_and_grad"](x.detach(), target, dx)
@@ -259,7 +257,7 @@ def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(tut):
     x, _, _ = make((4, 40), torch.float32, seed=4, ignored=0.0)
     target = torch.tensor([3, 40, -7, 39], device=DEVICE)
     dx = torch.empty_like(x)
-    losses, _ = tut["cross_entropy_rows"](x.detach(), target, None, -100, 0.0, False, dx)
+    losses, _ = tut["cross_entropy_rows"](x.detach(), target, None, -100, False, dx)
     assert losses[1:3].isnan().all() and dx[1:3].isnan().all()
     ok = torch.tensor([0, 3])
     loss64, dx64 = reference(x[ok], target[ok], torch.ones(2, device=DEVICE), reduction="none")
@@ -268,14 +266,13 @@ def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(tut):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("option", list(OPTIONS))
-def test_the_forward_alone_in_one_launch(tut, small_chunks, monkeypatch, dtype, option):
-    """No gradient asked: 'mean' and 'sum' come from the kernel alone (the launcher of the per-row losses never runs),
-    equal the float64 loss, in the logits' dtype, with the same bits every run."""
+def test_the_forward_alone(tut, small_chunks, dtype, option):
+    """No gradient asked: 'mean' and 'sum' equal the float64 loss, in the logits' dtype, with the same bits every
+    run."""
     options = dict(OPTIONS[option])
     x, target, gen = make((37, 300), dtype, seed=len(option) + 3, ignore_index=options.get("ignore_index", -100))
     if options.get("weight"):
         options["weight"] = (torch.rand(300, generator=gen) + 0.5).to(DEVICE)
-    monkeypatch.setitem(tut.data, "cross_entropy_rows", None)  # a call would raise
     for reduction in ("mean", "sum"):
         loss = tut["cross_entropy"](x.detach(), target, reduction=reduction, **options)
         loss64, _ = reference(x, target, torch.ones((), device=DEVICE), reduction=reduction, **options)
@@ -287,7 +284,7 @@ def test_the_forward_alone_in_one_launch(tut, small_chunks, monkeypatch, dtype, 
 
 
 def test_the_forward_alone_on_the_most_programs(tut, monkeypatch):
-    """The last program adds up at most 2048 programs' sums: a GPU of 300 SMs gets 2048 programs, not 2400."""
+    """A GPU of 300 SMs: a 16-bit forward alone on 2400 programs, 8 an SM, each walking its rows."""
     monkeypatch.setitem(tut.data, "NUM_SMS", 300)  # 8 programs an SM (a 16-bit forward alone)
     x, target, gen = make((2500, 16), torch.bfloat16, seed=11)
     assert tut["_config"](2500, 16, 2, grad=False)[1] == 2400
@@ -405,7 +402,7 @@ for name, dtype, meta, cap in json.loads(sys.argv[2]):
         elif arg.endswith("_ptr"):
             signature[arg] = "*fp32"
         else:
-            signature[arg] = "fp32" if arg == "smoothing" else "i32"
+            signature[arg] = "fp32" if arg in ("smoothing", "scale") else "i32"
     compiled = triton.compile(ASTSource(kernel, signature, meta), target=GPUTarget("cuda", cap, 32),
                               options=dict(num_warps=num_warps))
     out.append([name, dtype, "ld.global" in compiled.asm["ptx"], compiled.metadata.shared])
@@ -443,28 +440,9 @@ def test_kernels_compile_for_an_h100(tut, tmp_path):
     for dtype, size in (("bf16", 2), ("fp32", 4)):
         for step in (1, 2):
             meta, _ = tut["_config"](8192, 128256, size, step)
-            for flags in ((False, False, True), (True, True, True), (False, False, False)):
-                cases.append(
-                    [
-                        "cross_entropy_kernel",
-                        dtype,
-                        dict(meta, HAS_WEIGHT=flags[0], SMOOTH=flags[1], WRITE_GRAD=flags[2], REDUCE=""),
-                    ]
-                )
-        for reduce, weighted in (("mean", False), ("sum", True)):  # the forward alone in one launch
-            cases.append(
-                [
-                    "cross_entropy_kernel",
-                    dtype,
-                    dict(
-                        tut["_config"](8192, 128256, size, grad=False)[0],
-                        HAS_WEIGHT=weighted,
-                        SMOOTH=weighted,
-                        WRITE_GRAD=False,
-                        REDUCE=reduce,
-                    ),
-                ]
-            )
+            cases.append(["cross_entropy_kernel", dtype, dict(meta, WRITE_GRAD=True)])
+        forward = tut["_config"](8192, 128256, size, grad=False)[0]  # the forward alone
+        cases.append(["cross_entropy_kernel", dtype, dict(forward, WRITE_GRAD=False)])
         chunk = tut["_config"](8192, 128256, size)[0]
         cases += [
             ["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
@@ -480,9 +458,8 @@ SHARED_PER_BLOCK = {80: 166912, 89: 101376, 90: 232448}
 
 def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
     """The config takes its stages from the device's shared memory a block. On each target, for fp32 and bf16, with
-    and without the gradient, with and without weights staged beside the logits (label smoothing: fp32 and fp64
-    weights): the shared memory the tile stages, (1 + grad) loops x (STAGES - 1) chunks x (the bytes of a logit and of
-    a weight), plus 1 KB for the reductions, fits the target; where it fits, 3 stages as before (an H100's fp32
+    and without the gradient: the shared memory the tile stages, (1 + grad) loops x (STAGES - 1) chunks x the bytes of
+    a logit, plus 1 KB for the reductions, fits the target; where it fits, 3 stages (an H100's fp32
     forward+backward), else fewer (an L4's: 2). Each launch compiled by Triton for its target takes no more shared
     memory than the estimate (plus the 1 KB) nor than the target has."""
     cases, estimates = [], []
@@ -490,23 +467,18 @@ def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
         monkeypatch.setitem(tut.data, "SMEM_PER_BLOCK", limit)
         for dtype, size in (("fp32", 4), ("bf16", 2)):
             for grad in (True, False):
-                for staged in (0, 4, 8):
-                    for stages in (None, 4):  # the config's own choice, and more asked for than may fit
-                        meta, _ = tut["_config"](8192, 128256, size, per_sm=1, grad=grad, staged=staged, stages=stages)
-                        estimate = (1 + grad) * (meta["STAGES"] - 1) * meta["CHUNK"] * (size + staged)
-                        assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, (
-                            cap,
-                            dtype,
-                            grad,
-                            staged,
-                            meta,
-                        )
-                        if staged < 8 and stages is None:  # compiled with fp32 weights
-                            flags = dict(
-                                HAS_WEIGHT=staged > 0, SMOOTH=staged > 0, WRITE_GRAD=grad, REDUCE="" if grad else "sum"
-                            )
-                            cases.append(["cross_entropy_kernel", dtype, meta | flags, cap])
-                            estimates.append((estimate, limit))
+                for stages in (None, 4):  # the config's own choice, and more asked for than may fit
+                    meta, _ = tut["_config"](8192, 128256, size, per_sm=1, grad=grad, stages=stages)
+                    estimate = (1 + grad) * (meta["STAGES"] - 1) * meta["CHUNK"] * size
+                    assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, (
+                        cap,
+                        dtype,
+                        grad,
+                        meta,
+                    )
+                    if stages is None:
+                        cases.append(["cross_entropy_kernel", dtype, meta | dict(WRITE_GRAD=grad), cap])
+                        estimates.append((estimate, limit))
         fp32 = tut["_config"](8192, 128256, 4, per_sm=1)[0]["STAGES"]
         assert fp32 == (2 if cap == 89 else tut["STAGES"]), (cap, fp32)  # 3 would ask 2 x 2 x 32 KB of an L4
     for (name, dtype, _, shared), (estimate, limit), case in zip(compile_page(tmp_path, cases), estimates, cases):
@@ -515,7 +487,7 @@ def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
 
 def test_tutorial_checked_and_measured(tut):
     errors, results, ladder = tut["errors"], tut["results"], tut["ladder"]
-    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3
+    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3 * 2  # each shape and dtype without and with label smoothing
     ours = results[results.provider == "ours"]
     assert len(ours) == 2 * 2 * len(tut["SWEEP_V"])
     assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
@@ -565,6 +537,17 @@ def test_the_forwards_light_reads_every_word(tut, tmp_path):
 # sol::cross_entropy_bwd_06 (the gradient scaled in place)
 
 
+def takes_smoothing(tut):
+    """Whether the page's forward operator takes label smoothing (deep dive 61's; tutorial 06's drop-in hands
+    smoothing to torch and its operator takes none)."""
+    return "smoothing" in str(tut["ce_fwd_op"]._opoverload._schema)
+
+
+def operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, grad):
+    """A sample's arguments as the page's forward operator takes them."""
+    return (x2d, target, weight, ignore_index, reduction) + ((smoothing,) if takes_smoothing(tut) else ()) + (grad,)
+
+
 def operator_samples():
     """(x2d, target, weight, ignore_index, reduction, smoothing) as the drop-in hands them over: rows at unit stride,
     contiguous or with a row stride past V, fp32 and bf16; weights with and without smoothing, none; every reduction;
@@ -596,8 +579,9 @@ def test_operators_pass_opcheck(tut, requires_grad):
     )
     for x2d, *rest in operator_samples():
         for grad in (True,) if requires_grad else (False, True):
-            torch.library.opcheck(fwd, (x2d.detach().requires_grad_(requires_grad), *rest, grad), test_utils=checks)
-        loss, dx = fwd(x2d, *rest, True)
+            args = operator_args(tut, x2d.detach().requires_grad_(requires_grad), *rest, grad)
+            torch.library.opcheck(fwd, args, test_utils=checks)
+        loss, dx = fwd(*operator_args(tut, x2d, *rest, True))
         for dloss in (
             torch.tensor(0.5, device=DEVICE),
             torch.randn(len(x2d), device=DEVICE),
@@ -605,9 +589,11 @@ def test_operators_pass_opcheck(tut, requires_grad):
             torch.tensor(1.0, device=DEVICE),
         ):
             torch.library.opcheck(bwd, (dx.clone(), dloss))
-    x2d, target, weight, ignore_index, reduction, smoothing = operator_samples()[0]
-    loss, dx = fwd(x2d, target, weight, ignore_index, reduction, smoothing, True)
-    assert torch.equal(fwd(x2d, target, weight, ignore_index, reduction, smoothing, False)[0], loss)
+    x2d, target, weight, ignore_index, reduction, smoothing = operator_samples()[1]  # no smoothing: the operator's
+    loss, dx = fwd(*operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, True))
+    assert torch.equal(
+        fwd(*operator_args(tut, x2d, target, weight, ignore_index, reduction, smoothing, False))[0], loss
+    )
     assert torch.equal(loss, tut["cross_entropy"](x2d, target, weight, ignore_index, reduction, smoothing))
     x = x2d.detach().requires_grad_(True)
     (expected,) = torch.autograd.grad(tut["cross_entropy"](x, target, weight, ignore_index, reduction, smoothing), x)
@@ -618,13 +604,14 @@ def test_forward_operator_without_the_gradient_refuses_a_backward(tut):
     """Asked for no gradient (the drop-in asks exactly when autograd wants one), the operator has none to give: a
     backward through it fails, never returns a silent zero."""
     x, target, _ = make((4, 30), torch.float32, seed=2)
-    loss, dx = tut["ce_fwd_op"](x, target, None, -100, "mean", 0.0, False)
+    loss, dx = tut["ce_fwd_op"](*operator_args(tut, x, target, None, -100, "mean", 0.0, False))
     assert dx.shape == (0, 30)
     with pytest.raises(RuntimeError, match="invalid gradient"):
         loss.backward()
 
 
 BLOCK_OPTIONS = {
+    "weights": dict(weight=True),
     "weights, smoothing": dict(label_smoothing=0.1, weight=True),
     "none, in place": dict(reduction="none", inplace_backward=True),
 }
@@ -636,14 +623,17 @@ def test_compiled_block_matches_eager(tut, dtype, name):
     """A linear layer, the drop-in and a loss compiled in one graph (fullgraph=True: no graph break) by AOT autograd
     (aot_eager: the CPU runs it) with dynamic shapes, against the same block run eagerly: the loss and the gradients of
     the layer's input and weight; the forward alone too (no_grad). Each graph, with the gradient and without, holds
-    the forward operator; inplace_backward=True takes it there (eagerly, it writes over the logits)."""
+    the forward operator where it takes the options (tutorial 06 hands label smoothing to torch, and has no
+    inplace_backward); inplace_backward=True takes it there (eagerly, it writes over the logits)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch.manual_seed(0)
     x = torch.randn(12, 16, device=DEVICE, dtype=dtype)
     linear = torch.nn.Linear(16, 300, device=DEVICE, dtype=dtype)
     target = torch.randint(0, 300, (12,), device=DEVICE).masked_fill_(torch.arange(12, device=DEVICE) % 5 == 0, -100)
-    options = BLOCK_OPTIONS[name]
+    options = dict(BLOCK_OPTIONS[name])
+    if "inplace_backward" not in inspect.signature(tut["cross_entropy"]).parameters:
+        options.pop("inplace_backward", None)
     options = options | ({"weight": torch.rand(300, device=DEVICE, dtype=dtype) + 0.5} if options.get("weight") else {})
     ce = tut["cross_entropy"]
 
@@ -666,4 +656,6 @@ def test_compiled_block_matches_eager(tut, dtype, name):
         torch.testing.assert_close(got, want, msg=lambda m, w=what: f"compiled block, {w}: {m}")
     graphs = [[node.target for node in g.graph.nodes if node.op == "call_function"] for g in backend.graphs]
     graphs = [ops for ops in graphs if ops]  # (a frame with nothing to compute compiles to an empty graph)
+    if options.get("label_smoothing") and not takes_smoothing(tut):
+        return  # torch's own cross_entropy, traced into the graph
     assert len(graphs) >= 2 and all(tut["ce_fwd_op"]._opoverload in ops for ops in graphs), graphs

@@ -25,8 +25,9 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # %%
 # The core kernel we start from
 # -----------------------------
-# Carried from the core page: program p walks rows ``p, p + P, ...``; pass 1 keeps a running maximum and sum, pass 2
-# rereads the row backwards to write :math:`a\, p_c - b_c`; the rows in flight fit ``L2_SHARE`` of L2 (``_config``).
+# The core page's kernel with label smoothing :math:`\varepsilon` inside: rows ``p, p + P, ...`` a program; pass 1 a
+# running maximum and sum, pass 2 the row reread backwards to write :math:`a\, p_c - b_c`, :math:`a = (1-\varepsilon)
+# w_t + \varepsilon W / V`, :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
@@ -312,19 +313,19 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in, carried letter for letter (checks, operators, here named ``*_61``,
-# lazy backward, one-launch forward alone): only its launcher ``cross_entropy_rows`` is this page's. It splits rows
-# where ``ce_split_rows`` does; label smoothing (one more share a slice: see the end) and no gradient take the core.
+# ``cross_entropy`` is the core page's drop-in (checks, operators named ``*_61``, lazy backward) with every option in
+# the kernel. The forward alone, reduced, is one launch: each program stores its partial sums, then takes a *ticket*, an
+# atomic add on one counter (``acq_rel``: its stores seen first); the one that draws the last ticket reads every partial
+# (``volatile``: past L1) and adds them in program order, the same bits every run. Rows split where ``ce_split_rows``
+# splits them; smoothing (see the end) and no gradient take the core kernel.
 
-def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):
-    """The core page's launcher's contract: (per-row losses in fp32, the mean's factor), the gradient into dx."""
+def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):  # (losses, scale); gradient: dx
     return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing) if smoothing > 0 else \
         ce_split_rows(x2d, target, weight, ignore_index, mean, dx)
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
-    """dx[row] *= dloss[row] (dloss_stride 0: one scalar), skipping rows whose dloss is 1."""
-    cols = tl.arange(0, CHUNK)
+    cols = tl.arange(0, CHUNK)  # dx[row] *= dloss[row] (dloss_stride 0: one scalar), skipping rows whose dloss is 1
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
         g = tl.load(dloss_ptr + row * dloss_stride).to(tl.float32)
         if g != 1.0:
@@ -340,8 +341,7 @@ def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
         scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
             dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, **meta)
 
-def _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx):
-    """The loss in x2d's dtype; the reduced loss's gradient into dx. The forward alone, reduced: in one launch."""
+def _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx):  # the forward alone, reduced: one launch
     (n_rows, n_cols), mean = x2d.shape, reduction == "mean"
     if dx is not None or reduction == "none" or n_rows == 0:
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx)
@@ -363,10 +363,13 @@ def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[t
 ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, smoothing, grad: (  # shapes, dtypes
     x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
+def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
+    if not ok:
+        raise error(f"cross_entropy: {why()}")
+
 def _backward(ctx, dloss, *_):
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-        raise RuntimeError("cross_entropy: a gradient of this gradient (create_graph=True) is not supported: the "
-                           "backward is a Triton kernel, not differentiable; use torch's cross_entropy there")
+    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
+          "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
     try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
         (dx,) = ctx.saved_tensors
     except RuntimeError:
@@ -383,37 +386,34 @@ class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run ea
         return _loss(x2d, *args, x2d)
     backward = staticmethod(_backward)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index)
-    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
-        raise TypeError("cross_entropy: logits and target must be torch.Tensors")
-    if logits.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"cross_entropy: logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
-    if logits.device.type != DEVICE.type or target.device != logits.device:
-        raise ValueError(f"cross_entropy: logits on {logits.device}, target on {target.device}; the kernels run on "
-                         f"{DEVICE.type} here")
-    if target.dtype not in (torch.int64, torch.uint8):  # PyTorch's class indices
-        raise TypeError(f"cross_entropy: target has dtype {target.dtype}; pass class indices (torch.int64 or "
-                        "torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
-    if logits.dim() == 0 or logits.shape[logits.dim() > 1] == 0:
-        raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} have no classes")
-    n_classes, expected = logits.shape[logits.dim() > 1], logits.shape[:1] + logits.shape[2:] if logits.dim() > 1 else ()
-    if tuple(target.shape) != tuple(expected):
-        raise ValueError(f"cross_entropy: target has shape {list(target.shape)}, expected {list(expected)}")
-    if weight is not None and not (isinstance(weight, torch.Tensor) and weight.is_floating_point()):
-        raise TypeError(f"cross_entropy: weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
-    if weight is not None and (weight.shape != (n_classes,) or weight.device != logits.device or weight.requires_grad):
-        raise ValueError(f"cross_entropy: weight must be of shape [{n_classes}] on {logits.device} and must not "
-                         f"require a gradient; got {list(weight.shape)} on {weight.device}, {weight.requires_grad=}")
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
-    if not (isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == ()):
-        raise TypeError(f"cross_entropy: label_smoothing must be a float, got {type(label_smoothing).__name__}")
-    if not 0 <= label_smoothing <= 1:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
+    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError,
+          lambda: "logits and target must be torch.Tensors")
+    _need(logits.dtype in SUPPORTED_DTYPES, TypeError,
+          lambda: f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
+    _need(logits.device.type == DEVICE.type and target.device == logits.device, ValueError,
+          lambda: f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
+    _need(target.dtype in (torch.int64, torch.uint8), TypeError, lambda: f"target has dtype {target.dtype}; pass class "
+          "indices (torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
+    n_classes, expected = logits.shape[logits.dim() > 1] if logits.dim() else 0, logits.shape[:1] + logits.shape[2:]
+    _need(n_classes > 0, ValueError, lambda: f"logits of shape {list(logits.shape)} have no classes")
+    expected = expected if logits.dim() > 1 else ()
+    _need(target.shape == expected, ValueError,
+          lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
+    _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
+          lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
+    _need(weight is None or (weight.shape, weight.device) == ((n_classes,), logits.device) and not weight.requires_grad,
+          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}, must not require a gradient")
+    _need(reduction in ("none", "mean", "sum"), ValueError,
+          lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
+          lambda: f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    _need(0 <= label_smoothing <= 1, ValueError, lambda: f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
     with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
         if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
             return n_classes, operator.index(ignore_index)
     raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
+
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   inplace_backward=False):
     n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
