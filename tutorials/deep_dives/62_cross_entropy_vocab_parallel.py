@@ -390,7 +390,7 @@ def gathered_cross_entropy(shard, target, group=None):
 # GPU :math:`r` and joins the group through a file (NCCL, NVLink multicast off: ``NCCL_NVLS_ENABLE=0`` before the
 # group starts; gloo on a CPU), runs a task of its module, and writes the task's answer to a file the parent reads.
 
-RANK_IMPORTS = ("import functools, json, os, statistics, sys, torch, torch.distributed as dist, "
+RANK_IMPORTS = ("import json, operator, os, statistics, sys, timeit, torch, torch.distributed as dist, "
                 "torch.nn.functional as F, triton, triton.language as tl\nfor_ranks = lambda obj: obj\n\n\n")
 
 def source_of(obj):
