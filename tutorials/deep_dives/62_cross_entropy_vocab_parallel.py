@@ -307,18 +307,20 @@ def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index
     refusal = own_refusal(logits_shard, target, weight, ignore_index, reduction, label_smoothing)
     ranks, width = dist.get_world_size(group), logits_shard.shape[-1] if logits_shard.dim() else 0
     smoothing = float(label_smoothing) if refusal is None else 0.0
-    mine = torch.tensor([target.numel(), width, 3 + (smoothing > 0), weight is not None, refusal is None], device=logits_shard.device)
-    every = torch.empty(ranks * 5, dtype=mine.dtype, device=mine.device)
+    mine = torch.tensor([target.numel(), width, 3 + (smoothing > 0), weight is not None, refusal is None, 0], device=logits_shard.device)
+    if refusal is None:  # and a fingerprint of the target, the same on every rank
+        mine[5] = (target.reshape(-1).long() * (torch.arange(target.numel(), device=mine.device) % 1021 + 1)).sum()
+    every = torch.empty(ranks * 6, dtype=mine.dtype, device=mine.device)
     all_gather(every, mine, group).wait()
-    every = every.view(ranks, 5).tolist()
+    every = every.view(ranks, 6).tolist()
     if refusal is not None:
         raise ValueError(f"{name}: {refusal}")
     if not all(e[4] for e in every):
         raise ValueError(f"{name}: rank {[e[4] for e in every].index(0)} refused its input (its error says why)")
     if any(e != every[0] for e in every):
-        raise ValueError(f"{name}: the ranks disagree on [rows, columns, statistics a row, weighted, ok]: {every}; each "
-                         "must hold the same rows and V / R columns: for an uneven V, pad it to a multiple of R with "
-                         "logits of -inf (exact without label smoothing)")
+        raise ValueError(f"{name}: the ranks disagree on [rows, columns, statistics a row, weighted, ok, target]: {every}; "
+                         "each must hold the same rows and target and V / R columns: for an uneven V, pad it to a "
+                         "multiple of R with logits of -inf (exact without label smoothing)")
     if weight is not None and weight.shape != (ranks * width,):
         raise ValueError(f"{name}: weight has shape {list(weight.shape)}, expected [{ranks * width}] ({ranks} ranks of {width} columns)")
     ignore_index, target1d = operator.index(ignore_index), target.reshape(-1).long()
@@ -371,7 +373,7 @@ def gather_logits(shard, group=None):
     ranks, rows = dist.get_world_size(group), shard.shape[0]
     out = torch.empty((ranks * rows, shard.shape[1]), device=shard.device, dtype=shard.dtype)
     all_gather(out, shard.contiguous(), group).wait()
-    return out.view(ranks, rows, -1).permute(1, 0, 2).reshape(rows, -1)
+    return out.view(ranks, rows, shard.shape[1]).permute(1, 0, 2).reshape(rows, ranks * shard.shape[1])
 
 @for_ranks
 def gathered_cross_entropy(shard, target, group=None):
