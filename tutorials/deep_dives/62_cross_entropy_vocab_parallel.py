@@ -13,7 +13,7 @@ measured against Megatron-style all-reduces and against gathering the logits. Th
 :ref:`sphx_glr_tutorials_06_cross_entropy.py`'s.
 """
 
-import datetime, hashlib, importlib, inspect, json, linecache, operator, os, shutil, statistics, subprocess, sys
+import datetime, hashlib, importlib, inspect, json, linecache, operator, os, pathlib, shutil, statistics, subprocess, sys
 import tempfile, timeit, types, torch, torch.distributed as dist, torch.multiprocessing as mp, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -46,17 +46,17 @@ def for_ranks(obj):
 # .. math::
 #
 #    m = \max_r m_r, \quad s = \sum_r s_r e^{m_r - m}, \quad x_t = \sum_r x_{t,r}, \quad
-#    \tfrac{\varepsilon}{V}\textstyle\sum_c w_c (m - x_c) = \sum_r d_r + \tfrac{\varepsilon}{V} W_r (m - m_r),
+#    \tfrac{\varepsilon}{V}\textstyle\sum_c w_c (m - x_c) = \sum_r \big(d_r + \tfrac{\varepsilon}{V} W_r (m - m_r)\big),
 #
 # :math:`W_r` the weights of slice :math:`r` (every rank has the whole weight). That is 3 floats a row (4 with
 # smoothing) against :math:`V/R` logits. **One collective**: an all-gather of each rank's statistics, which every
 # rank merges in rank order: the same bits on every rank, one round trip. An all-reduce MAX of the maxima, then an
 # all-reduce SUM of the rescaled sums, is two round trips, the second waiting on the first; the gather's price,
-# :math:`R` times the floats, is a few hundred bytes a row at :math:`R = 8`.
+# :math:`R` times the floats, is :math:`4kR` bytes a row (128 at :math:`R = 8`, :math:`k = 4`).
 #
 # **Bytes.** A rank reads its :math:`M \times V/R` logits and writes their gradient: 4 bytes a bf16 logit, as 06.
 # Gathering the logits instead moves :math:`(R-1)/R` of them over NVLink and makes every GPU do all :math:`V`; the
-# Megatron-style reference below makes several fp32 passes in PyTorch ops (2 to 4 times the bytes of bf16).
+# Megatron-style reference below, counted op by op, moves 52 bytes a logit (an fp32 copy, then fp32 passes).
 
 # %%
 # The kernel: 06's, split where the slices merge
@@ -69,8 +69,8 @@ def for_ranks(obj):
 
 @for_ranks
 def device_facts(device):
-    """(SMs, L2 bytes, shared memory a block). On the CPU: 4 SMs, an H100's shared memory, and an L2 of 16 KB, so that
-    tiny shapes still go in several blocks of rows."""
+    """(SMs, L2 bytes, shared memory a block); on the CPU 4 SMs, an H100's shared memory and 16 KB of L2 (tiny shapes
+    still go in several blocks of rows)."""
     if device.type != "cuda":
         return 4, 16 * 2**10, 232448
     props = torch.cuda.get_device_properties(device)
@@ -79,8 +79,7 @@ def device_facts(device):
 @for_ranks
 def _config(n_rows, n_cols, element_size, device, grad=True, staged=0, chunk_n=8192, forward_chunk_n=4096,
             stages=3, l2_share=0.7, most_per_sm=4):
-    """06's (meta-parameters, grid): chunks of 64 bytes a thread; the rows in flight under l2_share of L2 (with a
-    gradient); pipelining stages as the shared memory holds them."""
+    """06's (meta-parameters, grid): 64 bytes a thread a chunk; rows in flight under l2_share of L2 (with a gradient)."""
     sms, l2_bytes, smem = device_facts(device)
     half = element_size <= 2 and not grad
     chunk = max(16, min(forward_chunk_n if half else chunk_n, triton.next_power_of_2(n_cols)))
@@ -131,12 +130,10 @@ def ce_slice_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, stats_ptr, loss_p
                     wx, w_seen = wx + w_seen * (shift - old) + tl.where(offs < n_cols, w * (shift - x), 0.0), w_seen + w
                 m = m_new
             s, wx = tl.sum(s, axis=0), tl.sum(wx, axis=0)
-        if PASS == 1:
-            tl.store(stats_ptr + row64 * K, m)
-            tl.store(stats_ptr + row64 * K + 1, s)
-            tl.store(stats_ptr + row64 * K + 2, x_target)
-            if SMOOTH:
-                tl.store(stats_ptr + row64 * K + 3, wx)
+        if PASS == 1:  # [m, s, x_t, d]: the first K
+            k = tl.arange(0, 4)
+            stats = tl.where(k == 0, m, tl.where(k == 1, s, tl.where(k == 2, x_target, wx)))
+            tl.store(stats_ptr + row64 * K + k, stats, mask=k < K)
         else:
             if PASS == 2:  # the merge, in rank order (a slot past RANKS: an empty slice)
                 slot = tl.arange(0, SLOTS)
@@ -280,19 +277,18 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
 @for_ranks
 def own_refusal(logits, target, weight, ignore_index, reduction, label_smoothing):
     """What is wrong with this rank's input alone, or None."""
-    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16) or logits.dim() == 0 or logits.shape[-1] == 0:
-        return f"logits of dtype {logits.dtype} and shape {list(logits.shape)}: expected float32, float16 or bfloat16 with a last dimension of V / R > 0"
-    if target.dtype not in (torch.int64, torch.uint8) or tuple(target.shape) != tuple(logits.shape[:-1]) or target.device != logits.device:
-        return (f"target of dtype {target.dtype} and shape {list(target.shape)} on {target.device}: expected class "
-                f"indices (int64 or uint8) of shape {list(logits.shape[:-1])} on {logits.device}")
-    if weight is not None and (not weight.is_floating_point() or weight.dim() != 1 or weight.device != logits.device or weight.requires_grad):
-        return f"weight must be a 1-D float tensor on {logits.device} that does not require a gradient"
-    if reduction not in ("none", "mean", "sum"):
-        return f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}"
-    if not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing <= 1):
-        return f"label_smoothing must be a float in [0, 1], got {label_smoothing!r}"
-    if isinstance(ignore_index, bool) or not hasattr(ignore_index, "__index__"):
-        return f"ignore_index must be an int, got {ignore_index!r}"
+    wrong = {
+        f"logits of dtype {logits.dtype} and shape {list(logits.shape)}: expected float32, float16 or bfloat16, with a "
+        "last dimension (V / R) > 0": logits.dtype not in (torch.float32, torch.float16, torch.bfloat16) or logits.dim() == 0 or logits.shape[-1] == 0,
+        f"target of dtype {target.dtype} and shape {list(target.shape)} on {target.device}: expected class indices (int64 "
+        f"or uint8) of shape {list(logits.shape[:-1])} on {logits.device}": target.dtype not in (torch.int64, torch.uint8)
+        or tuple(target.shape) != tuple(logits.shape[:-1]) or target.device != logits.device,
+        f"weight must be a 1-D float tensor on {logits.device} that does not require a gradient": weight is not None and (
+            not weight.is_floating_point() or weight.dim() != 1 or weight.device != logits.device or weight.requires_grad),
+        f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}": reduction not in ("none", "mean", "sum"),
+        f"label_smoothing must be a float in [0, 1], got {label_smoothing!r}": not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing <= 1),
+        f"ignore_index must be an int, got {ignore_index!r}": isinstance(ignore_index, bool) or not hasattr(ignore_index, "__index__")}
+    return next((why for why, bad in wrong.items() if bad), None)
 
 @for_ranks
 def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index=-100, reduction="mean",
@@ -328,9 +324,7 @@ def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index
     if bad.any():
         raise IndexError(f"{name}: target {target1d[bad][0].item()} is out of bounds for {ranks * width} classes "
                          f"({ranks} ranks of {width}): expected 0 to {ranks * width - 1}, or ignore_index={ignore_index}")
-    x2d = logits_shard.reshape(-1, width)
-    x2d = x2d if x2d.stride(-1) == 1 else x2d.contiguous()
-    weight = None if weight is None else weight.contiguous()
+    weight, x2d = None if weight is None else weight.contiguous(), logits_shard.reshape(-1, width).contiguous()
     loss = VocabParallelCrossEntropy.apply(x2d, target1d, weight, ignore_index, reduction, smoothing, group)
     return loss.view(target.shape) if reduction == "none" else loss
 
@@ -392,7 +386,7 @@ def gathered_cross_entropy(shard, target, group=None):
 # GPU :math:`r` and joins the group through a file (NCCL, NVLink multicast off: ``NCCL_NVLS_ENABLE=0`` before the
 # group starts; gloo on a CPU), runs a task of its module, and writes the task's answer to a file the parent reads.
 
-RANK_IMPORTS = ("import json, operator, os, statistics, sys, timeit, torch, torch.distributed as dist, "
+RANK_IMPORTS = ("import json, operator, os, pathlib, statistics, sys, timeit, torch, torch.distributed as dist, "
                 "torch.nn.functional as F, triton, triton.language as tl\nfor_ranks = lambda obj: obj\n\n\n")
 
 def source_of(obj):
@@ -412,8 +406,7 @@ def rank_module():
     name = "vocab_parallel_ranks_" + hashlib.sha1(source.encode()).hexdigest()[:12]
     if name not in sys.modules:
         folder = tempfile.mkdtemp(prefix="vocab_parallel_")
-        with open(os.path.join(folder, f"{name}.py"), "w", encoding="utf-8") as file:
-            file.write(source)
+        pathlib.Path(folder, f"{name}.py").write_text(source, encoding="utf-8")
         sys.path.insert(0, folder)  # the ranks start with the parent's path
         importlib.invalidate_caches()
         importlib.import_module(name)
@@ -433,8 +426,7 @@ def rank_main(rank, world, folder, task, args):
         answer = globals()[task](*args) if isinstance(task, str) else task(sys.modules[__name__], *args)
     finally:
         dist.destroy_process_group()
-    with open(os.path.join(folder, f"rank{rank}.json"), "w", encoding="utf-8") as file:
-        json.dump(answer, file)
+    pathlib.Path(folder, f"rank{rank}.json").write_text(json.dumps(answer), encoding="utf-8")
 
 def launch(world, task, *args):
     """Runs task(*args) on `world` spawned ranks; their answers, in rank order."""
@@ -447,10 +439,7 @@ def launch(world, task, *args):
         sys.modules["__main__"] = main
     while not ranks.join():
         pass
-    answers = []
-    for rank in range(world):
-        with open(os.path.join(folder, f"rank{rank}.json"), encoding="utf-8") as file:
-            answers.append(json.load(file))
+    answers = [json.loads(pathlib.Path(folder, f"rank{rank}.json").read_text(encoding="utf-8")) for rank in range(world)]
     shutil.rmtree(folder, ignore_errors=True)
     return answers
 
@@ -487,11 +476,10 @@ def check_task(cases):
             loss = fn(x, target, weight=None if weight is None else weight.to(x.dtype), **options)
             grad = torch.autograd.grad(loss, x, dy.to(loss.dtype))[0].double()
             runs[who] = (loss.detach().double(), grad if who == "ours" else grad[:, lo : lo + width])
-        answer = {}
-        for who in ("ours", "torch"):
-            (loss, grad), (loss64, grad64) = runs[who], runs["ref"]
-            answer[f"{who} loss"] = ((loss - loss64).norm() / loss64.norm()).item()
-            answer |= {f"{who} grad d2": (grad - grad64).square().sum().item(), f"{who} grad r2": grad64.square().sum().item()}
+        (loss64, grad64), answer = runs.pop("ref"), {}
+        for who, (loss, grad) in runs.items():
+            answer |= {f"{who} loss": ((loss - loss64).norm() / loss64.norm()).item(), f"{who} grad d2": (grad - grad64).square().sum().item(),
+                       f"{who} grad r2": grad64.square().sum().item()}
         answers.append(answer)
     return answers
 
@@ -517,7 +505,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[7:]}).hide(axis="index"
 # --------------------------------
 # bf16 logits, ``'mean'``, forward and backward (the gradient of the slice). A distributed step is timed on every rank
 # with CUDA events around 3 calls after a barrier; the step's time is the slowest rank's (an all-reduce MAX), the
-# median of 5 such. One GPU's timings (06's one-pass kernel on a slice of the same size, and a copy of the slice) are
+# median of 5 such; *pipeline, no gathers* leaves the gathers out. One GPU's timings (06's one-pass kernel on a slice of the same size, and a copy of the slice) are
 # :func:`triton.testing.do_bench`'s medians, each rank on its own GPU. GB/s counts the bytes a perfect kernel moves on
 # a slice: its logits read and its gradient written. *pipeline* is ``shard_losses`` alone (no checks, no autograd).
 
@@ -532,16 +520,13 @@ def bench(fn):  # median ms on one GPU (do_bench), or one call's wall clock (CPU
 @for_ranks
 def step_ms(fn, trials=5, calls=3):
     """A distributed step's ms: the slowest rank's (CUDA events after a barrier), the median of `trials`."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
+    fn()  # warm up (compiles the kernels)
+    times, (start, end) = [], [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     for _ in range(trials):
         dist.barrier()
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(calls):
-            fn()
+        [fn() for _ in range(calls)]
         end.record()
         end.synchronize()
         ms = torch.tensor([start.elapsed_time(end) / calls], device="cuda")
@@ -560,12 +545,9 @@ def bench_task(sweep):
         target = torch.randint(0, vocab, (n_rows,), device=device, generator=torch.Generator(device).manual_seed(0))
         xd, dx, losses = x.detach(), torch.empty_like(x), torch.empty(n_rows, device=device)
         pipeline = lambda **kw: shard_losses(xd, target, None, -100, True, 0.0, None, dx, **kw)
-        blocks = [min(block_rows(width, 2, device), n_rows - s) for s in range(0, n_rows, block_rows(width, 2, device))]
-        bufs = [(torch.empty(ranks * b, 3, device=device), torch.empty(b, 3, device=device)) for b in blocks]
         steps = {"ours": lambda: torch.autograd.grad(vocab_parallel_cross_entropy(x, target), x),
                  "pipeline": pipeline, "pipeline, each gather awaited at once": lambda: pipeline(overlap=False),
                  "pipeline, no gathers": lambda: pipeline(exchange=False),
-                 "the gathers alone": lambda: [w.wait() for w in [all_gather(o, i, None) for o, i in bufs]],
                  "Megatron-style": lambda: torch.autograd.grad(MegatronStyle.apply(x, target, None), x),
                  "gather + F.cross_entropy": lambda: gathered_cross_entropy(xd, target)}
         answer = {"ranks": ranks, "M": n_rows, "V": vocab} | {name: step_ms(fn) for name, fn in steps.items()}
@@ -573,7 +555,7 @@ def bench_task(sweep):
         answer["one GPU, one pass"] = bench(lambda: launch_pass(3, xd, target, None, consts, consts, losses, dx, 0, width, -100, 0.0))
         answer["copy"] = bench(lambda: dx.copy_(xd))
         answers.append(answer)
-        x = xd = dx = steps = pipeline = bufs = None
+        x = xd = dx = steps = pipeline = None
         torch.cuda.empty_cache()
     return answers
 
@@ -607,9 +589,8 @@ if ON_GPU:
                           "one GPU, one pass": nbytes / measured["one GPU, one pass"] * 1e-6}, index=measured.index)
     table["ours / one GPU"] = table["GB/s a GPU"] / table["one GPU, one pass"]
     table["ours, % of light"] = 100 * measured["copy"] / measured["ours"]
-    table["gathers alone, % of step"] = 100 * measured["the gathers alone"] / measured["pipeline"]
+    table["gathers' share of the step"] = 100 * (1 - measured["pipeline, no gathers"] / measured["pipeline"])
     table["overlap: awaited at once / overlapped"] = measured["pipeline, each gather awaited at once"] / measured["pipeline"]
-    table["no gathers / pipeline"] = measured["pipeline, no gathers"] / measured["pipeline"]
     table["Megatron-style / ours"] = measured["Megatron-style"] / measured["ours"]
     table["gather + F.cross_entropy / ours"] = measured["gather + F.cross_entropy"] / measured["ours"]
     table["ours / best peer"] = table[["Megatron-style / ours", "gather + F.cross_entropy / ours"]].min(axis=1)
@@ -618,7 +599,7 @@ if ON_GPU:
                  .set_index(["direction", "dtype", "N"]))
     shown = table.drop(columns=["ours / best peer"])
     formats = {c: "{:.2f}x" for c in shown.columns} | {"GB/s a GPU": "{:.0f}", "one GPU, one pass": "{:.0f}",
-                                                       "ours, % of light": "{:.1f}%", "gathers alone, % of step": "{:.1f}%"}
+                                                       "ours, % of light": "{:.1f}%", "gathers' share of the step": "{:.1f}%"}
 shown.style.format(formats) if ON_GPU else print(NO_GPU)
 
 # %%
@@ -627,19 +608,19 @@ shown.style.format(formats) if ON_GPU else print(NO_GPU)
 if not ON_GPU:
     print(NO_GPU)
 for world, part in table.groupby(level="ranks") if ON_GPU else ():
-    ratio, share, overlap = part["ours / one GPU"], part["gathers alone, % of step"], part["overlap: awaited at once / overlapped"]
+    ratio, share, overlap = part["ours / one GPU"], part["gathers' share of the step"], part["overlap: awaited at once / overlapped"]
     mega, gather = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"]
     pays = "pays" if overlap.min() > 1.02 else "does not pay here" if overlap.max() < 1.02 else "pays at some sizes only"
     print(f"{world} rank{'s' * (world > 1)}: a GPU at {ratio.min():.2f}x to {ratio.max():.2f}x one GPU's one-pass kernel "
-          f"on a slice of the same size; the gathers alone take {share.min():.1f}-{share.max():.1f}% of the step, and "
-          f"overlapping them {pays} ({overlap.min():.2f}x to {overlap.max():.2f}x); {mega.min():.2f}x to "
-          f"{mega.max():.2f}x faster than Megatron-style, {gather.min():.2f}x to {gather.max():.2f}x than gathering.")
+          f"on a slice of the same size; the gathers add {share.min():.1f}-{share.max():.1f}% to the step, and "
+          f"overlapping them {pays} ({overlap.min():.2f}x to {overlap.max():.2f}x); Megatron-style takes {mega.min():.2f}x "
+          f"to {mega.max():.2f}x our time, gathering the logits {gather.min():.2f}x to {gather.max():.2f}x.")
 
 # %%
 # Going further
 # -------------
-# **Fewer collectives**: a block's gather is a few KB, so its latency, not its bytes, is what it costs; fewer, larger
-# blocks trade L2 for fewer round trips. **Fused linear cross-entropy** never writes the logits: each GPU's slice of the
+# **Fewer collectives**: a block's gather is :math:`4kR` bytes a row, a few KB a block; where its latency shows in the
+# table, fewer, larger blocks trade L2 for fewer round trips. **Fused linear cross-entropy** never writes the logits: each GPU's slice of the
 # LM head computes its block of logits and its statistics at once. **Exercise**: with :math:`R` ranks the target's
 # weight and the mean's denominator are computed on every rank: measure what that costs at :math:`M = 16{,}384`.
 # References: Shoeybi et al. (2019), Megatron-LM; torchtitan's loss-parallel; core page 06 and deep dive 61.
