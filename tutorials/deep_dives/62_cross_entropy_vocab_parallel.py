@@ -20,18 +20,15 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU (the ranks inherit it)
 import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
 
-DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+WHERE = torch.cuda.get_device_name() if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 WORLDS = [r for r in (1, 2, 4) if r <= torch.cuda.device_count()] if ON_GPU else [2]  # ranks: a GPU each, or 2 on a CPU
 RANGE = {}  # the landing page recommends 06 and 61 for one GPU; this page compares designs across GPUs
 
 RANK_CODE = []  # what the ranks run: each rank is a fresh Python (spawn) that imports it (see "Launching the ranks")
-def for_ranks(obj):
-    RANK_CODE.append(obj)
-    return obj
+for_ranks = lambda obj: RANK_CODE.append(obj) or obj  # a decorator: obj, kept in RANK_CODE
 
 # %%
 # What the slices must share
@@ -48,11 +45,10 @@ def for_ranks(obj):
 #    m = \max_r m_r, \quad s = \sum_r s_r e^{m_r - m}, \quad x_t = \sum_r x_{t,r}, \quad
 #    \tfrac{\varepsilon}{V}\textstyle\sum_c w_c (m - x_c) = \sum_r \big(d_r + \tfrac{\varepsilon}{V} W_r (m - m_r)\big),
 #
-# :math:`W_r` the weights of slice :math:`r` (every rank has the whole weight). That is 3 floats a row (4 with
-# smoothing) against :math:`V/R` logits. **One collective**: an all-gather of each rank's statistics, which every
-# rank merges in rank order: the same bits on every rank, one round trip. An all-reduce MAX of the maxima, then an
-# all-reduce SUM of the rescaled sums, is two round trips, the second waiting on the first; the gather's price,
-# :math:`R` times the floats, is :math:`4kR` bytes a row (128 at :math:`R = 8`, :math:`k = 4`).
+# :math:`W_r` the weights of slice :math:`r` (every rank has the whole weight): :math:`k` = 3 floats a row (4 with
+# smoothing). **One collective**: an all-gather of every rank's statistics, which each rank merges in rank order, the
+# same bits on every rank, in one round trip. An all-reduce MAX of the maxima, then an all-reduce SUM of the rescaled
+# sums, takes two, the second waiting on the first; the gather's price, :math:`4kR` bytes a row, is nothing here.
 #
 # **Bytes.** A rank reads its :math:`M \times V/R` logits and writes their gradient: 4 bytes a bf16 logit, as 06.
 # Gathering the logits instead moves :math:`(R-1)/R` of them over NVLink and makes every GPU do all :math:`V`; the
@@ -71,10 +67,8 @@ def for_ranks(obj):
 def device_facts(device):
     """(SMs, L2 bytes, shared memory a block); on the CPU 4 SMs, an H100's shared memory and 16 KB of L2 (tiny shapes
     still go in several blocks of rows)."""
-    if device.type != "cuda":
-        return 4, 16 * 2**10, 232448
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.L2_cache_size, props.shared_memory_per_block_optin
+    props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
+    return (props.multi_processor_count, props.L2_cache_size, props.shared_memory_per_block_optin) if props else (4, 2**14, 232448)
 
 @for_ranks
 def _config(n_rows, n_cols, element_size, device, grad=True, staged=0, chunk_n=8192, forward_chunk_n=4096,
@@ -97,9 +91,8 @@ def ce_slice_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, stats_ptr, loss_p
                     SLOTS: tl.constexpr, K: tl.constexpr, HAS_WEIGHT: tl.constexpr, SMOOTH: tl.constexpr,
                     WRITE_GRAD: tl.constexpr, CHUNK: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr,
                     STREAM: tl.constexpr, STAGES: tl.constexpr):
-    """Program p takes rows p, p + P, ... of a slice (columns col0 + [0, n_cols) of vocab). PASS 1: [m, s, x_t, d] of
-    the slice into stats_ptr (K a row); 2: stats_ptr holds RANKS slices' (RANKS x n_rows x K): merged, then the loss
-    and this slice's gradient; 3: both, one slice. consts: [1 / sum of w_t ('mean') or 1, W, W_0, ..., W_{R-1}]."""
+    """Program p takes rows p, p + P, ... of a slice (columns col0 + [0, n_cols) of vocab). PASS 1: [m, s, x_t, d] into
+    stats (K a row); 2: the RANKS slices' (RANKS x n_rows x K) merged, the loss, the gradient; 3: both, one slice."""
     LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     scale = tl.load(consts_ptr) if WRITE_GRAD else 1.0
@@ -173,7 +166,7 @@ def launch_pass(PASS, x2d, target, weight, consts, stats, losses, dx, col0, voca
     """One launch of ce_slice_kernel on the rows of x2d (a block: a view of the slice); dx None: no gradient."""
     (n_rows, n_cols), grad = x2d.shape, dx is not None and PASS != 1
     staged = weight.element_size() if weight is not None and smoothing > 0 else 0  # weights loaded with the logits
-    meta, grid = _config(n_rows, n_cols, x2d.element_size(), x2d.device, grad=grad, staged=staged)
+    meta, grid = _config(n_rows, n_cols, x2d.element_size(), x2d.device, grad, staged)
     ce_slice_kernel[(grid,)](x2d, target, x2d if weight is None else weight, consts, stats, losses, dx if grad else x2d,
                              n_rows, n_cols, col0, vocab, x2d.stride(0), dx.stride(0) if grad else 0, ignore_index,
                              float(smoothing), PASS=PASS, RANKS=ranks, SLOTS=triton.next_power_of_2(ranks),
@@ -182,14 +175,12 @@ def launch_pass(PASS, x2d, target, weight, consts, stats, losses, dx, col0, voca
 # %%
 # Blocks of rows, one all-gather a block
 # --------------------------------------
-# The gradient pass must reread a block's logits while they are still in L2, so rows go in blocks: two blocks of the
-# slice (the one the gradient pass rereads, the next one being read) fit 06's share of L2 (``block_rows``, from
-# ``L2_cache_size``), a multiple of the SMs so that each holds as many rows. For each block: pass 1, then its
-# all-gather, started (``async_op=True``) and not awaited; then the *previous* block's gather is awaited and its pass 2
-# runs. So each gather travels while the next block is read. On GPUs, NCCL runs the gather on its own stream after
-# pass 1 and ``wait()`` orders pass 2 after it, the CPU never waiting; on a CPU, gloo runs it on a thread while the
-# interpreter computes. ``overlap=False`` awaits each gather at once, ``exchange=False`` leaves them out: the appendix
-# times both.
+# Pass 2 must reread a block's logits while they are still in L2, so rows go in blocks: two blocks of the slice (the one
+# pass 2 rereads, the next one being read) fit 06's share of L2 (``block_rows``, from ``L2_cache_size``), a multiple of
+# the SMs. For each block: pass 1, then its all-gather, started (``async_op=True``), not awaited; then the *previous*
+# block's gather is awaited and its pass 2 runs: each gather travels while the next block is read. NCCL runs it on its
+# own stream, and ``wait()`` orders pass 2 after it without stopping the CPU; gloo runs it on a thread. The appendix
+# times ``overlap=False`` (each gather awaited at once) and ``exchange=False`` (no gathers).
 
 @for_ranks
 def block_rows(n_cols, element_size, device, l2_share=0.7):
@@ -205,16 +196,15 @@ def all_gather(out, tensor, group):
 
 @for_ranks
 def shard_losses(x2d, target, weight, ignore_index, mean, smoothing, group, dx, overlap=True, exchange=True):
-    """(per-row losses in fp32, the same bits on every rank; 1 / the mean's denominator or 1); this slice's gradient
-    into dx (None: none). Target and weight: the whole vocabulary's, checked by the caller."""
+    """(per-row fp32 losses, the same bits on every rank; the mean's factor); this slice's gradient into dx (None: none)."""
     (n_rows, width), ranks, rank = x2d.shape, dist.get_world_size(group), dist.get_rank(group)
     vocab, k, device = ranks * width, 3 + (smoothing > 0), x2d.device
     valid = target != ignore_index  # the mean's denominator: from the target and weight, which every rank has
     counted = valid.sum() if weight is None else torch.where(valid, weight.float()[target.clamp(0, vocab - 1)], 0).sum()
     scale = 1.0 / counted.float() if mean else torch.ones((), device=device)  # every row ignored: inf, a NaN mean
     w_slices = torch.full((ranks,), float(width), device=device) if weight is None else weight.float().view(ranks, width).sum(1)
-    consts, losses = torch.cat([scale.reshape(1), w_slices.sum().reshape(1), w_slices]), torch.empty(n_rows, device=device)
-    pending, rows = [], block_rows(width, x2d.element_size(), device)
+    consts = torch.cat([scale.reshape(1), w_slices.sum().reshape(1), w_slices])  # the kernel's: [scale, W, W_0, W_1, ...]
+    pending, rows, losses = [], block_rows(width, x2d.element_size(), device), torch.empty(n_rows, device=device)
     for start in range(0, n_rows, rows):
         block = slice(start, min(n_rows, start + rows))
         stats = torch.empty(block.stop - start, k, device=device)
@@ -236,10 +226,9 @@ def shard_losses(x2d, target, weight, ignore_index, mean, smoothing, group, dx, 
 # logits), the target ``[...]``. Every rank returns the whole loss. As in 06, the forward writes the gradient, and the
 # backward only scales it by the upstream gradient (06's kernel, skipping rows whose factor is 1): no collective.
 #
-# **Checks that cannot hang.** A rank whose input is wrong must not leave the others waiting in a collective. So each
-# rank checks its own input, then one small all-gather compares every rank's rows, columns, statistics a row and
-# verdict, and every rank raises the same error (a shard of another width, an uneven :math:`V`, a refusal elsewhere).
-# The targets and weights, the same on every rank, are then checked against :math:`V`.
+# **Checks that cannot hang.** A rank whose input is wrong must not leave the others waiting in a collective: each rank
+# checks its own input, then one small all-gather compares every rank's rows, columns, options, verdict and a
+# fingerprint of the target, and every rank raises the same error. The target and weight are then checked against V.
 
 @for_ranks
 @triton.jit
@@ -268,27 +257,26 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         if getattr(ctx, "handed_over", False):  # the gradient was scaled in place and handed over
             raise RuntimeError("vocab_parallel_cross_entropy: this loss's backward already ran: compute it again")
         (dx,), ctx.handed_over, g = ctx.saved_tensors, True, dloss.reshape(-1)
-        if dx.shape[0] > 0:
-            scale_grad_kernel[(min(dx.shape[0], 4 * device_facts(dx.device)[0]),)](
-                dx, g, dx.shape[0], dx.shape[1], dx.stride(0), g.stride(0) if g.numel() > 1 else 0,
-                CHUNK=min(8192, triton.next_power_of_2(dx.shape[1])))
+        scale_grad_kernel[(min(dx.shape[0], 4 * device_facts(dx.device)[0]),)](  # no rows: no programs
+            dx, g, dx.shape[0], dx.shape[1], dx.stride(0), g.stride(0) if g.numel() > 1 else 0,
+            CHUNK=min(8192, triton.next_power_of_2(dx.shape[1])))
         return dx, None, None, None, None, None, None
 
 @for_ranks
 def own_refusal(logits, target, weight, ignore_index, reduction, label_smoothing):
     """What is wrong with this rank's input alone, or None."""
-    wrong = {
-        f"logits of dtype {logits.dtype} and shape {list(logits.shape)}: expected float32, float16 or bfloat16, with a "
-        "last dimension (V / R) > 0": logits.dtype not in (torch.float32, torch.float16, torch.bfloat16) or logits.dim() == 0 or logits.shape[-1] == 0,
-        f"target of dtype {target.dtype} and shape {list(target.shape)} on {target.device}: expected class indices (int64 "
-        f"or uint8) of shape {list(logits.shape[:-1])} on {logits.device}": target.dtype not in (torch.int64, torch.uint8)
-        or tuple(target.shape) != tuple(logits.shape[:-1]) or target.device != logits.device,
-        f"weight must be a 1-D float tensor on {logits.device} that does not require a gradient": weight is not None and (
-            not weight.is_floating_point() or weight.dim() != 1 or weight.device != logits.device or weight.requires_grad),
-        f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}": reduction not in ("none", "mean", "sum"),
-        f"label_smoothing must be a float in [0, 1], got {label_smoothing!r}": not (isinstance(label_smoothing, (int, float)) and 0 <= label_smoothing <= 1),
-        f"ignore_index must be an int, got {ignore_index!r}": isinstance(ignore_index, bool) or not hasattr(ignore_index, "__index__")}
-    return next((why for why, bad in wrong.items() if bad), None)
+    floats, rows = (torch.float32, torch.float16, torch.bfloat16), list(logits.shape[:-1])
+    if logits.dtype not in floats or logits.dim() == 0 or logits.shape[-1] == 0:
+        return f"logits of dtype {logits.dtype}, shape {list(logits.shape)}: expected {floats}, V / R > 0 columns"
+    if target.dtype not in (torch.int64, torch.uint8) or list(target.shape) != rows or target.device != logits.device:
+        return f"target of dtype {target.dtype}, shape {list(target.shape)}: expected class indices (int64) of shape {rows}"
+    if weight is not None and (not weight.is_floating_point() or weight.dim() != 1 or weight.device != logits.device
+                               or weight.requires_grad):
+        return f"weight must be a 1-D float tensor on {logits.device} that does not require a gradient"
+    if reduction not in ("none", "mean", "sum") or not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+        return f"reduction ('none', 'mean', 'sum') and label_smoothing (in [0, 1]): got {reduction!r}, {label_smoothing!r}"
+    if isinstance(ignore_index, bool) or not hasattr(ignore_index, "__index__"):
+        return f"ignore_index must be an int, got {ignore_index!r}"
 
 @for_ranks
 def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index=-100, reduction="mean",
@@ -296,8 +284,6 @@ def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index
     """F.cross_entropy of logits whose last dimension is split over the ranks of group (default: all): rank r holds
     columns [r V/R, (r+1) V/R); every rank passes the whole target and weight, and gets the whole loss."""
     name = "vocab_parallel_cross_entropy"
-    if not dist.is_initialized():
-        raise RuntimeError(f"{name}: no process group: call torch.distributed.init_process_group first")
     if not all(isinstance(t, torch.Tensor) for t in (logits_shard, target) + ((weight,) if weight is not None else ())):
         raise TypeError(f"{name}: logits_shard, target and weight must be torch.Tensors")
     refusal = own_refusal(logits_shard, target, weight, ignore_index, reduction, label_smoothing)
@@ -340,7 +326,7 @@ def vocab_parallel_cross_entropy(logits_shard, target, weight=None, ignore_index
 class MegatronStyle(torch.autograd.Function):
     @staticmethod
     def forward(ctx, shard, target, group):
-        x, width = shard.float(), shard.shape[-1]
+        x, width, ctx.dtype = shard.float(), shard.shape[-1], shard.dtype
         m = x.max(dim=-1).values
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
         x -= m.unsqueeze(-1)
@@ -348,11 +334,9 @@ class MegatronStyle(torch.autograd.Function):
         mine, local = (local >= 0) & (local < width), local.clamp(0, width - 1)
         x_t = torch.where(mine, x.gather(-1, local.unsqueeze(-1)).squeeze(-1), 0.0)
         dist.all_reduce(x_t, group=group)
-        e = x.exp_()
-        s = e.sum(dim=-1)
+        s = (e := x.exp_()).sum(dim=-1)
         dist.all_reduce(s, group=group)
         ctx.save_for_backward(e.div_(s.unsqueeze(-1)), mine, local)
-        ctx.dtype = shard.dtype
         return (s.log() - x_t).mean()
 
     @staticmethod
@@ -392,9 +376,8 @@ RANK_IMPORTS = ("import json, operator, os, pathlib, statistics, sys, timeit, to
 def source_of(obj):
     """An object's source as written on this page (a Triton kernel's: its function's). A class's is found from its
     first method's lines: Python before 3.13 looks a class up through its module's file, which a notebook lacks."""
-    obj = getattr(obj, "fn", obj) if not isinstance(obj, type) else obj
     if not isinstance(obj, type):
-        return inspect.getsource(obj)
+        return inspect.getsource(getattr(obj, "fn", obj))
     code = next(v.__func__.__code__ for v in vars(obj).values() if isinstance(v, staticmethod))
     lines = linecache.getlines(code.co_filename)
     start = max(i for i in range(code.co_firstlineno) if lines[i].startswith(f"class {obj.__name__}"))
@@ -408,18 +391,15 @@ def rank_module():
         folder = tempfile.mkdtemp(prefix="vocab_parallel_")
         pathlib.Path(folder, f"{name}.py").write_text(source, encoding="utf-8")
         sys.path.insert(0, folder)  # the ranks start with the parent's path
-        importlib.invalidate_caches()
         importlib.import_module(name)
     return sys.modules[name]
 
 @for_ranks
 def rank_main(rank, world, folder, task, args):
-    """Rank `rank` of `world`: joins the group, runs task(*args) (a name here, or a function given this module first),
-    and writes its answer to folder/rank<rank>.json."""
+    """Joins the group, runs task(*args) (a name here; a function: given this module first), writes its answer."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # read by NCCL when the group starts
     cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(rank)
+    torch.cuda.set_device(rank) if cuda else None
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{folder}/store", rank=rank,
                             world_size=world, device_id=torch.device("cuda", rank) if cuda else None)
     try:
@@ -446,10 +426,9 @@ def launch(world, task, *args):
 # %%
 # Correctness
 # -----------
-# On every number of ranks this machine has: the loss and each rank's gradient against
-# :func:`~torch.nn.functional.cross_entropy` in float64 on the gathered logits (a random upstream gradient; rows
-# ignored, weights, smoothing, each reduction), beside PyTorch's own error on the gathered logits in their dtype. The
-# gradient's error is over all ranks' slices (each rank's squared norms, summed).
+# On every number of ranks here: the loss and the gradient against :func:`~torch.nn.functional.cross_entropy` in float64
+# on the gathered logits (a random upstream gradient; rows ignored, weights, smoothing, each reduction), beside
+# PyTorch's own error in the logits' dtype. The gradient's error is over all ranks' slices (their squared norms summed).
 
 CASES = [dict(M=37, V=600, dtype=d, weight=w, smoothing=e, reduction=r) for d in ("float32", "bfloat16")
          for w, e, r in ((False, 0.0, "mean"), (True, 0.0, "none"), (True, 0.1, "sum"))]
@@ -458,7 +437,7 @@ if ON_GPU:
 
 @for_ranks
 def check_task(cases):
-    """Each case's errors against float64 (every rank: the loss's; the squared norms of its slice's gradient's)."""
+    """Each case's errors against float64: the loss's and the whole gradient's (the same answer on every rank)."""
     rank, ranks, answers = dist.get_rank(), dist.get_world_size(), []
     device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
     for i, case in enumerate(cases):
@@ -478,23 +457,16 @@ def check_task(cases):
             runs[who] = (loss.detach().double(), grad if who == "ours" else grad[:, lo : lo + width])
         (loss64, grad64), answer = runs.pop("ref"), {}
         for who, (loss, grad) in runs.items():
-            answer |= {f"{who} loss": ((loss - loss64).norm() / loss64.norm()).item(), f"{who} grad d2": (grad - grad64).square().sum().item(),
-                       f"{who} grad r2": grad64.square().sum().item()}
+            norms = torch.stack([(grad - grad64).square().sum(), grad64.square().sum()])
+            dist.all_reduce(norms)  # the whole gradient's: every rank's slice
+            answer |= {f"{who} loss": ((loss - loss64).norm() / loss64.norm()).item(), f"{who} grad": (norms[0] / norms[1]).sqrt().item()}
         answers.append(answer)
     return answers
 
 print(f"Ranks: {', '.join(map(str, WORLDS))}, " + (f"a GPU each (NCCL; this machine has {torch.cuda.device_count()})"
       if ON_GPU else "on the CPU through gloo, with tiny shapes (no GPU here)") + ".")
-rows = []
-for world in WORLDS:
-    answers = launch(world, "check_task", CASES)
-    for i, case in enumerate(CASES):
-        row, ranks_ = {"ranks": world} | case, [answer[i] for answer in answers]
-        for who in ("ours", "torch"):
-            row[f"{who} loss"] = max(a[f"{who} loss"] for a in ranks_)
-            row[f"{who} grad"] = (sum(a[f"{who} grad d2"] for a in ranks_) / sum(a[f"{who} grad r2"] for a in ranks_)) ** 0.5
-        rows.append(row)
-errors = pd.DataFrame(rows)
+errors = pd.DataFrame([{"ranks": world} | case | answer for world in WORLDS
+                       for case, answer in zip(CASES, launch(world, "check_task", CASES)[0])])  # rank 0's answers
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 for q in ("loss", "grad"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
@@ -503,11 +475,11 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[7:]}).hide(axis="index"
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# bf16 logits, ``'mean'``, forward and backward (the gradient of the slice). A distributed step is timed on every rank
-# with CUDA events around 3 calls after a barrier; the step's time is the slowest rank's (an all-reduce MAX), the
-# median of 5 such; *pipeline, no gathers* leaves the gathers out. One GPU's timings (06's one-pass kernel on a slice of the same size, and a copy of the slice) are
-# :func:`triton.testing.do_bench`'s medians, each rank on its own GPU. GB/s counts the bytes a perfect kernel moves on
-# a slice: its logits read and its gradient written. *pipeline* is ``shard_losses`` alone (no checks, no autograd).
+# bf16 logits, ``'mean'``, forward and backward. A distributed step is timed on every rank with CUDA events around 3
+# calls after a barrier; its time is the slowest rank's (an all-reduce MAX), the median of 5. *pipeline* is
+# ``shard_losses`` alone (no checks, no autograd). One GPU's timings (06's one-pass kernel on a slice of the same size, a
+# copy of the slice) are :func:`triton.testing.do_bench`'s medians, each rank on its GPU. GB/s counts the bytes a
+# perfect kernel moves on a slice: its logits read and its gradient written.
 
 SWEEP = [(m, v) for m in (8192, 16384) for v in (128256, 262144)]  # rows M, vocabulary V
 
@@ -537,8 +509,7 @@ def step_ms(fn, trials=5, calls=3):
 @for_ranks
 def bench_task(sweep):
     """Per (M, V): the steps' ms (the slowest rank's) and this GPU's one-pass kernel and copy on its slice."""
-    rank, ranks, answers = dist.get_rank(), dist.get_world_size(), []
-    device = torch.device("cuda", rank)
+    ranks, answers, device = dist.get_world_size(), [], torch.device("cuda", dist.get_rank())
     for n_rows, vocab in sweep:
         width = vocab // ranks
         x = torch.randn((n_rows, width), device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -567,10 +538,10 @@ def save_results(table):
 def environment_card():
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
     if ON_GPU:
-        props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        props, smi = torch.cuda.get_device_properties(0), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         driver = subprocess.run(smi, capture_output=True, text=True).stdout.split("\n")[0] if shutil.which(smi[0]) else "?"
-        card = {"device": f"{torch.cuda.device_count()} x {props.name}, {props.multi_processor_count} SMs, "
-                          f"{props.total_memory / 2**30:.0f} GiB", "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
+        card = {"device": f"{torch.cuda.device_count()} x {props.name}, {props.total_memory / 2**30:.0f} GiB",
+                "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
     card |= {"torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.environ.get("SOL_LOCK", "not pinned")}
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
@@ -600,13 +571,18 @@ if ON_GPU:
     shown = table.drop(columns=["ours / best peer"])
     formats = {c: "{:.2f}x" for c in shown.columns} | {"GB/s a GPU": "{:.0f}", "one GPU, one pass": "{:.0f}",
                                                        "ours, % of light": "{:.1f}%", "gathers' share of the step": "{:.1f}%"}
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")  # dashed: one GPU, 06's kernel, a slice as large
+    for (m, v), part in table.reset_index("ranks").groupby(level=["M", "V"]):
+        (line,) = ax.plot(part.ranks, part["GB/s a GPU"], "o-", label=f"ours, M = {m:,}, V = {v:,}")
+        ax.plot(part.ranks, part["one GPU, one pass"], "o--", color=line.get_color())
+    ax.set(xlabel="ranks (a GPU each)", ylabel="GB/s a GPU on its slice", xticks=WORLDS, title=f"Loss and gradient on {WHERE}")
+    ax.legend(fontsize=7)
 shown.style.format(formats) if ON_GPU else print(NO_GPU)
 
 # %%
 # Reading the numbers
 # -------------------
-if not ON_GPU:
-    print(NO_GPU)
+print(NO_GPU) if not ON_GPU else None
 for world, part in table.groupby(level="ranks") if ON_GPU else ():
     ratio, share, overlap = part["ours / one GPU"], part["gathers' share of the step"], part["overlap: awaited at once / overlapped"]
     mega, gather = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"]
@@ -619,10 +595,10 @@ for world, part in table.groupby(level="ranks") if ON_GPU else ():
 # %%
 # Going further
 # -------------
-# **Fewer collectives**: a block's gather is :math:`4kR` bytes a row, a few KB a block; where its latency shows in the
-# table, fewer, larger blocks trade L2 for fewer round trips. **Fused linear cross-entropy** never writes the logits: each GPU's slice of the
-# LM head computes its block of logits and its statistics at once. **Exercise**: with :math:`R` ranks the target's
-# weight and the mean's denominator are computed on every rank: measure what that costs at :math:`M = 16{,}384`.
+# **Fewer collectives**: a block's gather is a few KB; where its latency shows in the table, fewer, larger blocks trade
+# L2 for fewer round trips. **Fused linear cross-entropy** never writes the logits: each GPU's slice of the LM head
+# computes a block of logits and its statistics at once. **Exercise**: every rank computes the mean's denominator from
+# the whole target: measure what that costs at :math:`M = 16{,}384`.
 # References: Shoeybi et al. (2019), Megatron-LM; torchtitan's loss-parallel; core page 06 and deep dive 61.
 
 environment_card()
