@@ -43,7 +43,7 @@ for_ranks = lambda obj: RANK_CODE.append(obj) or obj  # a decorator: obj, kept i
 # .. math::
 #
 #    m = \max_r m_r, \quad s = \sum_r s_r e^{m_r - m}, \quad x_t = \sum_r x_{t,r}, \quad
-#    \tfrac{\varepsilon}{V} \sum_c w_c (m - x_c) = \sum_r \big(d_r + \tfrac{\varepsilon}{V} W_r (m - m_r)\big),
+#    \tfrac{\varepsilon}{V} \sum_c w_c (m - x_c) = \sum_r \left(d_r + \tfrac{\varepsilon}{V} W_r (m - m_r)\right),
 #
 # :math:`W_r` the weights of slice :math:`r` (every rank has the whole weight): :math:`k` = 3 floats a row (4 with
 # smoothing). **One collective**: an all-gather of every rank's statistics, which each rank merges in rank order, the
