@@ -48,7 +48,8 @@ for_ranks = lambda obj: RANK_CODE.append(obj) or obj  # a decorator: obj, kept i
 # :math:`W_r` the weights of slice :math:`r` (every rank has the whole weight): :math:`k` = 3 floats a row (4 with
 # smoothing). **One collective**: an all-gather of every rank's statistics, which each rank merges in rank order, the
 # same bits on every rank, in one round trip. An all-reduce MAX of the maxima, then an all-reduce SUM of the rescaled
-# sums, takes two, the second waiting on the first; the gather's price, :math:`4kR` bytes a row, is nothing here.
+# sums, takes two, the second waiting on the first; the gather's price, :math:`4kR` bytes a row, is small beside
+# the row's :math:`2V/R` bytes of bf16 logits.
 #
 # **Bytes.** A rank reads its :math:`M \times V/R` logits and writes their gradient: 4 bytes a bf16 logit, as 06.
 # Gathering the logits instead moves :math:`(R-1)/R` of them over NVLink and makes every GPU do all :math:`V`; the
@@ -470,7 +471,7 @@ errors = pd.DataFrame([{"ranks": world} | case | answer for world in WORLDS
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 for q in ("loss", "grad"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
-errors.style.format({c: "{:.1e}" for c in errors.columns[7:]}).hide(axis="index")
+errors.style.format({c: "{:.1e}" for c in errors.columns[7:]} | {"smoothing": "{:g}"}).hide(axis="index")
 
 # %%
 # Appendix: how this page measures
