@@ -68,7 +68,7 @@ for_ranks = lambda obj: RANK_CODE.append(obj) or obj  # a decorator: obj, kept i
 def device_facts(device):
     """(SMs, L2 bytes, shared memory a block); on the CPU 4 SMs, an H100's shared memory and 16 KB of L2 (tiny shapes
     still go in several blocks of rows)."""
-    props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
+    props = torch.cuda.get_device_properties(device) if ON_GPU else None
     return (props.multi_processor_count, props.L2_cache_size, props.shared_memory_per_block_optin) if props else (4, 2**14, 232448)
 
 @for_ranks
@@ -371,8 +371,8 @@ def gathered_cross_entropy(shard, target, group=None):
 # GPU :math:`r` and joins the group through a file (NCCL, NVLink multicast off: ``NCCL_NVLS_ENABLE=0`` before the
 # group starts; gloo on a CPU), runs a task of its module, and writes the task's answer to a file the parent reads.
 
-RANK_IMPORTS = ("import json, operator, os, pathlib, statistics, sys, timeit, torch, torch.distributed as dist, "
-                "torch.nn.functional as F, triton, triton.language as tl\nfor_ranks = lambda obj: obj\n\n\n")
+RANK_IMPORTS = ("import json, operator, os, pathlib, statistics, sys, timeit, torch, torch.distributed as dist, triton\n"
+                "import torch.nn.functional as F, triton.language as tl\nON_GPU = torch.cuda.is_available()\nfor_ranks = lambda obj: obj\n\n\n")
 
 def source_of(obj):
     """An object's source as written on this page (a Triton kernel's: its function's). A class's is found from its
