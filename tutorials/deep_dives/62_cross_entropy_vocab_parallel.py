@@ -589,7 +589,7 @@ for world, part in table.groupby(level="ranks") if ON_GPU else ():
     mega, gather = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"]
     pays = "pays" if overlap.min() > 1.02 else "does not pay here" if overlap.max() < 1.02 else "pays at some sizes only"
     print(f"{world} rank{'s' * (world > 1)}: a GPU at {ratio.min():.2f}x to {ratio.max():.2f}x one GPU's one-pass kernel "
-          f"on a slice of the same size; the gathers add {share.min():.1f}-{share.max():.1f}% to the step, and "
+          f"on a slice of the same size; the gathers add {share.min():.1f}% to {share.max():.1f}% to the step, and "
           f"overlapping them {pays} ({overlap.min():.2f}x to {overlap.max():.2f}x); Megatron-style takes {mega.min():.2f}x "
           f"to {mega.max():.2f}x our time, gathering the logits {gather.min():.2f}x to {gather.max():.2f}x.")
 
