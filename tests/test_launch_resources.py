@@ -668,6 +668,21 @@ def cross_entropy(p, dtype, n, variant):
         torch.autograd.grad(loss, logits)
 
 
+def vocab_parallel_62(p, dtype, n, variant):
+    """62's launches on one rank's slice of n columns (of 4 ranks), weighted, without and with label smoothing: pass 1,
+    pass 2 with the gradient (4 slices merged), 06's one pass on the slice, and the backward's scaling."""
+    x, smoothing = matrix(n, dtype), 0.0 if variant == "gradient" else 0.1
+    target, weight = torch.randint(0, 4 * n, (len(x),), device=DEVICE), torch.rand(4 * n, device=DEVICE)
+    consts, losses, dx = torch.ones(6, device=DEVICE), torch.empty(len(x), device=DEVICE), torch.empty_like(x)
+    k, slice_args = 3 + (smoothing > 0), (n, 4 * n, -100, smoothing)
+    p["launch_pass"](1, x, target, weight, consts, torch.empty(len(x), k, device=DEVICE), None, None, *slice_args)
+    p["launch_pass"](
+        2, x, target, weight, consts, torch.empty(4 * len(x), k, device=DEVICE), losses, dx, *slice_args, 4
+    )
+    p["launch_pass"](3, x, target, weight, consts, consts, losses, dx, 0, n, -100, smoothing)
+    p["scale_grad_kernel"][(1,)](dx, losses, len(x), n, dx.stride(0), 1, CHUNK=min(8192, triton.next_power_of_2(n)))
+
+
 def softmax_rows_11(p, dtype, n, variant):
     x, y, dy, dx = (matrix(n, dtype) for _ in range(4))
     p["softmax_rows"]("forward", (x, y))
@@ -748,6 +763,7 @@ PAGES = {
     "41_rms_norm_wide_backward": Entry(rms_norm_backward_41, ("weight",)),
     "42_rms_norm_staged_gluon": Entry(rms_norm_staged_42, ("weight",), rms_norm_staged_42_takes, True),
     "61_cross_entropy_split_rows": Entry(cross_entropy, CROSS_ENTROPY),
+    "62_cross_entropy_vocab_parallel": Entry(vocab_parallel_62, ("gradient", "gradient, label smoothing")),
 }
 
 
