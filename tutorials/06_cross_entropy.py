@@ -207,10 +207,6 @@ def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[t
 ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, grad: (  # shapes, dtypes
     x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
 
-def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
-    if not ok:
-        raise error(f"cross_entropy: {why()}")
-
 def _backward(ctx, dloss, *_):
     _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
           "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
@@ -223,6 +219,30 @@ def _backward(ctx, dloss, *_):
     return dx, None, None, None, None, None
 ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
     ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])))
+
+def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
+    x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
+    x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
+    target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
+    _check_targets(target1d, n_classes, ignore_index)  # the appendix; in a compiled graph a bad class gives NaN
+    if label_smoothing > 0:  # torch's own in fp32, and its autograd (deep dive 61: in the kernel)
+        loss = F.cross_entropy(logits.float(), target.long(), None if weight is None else weight.float(),
+                               ignore_index=ignore_index, reduction=reduction, label_smoothing=float(label_smoothing))
+        return loss.to(logits.dtype)
+    grad = torch.is_grad_enabled() and x2d.requires_grad
+    loss = ce_fwd_op(x2d, target1d, weight, ignore_index, reduction, grad)[0]
+    return loss.view(target.shape) if reduction == "none" else loss
+
+# %%
+# Appendix: how this page measures
+# --------------------------------
+# First, what the drop-in needs and a reader need not read: its checks of the arguments, each error naming the
+# argument and the limit (``_need`` formats a message only on failure: a compiled model formats none).
+
+def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
+    if not ok:
+        raise error(f"cross_entropy: {why()}")
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
@@ -253,27 +273,14 @@ def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  #
             return n_classes, operator.index(ignore_index)
     raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
 
-def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
-    x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
-    x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
-    target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
+def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torch's, where the host may look
     if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():
             raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
                              f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-    if label_smoothing > 0:  # torch's own in fp32, and its autograd (deep dive 61: in the kernel)
-        loss = F.cross_entropy(logits.float(), target.long(), None if weight is None else weight.float(),
-                               ignore_index=ignore_index, reduction=reduction, label_smoothing=float(label_smoothing))
-        return loss.to(logits.dtype)
-    grad = torch.is_grad_enabled() and x2d.requires_grad
-    loss = ce_fwd_op(x2d, target1d, weight, ignore_index, reduction, grad)[0]
-    return loss.view(target.shape) if reduction == "none" else loss
 
 # %%
-# Appendix: how this page measures
-# --------------------------------
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed), CUDA graphs replayed. GB/s counts the bytes a
 # perfect kernel moves: the logits read (*forward*), plus the gradient written (*forward+backward*). The *speed of
@@ -531,7 +538,9 @@ reading(table)
 # **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that split
 # a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
 # :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward, with
-# every option in its kernel. Further: never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
+# every option in its kernel. With the vocabulary split over GPUs (a tensor-parallel head), the slices' statistics
+# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further:
+# never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
 # References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
 
 environment_card()
