@@ -370,7 +370,7 @@ def sweep(fns):
 
 def summary(results):
     """The table of GB/s by direction, dtype and N, with ours in % of light and against the best peer; written for
-    the site's landing page where SOL_RESULTS names a folder."""
+    the site's landing page when the build names a folder for it."""
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
     peers = [p for p in ("torch", "torch.compile", "Liger", "quack") if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]
