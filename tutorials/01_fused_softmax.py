@@ -97,8 +97,8 @@ def plain_softmax_rows(x2d, y2d):
 # %%
 # Step 1: several short rows a program
 # ------------------------------------
-# The page measures a tensor of :math:`2^{26}` elements (256 MB in fp32, far more than the L2 cache). In rows
-# of 256 fp32 (1 KB) step 0 runs :math:`2^{18}` programs, each paying its start, each with too few loads in
+# On a GPU the page measures a tensor of :math:`2^{26}` elements (256 MB in fp32, far past the L2 cache). In
+# rows of 256 fp32 (1 KB) step 0 runs :math:`2^{18}` programs, each paying its start, each with too few loads in
 # flight to hide the memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows of ``BLOCK_N``
 # columns and reduces each row of the tile.
 #
@@ -143,7 +143,7 @@ MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 thread
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills
 MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
 BYTES_PER_THREAD = 32  # of the tile, per thread: two 16-byte loads in flight, room for a 2nd program an SM
-# (direction, dtype) -> the N these kernels are for; the landing page recommends each page for its RANGE
+# (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
 RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
          **{("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}}
 
