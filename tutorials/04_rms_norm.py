@@ -156,8 +156,10 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous r
 # spread over the threads that hold the row (the tile's *layout*); stored as a 1-D vector, Triton would first move it
 # to another layout through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked to column
 # 0. A thread holds 64 bytes of the tile: a load moves at most 16 bytes a thread (a vector load), so four in flight.
-# One difference from torch: for rows with values past about 1e19 (their squares overflow fp32) torch's rms_norm
-# returns 0, this kernel the right value (the side note in the kernel; skip it on a first read).
+# ``tl.program_id(0) + 0 * n_rows`` takes n_rows' type, int64 when there are 2**31 rows or more, so that
+# ``* BLOCK_M`` cannot overflow. One difference from torch: where values pass about 1e19 (their squares overflow fp32)
+# torch's rms_norm returns 0, this kernel the right value; the branch that does it, ``if tl.sum((sum_sq == ...``, is a
+# side note: skip it on a first read.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -165,15 +167,15 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows gives n_rows' type: int64 from 2**31 rows on, where program_id * BLOCK_M may pass 2**31
+    # in n_rows' type: Triton passes 2**31 rows or more as int64, and program_id * BLOCK_M may pass 2**31 there
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # Side note: values past about 1e19 overflow sum_sq in fp32. Such a row, rare, sums (x / 2**80)**2 instead: exact
-    # (a power of two), finite for 2**31 values up to 2**48, eps negligible beside it.
+    # Values past about 1e19 overflow sum_sq in fp32 (torch's rms_norm returns 0 there). Such a row, rare, sums
+    # (x / 2**80)**2 instead: exact (a power of two), finite for 2**31 values up to 2**48, eps negligible beside it.
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
