@@ -197,15 +197,15 @@ def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
 # %%
 # The drop-in function
 # --------------------
-# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes; its argument checks (the appendix) name what the
-# kernels lack. Two PyTorch operators (``torch.library.custom_op``) run the kernels; ``register_fake`` gives the
-# compiler their outputs' shapes and dtypes, and the forward operator allocates its outputs by calling that same fake
-# function. Whole rows fit in registers up to a forward row of 64 KB and a backward row of 8 K values (three tiles
-# of 8 K in registers at once: x, dy and the fp32 dw tile); past them the operators compute in torch, in fp64
-# (:math:`x^2` cannot overflow): right, and slow. ``RANGE`` is the N each kernel is recommended for, narrower than
-# ``fused``: the forward kernel takes 16-bit rows up to 32 K values (64 KB), but past 16 K
-# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` runs them faster, staged in shared memory;
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has the backward for wider rows.
+# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes (its argument checks are in the appendix). Two
+# PyTorch operators (``torch.library.custom_op``) run the kernels; ``register_fake`` gives the compiler their outputs'
+# shapes and dtypes, and each operator allocates its outputs by calling that same fake function. Whole rows fit
+# in registers up to a forward row of 64 KB and a backward row of 8 K values (three tiles of 8 K in registers at once:
+# x, dy and the fp32 dw tile); past them the operators compute in torch, in fp64 (:math:`x^2` cannot overflow): right,
+# and slow. ``RANGE`` is the N each kernel is recommended for, narrower than ``fused``: the forward kernel takes 16-bit
+# rows up to 32 K values (64 KB), but past 16 K :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` runs
+# them faster, staged in shared memory; :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has the
+# backward for wider rows.
 
 fused = lambda direction, n_cols, element_size: n_cols * element_size <= 65536 if direction == "forward" else n_cols <= 8192
 RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385),
@@ -253,15 +253,15 @@ def _backward(ctx, dy, _):
 rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for F.rms_norm, with autograd
-    shape, eps = checked_arguments(input, normalized_shape, weight, eps)  # raises where the kernels lack (the appendix)
+    shape, eps = checked_arguments(input, normalized_shape, weight, eps)  # errors name what the kernels lack
     w, n = None if weight is None else weight.reshape(-1), math.prod(shape)
     return rms_norm_fwd_op(input.reshape(input.numel() // n if n else 0, n), w, float(eps))[0].view(input.shape)
 
 # %%
 # In your model
 # -------------
-# ``rms_norm`` runs as PyTorch operators, so ``torch.compile(fullgraph=True)`` keeps it as one node of its graph,
-# without a graph break, and its backward with it. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as
+# ``rms_norm`` is a PyTorch operator, so ``torch.compile(fullgraph=True)`` keeps it as one node, without a graph
+# break, with its backward. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as
 # bf16) at the N in ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows:
 # 16-bit forward rows up to 32 K still run the kernel (deep dive 42 is faster there); wider rows compute in torch, in
 # fp64. For those, deep dive 41 has the wide-row backward kernels.
