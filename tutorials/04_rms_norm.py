@@ -260,11 +260,11 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # %%
 # In your model
 # -------------
-# ``rms_norm`` is a PyTorch operator, so ``torch.compile(fullgraph=True)`` keeps it as one node, without a graph
-# break, with its backward. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as
-# bf16) at the N in ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows:
-# 16-bit forward rows up to 32 K still run the kernel (deep dive 42 is faster there); wider rows compute in torch, in
-# fp64. For those, deep dive 41 has the wide-row backward kernels.
+# ``rms_norm`` calls a PyTorch operator, so ``torch.compile(fullgraph=True)`` keeps the kernels as one node, without a
+# graph break, with their backward. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as bf16) at the N in
+# ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows: 16-bit forward rows up
+# to 32 K still run the kernel (deep dive 42 is faster there); wider rows compute in torch, in fp64. For those, deep
+# dive 41 has the wide-row backward kernels.
 
 # %%
 # Appendix: how this page measures
