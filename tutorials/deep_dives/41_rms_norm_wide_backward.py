@@ -1,13 +1,13 @@
 """
-RMSNorm, wide rows in the backward: one row shared by several programs
-======================================================================
+RMSNorm, wide rows: the forward streams a row, the backward splits it
+=====================================================================
 
-The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
-gradient in registers up to 8 K columns; past that a chunked kernel reads each row twice and adds
-into a ``dw_partial`` row in memory for every row. **What you will learn**: how to
-*split* a wide row over a group of programs that exchange their partial row sums through global
-memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
-rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
+The core page (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a whole row in registers: up to 64 KB in the
+forward (16 K fp32 values, 32 K bf16), 8 K values in the backward; past that it computes in torch. **What you will
+learn**: a forward that streams a wide row in chunks and reads it twice; a backward that *splits* a wide row over a
+group of programs exchanging their partial row sums through global memory, deterministically and without waiting on
+the exchange (publish one block ahead); how 16-bit rows stay packed two to a register; and where the launch
+parameters are chosen (``_fwd_config``, ``_split_config``).
 """
 
 import contextlib, datetime, math, os, platform, timeit
@@ -21,6 +21,69 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The forward: a row streamed in chunks
+# -------------------------------------
+# :math:`y = r \, x \odot w`, with :math:`r = 1 / \sqrt{\frac{1}{N} \sum_j x_j^2 + \epsilon}`: no :math:`y_j` before
+# the whole row's sum. A perfect kernel moves :math:`2MN` elements. A program takes a row at a time and reads it twice:
+# a first pass adds :math:`x^2` chunk by chunk, the next chunk's load in flight while this one is added, its loads
+# marked to stay in L2 (``evict_last``); a second pass, backwards so that the chunks read last come first, writes
+# :math:`y`. Values past about 1e19 overflow the fp32 sum: such a row is summed again scaled by :math:`2^{-80}`
+# (exact, a power of two), as the core page's kernel does.
+
+@triton.jit
+def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                                HAS_WEIGHT: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        sum_sq = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            sum_sq += x * x
+        sum_sq = tl.sum(sum_sq, axis=0)
+        rstd = tl.rsqrt(sum_sq / n_cols + eps)
+        if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
+            sum_small = tl.zeros([CHUNK_N], tl.float32)
+            for k in range(0, n_chunks):
+                offs = k * CHUNK_N + cols
+                x_small = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                sum_small += x_small * x_small
+            rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
+        tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            offs = here - CHUNK_N
+            x_next = tl.load(x_row + offs, mask=(offs >= 0) & (offs < n_cols), other=0.0, eviction_policy="evict_first")
+            y = x * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
+
+def _warps(n_elements, element_size, bytes_per_thread):
+    """Warps such that each thread handles about bytes_per_thread bytes of a tile (4 to 32 warps)."""
+    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
+
+# A program a row (nothing adds up across rows). A chunk of 16 K values, 32 of them a thread (16 warps), is a program's
+# bytes in flight: enough to cover an SM's share of the memory's latency (Little's law: bandwidth x latency / SMs).
+def _fwd_config(n_rows, element_size):
+    """(meta, grid) of the chunked forward."""
+    return dict(CHUNK_N=16384, num_warps=_warps(16384, element_size, 32 * element_size)), n_rows
+
+def rms_norm_forward(x2d, w, eps=1e-6):
+    """(y, rstd) of RMSNorm over x2d's rows (columns of unit stride), rstd in fp32 as the backward takes it."""
+    y2d, rstd = torch.empty_like(x2d), torch.empty(x2d.shape[0], device=x2d.device, dtype=torch.float32)
+    meta, grid = _fwd_config(x2d.shape[0], x2d.element_size())
+    rms_norm_fwd_chunked_kernel[(grid,)](x2d, x2d if w is None else w, y2d, rstd, *x2d.shape, x2d.stride(0),
+                                         y2d.stride(0), eps, HAS_WEIGHT=w is not None, **meta)
+    return y2d, rstd
 
 # %%
 # The backward, and the chunked kernel it replaces
@@ -92,9 +155,6 @@ def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.con
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
-def _warps(n_elements, element_size, bytes_per_thread):
-    """Warps such that each thread handles about bytes_per_thread bytes of a tile (4 to 32 warps)."""
-    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
 
 def _chunked_config(n_rows, n_cols, element_size):
     """(meta, grid) of the chunked kernel: one program per SM, 32 bytes a thread."""
@@ -309,7 +369,8 @@ MAX_FUSED_N, MAX_SPLIT_N = 8192, 131072  # split past the core's fused kernel, u
 SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on an H100
 WARPS_PER_SM = 16  # two bf16 programs (8 warps) or one fp32 program (16) per SM, each with its maxnreg share
 SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)  # elements per block, bytes of each tile per thread (any dtype)
-RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site recommends it for
+RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site
+RANGE |= {("forward", "float32"): range(16385, 65537), ("forward", "bfloat16"): range(32769, 65537)}  # recommends
 
 def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None):
     """Meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if given:
@@ -416,50 +477,55 @@ def rstd_of(x2d, eps=1e-6):
 # %%
 # Correctness
 # -----------
-# :math:`dx` and :math:`dw` against float64 autograd on the same rounded inputs, next to PyTorch's own
-# error in the same dtype: ours should be no worse, and the same bits on a second run.
+# :math:`y`, :math:`dx` and :math:`dw` against float64 on the same rounded inputs, next to PyTorch's own error in the
+# same dtype: ours should be no worse, and the same bits on a second run. The forward's first row is scaled by the
+# square root of the dtype's largest value: in fp32 and bf16 its sum of squares passes fp32.
 
-CHECK_SHAPES = [(63, 16384), (64, 30000), (16, 100_003), (8, 131072)] if ON_GPU else [(3, 9000), (2, 12_345)]
+CHECK_SHAPES = [(63, 16384), (64, 30000), (16, 100_003), (8, 131072)] if ON_GPU else [(3, 9000), (2, 20_001)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few units of rounding
+rel = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
 
 def check(shape, dtype):
     torch.manual_seed(shape[1])
     x = (3 * torch.randn(shape, device=DEVICE)).to(dtype)
     w = (1 + 0.5 * torch.randn(shape[1], device=DEVICE)).to(dtype)
     dy = torch.randn(shape, device=DEVICE, dtype=dtype)
+    x_big = torch.cat([x[:1] * torch.finfo(dtype).max ** 0.5, x[1:]])
     x64, w64 = (t.double().requires_grad_(True) for t in (x, w))
     refs = torch.autograd.grad(F.rms_norm(x64, shape[1:], w64, 1e-6), (x64, w64), dy.double())
     xt, wt = (t.clone().requires_grad_(True) for t in (x, w))
     theirs = torch.autograd.grad(F.rms_norm(xt, shape[1:], wt, 1e-6), (xt, wt), dy)
-    ours = rms_norm_backward(x, w, rstd_of(x), dy)
+    run = lambda: (*rms_norm_backward(x, w, rstd_of(x), dy), *rms_norm_forward(x_big, w))  # dx, dw, y, rstd
+    ours, y64 = run(), F.rms_norm(x_big.double(), shape[1:], w.double(), 1e-6)
     kernel = backward_plan(x, w, rstd_of(x), dy, x, True)[0]
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "kernel": kernel.__name__[13:-7]}
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "backward": kernel.__name__[13:-7],
+           "ours y": rel(ours[2], y64), "torch y": rel(F.rms_norm(x_big, shape[1:], w, 1e-6), y64)}
     for name, grads in (("ours", ours), ("torch", theirs)):
-        row |= {f"{name} {q}": ((g.double() - ref).norm() / ref.norm()).item() for q, g, ref in zip(("dx", "dw"), grads, refs)}
-    again = rms_norm_backward(x, w, rstd_of(x), dy)
-    row["same bits"] = all(torch.equal(a, b) for a, b in zip(ours, again))
+        row |= {f"{name} {q}": rel(g, ref) for q, g, ref in zip(("dx", "dw"), grads, refs)}
+    row["same bits"] = all(torch.equal(a, b) for a, b in zip(ours, run()))
     return row
 
 errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in CHECK_SHAPES])
-for q in ("dx", "dw"):
+for q in ("y", "dx", "dw"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors.to_string()
 assert errors["same bits"].all(), errors.to_string()
-errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw")}).hide(axis="index")
+errors.style.format({c: "{:.1e}" for c in errors.columns if c.startswith(("ours", "torch"))}).hide(axis="index")
 
 # %%
 # Benchmark
 # ---------
-# Where the launcher splits, :math:`MN = 2^{26}` elements on a GPU, with what it chose (the compiled
-# kernel's registers and programs per SM, and what limits them). A peer's backward is ``autograd.grad``
-# of :math:`x` and :math:`w` after its own forward; ours the launcher with its allocations, on the
-# :math:`r` a forward saved; *chunked* is the chunked kernel above on the same rows. Each is a CUDA
-# graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy of :math:`x` (the
-# speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written. The peers: PyTorch,
-# ``torch.compile``, Liger-Kernel and quack (``quack.rmsnorm``, CuTe-DSL kernels for compute capability 9.0 and
-# newer); "-": a peer's limit.
+# Each direction where this page's kernel is for it (``RANGE``): the backward where the launcher splits, the forward
+# past the core page's 64 KB rows; :math:`MN = 2^{26}` elements on a GPU. A peer's forward is its function on
+# :math:`x` and :math:`w`; its backward ``autograd.grad`` of :math:`x` and :math:`w` after its own forward. Ours: the
+# launchers with their allocations (the backward on the :math:`r` a forward saved); *chunked* is the chunked backward
+# on the same rows. Each is a CUDA graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy
+# of :math:`x` (the speed of light, no graph). GB/s counts :math:`x` read and :math:`y` written, or :math:`x`,
+# :math:`dy` read and :math:`dx` written. The peers: PyTorch, ``torch.compile``, Liger-Kernel and quack
+# (``quack.rmsnorm``, CuTe-DSL kernels for compute capability 9.0 and newer); "-": a peer's limit. The backward's plan
+# (what the launcher chose): the compiled kernel's registers and programs per SM, and what limits them.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
-SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
+SWEEP_N = [16384, 32768, 65536] if ON_GPU else [33_000]
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
@@ -472,7 +538,7 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
-fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w); its backward is timed
+fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w)
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
@@ -497,77 +563,85 @@ for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
         w = (1 + 0.1 * torch.randn(n_cols, device=DEVICE)).to(dtype)
         dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
-        light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        rstd = rstd_of(x, EPS)
-        kernel, meta, grid, fit = backward_plan(x, w, rstd, dy, x, True)
-        plans.append({"dtype": str(dtype)[6:], "N": n_cols, "M": x.shape[0], "slices": meta.get("SLICES", "-"),
-                      "tile": f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" if "BLOCK_M" in meta else f"chunks of {meta['CHUNK_N']}",
-                      "warps": meta["num_warps"], "wait": ("flag words" if meta["FLAG_WORDS"] else "counter") if "SLICES" in meta else "-",
-                      "PACK": meta.get("PACK", "-"), "grid": grid, "registers": fit[2] if fit and ON_GPU else "-",
-                      "programs / SM": fit[0] if fit and ON_GPU else "-", "limited by": fit[1] if fit else "-"})
-        xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        timed = {"chunked": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
-                 "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
-        for name, fn in fns.items():
-            try:  # autograd.grad of x and w: every kernel the peer launches for them
-                y = fn(xg, wg)
-                ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
-            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
-                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} N = {n_cols}")
-                ms = float("nan")
-            y = None
-            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6, "light": light})
-        for name, fn in timed.items():
-            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / bench(fn) * 1e-6, "light": light})
-        del x, w, xg, wg, dy, out, rstd
+        light, key = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6, {"dtype": str(dtype)[6:], "N": n_cols}
+        kernel, meta, grid, fit = backward_plan(x, w, rstd_of(x, EPS), dy, x, True)
+        plans.append(key | {"slices": meta.get("SLICES", "-"), "warps": meta["num_warps"], "grid": grid,
+                            "tile": f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" if "BLOCK_M" in meta else f"chunks of {meta['CHUNK_N']}",
+                            "wait": ("flag words" if meta["FLAG_WORDS"] else "counter") if "SLICES" in meta else "-",
+                            "PACK": meta.get("PACK", "-"), "registers": fit[2] if fit and ON_GPU else "-",
+                            "programs / SM": fit[0] if fit and ON_GPU else "-", "limited by": fit[1] if fit else "-"})
+        for direction in [d for d in ("forward", "backward") if n_cols in RANGE[d, key["dtype"]]]:
+            xg, wg, rstd = x.clone().requires_grad_(True), w.clone().requires_grad_(True), rstd_of(x, EPS)
+            ours = {"this page": lambda: rms_norm_forward(x, w, EPS)} if direction == "forward" else {
+                "chunked": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
+                "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
+            for name, fn in (fns | ours).items():
+                try:  # a peer's backward: autograd.grad of x and w after its own forward
+                    if name in fns and direction == "backward":
+                        y = fn(xg, wg)
+                        ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
+                    else:
+                        ms = bench(fn if name in ours else lambda: fn(x, w))
+                except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
+                    if name in ours:
+                        raise
+                    missing.setdefault((name, " ".join(f"{type(err).__name__}: {err}".split())[:120]), []).append(
+                        f"{direction} {key['dtype']} N = {n_cols}")
+                    ms = float("nan")
+                y = None
+                records.append(key | {"direction": direction, "provider": name, "light": light,
+                                      "GB/s": (2 if direction == "forward" else 3) * nbytes / ms * 1e-6})
+        del x, w, dy, out
         torch.cuda.empty_cache() if ON_GPU else None
 for (name, why), points in missing.items():  # once per peer and reason
     print(f"{name}: not measured at {', '.join(points)} ({why})")
 results = pd.DataFrame(records)
 results["% of light"] = 100 * results["GB/s"] / results.light
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
-table = table[[*fns, "chunked", "this page"]]
-table.insert(0, "speed of light", results.groupby(["dtype", "N"]).light.first())
+keys = ["direction", "dtype", "N"]
+table = results.pivot_table(index=keys, columns="provider", values="GB/s", dropna=False)[[*fns, "chunked", "this page"]]
+table.insert(0, "speed of light", results.groupby(keys).light.first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / chunked"] = table["this page"] / table["chunked"]
-table["this page / best peer"] = table["this page"] / table[[p for p in fns if p in table]].max(axis=1)
+table["this page / best peer"] = table["this page"] / table[list(fns)].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
-        direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
+        recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "41_rms_norm_wide_backward.csv"))
-table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
-table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"] if c in table}
+table = table.join(pd.DataFrame(plans, dtype=object).assign(direction="backward").set_index(keys))
+table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"]}
                    | {"this page, % of light": "{:.1f}%", "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
 
 # %%
 # The same numbers as a plot, each provider as a percentage of the copy measured next to it:
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
+fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey=True, facecolor="white", layout="constrained")
 styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
-for ax, dtype in zip(axes, ("float32", "bfloat16")):
-    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
+for ax, (direction, dtype) in zip(axes.flat, [(d, t) for d in ("forward", "backward") for t in ("float32", "bfloat16")]):
+    for name, line in results[(results.direction == direction) & (results.dtype == dtype)].groupby("provider", sort=False):
         ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
     ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
     ax.set_xscale("log", base=2)
-    ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)")
+    ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
     ax.grid(True, alpha=0.3)
-axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"RMSNorm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+axes[1, 0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"RMSNorm, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+plt.show()
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the table above, in this build:
 
-for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
-    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
-    print(f"{dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
-          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the chunked "
-          f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
-    print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
+for (direction, dtype), part in table.reset_index().set_index("N").groupby(["direction", "dtype"], sort=False):
+    pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
+    print(f"{direction} {dtype}: the {'split backward' if direction == 'backward' else 'chunked forward'} runs at "
+          f"{pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% (N = {pct.idxmax()}) of the copy"
+          + (f", {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked backward" if vs_chunked.notna().any() else "")
+          + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
+    if direction == "backward":
+        print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
 short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
+print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")
 
