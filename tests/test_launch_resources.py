@@ -725,6 +725,7 @@ def rms_norm_backward_41(p, dtype, n, variant):
     x, dy, dx = (matrix(n, dtype) for _ in range(3))
     w, dw = (torch.empty(n, device=DEVICE, dtype=dtype) if variant == "weight" else None for _ in range(2))
     p["rms_norm_wide_backward"](x, w, torch.empty(len(x), device=DEVICE), dy, dx, dw)
+    p["rms_norm_forward"](x, w)  # the chunked forward, at every N (RANGE claims it past 64 KB rows)
 
 
 def rms_norm_staged_42(p, dtype, n, variant):

@@ -1,6 +1,6 @@
-"""Deep dive 41 (RMSNorm, wide backward): the split kernel forced on small rows (both ways of waiting,
-packed and not, poisoned outputs, dx only, no weight), its config, the chunked kernel,
-determinism, and the page's own checks and measurements."""
+"""Deep dive 41 (RMSNorm, wide rows): the chunked forward (values against float64, extreme rows, every row written),
+the split backward forced on small rows (both ways of waiting, packed and not, poisoned outputs, dx only, no weight),
+their configs, the chunked backward, determinism, and the page's own checks and measurements."""
 
 import pytest
 import torch
@@ -101,6 +101,37 @@ def test_chunked_kernel_extreme_values(dive, scale):
     assert (dw.double() - dw64).norm() <= 1e-5 * max((dy.double() * x_hat).norm().item(), 1e-30)
 
 
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "no weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_forward_values_and_every_row_written(dive, dtype, weighted, monkeypatch):
+    """The chunked forward on rows of two whole chunks and a ragged third: y and rstd against float64 on the same
+    rounded inputs, rows scaled by 1e20 (a sum of squares past fp32), 1e-30 and 0 among them; its outputs are poisoned
+    with NaN where it allocates them, so that a row it did not write shows."""
+    n, gen = 2 * 16384 + 5, torch.Generator().manual_seed(3)
+    x = torch.randn(7, n, generator=gen) * torch.tensor([1, 1e20, 1, 1e-30, 0, 3, 1e20])[:, None]
+    x, w = x.to(dtype).to(DEVICE), (torch.randn(n, generator=gen) + 1).to(dtype).to(DEVICE) if weighted else None
+
+    def poisoned(allocate):  # torch.empty or torch.empty_like, whose floating-point tensors come filled with NaN
+        def poisoned_allocate(*args, **kwargs):
+            t = allocate(*args, **kwargs)
+            return t.fill_(float("nan")) if t.is_floating_point() else t
+
+        return poisoned_allocate
+
+    for name in ("empty", "empty_like"):
+        monkeypatch.setattr(torch, name, poisoned(getattr(torch, name)))
+    y, rstd = dive["rms_norm_forward"](x, w, 1e-6)
+    monkeypatch.undo()
+    assert dive["_fwd_config"](len(x), x.element_size())[0]["CHUNK_N"] * 2 < n, "the rows should span three chunks"
+    y64 = F.rms_norm(x.double(), (n,), None if w is None else w.double(), 1e-6)
+    rstd64 = torch.rsqrt(x.double().square().mean(-1) + 1e-6)
+    assert not y.isnan().any() and not rstd.isnan().any(), "the forward left a row unwritten"
+    torch.testing.assert_close(rstd.double(), rstd64, rtol=1e-5, atol=0)
+    torch.testing.assert_close(y.double(), y64, rtol=TOL[dtype], atol=TOL[dtype])
+    again = dive["rms_norm_forward"](x, w, 1e-6)
+    assert torch.equal(again[0], y) and torch.equal(again[1], rstd), "the forward is not bitwise repeatable"
+
+
 def test_split_config_keeps_todays_parameters(dive):
     """The launch parameters tuned on an H100, moved unchanged into _split_config (slices only on a GPU)."""
     cfg = dive["_split_config"]
@@ -113,11 +144,27 @@ def test_split_config_keeps_todays_parameters(dive):
     assert (m["SLICES"], m["BLOCK_N"], m["num_warps"]) == ((16, 4096, 16) if gpu else (1, 65536, 32))
     assert dive["MAX_FUSED_N"] == 8192 and dive["MAX_SPLIT_N"] == 131072 and dive["WARPS_PER_SM"] == 16
     assert dive["_chunked_config"](100, 20000, 2) == (dict(CHUNK_N=8192, num_warps=16), min(100, dive["NUM_SMS"]))
+    for element_size in (2, 4):  # the chunked forward: a program a row, chunks of 16 K, 16 warps
+        assert dive["_fwd_config"](100, element_size) == (dict(CHUNK_N=16384, num_warps=16), 100)
+
+
+def test_range_claims_the_forward_past_the_core_page(dive):
+    """Forward rows past 64 KB (fp32 from 16,385, bf16 from 32,769: 16 K-32 K bf16 rows are deep dive 42's), up to the
+    widest N measured; the backward past the core page's 8 K."""
+    widest = 65536  # the GPU sweep's widest N
+    assert dive["RANGE"]["forward", "float32"] == range(16385, widest + 1)
+    assert dive["RANGE"]["forward", "bfloat16"] == range(32769, widest + 1)
+    assert all(dive["RANGE"]["backward", t].start == 8193 for t in ("float32", "bfloat16"))
 
 
 def test_page_checked_and_measured(dive):
-    errors, results = dive["errors"], dive["results"]
+    errors, results, claims = dive["errors"], dive["results"], dive["RANGE"]
     assert len(errors) == 3 * len(dive["CHECK_SHAPES"]) and errors["same bits"].all()
-    for name in ("chunked", "this page"):
+    assert {"ours y", "torch y", "ours dx", "ours dw"} <= set(errors.columns)
+    points = {(d, t, n) for d in ("forward", "backward") for t in ("float32", "bfloat16") for n in dive["SWEEP_N"]}
+    points = {(d, t, n) for d, t, n in points if n in claims[d, t]}
+    assert {d for d, _, _ in points} == {"forward", "backward"}, "the sweep should measure both directions"
+    for name, directions in (("chunked", {"backward"}), ("this page", {"forward", "backward"})):
         ours = results[results.provider == name]
-        assert len(ours) == 2 * len(dive["SWEEP_N"]) and (ours["GB/s"] > 0).all()
+        assert set(zip(ours.direction, ours.dtype, ours.N)) == {p for p in points if p[0] in directions}
+        assert len(ours) == len(set(zip(ours.direction, ours.dtype, ours.N))) and (ours["GB/s"] > 0).all()

@@ -1,16 +1,15 @@
 """
-RMSNorm, wide rows in the backward: one row shared by several programs
-======================================================================
+RMSNorm, wide rows: the forward streams a row, the backward splits it
+=====================================================================
 
-The core page's backward (:ref:`sphx_glr_tutorials_04_rms_norm.py`) keeps a row and its weight
-gradient in registers up to 8 K columns; past that a chunked kernel reads each row twice and adds
-into a ``dw_partial`` row in memory for every row. **What you will learn**: how to
-*split* a wide row over a group of programs that exchange their partial row sums through global
-memory, deterministically and without waiting on the exchange (publish one block ahead), how 16-bit
-rows stay packed two to a register, and where the launch parameters are chosen (``_split_config``).
+The core page (:ref:`sphx_glr_tutorials_04_rms_norm.py`) holds a whole row in registers, up to 64 KB in the forward
+(16 K fp32 values, 32 K bf16) and 8 K values in the backward, and computes longer rows in torch. **What you will
+learn**: a forward that streams a wide row in chunks, reading it twice; a backward that *splits* a wide row over a group
+of programs that exchange partial row sums through global memory, deterministically and one block ahead of the wait;
+16-bit rows packed two to a register; the launch parameters (``_fwd_config``, ``_split_config``).
 """
 
-import contextlib, datetime, math, os, platform, timeit
+import contextlib, datetime, math, os, platform, timeit, warnings
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -23,6 +22,66 @@ WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's in
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
+# The forward: a row streamed in chunks
+# -------------------------------------
+# :math:`y = r \, x \odot w`, :math:`r = 1 / \sqrt{\frac{1}{N} \sum_j x_j^2 + \epsilon}`: a perfect kernel moves
+# :math:`2MN` elements. A program takes a row at a time and reads it twice: a first pass adds :math:`x^2` chunk by chunk,
+# the next chunk's load in flight, its loads asked to stay in L2 (``evict_last``); a second pass, backwards (the chunks
+# read last come first), writes :math:`y`. Values past about 1e19 overflow the fp32 sum: such a row is summed again
+# scaled by :math:`2^{-80}` (exact, a power of two), as in the core page's kernel.
+
+@triton.jit
+def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                                HAS_WEIGHT: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        sum_sq = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            sum_sq += x * x
+        sum_sq = tl.sum(sum_sq, axis=0)
+        rstd = tl.rsqrt(sum_sq / n_cols + eps)
+        if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
+            sum_small = tl.zeros([CHUNK_N], tl.float32)
+            for k in range(0, n_chunks):
+                offs = k * CHUNK_N + cols
+                x_small = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                sum_small += x_small * x_small
+            rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
+        tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            offs = here - CHUNK_N
+            x_next = tl.load(x_row + offs, mask=(offs >= 0) & (offs < n_cols), other=0.0, eviction_policy="evict_first")
+            y = x * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
+
+# warps such that each thread handles about bytes_per_thread bytes of an n-element tile (4 to 32 warps)
+_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
+
+# (meta, grid) of the chunked forward: a program a row. Its next chunk, 16 K values (32 a thread of 16 warps), is in
+# flight: 32 KB (bf16) to 64 KB (fp32), about what an SM needs (Little's law: bandwidth x latency / SMs) to hide latency.
+def _fwd_config(n_rows, element_size):
+    return dict(CHUNK_N=16384, num_warps=_warps(16384, element_size, 32 * element_size)), n_rows
+
+def rms_norm_forward(x2d, w, eps=1e-6):
+    """(y, rstd) of RMSNorm over x2d's rows (columns of unit stride), rstd in fp32 as the backward takes it."""
+    y2d, rstd = torch.empty_like(x2d), torch.empty(x2d.shape[0], device=x2d.device, dtype=torch.float32)
+    meta, grid = _fwd_config(x2d.shape[0], x2d.element_size())
+    rms_norm_fwd_chunked_kernel[(grid,)](x2d, x2d if w is None else w, y2d, rstd, *x2d.shape, x2d.stride(0),
+                                         y2d.stride(0), eps, HAS_WEIGHT=w is not None, **meta)
+    return y2d, rstd
+
+# %%
 # The backward, and the chunked kernel it replaces
 # ------------------------------------------------
 # With :math:`r` the reciprocal root mean square of a row, :math:`\hat{x} = r x` and :math:`g = dy \odot w`,
@@ -30,10 +89,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # .. math:: dx = r \left( g - \hat{x} \, \frac{1}{N} \sum_j g_j \hat{x}_j \right), \qquad
 #    dw_j = \sum_{\text{rows}} dy_j \, \hat{x}_j .
 #
-# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). The first
-# answer for rows past 8 K columns (the core page computes those in torch) is a chunked kernel: a pass
-# for the row's dot product, a second, backwards, writing :math:`dx` and adding into the program's fp32
-# ``dw_partial`` row, then a fixed-order sum of the partials.
+# A perfect kernel moves :math:`3MN` elements (:math:`x`, :math:`dy` in, :math:`dx` out). A first answer past 8 K
+# columns streams a row like the forward: a pass for the row's dot product, a second, backwards, writing :math:`dx` and
+# adding into the program's fp32 ``dw_partial`` row; then a fixed-order sum of the partials.
 
 @triton.jit
 def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
@@ -92,72 +150,49 @@ def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.con
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 
-def _warps(n_elements, element_size, bytes_per_thread):
-    """Warps such that each thread handles about bytes_per_thread bytes of a tile (4 to 32 warps)."""
-    return min(32, max(4, n_elements * element_size // (32 * bytes_per_thread)))
-
-def _chunked_config(n_rows, n_cols, element_size):
-    """(meta, grid) of the chunked kernel: one program per SM, 32 bytes a thread."""
+def _chunked_config(n_rows, n_cols, element_size):  # (meta, grid) of the chunked backward: a program an SM, 32 B a thread
     return dict(CHUNK_N=8192, num_warps=_warps(8192, element_size, 32)), max(1, min(n_rows, NUM_SMS))
 
 # %%
 # Wide rows: one row shared by several programs
 # ---------------------------------------------
-# Split the row instead. ``SLICES`` programs (a *group*) share each row, each owning a slice of
-# ``BLOCK_N`` columns: it loads its slice of :math:`x` and :math:`dy` once and keeps :math:`dw` for
-# those columns in fp32 registers, as the core's fused kernel does. The one thing a slice cannot compute
-# alone is :math:`c = \frac{1}{N}\sum_j g_j \hat{x}_j`, a sum over the whole row. So each program
-# publishes its share of the sum in global memory, waits until the other slices of the row have
-# published theirs, and adds the ``SLICES`` shares in a fixed order (the same bits in every program and
-# on every run). Then it writes its slice of :math:`dx`.
+# Split the row instead. ``SLICES`` programs (a *group*) share each row, each owning a slice of ``BLOCK_N`` columns: it
+# loads its slice of :math:`x` and :math:`dy` once and keeps :math:`dw` for those columns in fp32 registers, as the
+# core's fused kernel does. A slice cannot compute :math:`c = \frac{1}{N}\sum_j g_j \hat{x}_j` alone, a sum over the
+# whole row: each program publishes its share of it in global memory, waits until the other slices of the row have
+# published theirs, and adds the ``SLICES`` shares in a fixed order (the same bits in every program and on every run);
+# then it writes its slice of :math:`dx`.
 #
-# Waiting for another program is only safe if that program is running: the grid must fit on the GPU at
-# once, or a waiting program could hold the SM that the program it waits for needs. The launcher sizes
-# the grid from the compiled kernel's occupancy (``programs_per_sm``), and falls back to the chunked
-# kernel when a group cannot fit. Another kernel that holds SMs forever while this one runs (on
-# another stream) could still stall it; the kernels on this site never do.
+# Waiting for another program is safe only if that program is running: the grid must fit on the GPU at once, or a
+# waiting program could hold the SM that the program it waits for needs. The launcher sizes the grid from the compiled
+# kernel's occupancy (``programs_per_sm``), and falls back to the chunked kernel when a group cannot fit. Another kernel
+# that holds SMs forever while this one runs (on another stream) could still stall it; the kernels on this site never do.
 #
-# **Hiding the wait.** A share goes to the L2 cache and comes back to another SM, a round trip of about
-# a microsecond, as long as an SM takes to stream a few tens of KB. A program that publishes a block's
-# share and then waits for the shares of that same block stalls for a round trip on every block. So the
-# kernel runs its exchange one block ahead (software pipelining):
+# **Hiding the wait.** A share goes to L2 and back to another SM, a round trip of about a microsecond, as long as an SM
+# takes to stream a few tens of KB. Waiting for a block's shares right after publishing one's own stalls a round trip a
+# block. So the exchange runs one block ahead (software pipelining): a program keeps **two blocks of loads in flight**,
+# and before it waits for this block's shares it **publishes its share of the next block**. The other slices did the
+# same a step earlier: the shares it asks for are usually there, the wait is one read, and the memory works meanwhile.
 #
-# * it keeps **two blocks of loads in flight**, the next block and the one after;
-# * before it waits for the shares of this block, it computes and **publishes its share of the next
-#   block**. The other slices did the same one step earlier, so when a program asks for this block's
-#   shares they are usually there already: the wait is one read, and the memory works meanwhile.
+# **Registers.** Three blocks are alive at once. A 16-bit element loaded into registers takes a whole 32-bit register:
+# a bf16 block costs the registers of an fp32 block for half the bytes in flight. With ``PACK`` the kernel loads 16-bit
+# rows as 32-bit words of two elements, keeps them packed while they wait and unpacks them only to compute (for bf16, a
+# shift: its bits are the top half of an fp32); :math:`dx` is packed again to be stored. That needs rows of an even
+# length, even strides and 4-byte aligned tensors, else ``PACK`` is off. The launcher also caps each thread's registers
+# (``maxnreg``) at the share that lets ``WARPS_PER_SM`` warps live on an SM: two bf16 programs of 8 warps an SM, not one.
 #
-# Keeping two blocks in flight without the lookahead does not help: the program still stalls on every
-# block, with more loads idle behind it (the design record, dev/DESIGN.md in the repository).
-#
-# **Registers.** Three blocks are alive at once. A 16-bit element loaded into registers takes a whole
-# 32-bit register, so a bf16 block costs as many registers as an fp32 block of the same length, for half
-# the bytes in flight. With ``PACK``, the kernel loads 16-bit rows as 32-bit words of two elements, keeps
-# them packed while they wait, and unpacks them only to compute (for bf16, a shift: its bits are the top
-# half of an fp32); :math:`dx` is packed again to be stored. That needs rows of an even length, even
-# strides and 4-byte aligned tensors, else ``PACK`` is off. The launcher also caps each thread's
-# registers (``maxnreg``) at the share of the register file that lets ``WARPS_PER_SM`` warps live on an
-# SM together: two bf16 programs of 8 warps per SM instead of one, twice the bytes in flight.
-#
-# **Two ways to wait**, both measured on an H100:
-#
-# * **flag words** (``FLAG_WORDS=True``): each share is one 64-bit word, a "written" bit above the fp32
-#   bits of the value, in a buffer cleared before the launch. A program reads the words of its rows
-#   until every bit is set: one round trip when the others are done. Faster for programs of up to 16
-#   warps, which every split configuration here uses.
-# * **a counter** per block of rows: shares are plain stores, then a barrier (every thread's store is
-#   issued before the counter moves) and an atomic add with *release* semantics; one thread polls the
-#   counter with *acquire* semantics, and the shares are read past the L1 cache (``.cg``). Three round
-#   trips, but one thread polls: with 32 warps it measured faster, so it is kept for them.
-#
-# The buffers are cleared by a ``torch.zeros`` per call (8 bytes per row and slice). Under Triton's
-# interpreter programs run one after another: a program waiting for the next would wait forever, so
-# there each row has one slice (the same kernel, whose only shares are its own).
+# **Two ways to wait**, both measured on an H100. **Flag words** (``FLAG_WORDS=True``): a share is a 64-bit word, a
+# "written" bit above the value's fp32 bits, in a buffer cleared before the launch; a program reads its rows' words until
+# every bit is set, one round trip once the others are done: faster up to 16 warps a program, as every split
+# configuration here has. **A counter** per block of rows: plain stores, a barrier (every thread's store issued before
+# the counter moves), an atomic add with *release* semantics; one thread polls the counter with *acquire* semantics and
+# the shares are read past L1 (``.cg``): three round trips, but one thread polls, faster with 32 warps (kept for them).
+# The buffers are cleared by a ``torch.zeros`` a call (8 bytes a row and slice). Triton's interpreter runs programs one
+# after another (one waiting for the next would wait forever): there a row has one slice, whose only shares are its own.
 
 @triton.jit
 def load_tile(ptr, rows, row_stride, units, unit_ok, n_rows, PACK: tl.constexpr):
-    """Rows ``rows`` of a slice (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK the
-    [BLOCK_M, BLOCK_N // 2] 32-bit words that hold them two by two (``units`` count words then)."""
+    """A slice's rows (zeros past n_rows): [BLOCK_M, BLOCK_N] elements, or with PACK [BLOCK_M, BLOCK_N // 2] words."""
     ok = (rows < n_rows)[:, None] & unit_ok[None, :]
     rows = rows.to(tl.int64)
     if PACK:
@@ -214,9 +249,8 @@ def wait_for_shares(shares_ptr, counter_ptr, block, rows, SLICES: tl.constexpr, 
         words = tl.load(slots, volatile=True)
         while tl.min(words >> 32) == 0:  # some slice has not written yet
             words = tl.load(slots, volatile=True)
-        # A tile smaller than the program is held in several copies, one per group of warps, and the
-        # test above may be decided on another warp's copy: a copy still unwritten here (loaded before
-        # that slice wrote) is read again, once, instead of adding a share of 0.
+        # A tile smaller than the program is held in copies, one per group of warps; the test above may be decided on
+        # another warp's copy: a copy still unwritten here (loaded before that slice wrote) is read again, once.
         stale = (words >> 32) == 0
         words = tl.where(stale, tl.load(slots, mask=stale, other=0, volatile=True), words)
         shares = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
@@ -299,25 +333,20 @@ def rms_norm_bwd_split_kernel(
     if COMPUTE_DW:  # one partial row per group; each slice writes its columns of it
         tl.store(dw_partial_ptr + tl.cast(group, tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
 
-# %%
-# Launch parameters
-# -----------------
-# ``_split_config`` chooses the slices, the block and the warps; change them there. The grid comes from
-# the compiled kernel's occupancy: whole groups, all on the GPU at once.
-
+# Launch parameters: ``_split_config`` chooses the slices, the block and the warps; the grid is whole groups, all on the
+# GPU at once, from the compiled kernel's occupancy.
 MAX_FUSED_N, MAX_SPLIT_N = 8192, 131072  # split past the core's fused kernel, up to 32 slices of SLICE_N
 SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on an H100
 WARPS_PER_SM = 16  # two bf16 programs (8 warps) or one fp32 program (16) per SM, each with its maxnreg share
 SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)  # elements per block, bytes of each tile per thread (any dtype)
-RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site recommends it for
+RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site
+RANGE |= {("forward", "float32"): range(16385, 65537), ("forward", "bfloat16"): range(32769, 65537)}  # recommends
 
 def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None):
-    """Meta-parameters of the split backward for rows of n_cols (of the tensors x2d, dy2d, dx2d, if given:
-    whether their 16-bit rows can be loaded as 32-bit words). ``split`` replaces SPLIT."""
+    """The split backward's meta-parameters; tensors (x2d, dy2d, dx2d): can 16-bit rows load as words. split: SPLIT."""
     element_size, split = torch.empty((), dtype=dtype).element_size(), split or SPLIT
-    slices = 1  # the interpreter runs one program at a time: a program must never wait for another
-    if ON_GPU:
-        slices = min(MAX_SPLIT_N // SLICE_N, triton.next_power_of_2(triton.cdiv(n_cols, SLICE_N)))
+    # one slice under the interpreter: it runs one program at a time, and a program must never wait for another
+    slices = min(MAX_SPLIT_N // SLICE_N, triton.next_power_of_2(triton.cdiv(n_cols, SLICE_N))) if ON_GPU else 1
     block_n = triton.next_power_of_2(triton.cdiv(n_cols, slices))
     block_m = max(1, split["TILE"] // block_n)
     num_warps = _warps(block_m * block_n, element_size, split["BYTES_PER_THREAD"])
@@ -333,15 +362,13 @@ def _split_config(n_cols, dtype, has_weight, compute_dw, tensors=(), split=None)
     return meta
 
 _occupancy = {}  # (kernel, argument types, meta) -> (programs per SM, what limits it, registers)
-
 def programs_per_sm(kernel, args, meta):
     """How many programs of this compiled kernel fit on one SM at once, what limits it, and its registers."""
-    # Triton compiles one version per dtype of each argument and per integer that is 1 or a multiple of
-    # 16 (and per pointer aligned to 16 bytes): the key tells those versions apart.
+    # Triton compiles a version per argument dtype, integer equal to 1 or a multiple of 16 (and 16-byte aligned pointer)
     key = (kernel, tuple(a.dtype if isinstance(a, torch.Tensor) else (a == 1, a % 16 == 0) for a in args),
            tuple(sorted(meta.items())))
-    if key not in _occupancy and not ON_GPU:  # nothing is compiled under the interpreter
-        _occupancy[key] = (1, "interpreter", 0)
+    if not ON_GPU:  # nothing is compiled under the interpreter
+        return (1, "interpreter", 0)
     if key not in _occupancy:
         props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
         compiled = kernel.warmup(*args, grid=(1,), **meta)
@@ -355,24 +382,20 @@ def programs_per_sm(kernel, args, meta):
     return _occupancy[key]
 
 def split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta, clear=True):
-    """The split kernel's arguments: the tensors, the shares' slots (cleared when they are flag words)
-    and the counters (cleared), then the sizes and strides. ``clear=False``: one-element buffers of the
-    same types, enough to compile the kernel, and left uninitialized (nothing reads them)."""
-    n_rows, n_cols = x2d.shape
+    """The split kernel's arguments: tensors, the shares' slots (cleared as flag words), the counters (cleared), sizes
+    and strides. ``clear=False``: one-element buffers of the same types, enough to compile it (nothing reads them)."""
+    (n_rows, n_cols), flags, dev = x2d.shape, meta["FLAG_WORDS"], x2d.device
     if not clear:
-        shares = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.float32)
-        counter = torch.empty(1, device=x2d.device, dtype=torch.int64 if meta["FLAG_WORDS"] else torch.int32)
-    elif meta["FLAG_WORDS"]:
-        shares = counter = torch.zeros((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.int64)
+        shares, counter = (torch.empty(1, device=dev, dtype=torch.int64 if flags else t) for t in (torch.float32, torch.int32))
     else:
-        shares = torch.empty((n_rows, meta["SLICES"]), device=x2d.device, dtype=torch.float32)
-        counter = torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=x2d.device, dtype=torch.int32)
+        shares = torch.zeros((n_rows, meta["SLICES"]), device=dev, dtype=torch.int64) if flags else \
+            torch.empty((n_rows, meta["SLICES"]), device=dev, dtype=torch.float32)
+        counter = shares if flags else torch.zeros(triton.cdiv(n_rows, meta["BLOCK_M"]), device=dev, dtype=torch.int32)
     return (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, shares, counter, n_rows, n_cols,
             x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
 
 def backward_plan(x2d, w, rstd, dy2d, dx2d, compute_dw, split_from=MAX_FUSED_N, split=None):
-    """(kernel, meta, grid, (programs per SM, limit, registers)) of the backward for these very tensors
-    (the split kernel's occupancy is that of the version Triton compiles for them): split from
+    """(kernel, meta, grid, (programs per SM, limit, registers)) of the backward for these very tensors: split from
     ``split_from`` to MAX_SPLIT_N columns when a group fits on the GPU, else the chunked kernel."""
     n_rows, n_cols = x2d.shape
     if split_from < n_cols <= MAX_SPLIT_N:
@@ -389,77 +412,70 @@ def rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from=MAX_FUSED_N,
     """dx2d and (when dw is not None) dw from x2d, w, rstd and dy2d, rows of unit stride. Returns the plan."""
     (n_rows, n_cols), compute_dw = x2d.shape, w is not None and dw is not None
     kernel, meta, grid, fit = backward_plan(x2d, w, rstd, dy2d, dx2d, compute_dw, split_from, split)
-    n_partials = grid // meta.get("SLICES", 1)  # one partial row per group of slices
-    # every program writes its whole partial row: no buffer needs clearing
+    n_partials = grid // meta.get("SLICES", 1)  # a partial row per group, all written: no buffer needs clearing
     dw_partial = torch.empty((n_partials, n_cols), dtype=torch.float32, device=x2d.device) if compute_dw else rstd
-    if kernel is rms_norm_bwd_split_kernel:
-        args = split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta)
-    else:
-        args = (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols,
-                x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
+    args = split_args(x2d, w, rstd, dy2d, dx2d, dw_partial, meta) if kernel is rms_norm_bwd_split_kernel else \
+        (x2d, x2d if w is None else w, rstd, dy2d, dx2d, dw_partial, n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0))
     kernel[(grid,)](*args, **meta)
     if compute_dw:  # narrow strips of columns, each summing all partials in order
         block_n = 16 if n_cols <= 4096 else 32
         dw_reduce_kernel[(triton.cdiv(n_cols, block_n),)](dw_partial, dw, n_partials, n_cols, BLOCK_P=64, BLOCK_N=block_n, num_warps=4)
     return kernel, meta, grid, fit
 
-def rms_norm_backward(x2d, w, rstd, dy2d, split_from=MAX_FUSED_N):
-    """(dx, dw) of RMSNorm over x2d's rows; ``split_from=math.inf``: the chunked kernel."""
+def rms_norm_backward(x2d, w, rstd, dy2d, split_from=MAX_FUSED_N):  # (dx, dw); split_from=math.inf: the chunked kernel
     dx2d, dw = torch.empty_like(x2d), torch.empty(x2d.shape[1], device=x2d.device, dtype=w.dtype)
     rms_norm_wide_backward(x2d, w, rstd, dy2d, dx2d, dw, split_from)
     return dx2d, dw
 
-def rstd_of(x2d, eps=1e-6):
-    """1 / rms of each row in fp32, as the forward saves it for its backward."""
+def rstd_of(x2d, eps=1e-6):  # 1 / rms of each row in fp32, as a forward saves it for its backward
     return torch.rsqrt(x2d.float().pow(2).mean(dim=1) + eps)
 
 # %%
 # Correctness
 # -----------
-# :math:`dx` and :math:`dw` against float64 autograd on the same rounded inputs, next to PyTorch's own
-# error in the same dtype: ours should be no worse, and the same bits on a second run.
+# :math:`y`, :math:`dx`, :math:`dw` against float64 on the same rounded inputs, beside PyTorch's error in the same dtype:
+# ours no worse, the same bits on a second run. The forward's first row is scaled by the root of the dtype's largest
+# value: in fp32 and bf16 its sum of squares passes fp32.
 
-CHECK_SHAPES = [(63, 16384), (64, 30000), (16, 100_003), (8, 131072)] if ON_GPU else [(3, 9000), (2, 12_345)]
+CHECK_SHAPES = [(63, 16384), (64, 30000), (16, 100_003), (8, 131072)] if ON_GPU else [(3, 9000), (2, 20_001)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few units of rounding
+rel = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # the interpreter's numpy, where that row overflows
 
 def check(shape, dtype):
     torch.manual_seed(shape[1])
-    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype)
-    w = (1 + 0.5 * torch.randn(shape[1], device=DEVICE)).to(dtype)
-    dy = torch.randn(shape, device=DEVICE, dtype=dtype)
-    x64, w64 = (t.double().requires_grad_(True) for t in (x, w))
-    refs = torch.autograd.grad(F.rms_norm(x64, shape[1:], w64, 1e-6), (x64, w64), dy.double())
-    xt, wt = (t.clone().requires_grad_(True) for t in (x, w))
-    theirs = torch.autograd.grad(F.rms_norm(xt, shape[1:], wt, 1e-6), (xt, wt), dy)
-    ours = rms_norm_backward(x, w, rstd_of(x), dy)
-    kernel = backward_plan(x, w, rstd_of(x), dy, x, True)[0]
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "kernel": kernel.__name__[13:-7]}
-    for name, grads in (("ours", ours), ("torch", theirs)):
-        row |= {f"{name} {q}": ((g.double() - ref).norm() / ref.norm()).item() for q, g, ref in zip(("dx", "dw"), grads, refs)}
-    again = rms_norm_backward(x, w, rstd_of(x), dy)
-    row["same bits"] = all(torch.equal(a, b) for a, b in zip(ours, again))
-    return row
+    x, dy = (3 * torch.randn(shape, device=DEVICE)).to(dtype), torch.randn(shape, device=DEVICE, dtype=dtype)
+    w, x_big = (1 + 0.5 * torch.randn(shape[1], device=DEVICE)).to(dtype), x.clone()
+    x_big[0] *= torch.finfo(dtype).max ** 0.5
+    def torch_values(d):  # y of x_big, dx and dw of x: torch's, in dtype d
+        xd, wd = (t.to(d).clone().requires_grad_(True) for t in (x, w))
+        dx_dw = torch.autograd.grad(F.rms_norm(xd, shape[1:], wd, 1e-6), (xd, wd), dy.to(d))
+        return F.rms_norm(x_big.to(d), shape[1:], wd, 1e-6), *dx_dw
+    run = lambda: (rms_norm_forward(x_big, w)[0], *rms_norm_backward(x, w, rstd_of(x), dy))  # y, dx, dw
+    ours, refs = run(), torch_values(torch.float64)
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "same bits": all(map(torch.equal, ours, run())),
+           "backward": backward_plan(x, w, rstd_of(x), dy, x, True)[0].__name__[13:-7]}
+    return row | {f"{name} {q}": rel(v, ref) for name, values in (("ours", ours), ("torch", torch_values(dtype)))
+                  for q, v, ref in zip(("y", "dx", "dw"), values, refs)}
 
 errors = pd.DataFrame([check(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in CHECK_SHAPES])
-for q in ("dx", "dw"):
+for q in ("y", "dx", "dw"):
     assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors.to_string()
 assert errors["same bits"].all(), errors.to_string()
-errors.style.format({c: "{:.1e}" for c in errors.columns if c[-2:] in ("dx", "dw")}).hide(axis="index")
+errors.style.format({c: "{:.1e}" for c in errors.columns if c.startswith(("ours", "torch"))}).hide(axis="index")
 
 # %%
 # Benchmark
 # ---------
-# Where the launcher splits, :math:`MN = 2^{26}` elements on a GPU, with what it chose (the compiled
-# kernel's registers and programs per SM, and what limits them). A peer's backward is ``autograd.grad``
-# of :math:`x` and :math:`w` after its own forward; ours the launcher with its allocations, on the
-# :math:`r` a forward saved; *chunked* is the chunked kernel above on the same rows. Each is a CUDA
-# graph timed by :func:`triton.testing.do_bench` (median, L2 flushed), next to a copy of :math:`x` (the
-# speed of light, no graph). GB/s counts :math:`x`, :math:`dy` read and :math:`dx` written. The peers: PyTorch,
-# ``torch.compile``, Liger-Kernel and quack (``quack.rmsnorm``, CuTe-DSL kernels for compute capability 9.0 and
-# newer); "-": a peer's limit.
+# Where ``RANGE`` claims each direction, :math:`MN = 2^{26}` elements on a GPU. A peer's forward is its function of
+# :math:`x, w`, its backward ``autograd.grad`` of both after its forward; ours, the launchers with their allocations (the
+# backward on the :math:`r` a forward saved); *chunked*, the chunked backward. Each is a CUDA graph timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed), beside a copy of :math:`x` (the speed of light). GB/s counts
+# :math:`x, y` or :math:`x, dy, dx`. The peers: PyTorch, ``torch.compile``, Liger-Kernel, quack (CuTe-DSL, compute
+# capability 9.0 and newer); "-": a peer's limit. Then the backward's plan: what the launcher chose.
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**14
-SWEEP_N = [16384, 32768, 65536] if ON_GPU else [9000]
+SWEEP_N = [16384, 32768, 65536] if ON_GPU else [33_000]
 
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
@@ -472,115 +488,107 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
-fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w); its backward is timed
+fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w)
 if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    for knob in {"cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"} & set(dir(torch._dynamo.config)):
+        setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
     with contextlib.suppress(ImportError):  # not installed: no Liger column
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
         fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:
-        import quack
-        fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)  # with autograd: dx and dw
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+try:  # quack (Dao-AILab's CuTe-DSL kernels), with autograd, where it runs
+    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "it needs an NVIDIA GPU of compute capability 9.0 or newer"
+    import quack
+    fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
+except Exception as err:  # no GPU for it, not installed, or its CUDA DSL fails to load here: no quack column
+    print(f"No quack column ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 
-records, plans, missing = [], [], {}
+def measure(direction, x, w, dy):  # {provider: ms}: nan where a peer fails, saying why
+    xg, wg, rstd, times = x.clone().requires_grad_(True), w.clone().requires_grad_(True), rstd_of(x, EPS), {}
+    ours = {"this page": lambda: rms_norm_forward(x, w, EPS)} if direction == "forward" else {
+        "chunked": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf), "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
+    grads = lambda y: lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)  # a peer's backward, after its forward
+    for name, fn in (fns | ours).items():
+        try:
+            times[name] = bench(ours.get(name) or (grads(fn(xg, wg)) if direction == "backward" else lambda: fn(x, w)))
+        except Exception as err:  # a peer's limit
+            if name in ours:
+                raise
+            print(f"{name}: not measured at {direction} {str(x.dtype)[6:]} N = {x.shape[1]} ({type(err).__name__}: {' '.join(str(err).split())[:100]})")
+            times[name] = float("nan")
+    return times
+
+records, plans = [], []
 for dtype in (torch.float32, torch.bfloat16):
     for n_cols in SWEEP_N:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        w = (1 + 0.1 * torch.randn(n_cols, device=DEVICE)).to(dtype)
-        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+        w, dy, out = (1 + 0.1 * torch.randn(n_cols, device=DEVICE)).to(dtype), torch.randn_like(x), torch.empty_like(x)
+        key, nbytes = {"dtype": str(dtype)[6:], "N": n_cols}, x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        rstd = rstd_of(x, EPS)
-        kernel, meta, grid, fit = backward_plan(x, w, rstd, dy, x, True)
-        plans.append({"dtype": str(dtype)[6:], "N": n_cols, "M": x.shape[0], "slices": meta.get("SLICES", "-"),
-                      "tile": f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" if "BLOCK_M" in meta else f"chunks of {meta['CHUNK_N']}",
-                      "warps": meta["num_warps"], "wait": ("flag words" if meta["FLAG_WORDS"] else "counter") if "SLICES" in meta else "-",
-                      "PACK": meta.get("PACK", "-"), "grid": grid, "registers": fit[2] if fit and ON_GPU else "-",
-                      "programs / SM": fit[0] if fit and ON_GPU else "-", "limited by": fit[1] if fit else "-"})
-        xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-        timed = {"chunked": lambda: rms_norm_backward(x, w, rstd, dy, split_from=math.inf),
-                 "this page": lambda: rms_norm_backward(x, w, rstd, dy)}
-        for name, fn in fns.items():
-            try:  # autograd.grad of x and w: every kernel the peer launches for them
-                y = fn(xg, wg)
-                ms = bench(lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
-            except Exception as err:  # a peer's limit: the point is missing, and why is printed once below
-                why = " ".join(f"{type(err).__name__}: {err}".split())[:120]
-                missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} N = {n_cols}")
-                ms = float("nan")
-            y = None
-            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / ms * 1e-6, "light": light})
-        for name, fn in timed.items():
-            records.append({"dtype": str(dtype)[6:], "N": n_cols, "provider": name, "GB/s": 3 * nbytes / bench(fn) * 1e-6, "light": light})
-        del x, w, xg, wg, dy, out, rstd
+        kernel, meta, grid, fit = backward_plan(x, w, rstd_of(x, EPS), dy, x, True)
+        plans.append(key | {"direction": "backward", "slices": meta.get("SLICES", "-"), "warps": meta["num_warps"], "grid": grid,
+                            "tile": f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" if "BLOCK_M" in meta else f"chunks of {meta['CHUNK_N']}",
+                            "wait": ("flag words" if meta["FLAG_WORDS"] else "counter") if "SLICES" in meta else "-", "PACK": meta.get("PACK", "-"),
+                            **dict(zip(("programs / SM", "limited by", "registers"), fit if fit and ON_GPU else "---"))})
+        for direction in [d for d in ("forward", "backward") if n_cols in RANGE[d, key["dtype"]]]:
+            records += [key | {"direction": direction, "provider": name, "light": light,
+                               "GB/s": (2 if direction == "forward" else 3) * nbytes / ms * 1e-6} for name, ms in measure(direction, x, w, dy).items()]
+        del x, w, dy, out
         torch.cuda.empty_cache() if ON_GPU else None
-for (name, why), points in missing.items():  # once per peer and reason
-    print(f"{name}: not measured at {', '.join(points)} ({why})")
-results = pd.DataFrame(records)
+results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
 results["% of light"] = 100 * results["GB/s"] / results.light
-table = results.pivot_table(index=["dtype", "N"], columns="provider", values="GB/s", dropna=False)
-table = table[[*fns, "chunked", "this page"]]
-table.insert(0, "speed of light", results.groupby(["dtype", "N"]).light.first())
+table = results.pivot_table(index=keys, columns="provider", values="GB/s", dropna=False)[[*fns, "chunked", "this page"]]
+table.insert(0, "speed of light", results.groupby(keys).light.first())
 table["this page, % of light"] = 100 * table["this page"] / table["speed of light"]
 table["this page / chunked"] = table["this page"] / table["chunked"]
-table["this page / best peer"] = table["this page"] / table[[p for p in fns if p in table]].max(axis=1)
+table["this page / best peer"] = table["this page"] / table[list(fns)].max(axis=1)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     table[["this page, % of light", "this page / best peer"]].set_axis(["ours, % of light", "ours / best peer"], axis=1).assign(
-        direction="backward", recommended=[int(n in RANGE.get(("backward", t), ())) for t, n in table.index]).to_csv(
+        recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "41_rms_norm_wide_backward.csv"))
-table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
-table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"] if c in table}
+table = table.join(pd.DataFrame(plans, dtype=object).set_index(keys))
+table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"]}
                    | {"this page, % of light": "{:.1f}%", "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
 
-# %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
-
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
-for ax, dtype in zip(axes, ("float32", "bfloat16")):
-    for name, line in results[results.dtype == dtype].groupby("provider", sort=False):
-        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.set(title=f"backward, {dtype}", xlabel="row length N (elements)")
-    ax.grid(True, alpha=0.3)
-axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"RMSNorm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
 
 # %%
 # Reading the numbers
 # -------------------
-# Computed from the table above, in this build:
+# The table as a plot, each provider as a percentage of the copy measured beside it; then what this build's table says.
 
-for dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
-    pct, vs_core, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
-    print(f"{dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
-          f"(N = {pct.idxmax()}) of the copy, {vs_core.min():.3g}x to {vs_core.max():.3g}x the chunked "
-          f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
-    print(f"    slices per row: {part.slices.tolist()}; programs per SM: {part['programs / SM'].tolist()}")
+fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey=True, facecolor="white", layout="constrained")
+styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
+for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"])):
+    for name, line in part.groupby("provider", sort=False):
+        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+    ax.set_xscale("log", base=2)
+    ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    ax.grid(True, alpha=0.3)
+axes[0, 0].legend(loc="lower left", fontsize=8)
+fig.suptitle(f"RMSNorm, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+plt.show()
+for (direction, dtype), part in table.reset_index().set_index("N").groupby(["direction", "dtype"], sort=False):
+    pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
+    print(f"{direction} {dtype}: ours runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% (N = {pct.idxmax()}) of the copy"
+          + (f", {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked backward" if vs_chunked.notna().any() else "")
+          + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer" if vs_peer.notna().any() else "")
+          + (f"; slices per row: {part.slices.tolist()}, programs per SM: {part['programs / SM'].tolist()}" if direction == "backward" else "") + ".")
 short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
+print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short) or "none"))
 if not ON_GPU:
     print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")
 
 # %%
 # Going further
 # -------------
-# The exchange goes through L2. quack spreads a row over a *cluster* of thread blocks that read each other's
-# shared memory (Hopper's distributed shared memory), a shorter trip: Triton 3.6 cannot compile a reduction
-# across a cluster's blocks (Gluon in Triton 3.9 can). **Gaps, and what was tried** (this build's are named
-# above): 16-bit slices, rows held as 32-bit words, run at most 4 programs an SM; tried on an H100
-# (``dev/DESIGN.md``): unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, capped registers, no
-# lookahead: all slower. A row just past a power of two of ``SLICE_N`` leaves its last slices nearly empty.
-# Past ``MAX_SPLIT_N`` the chunked kernel takes over. **Exercise**: set ``SPLIT["BYTES_PER_THREAD"]`` to 64: what spills?
+# The forward reads a row twice; :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit rows of
+# up to 32 K in shared memory and reads them once. The backward's exchange goes through L2; quack spreads a row over a
+# *cluster* of thread blocks that read each other's shared memory (Hopper's), a shorter trip, which Triton 3.6 cannot
+# compile (Gluon in Triton 3.9 can). **Gaps** (this build's are named above): 16-bit slices run at most 4 programs an SM;
+# unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, and no lookahead measured slower on an H100. A row just past a
+# power of two of ``SLICE_N`` leaves its last slices nearly empty. **Exercise**: 64 bytes a thread in ``SPLIT``: what spills?
 #
 # Where this page was made
 # ------------------------
