@@ -32,9 +32,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The kernels
 # -----------
-# Carried from the core page: the fused forward and backward (``BLOCK_M`` whole rows of ``BLOCK_N``
-# columns per program, in registers) and the online forward (one row per program, streamed in chunks
-# of ``BLOCK_N``). Each program walks blocks ``pid``, ``pid + num_programs``, ...: with one program per
+# Carried from the core page, the fused forward and backward (``BLOCK_M`` whole rows of ``BLOCK_N``
+# columns per program, in registers), and from deep dive 11 the online forward (one row per program, streamed
+# in chunks of ``BLOCK_N``). Each program walks blocks ``pid``, ``pid + num_programs``, ...: with one program per
 # block that loop runs once; with fewer programs, each handles several blocks in turn.
 
 @triton.jit

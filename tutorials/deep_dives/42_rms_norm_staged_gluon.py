@@ -381,7 +381,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # %%
 # Going further
 # -------------
-# Past 64 KB a row is one program an SM again (fp32 rows of 32 K, 16-bit rows of 64 K: tutorial 04 reads
+# Past 64 KB a row is one program an SM again (fp32 rows of 32 K, 16-bit rows of 64 K: deep dive 41 reads
 # those twice, in chunks); quack spreads such a row over a *cluster* of SMs that share their shared memory,
 # which Triton 3.6 cannot compile (Gluon in Triton 3.9 can). The same staging serves softmax
 # (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`) and layer norm
