@@ -290,7 +290,8 @@ def test_vector_table_says_what_it_measured(tut):
     ordered = vector[vector.design.isin(["two-pass", "persistent"])]
     assert (ordered["distinct results"] == 1).all(), ordered
     ours = vector[vector.design != "torch.sum"]  # fp32 sums; torch.sum's of bf16 is rounded to bf16
-    assert (vector["GB/s"] > 0).all() and (ours.error <= 1e-5).all(), vector
+    # fp32 sums of up to 2**28 elements: the atomic design adds 2**16 partials in an order that varies, ~sqrt(n) eps
+    assert (vector["GB/s"] > 0).all() and (ours.error <= 1e-4).all(), vector
 
 
 def test_bf16_running_sums_lose_digits(tut):

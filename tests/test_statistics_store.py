@@ -90,8 +90,13 @@ def _cases(page, stem):
     cases = []
     for dtype, element_size in (("fp32", 4), ("bf16", 2)):
         for n in KERNELS[stem][2]:
-            args = (4096, n, element_size) + ((lambda kernel, meta: 1,) if stem == "02_layer_norm" else ())
-            kernel, meta, _ = page["_fwd_config"](*args)
+            if stem == "02_layer_norm":  # (meta, grid), given the programs an SM holds
+                kernel, (meta, _) = (
+                    page["layer_norm_fwd_kernel"],
+                    page["_fwd_config"](4096, n, element_size, lambda m: 1),
+                )
+            else:  # (kernel, meta, grid)
+                kernel, meta, _ = page["_fwd_config"](4096, n, element_size)
             if kernel.__name__ != KERNELS[stem][0]:
                 continue
             meta = dict(meta)
