@@ -94,25 +94,32 @@ def plain_backward(x, w, rstd, dy, dx):  # contiguous rows; returns dw in fp32
 # same shape (``tl.zeros``): each block adds ``dy * x_hat`` into it element by element, in each thread's own
 # registers; summing down the rows (across threads) happens once, at the end: one ``dw_partial`` row a program.
 # ``tl.range(start, end, step)`` walks blocks ``pid``, ``pid + P``, ... (``P``: ``tl.num_programs(0)``, the grid's
-# size; ``tl.cdiv`` divides rounding up).
+# size; ``tl.cdiv`` divides rounding up). Each pass issues the next block's loads (``x_next``) before computing this
+# one: loads always in flight, which pays in step 2.
 
 @triton.jit
 def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+    pid, n_programs, cols = tl.program_id(0), tl.num_programs(0), tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
     dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # the first block's loads, before the loop
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    x_next, dy_next = tl.load(x_ptr + offs, mask=mask, other=0.0), tl.load(dy_ptr + offs, mask=mask, other=0.0)
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
+        x, dy, this_offs, this_mask = x_next.to(tl.float32), dy_next.to(tl.float32), offs, mask
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=rows < n_rows, other=0.0)
+        next_rows = rows + n_programs * BLOCK_M  # the next block's loads leave before this block is computed
+        mask = (next_rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        offs = next_rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        x_next, dy_next = tl.load(x_ptr + offs, mask=mask, other=0.0), tl.load(dy_ptr + offs, mask=mask, other=0.0)
         x_hat, g = x * rstd[:, None], dy * w[None, :]
         dw_partial += dy * x_hat  # rows past the end add 0
         c = tl.sum(g * x_hat, axis=1) / n_cols
-        tl.store(dx_ptr + offs, ((g - x_hat * c[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + this_offs, ((g - x_hat * c[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty),
+                 mask=this_mask)
     tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
 
 # %%
@@ -156,15 +163,13 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous r
 # spread over the threads that hold the row (the tile's *layout*); stored as a 1-D vector, Triton would first move it
 # to another layout through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked to column
 # 0. A thread holds 64 bytes of the tile: a load moves at most 16 bytes a thread (a vector load), so four in flight.
-# ``tl.program_id(0) + 0 * n_rows`` takes n_rows' type, int64 when there are 2**31 rows or more, so that
-# ``* BLOCK_M`` cannot overflow. One difference from torch: where values pass about 1e19 (their squares overflow fp32)
+# One difference from torch: where values pass about 1e19 (their squares overflow fp32)
 # torch's rms_norm returns 0, this kernel the right value; the branch that does it, ``if tl.sum((sum_sq == ...``, is a
 # side note: skip it on a first read.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     # in n_rows' type: Triton passes 2**31 rows or more as int64, and program_id * BLOCK_M may pass 2**31 there
@@ -199,13 +204,11 @@ def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
 # --------------------
 # ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes (its argument checks are in the appendix). Two
 # PyTorch operators (``torch.library.custom_op``) run the kernels; ``register_fake`` gives the compiler their outputs'
-# shapes and dtypes, and each operator allocates its outputs by calling that same fake function. Whole rows fit
-# in registers up to a forward row of 64 KB and a backward row of 8 K values (three tiles of 8 K in registers at once:
-# x, dy and the fp32 dw tile); past them the operators compute in torch, in fp64 (:math:`x^2` cannot overflow): right,
-# and slow. ``RANGE`` is the N each kernel is recommended for, narrower than ``fused``: the forward kernel takes 16-bit
-# rows up to 32 K values (64 KB), but past 16 K :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` runs
-# them faster, staged in shared memory; :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has the
-# backward for wider rows.
+# shapes and dtypes (each operator allocates its outputs through it). Whole rows fit in registers up to a forward row
+# of 64 KB and a backward row of 8 K values (three tiles of 8 K at once: x, dy and the fp32 dw tile); past them the
+# operators compute in torch, in fp64: right, and slow. ``RANGE``, narrower than ``fused``, leaves 16-bit forward rows
+# past 16 K to :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` (staged in shared memory);
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has kernels for wider rows.
 
 fused = lambda direction, n_cols, element_size: n_cols * element_size <= 65536 if direction == "forward" else n_cols <= 8192
 RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385),
@@ -262,9 +265,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # -------------
 # ``rms_norm`` calls a PyTorch operator, so ``torch.compile(fullgraph=True)`` keeps the kernels as one node, without a
 # graph break, with their backward. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as bf16) at the N in
-# ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows: 16-bit forward rows up
-# to 32 K still run the kernel (deep dive 42 is faster there); wider rows compute in torch, in fp64. For those, deep
-# dive 41 has the wide-row backward kernels.
+# ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows (deep dives 41 and 42
+# have kernels for those rows).
 
 # %%
 # Appendix: how this page measures
@@ -366,7 +368,7 @@ fns["ours"] = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS)
 LADDER = {0: ("a row a program, a dw partial per row", lambda x, w, rstd, dy, dx: plain_backward(x, w, rstd, dy, dx)),
           1: ("several rows a program, warps sized to the tile",
               lambda x, w, rstd, dy, dx: rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=False)),
-          2: ("persistent: dw in registers across blocks", rms_norm_rows_backward)}
+          2: ("persistent, the next block's loads in flight: dw in registers across blocks", rms_norm_rows_backward)}
 def measure_ladder():  # the backward with dw on bf16 rows of 256 (packing matters) and 4096 (a row fills a program)
     rows = []
     for n_cols in (256, 4096):
@@ -499,8 +501,8 @@ print(reading(ladder, table))
 # Going further
 # -------------
 # **Past the range**: deep dive 41 splits a wide row among programs, 42 stages 16-bit rows in shared memory. **What
-# limits the kernels now**: the persistent backward waits on each block's loads; loading the next block first (as 41
-# does) keeps the memory busy with fewer programs. **Exercise**: 64 bytes a thread in ``_bwd_config``: what spills?
+# limits the kernels now**: a program holds one block in flight besides the one it computes; more (``num_stages`` of
+# ``tl.range``, through shared memory, as 02's backward) may pay on a GPU with more bandwidth. **Exercise**: 64 bytes a thread in ``_bwd_config``: what spills?
 # Reference: Zhang, Sennrich (2019).
 
 environment_card()

@@ -52,7 +52,6 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One program per block of BLOCK_M rows."""
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     # in n_rows' type: Triton passes 2**31 rows or more as int64, and program_id * BLOCK_M may pass 2**31 there
