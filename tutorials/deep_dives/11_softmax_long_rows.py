@@ -11,7 +11,7 @@ the GPU at once (the grid sized from the compiled kernel's occupancy); how publi
 the core kernels and peers, N = 32 K to 256 K, both directions, fp32 and bf16.
 """
 
-import contextlib, ctypes, datetime, os, platform, timeit, warnings
+import ctypes, datetime, importlib.util, os, platform, timeit, warnings
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -448,25 +448,28 @@ TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 WIDTHS = {torch.float32: [32768, 65536, 131072, 262144], torch.bfloat16: [32768, 65536, 131072, 262144]} if ON_GPU \
     else {torch.float32: [65536], torch.bfloat16: [32768, 65536]}
 NO_LOOKAHEAD = {(d, s): dict(_split_config(d, s), LOOKAHEAD=False) for d in ("forward", "backward") for s in (2, 4)}
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
+    try:
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here (quack's CUDA DSL, say)
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 fns = {"torch": lambda t: torch.softmax(t, dim=-1)}  # name -> softmax along the last dim: the peers that run here
-if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
-    torch.cuda.set_stream(torch.cuda.Stream())  # a CUDA graph cannot be captured on the default stream
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler here, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.softmax")
+quack = peer_module("quack", "quack", min_major=9)  # Dao-AILab's CuTe-DSL kernels
+torch.cuda.set_stream(torch.cuda.Stream()) if ON_GPU else None  # a CUDA graph cannot be captured on the default stream
+if inductor:
     warnings.filterwarnings("ignore", message="Online softmax is disabled")  # Inductor's note on long rows
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
-    with contextlib.suppress(ImportError):  # not installed: no Liger column
-        from liger_kernel.ops.softmax import LigerSoftmaxFunction
-        fns["Liger"] = LigerSoftmaxFunction.apply
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:
-        import quack
-        fns["quack"] = quack.softmax  # rows along the last dim of a 2-D tensor, with autograd
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+fns |= ({"Liger": liger.LigerSoftmaxFunction.apply} if liger else {}) | ({"quack": quack.softmax} if quack else {})
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
@@ -532,43 +535,46 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
         os.path.join(os.environ["SOL_RESULTS"], "11_softmax_long_rows.csv"))
 table = table.join(pd.DataFrame([plan(*key) for key in table.index], index=table.index))
 table.style.format({c: "{:.0f}" for c in table.columns[:-6]} | {"split, % of light": "{:.1f}%",
-                   "split / core": "{:.2f}", "split / best peer": "{:.2f}"}, na_rep="-")
+                   "split / core": "{:.2f}", "split / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "split": "-",
-          "no lookahead": (0, (1, 1))}
-for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
-    ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", markersize=3,
-                linewidth=2.5 if name == "split" else 1.5, label=name)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if j == 0 else None,
-           xlabel="row length N (elements)" if i == 1 else None)
-axes[1][1].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Softmax, long rows, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "split": "-",
+              "no lookahead": (0, (1, 1))}
+    for (i, direction), (j, dtype) in [(d, t) for d in enumerate(["forward", "backward"]) for t in enumerate(["float32", "bfloat16"])]:
+        ax, part = axes[i][j], results[(results.direction == direction) & (results.dtype == dtype)]
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", markersize=3,
+                    linewidth=2.5 if name == "split" else 1.5, label=name)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.set(title=f"{direction}, {dtype}", ylabel="% of the copy's GB/s" if j == 0 else None,
+               xlabel="row length N (elements)" if i == 1 else None)
+    axes[1][1].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Softmax, long rows, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the table above, in this build:
 
-for (direction, dtype, n_cols), row in table.iterrows():
-    text = (f"{direction}, {dtype}, N = {n_cols}: {row['kernel']} at {row['split, % of light']:.1f}% of the copy, "
-            f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
-    print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
-                  if pd.notna(row.get("no lookahead")) else "."))
-inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]  # the N this page is recommended for
-short = inside[(inside["split, % of light"] < 95) | (inside["split / best peer"] < 0.99)]  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short.index) or "no point"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
+if ON_GPU:
+    for (direction, dtype, n_cols), row in table.iterrows():
+        text = (f"{direction}, {dtype}, N = {n_cols}: {row['kernel']} at {row['split, % of light']:.1f}% of the copy, "
+                f"{row['split / core']:.2f}x the core kernel, {row['split / best peer']:.2f}x the best peer")
+        print(text + (f"; {row['split'] / row['no lookahead']:.2f}x the same slices without the lookahead."
+                      if pd.notna(row.get("no lookahead")) else "."))
+    inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]  # the N this page is recommended for
+    short = inside[(inside["split, % of light"] < 95) | (inside["split / best peer"] < 0.99)]  # the site's bar: both
+    print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short.index) or "no point"))
+else:
+    print(NO_SPEED)
 
 # %%
 # Going further

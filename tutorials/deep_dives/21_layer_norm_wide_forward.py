@@ -10,7 +10,7 @@ read once; and where each is chosen (``_twice_config``, ``_split_config``). Both
 kernel and the peers where they run.
 """
 
-import contextlib, datetime, os, platform, timeit
+import datetime, importlib.util, os, platform, timeit
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -477,24 +477,28 @@ def bench(fn, graph=True):
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
+    try:
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here (quack's CUDA DSL, say)
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 fns = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}  # name -> fn(x, w, b)
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
-    torch.cuda.set_stream(torch.cuda.Stream())  # a CUDA graph cannot be captured on the default stream
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler here, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.layer_norm")
+quack = peer_module("quack", "quack.rmsnorm", min_major=9)  # Dao-AILab's CuTe-DSL kernels: layernorm_fwd, given w32, b32
+torch.cuda.set_stream(torch.cuda.Stream()) if ON_GPU else None  # a CUDA graph cannot be captured on the default stream
+if inductor:
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
             setattr(torch._dynamo.config, knob, 1024)
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
-    with contextlib.suppress(ImportError):  # not installed: no Liger column
-        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-        fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:  # w32, b32: the fp32 copies of w, b that the loop below makes at each point, outside the timing
-        from quack.rmsnorm import layernorm_fwd
-        fns["quack"] = lambda x, w, b: layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)[0]
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+fns |= {"Liger": lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)} if liger else {}
+fns |= {"quack": lambda x, w, b: quack.layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)[0]} if quack else {}
 fns["core"] = lambda x, w, b: layer_norm_forward(x, w, b, launch=core_forward)
 fns["this page"] = lambda x, w, b: layer_norm_forward(x, w, b)
 
@@ -535,40 +539,43 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
         direction="forward", recommended=[int(n in RANGE.get(("forward", t), ())) for t, n in table.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "21_layer_norm_wide_forward.csv"))
 table.style.format({c: "{:.0f}" for c in table.columns[1:]} | {"this page, % of light": "{:.1f}%",
-                   "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+                   "this page / core": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
-for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.set(title=f"forward, {name_dtype}", xlabel="row length N (elements)")
-    ax.grid(True, alpha=0.3)
-axes[0][0].set_ylabel("% of the copy's GB/s")
-axes[0][0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Layer norm forward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", squeeze=False)
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "core": ":", "this page": "-"}
+    for ax, (name_dtype, part) in zip(axes[0], results.groupby("dtype", sort=False)):
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"forward, {name_dtype}", xlabel="row length N (elements)")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("% of the copy's GB/s")
+    axes[0][0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Layer norm forward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+    fig.tight_layout()
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the table above, in this build:
 
-for (name_dtype, kernel), part in table.reset_index().groupby(["dtype", "this page runs"], sort=False):
-    pct, part = part.set_index("N")["this page, % of light"], part.set_index("N")
-    print(f"{name_dtype}, {kernel}: {pct.min():.3g}% to {pct.max():.3g}% of the copy over N = "
-          f"{', '.join(map(str, pct.index))}; {part['this page / core'].min():.3g}x to "
-          f"{part['this page / core'].max():.3g}x the core launcher's speed; against the best peer: "
-          + ", ".join(f"{r:.3g}x" for r in part["this page / best peer"]) + ".")
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU: they say nothing about GPU speed.")
+if ON_GPU:
+    for (name_dtype, kernel), part in table.reset_index().groupby(["dtype", "this page runs"], sort=False):
+        pct, part = part.set_index("N")["this page, % of light"], part.set_index("N")
+        print(f"{name_dtype}, {kernel}: {pct.min():.3g}% to {pct.max():.3g}% of the copy over N = "
+              f"{', '.join(map(str, pct.index))}; {part['this page / core'].min():.3g}x to "
+              f"{part['this page / core'].max():.3g}x the core launcher's speed; against the best peer: "
+              + ", ".join(f"{r:.3g}x" for r in part["this page / best peer"]) + ".")
+    short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
+    print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
+else:
+    print(NO_SPEED)
 
 # %%
 # Going further

@@ -9,7 +9,7 @@ chunked kernel streams such rows twice.
 row sums of :math:`dx`, lock-free and deterministic, without waiting; where it is chosen (``_split_config``).
 """
 
-import contextlib, datetime, math, os, platform, timeit
+import datetime, importlib.util, math, os, platform, timeit
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -466,35 +466,40 @@ def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+
+def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
+    try:
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here (quack's CUDA DSL, say)
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 fns = {"torch": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)}  # name -> fn(x, w, b)
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
-    torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
+inductor = peer_module("torch.compile", "torch")  # on the CPU, Inductor would time a C++ compiler here, not a GPU
+liger = peer_module("Liger-Kernel", "liger_kernel.ops.layer_norm")
+quack = peer_module("quack", "quack.rmsnorm", min_major=9)  # Dao-AILab's CuTe-DSL kernels: layernorm_fwd, _bwd
+torch.cuda.set_stream(torch.cuda.Stream()) if ON_GPU else None  # graphs are not captured on the default stream (nor autograd's)
+if inductor:
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
             setattr(torch._dynamo.config, knob, 1024)
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
-    with contextlib.suppress(ImportError):  # not installed: no Liger column
-        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-        fns["Liger"] = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)
-if ON_GPU and torch.cuda.get_device_capability()[0] >= 9:  # quack (Dao-AILab's CuTe-DSL kernels), where it runs
-    try:  # its layer norm: a pair of functions taking fp32 w and b, joined here by an autograd function
-        from quack.rmsnorm import layernorm_bwd, layernorm_fwd
-        class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
-            @staticmethod
-            def forward(ctx, x, w, b):
-                y, rstd, mean = layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
-                ctx.save_for_backward(x, rstd, mean)
-                return y
-            @staticmethod
-            def backward(ctx, dy):
-                x, rstd, mean = ctx.saved_tensors
-                dx, dw, db = layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
-                return dx, dw.to(dy.dtype), db.to(dy.dtype)  # w, b: in the dtype of x and dy here
-        fns["quack"] = QuackLayerNorm.apply
-    except Exception as err:  # not installed, or its CUDA DSL fails to load here: no quack column
-        print(f"No quack column: quack is not installed or does not load here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-else:
-    print("No quack column: quack needs an NVIDIA GPU of compute capability 9.0 or newer" + ("." if ON_GPU else "; no GPU here."))
+fns |= {"Liger": lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)} if liger else {}
+if quack:  # its layer norm: a pair of functions taking fp32 w and b, joined here by an autograd function
+    class QuackLayerNorm(torch.autograd.Function):  # w32, b32: fp32 copies made once a point, outside the timing
+        @staticmethod
+        def forward(ctx, x, w, b):
+            y, rstd, mean = quack.layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
+            ctx.save_for_backward(x, rstd, mean)
+            return y
+        @staticmethod
+        def backward(ctx, dy):
+            x, rstd, mean = ctx.saved_tensors
+            dx, dw, db = quack.layernorm_bwd(x, w32, dy.contiguous(), rstd, mean, True)  # dw, db in fp32
+            return dx, dw.to(dy.dtype), db.to(dy.dtype)  # w, b: in the dtype of x and dy here
+    fns["quack"] = QuackLayerNorm.apply
 fns["chunked"] = lambda x, w, dy, mean, rstd: layer_norm_backward(x, w, dy, mean, rstd, split_from=math.inf)
 fns["this page"] = layer_norm_backward
 
@@ -541,36 +546,39 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
         os.path.join(os.environ["SOL_RESULTS"], "23_layer_norm_wide_backward.csv"))
 table = pd.DataFrame(plans).set_index(["dtype", "N"]).join(table)
 table.style.format({c: "{:.0f}" for c in table.columns[6:]} | {"partial %": "{:.1f}%", "this page, % of light": "{:.1f}%",
-                   "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
+                   "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
-# The same numbers as a plot, each provider as a percentage of the copy measured next to it:
+# The same numbers as a plot, each provider as a percentage of the copy measured next to it (on a GPU):
 
-fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
-for ax, (name_dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.set(title=f"backward, {name_dtype}", xlabel="row length N (elements)")
-    ax.grid(True, alpha=0.3)
-axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"Layer norm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+if ON_GPU:
+    fig, axes = plt.subplots(1, len(SWEEP), figsize=(11, 4), sharey=True, facecolor="white", layout="constrained")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
+    for ax, (name_dtype, part) in zip(axes, results.groupby("dtype", sort=False)):
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"backward, {name_dtype}", xlabel="row length N (elements)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set(ylabel="% of the copy's GB/s"), axes[0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Layer norm backward, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
 
 # %%
 # Reading the numbers
 # -------------------
 # Computed from the table above, in this build:
-for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
-    pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
-    print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
-          f"(N = {pct.idxmax()}) of the copy, {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked "
-          f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, with one slice per row: they say nothing about GPU speed.")
+if ON_GPU:
+    for name_dtype, part in table.reset_index().set_index("N").groupby("dtype", sort=False):
+        pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
+        print(f"{name_dtype}: the split backward runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% "
+              f"(N = {pct.idxmax()}) of the copy, {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked "
+              f"kernel" + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer." if vs_peer.notna().any() else "."))
+    short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
+    print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{t} N = {n}" for t, n in short) or "none"))
+else:
+    print(NO_SPEED)
 
 # %%
 # Going further

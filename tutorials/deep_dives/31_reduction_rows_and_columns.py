@@ -343,8 +343,9 @@ errors.style.format({"ours": "{:.1e}", "torch": "{:.1e}"}).hide(axis="index")
 # slower copy engine) is shown for reference. GB/s counts the input, read once.
 
 SWEEP_N = [16, 256, 4096, 65536, 2**20] if ON_GPU else [16, 256, 4096]
-if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
-    torch.cuda.set_stream(torch.cuda.Stream())
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+INDUCTOR = ON_GPU or print("torch.compile: not measured here (no GPU).")  # on the CPU it would time a C++ compiler
+torch.cuda.set_stream(torch.cuda.Stream()) if ON_GPU else None  # a CUDA graph cannot be captured on the default stream
 
 def bench(fn, graph=True):
     """Median ms of one fn(): on a GPU, CUDA-graph replays timed by do_bench; on the CPU, a wall clock."""
@@ -358,8 +359,7 @@ def bench(fn, graph=True):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
-# On the CPU the interpreter reads thousands of times slower than memory: the copy stands in there.
-LIGHT = "the read-only pass" if ON_GPU else "the copy"
+LIGHT = "the read-only pass" if ON_GPU else "the copy"  # on the CPU (the interpreter reads slowly) the copy stands in
 
 def yardsticks(x):
     """(speed of light, copy) GB/s on x: the faster READ_CONFIGS of the read-only pass (bytes read) and
@@ -375,7 +375,7 @@ def providers(along, out):
     """name -> a sum of x along `along` into `out` (torch's return it); those that cannot run here are left out."""
     dim = 1 if along == "rows" else 0
     found = {"torch": lambda t: torch.sum(t, dim)}
-    if ON_GPU:  # Inductor's CPU code would time a C++ compiler here, not a GPU
+    if INDUCTOR:
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
@@ -407,8 +407,7 @@ for dtype in (torch.float32, torch.bfloat16):
                          "speed of light GB/s": light, "copy GB/s": copy, "% of speed of light": 100 * value / light}
                         for name, value in gbps.items()]
         del x
-        if ON_GPU:
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache() if ON_GPU else None
 results = pd.DataFrame(records)
 
 def sweep_table(sweep):
@@ -429,34 +428,35 @@ def sweep_table(sweep):
 # %%
 # Sums along the rows (``dim=1``) of :math:`M \times N` matrices, GB/s of bytes read (higher is better):
 
-sweep_table("rows")
+sweep_table("rows") if ON_GPU else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
 # Sums down the columns (``dim=0``), GB/s:
 
-sweep_table("cols")
+sweep_table("cols") if ON_GPU else None
 
 # %%
-# As a plot, in % of the read-only pass measured next to each point; the thin grey line is the copy:
+# As a plot (on a GPU), in % of the read-only pass measured next to each point; the thin grey line is the copy:
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
-styles = {"torch": "--", "torch.compile": "-.", "core design": ":", "ours": "-"}
-for (i, sweep), (j, dtype) in [(s, d) for s in enumerate(["rows", "cols"]) for d in enumerate(["float32", "bfloat16"])]:
-    ax, part = axes[i][j], results[(results.sweep == sweep) & (results.dtype == dtype)]
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
-                linewidth=2.5 if name == "ours" else 1.5, label=name)
-    light = part.groupby("N")[["speed of light GB/s", "copy GB/s"]].first()
-    ax.plot(light.index, 100 * light["copy GB/s"] / light["speed of light GB/s"], color="grey", linewidth=1,
-            linestyle=":", label="copy (reference)")
-    ax.axhline(100, color="black", linewidth=1, label=f"speed of light ({LIGHT[4:]})")
-    ax.set_xscale("log", base=2)
-    ax.grid(True, alpha=0.3)
-    ax.set(title=f"{'rows (dim=1)' if sweep == 'rows' else 'columns (dim=0)'}, {dtype}",
-           ylabel=f"% of {LIGHT}'s GB/s" if j == 0 else None, xlabel="row length N (elements)" if i == 1 else None)
-axes[0][0].legend(loc="lower right", fontsize=7)
-fig.suptitle(f"Matrix sums, M x N = {MATRIX_ELEMENTS:,} elements, on {WHERE}")
-fig.tight_layout()
+if ON_GPU:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
+    styles = {"torch": "--", "torch.compile": "-.", "core design": ":", "ours": "-"}
+    for (i, sweep), (j, dtype) in [(s, d) for s in enumerate(["rows", "cols"]) for d in enumerate(["float32", "bfloat16"])]:
+        ax, part = axes[i][j], results[(results.sweep == sweep) & (results.dtype == dtype)]
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of speed of light"], linestyle=styles[name], marker="o", markersize=3,
+                    linewidth=2.5 if name == "ours" else 1.5, label=name)
+        light = part.groupby("N")[["speed of light GB/s", "copy GB/s"]].first()
+        ax.plot(light.index, 100 * light["copy GB/s"] / light["speed of light GB/s"], color="grey", linewidth=1,
+                linestyle=":", label="copy (reference)")
+        ax.axhline(100, color="black", linewidth=1, label=f"speed of light ({LIGHT[4:]})")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.set(title=f"{'rows (dim=1)' if sweep == 'rows' else 'columns (dim=0)'}, {dtype}",
+               ylabel=f"% of {LIGHT}'s GB/s" if j == 0 else None, xlabel="row length N (elements)" if i == 1 else None)
+    axes[0][0].legend(loc="lower right", fontsize=7)
+    fig.suptitle(f"Matrix sums, M x N = {MATRIX_ELEMENTS:,} elements, on {WHERE}")
+    fig.tight_layout()
 
 # %%
 # The layout of a column sum, measured
@@ -488,7 +488,7 @@ for name, fn in cases.items():
                         "% of speed of light": 100 * gbps / light})
 del x
 layout = pd.DataFrame(layout_rows).set_index("variant")
-layout.style.format({"GB/s": "{:.0f}", "% of speed of light": "{:.1f}%"})
+layout.style.format({"GB/s": "{:.0f}", "% of speed of light": "{:.1f}%"}) if ON_GPU else layout[["(BLOCK_M, BLOCK_N, SPLIT)"]]
 
 # %%
 # The whole sum's designs, measured
@@ -541,25 +541,27 @@ demo.style.format("{:.1e}")
 # -------------------
 # Computed from the tables above, in this build:
 
-for sweep, what in [("rows", "Row sums"), ("cols", "Column sums")]:
-    for dtype in ("float32", "bfloat16"):
-        part = results[(results.sweep == sweep) & (results.dtype == dtype)]
-        ours, torch_, core = (part[part.provider == p].set_index("N") for p in ("ours", "torch", "core design"))
-        ratio, gain = ours["GB/s"] / torch_["GB/s"], ours["GB/s"] / core["GB/s"]
-        print(f"{what}, {dtype}: ours at {ours['% of speed of light'].min():.3g}-{ours['% of speed of light'].max():.3g}% "
-              f"of {LIGHT} over N = {min(SWEEP_N)}..{max(SWEEP_N)}; against torch.sum from {ratio.min():.3g}x "
-              f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}); against the core design "
-              f"{gain.min():.3g}x to {gain.max():.3g}x (largest at N = {gain.idxmax()}).")
-strided = layout.loc["row kernel on x.T (core design)", "GB/s"]
-print(f"Layout: the column kernel (default) reads at {layout.loc['column kernel, default', 'GB/s'] / strided:.3g}x "
-      f"the speed of the row kernel walking down the columns of x.T.")
-top = vector[vector.n == VECTOR_N[-1]].set_index(["dtype", "design"])
-varying = sorted(set(vector.design[vector["distinct results"] > 1]))
-print(f"Whole sums at n = {VECTOR_N[-1]:,}: the persistent design read " + " and ".join(
-      f"{top.loc[(t, 'persistent'), 'GB/s'] / top.loc[(t, 'atomic'), 'GB/s']:.3g}x as fast as the atomic one in {t}"
-      for t in ("float32", "bfloat16")) + f"; over {RUNS} runs " + (f"{', '.join(varying)} gave more than one result."
-      if varying else "every design gave one result.") + f" Running sums of {DEMO_PER_LANE[-1]} values a lane: bf16 "
-      f"off by {100 * demo['error, bf16'].iloc[-1]:.3g}%, fp32 by {100 * demo['error, fp32'].iloc[-1]:.2g}%.")
+if ON_GPU:
+    for sweep, what in [("rows", "Row sums"), ("cols", "Column sums")]:
+        for dtype in ("float32", "bfloat16"):
+            part = results[(results.sweep == sweep) & (results.dtype == dtype)]
+            ours, torch_, core = (part[part.provider == p].set_index("N") for p in ("ours", "torch", "core design"))
+            ratio, gain = ours["GB/s"] / torch_["GB/s"], ours["GB/s"] / core["GB/s"]
+            print(f"{what}, {dtype}: ours at {ours['% of speed of light'].min():.3g}-{ours['% of speed of light'].max():.3g}% "
+                  f"of {LIGHT} over N = {min(SWEEP_N)}..{max(SWEEP_N)}; against torch.sum from {ratio.min():.3g}x "
+                  f"(N = {ratio.idxmin()}) to {ratio.max():.3g}x (N = {ratio.idxmax()}); against the core design "
+                  f"{gain.min():.3g}x to {gain.max():.3g}x (largest at N = {gain.idxmax()}).")
+    print("Layout: the column kernel (default) reads at {:.3g}x the speed of the row kernel walking down the columns "
+          "of x.T.".format(layout.loc["column kernel, default", "GB/s"] / layout.loc["row kernel on x.T (core design)", "GB/s"]))
+    top = vector[vector.n == VECTOR_N[-1]].set_index(["dtype", "design"])
+    varying = sorted(set(vector.design[vector["distinct results"] > 1]))
+    print(f"Whole sums at n = {VECTOR_N[-1]:,}: the persistent design read " + " and ".join(
+          f"{top.loc[(t, 'persistent'), 'GB/s'] / top.loc[(t, 'atomic'), 'GB/s']:.3g}x as fast as the atomic one in {t}"
+          for t in ("float32", "bfloat16")) + f"; over {RUNS} runs " + (f"{', '.join(varying)} gave more than one result."
+          if varying else "every design gave one result.") + f" Running sums of {DEMO_PER_LANE[-1]} values a lane: bf16 "
+          f"off by {100 * demo['error, bf16'].iloc[-1]:.3g}%, fp32 by {100 * demo['error, fp32'].iloc[-1]:.2g}%.")
+else:
+    print(NO_SPEED)
 if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summary for its landing page
     light = results.pivot_table(index=["sweep", "dtype", "N"], columns="provider", values="% of speed of light", sort=False)
     summary = pd.DataFrame({"ours, % of light": light.ours,
@@ -567,8 +569,6 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
     summary = summary.rename({"rows": "row sums", "cols": "column sums"}, level="sweep").rename_axis(["direction", "dtype", "N"])
     summary.assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in summary.index]).to_csv(
         os.path.join(os.environ["SOL_RESULTS"], "31_reduction_rows_and_columns.csv"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, NOT GPU timings: they say nothing about GPU speed.")
 
 # %%
 # Going further

@@ -9,7 +9,7 @@ of programs that exchange partial row sums through global memory, deterministica
 16-bit rows packed two to a register; the launch parameters (``_fwd_config``, ``_split_config``).
 """
 
-import contextlib, datetime, math, os, platform, timeit, warnings
+import datetime, importlib.util, math, os, platform, timeit, warnings
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -480,30 +480,31 @@ SWEEP_N = [16384, 32768, 65536] if ON_GPU else [33_000]
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
         return 1e3 * timeit.timeit(fn, number=1)
-    fn()  # compile and warm up outside the timing
-    torch.cuda.synchronize()
+    fn(), torch.cuda.synchronize()  # compile and warm up outside the timing
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
+    major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
+    why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
+        f"needs compute capability {min_major}.0 or newer; this GPU has {major}.{minor}" if major < min_major else ""
+    try:
+        return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
+    except Exception as err:  # installed, yet it does not load here (quack's CUDA DSL, say)
+        print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 fns = {"torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}  # a peer's forward f(x, w)
-if ON_GPU:  # peers that cannot run here are left out: on the CPU, Inductor would time a C++ compiler
+if peer_module("torch.compile", "torch"):  # on a GPU: on the CPU, Inductor would time a C++ compiler, not a GPU
     torch.cuda.set_stream(torch.cuda.Stream())  # graphs are not captured on the default stream (nor autograd's)
     for knob in {"cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"} & set(dir(torch._dynamo.config)):
         setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
-    with contextlib.suppress(ImportError):  # not installed: no Liger column
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        fns["Liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
-try:  # quack (Dao-AILab's CuTe-DSL kernels), with autograd, where it runs
-    assert ON_GPU and torch.cuda.get_device_capability()[0] >= 9, "it needs an NVIDIA GPU of compute capability 9.0 or newer"
-    import quack
-    fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
-except Exception as err:  # no GPU for it, not installed, or its CUDA DSL fails to load here: no quack column
-    print(f"No quack column ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
-
+liger, quack = peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"), peer_module("quack", "quack", min_major=9)  # quack: Dao-AILab's CuTe-DSL kernels
+fns |= {"Liger": lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)} if liger else {}
+fns |= {"quack": lambda x, w: quack.rmsnorm(x, w, eps=EPS)} if quack else {}  # with autograd
 def measure(direction, x, w, dy):  # {provider: ms}: nan where a peer fails, saying why
     xg, wg, rstd, times = x.clone().requires_grad_(True), w.clone().requires_grad_(True), rstd_of(x, EPS), {}
     ours = {"this page": lambda: rms_norm_forward(x, w, EPS)} if direction == "forward" else {
@@ -549,36 +550,35 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
         os.path.join(os.environ["SOL_RESULTS"], "41_rms_norm_wide_backward.csv"))
 table = table.join(pd.DataFrame(plans, dtype=object).set_index(keys))
 table.style.format({c: "{:.0f}" for c in ["speed of light", *fns, "chunked", "this page"]}
-                   | {"this page, % of light": "{:.1f}%", "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-")
-
+                   | {"this page, % of light": "{:.1f}%", "this page / chunked": "{:.2f}", "this page / best peer": "{:.2f}"}, na_rep="-") if ON_GPU \
+    else print(NO_SPEED)  # the interpreter's times are no GPU's speeds
 
 # %%
 # Reading the numbers
 # -------------------
-# The table as a plot, each provider as a percentage of the copy measured beside it; then what this build's table says.
+# On a GPU, the table as a plot, each provider as a percentage of the copy measured beside it; then what this build's table says.
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey=True, facecolor="white", layout="constrained")
-styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
-for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"])):
-    for name, line in part.groupby("provider", sort=False):
-        ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
-    ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
-    ax.set_xscale("log", base=2)
-    ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
-    ax.grid(True, alpha=0.3)
-axes[0, 0].legend(loc="lower left", fontsize=8)
-fig.suptitle(f"RMSNorm, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
-plt.show()
-for (direction, dtype), part in table.reset_index().set_index("N").groupby(["direction", "dtype"], sort=False):
-    pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
-    print(f"{direction} {dtype}: ours runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% (N = {pct.idxmax()}) of the copy"
-          + (f", {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked backward" if vs_chunked.notna().any() else "")
-          + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer" if vs_peer.notna().any() else "")
-          + (f"; slices per row: {part.slices.tolist()}, programs per SM: {part['programs / SM'].tolist()}" if direction == "backward" else "") + ".")
-short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
-print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short) or "none"))
-if not ON_GPU:
-    print("These are interpreter timings on a CPU, with one slice per row: NOT GPU timings, they say nothing about GPU speed.")
+if ON_GPU:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey=True, facecolor="white", layout="constrained")
+    styles = {"torch": "--", "torch.compile": "-.", "Liger": (0, (3, 1, 1, 1)), "quack": (0, (5, 1)), "chunked": ":", "this page": "-"}
+    for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"])):
+        for name, line in part.groupby("provider", sort=False):
+            ax.plot(line.N, line["% of light"], linestyle=styles[name], marker="o", label=name, linewidth=2.5 if name == "this page" else 1.5)
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
+        ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+    axes[0, 0].legend(loc="lower left", fontsize=8), fig.suptitle(f"RMSNorm, wide rows, M x N = {TOTAL_ELEMENTS:,}, on {WHERE}")
+    plt.show()
+    for (direction, dtype), part in table.reset_index().set_index("N").groupby(["direction", "dtype"], sort=False):
+        pct, vs_chunked, vs_peer = part["this page, % of light"], part["this page / chunked"], part["this page / best peer"]
+        print(f"{direction} {dtype}: ours runs at {pct.min():.3g}% (N = {pct.idxmin()}) to {pct.max():.3g}% (N = {pct.idxmax()}) of the copy"
+              + (f", {vs_chunked.min():.3g}x to {vs_chunked.max():.3g}x the chunked backward" if vs_chunked.notna().any() else "")
+              + (f", {vs_peer.min():.3g}x to {vs_peer.max():.3g}x the best peer" if vs_peer.notna().any() else "")
+              + (f"; slices per row: {part.slices.tolist()}, programs per SM: {part['programs / SM'].tolist()}" if direction == "backward" else "") + ".")
+    short = table[(table["this page, % of light"] < 95) | (table["this page / best peer"] < 0.99)].index  # the site's bar: both
+    print("Under 95% of the copy or 0.99x the best peer: " + ("; ".join(f"{d} {t} N = {n}" for d, t, n in short) or "none"))
+else:
+    print(NO_SPEED)
 
 # %%
 # Going further
