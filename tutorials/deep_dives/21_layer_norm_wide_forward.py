@@ -388,9 +388,8 @@ RANGE = {("forward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfl
 # %%
 # The launcher
 # ------------
-# This page's kernels where their config functions take the row, the core page's elsewhere;
-# ``layer_norm_forward`` computes ``F.layer_norm`` over the last dimension, forward only (no autograd: the drop-in with
-# a gradient is the core page's ``layer_norm``).
+# This page's kernels where their config functions take the row, the core page's elsewhere; ``layer_norm_forward``:
+# ``F.layer_norm`` over the last dimension, forward only (the drop-in with autograd is the core page's ``layer_norm``).
 
 def layer_norm_wide_forward(x2d, y2d, weight, bias, mean, rstd, eps, reload=None, split=None):
     """y2d = layer_norm(x2d) along dim 1 (unit stride along rows), mean and rstd too; returns (kernel,
