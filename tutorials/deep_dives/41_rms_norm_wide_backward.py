@@ -480,7 +480,7 @@ SWEEP_N = [16384, 32768, 65536] if ON_GPU else [33_000]
 def bench(fn, graph=True):  # median ms of fn(): CUDA-graph replays timed by do_bench on a GPU, a wall clock on a CPU
     if not ON_GPU:  # one call on a wall clock: the interpreter compiles nothing, and its times mean nothing
         return 1e3 * timeit.timeit(fn, number=1)
-    fn(), torch.cuda.synchronize()  # compile and warm up outside the timing
+    fn()  # compile and warm up outside the timing (torch.cuda.graph synchronizes before it captures)
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
