@@ -24,6 +24,9 @@ import sol_results  # noqa: E402
 
 COLUMNS = ["ours, % of light", "ours / best peer"]
 WRITERS = [p for p in TUTORIALS if "SOL_RESULTS" in p.read_text(encoding="utf-8")]
+# pages whose ranks run in processes of their own (torch.multiprocessing): the page itself allocates no GPU memory,
+# and its ranks measure on GPUs only
+SPAWNING = {p.stem for p in TUTORIALS if "torch.multiprocessing" in p.read_text(encoding="utf-8")}
 NAN = float("nan")
 
 
@@ -495,9 +498,7 @@ def test_the_built_sites_results_keep_the_contract(built_site):
     import torch
 
     found = sol_results.read_results(USED)
-    # a page whose ranks run in processes of their own (torch.multiprocessing) measures them on GPUs only
-    spawning = {p.stem for p in WRITERS if "torch.multiprocessing" in p.read_text(encoding="utf-8")}
-    wanted = {p.stem for p in WRITERS} - SHOWN_NOT_RUN - (set() if torch.cuda.is_available() else spawning)
+    wanted = {p.stem for p in WRITERS} - SHOWN_NOT_RUN - (set() if torch.cuda.is_available() else SPAWNING)
     assert set(found) == wanted, f"results from {sorted(found)}"
     assert not found["24_layer_norm_backward_locks"]["recommended"].any(), "02's design 2 is recommended on page 02"
 
@@ -530,8 +531,7 @@ def test_execution_times_page_says_what_its_memory_column_holds(built_site):
     pattern = r"(\d\d_\w+)\.py</span></code>\)</p></td>\s*<td><p>\d+:\d\d\.\d+</p></td>\s*<td><p>([\d.]+)</p></td>"
     memory = {stem: float(m) for stem, m in re.findall(pattern, times)}
     assert len(memory) >= len(TUTORIALS), f"the execution-times page lists {len(memory)} memory figures"
-    if torch.cuda.is_available():  # a page whose ranks run in processes of their own allocates nothing itself
-        spawning = {p.stem for p in TUTORIALS if "torch.multiprocessing" in p.read_text(encoding="utf-8")}
-        assert all(m > 0 for stem, m in memory.items() if stem not in spawning), f"a page shows no GPU memory: {memory}"
+    if torch.cuda.is_available():
+        assert all(m > 0 for stem, m in memory.items() if stem not in SPAWNING), f"a page shows no GPU memory: {memory}"
     else:
         assert "no GPU memory was measured" in times
