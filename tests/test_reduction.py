@@ -341,10 +341,17 @@ def test_ladder_table_measures_each_step(tut):
     assert (ladder["GB/s"] > 0).all() and (ladder["% of light"] > 0).all() and ladder["GB/s"].notna().all(), ladder
 
 
-def test_persistent_second_pass_is_exercised(tut):
-    """The vector sizes above must reach the persistent design's second pass, or it goes untested."""
-    x = torch.zeros(100_003, device=DEVICE)
-    assert tut["sum_vector"](x, torch.empty(1, device=DEVICE)) > 1
+def test_persistent_last_program_adds_the_partials(tut):
+    """The vector sizes above reach a grid of several programs (the last one's adding is tested), and every launch
+    leaves its ticket counter at 0: called again, it sums again, to the same bits."""
+    x = _input((100_003,), torch.float32, seed=3)
+    first, out = torch.empty(1, device=DEVICE), torch.empty(1, device=DEVICE)
+    assert tut["sum_vector"](x, first) > 1
+    for _ in range(3):
+        out.fill_(float("nan"))
+        tut["sum_vector"](x, out)
+        assert torch.equal(out.view(torch.int32), first.view(torch.int32)), (out, first)
+    assert all(int(t.item()) == 0 for t in tut["_TICKETS"].values())
 
 
 @pytest.mark.parametrize(

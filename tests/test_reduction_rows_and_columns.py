@@ -267,11 +267,14 @@ def test_sum_vector_refuses_what_it_cannot_read(tut):
 
 
 @pytest.mark.parametrize("n", [1000, 70_001])
-def test_carried_persistent_design_gives_the_core_pages_bits(tut, core, n):
+def test_persistent_design_has_the_core_pages_grid(tut, core, n):
+    """31's persistent design walks the core page's grid; only the partials' adding differs (a second launch)."""
     x = _input((n,), torch.bfloat16, seed=n)
     ours, theirs = torch.empty(1, device=DEVICE), torch.empty(1, device=DEVICE)
     assert tut["sum_vector"](x, ours, "persistent") == core["sum_vector"](x, theirs)
-    assert torch.equal(ours, theirs), f"n={n}: the carried persistent design differs from the core page's"
+    exact, scale = x.double().sum(), x.double().abs().sum()
+    for got in (ours, theirs):
+        assert abs(got.double() - exact) <= 1e-5 * scale, (got, exact)
 
 
 @pytest.mark.parametrize("design", ["two-pass", "persistent"])

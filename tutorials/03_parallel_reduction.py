@@ -124,42 +124,55 @@ def sum_rows(x2d, out):
 # A sum of every element is one row of :math:`n`, which step 1 gives to one program: one SM of the
 # many. Step 2 splits it over a **persistent** grid, as many programs as the GPU holds at once: program
 # ``pid`` walks blocks ``pid``, ``pid + num_programs``, ... (``tl.num_programs(0)`` is the grid's size)
-# and writes one partial sum; a one-program second launch of the same kernel adds the partials in an
-# order fixed by the code and the grid: the same bits every run. Deep dive 31 measures the
-# alternatives: a program per block, and ``tl.atomic_add`` into one number, which adds in whatever
-# order programs finish.
+# and stores one partial sum. Then each program takes a *ticket*: ``tl.atomic_add`` on one counter returns
+# its value before the add, so exactly one program draws the last ticket, ``P - 1``; ``sem="acq_rel"``
+# makes a program's store visible before its ticket, and the last program's loads see every store before
+# its own. That program adds the *P* partials (``volatile``: read past L1, where no stale copy can hide) in
+# an order fixed by the code and the grid, the same bits every run, and sets the counter back to 0 for
+# the next call. One launch: a second launch to add the partials costs a few microseconds, as long as
+# reading 10 MB. Deep dive 31 measures the alternatives: two launches, a program per block, and
+# ``tl.atomic_add`` into one number, which adds in whatever order programs finish.
 
 @triton.jit
-def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
+def sum_kernel(x_ptr, partials_ptr, ticket_ptr, out_ptr, n, BLOCK: tl.constexpr, PARTIALS: tl.constexpr):
+    pid, n_programs = tl.program_id(0), tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], tl.float32)  # one running sum per lane
-    for block in tl.range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
+    for block in tl.range(pid, tl.cdiv(n, BLOCK), n_programs):
         offs = tl.cast(block, tl.int64) * BLOCK + lanes
         x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
         acc += x.to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty))  # this program's partial sum
+    tl.store(partials_ptr + pid, tl.sum(acc, axis=0))  # this program's partial sum
+    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == n_programs - 1:  # the last ticket: every partial is stored
+        p = tl.arange(0, PARTIALS)
+        total = tl.sum(tl.load(partials_ptr + p, mask=p < n_programs, other=0.0, volatile=True), axis=0)
+        tl.store(out_ptr, total.to(out_ptr.dtype.element_ty))
+        tl.atomic_xchg(ticket_ptr, 0)  # the counter back to 0: the next launch needs no clearing
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4: the CPU's stand-in
 # The n the persistent design is for, read by the site's landing page: every n (2**40: no last).
 RANGE = {("sum of all elements", t): range(1, 2**40) for t in ("float32", "bfloat16")}
 
 def _vector_config(n):
-    """(grid, BLOCK, num_warps) of sum_blocks_kernel's first pass over n elements. The memory stays busy when
-    every SM has bandwidth x latency / SMs bytes in flight (Little's law), 10 KB or more on a data-centre GPU:
-    a program loads 4096 elements a step (16 KB of fp32; 8 a thread with 16 warps, 16-byte loads), and 4
-    programs an SM make 64 warps, as many as an sm_80 or sm_90 SM holds (sm_86 and sm_89 hold 48)."""
+    """(grid, BLOCK, num_warps) of sum_kernel over n elements. The memory stays busy when every SM has
+    bandwidth x latency / SMs bytes in flight (Little's law), 10 KB or more on a data-centre GPU: a program
+    loads 4096 elements a step (16 KB of fp32; 8 a thread with 16 warps, 16-byte loads), and 4 programs an
+    SM make 64 warps, as many as an sm_80 or sm_90 SM holds (sm_86 and sm_89 hold 48)."""
     return min(triton.cdiv(n, 4096), 4 * NUM_SMS), 4096, 16
 
+_TICKETS = {}  # one counter a device and stream, allocated once (zeroed), left at 0 by every launch
+
 def sum_vector(x, out):
-    """out[0] = sum of the contiguous 1-D tensor x, accumulated in fp32; returns the first pass's grid."""
+    """out[0] = sum of the contiguous 1-D tensor x, accumulated in fp32, in one launch; returns its grid."""
     if x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:  # the kernel reads x[i] at x_ptr + i
         raise ValueError(f"sum_vector: x must be 1-D with unit stride, got shape {list(x.shape)}, strides {x.stride()}")
     grid, block, num_warps = _vector_config(x.numel())
-    partials = out if grid == 1 else torch.empty(grid, device=x.device, dtype=torch.float32)
-    sum_blocks_kernel[(grid,)](x, partials, x.numel(), BLOCK=block, num_warps=num_warps)
-    if grid > 1:  # the second pass, 1024 partials a step; one program alone wrote its sum straight to out
-        sum_blocks_kernel[(1,)](partials, out, grid, BLOCK=1024, num_warps=4)
+    stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
+    if (key := (x.device, stream)) not in _TICKETS:
+        _TICKETS[key] = torch.zeros(1, dtype=torch.int32, device=x.device)
+    partials = torch.empty(grid, device=x.device, dtype=torch.float32)
+    sum_kernel[(grid,)](x, partials, _TICKETS[key], out, x.numel(), BLOCK=block,
+                        PARTIALS=triton.next_power_of_2(grid), num_warps=num_warps)
     return grid
 
 # %%

@@ -265,10 +265,11 @@ sum_dim.register_fake(lambda x, dim: x.new_empty([s for i, s in enumerate(x.shap
 # The sum of every element: three designs
 # ---------------------------------------
 # The core page sums a whole tensor over a **persistent** grid (a program walks blocks ``pid``,
-# ``pid + num_programs``, ...), then adds the partials in a second one-program pass, in a fixed order.
-# Alternatives, a flag of the core kernel here: **two-pass**, a program per block of 4096, and
-# **atomic**, each program adding its sum into one fp32 number with ``tl.atomic_add`` (an addition to
-# memory no other program interleaves) as programs finish: one launch, roundings in any order.
+# ``pid + num_programs``, ...); the last program to finish adds the partials in a fixed order. Here the
+# partials are added by a second, one-program launch (**persistent**), and two alternatives are a flag of
+# the kernel: **two-pass**, a program per block of 4096, and **atomic**, each program adding its sum into
+# one fp32 number with ``tl.atomic_add`` (an addition to memory no other program interleaves) as programs
+# finish: one launch, roundings in any order.
 
 @triton.jit
 def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr):
@@ -289,7 +290,7 @@ DESIGNS = ("atomic", "two-pass", "persistent")
 
 def sum_vector(x, out, design="persistent"):
     """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the core page's
-    launch); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
+    grid); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
     if design not in DESIGNS or x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:
         raise ValueError(f"sum_vector: a design of {DESIGNS} and a unit-stride 1-D x, got {design!r}, {x.stride()}")
     n_blocks = triton.cdiv(x.numel(), 4096)
