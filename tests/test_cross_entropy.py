@@ -284,8 +284,9 @@ def test_the_forward_alone(tut, small_chunks, dtype, option):
 
 
 def test_the_forward_alone_on_the_most_programs(tut, monkeypatch):
-    """A GPU of 300 SMs: a 16-bit forward alone on 2400 programs, 8 an SM, each walking its rows."""
-    monkeypatch.setitem(tut.data, "NUM_SMS", 300)  # 8 programs an SM (a 16-bit forward alone)
+    """A GPU of 150 SMs of 64 warp slots: a 16-bit forward alone on 2400 programs, 16 an SM, each walking its rows."""
+    monkeypatch.setitem(tut.data, "NUM_SMS", 150)
+    monkeypatch.setitem(tut.data, "WARPS_PER_SM", 64)  # 16 programs of 4 warps an SM (a forward alone)
     x, target, gen = make((2500, 16), torch.bfloat16, seed=11)
     assert tut["_config"](2500, 16, 2, grad=False)[1] == 2400
     loss64, _ = reference(x, target, torch.ones((), device=DEVICE), reduction="sum")
@@ -354,18 +355,14 @@ def test_launch_parameters(tut):
         and config(8192, 32000, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
     )
     assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == tut["STAGES"]
-    assert (config(8192, 32000, 2, grad=False)[0]["CHUNK"], config(8192, 32000, 2, grad=False)[0]["num_warps"]) == (
-        4096,
-        4,
-    )
-    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 8192
-    # no second read to keep in L2: a 16-bit forward alone runs twice the programs, fp32's chunks go unstaged
-    assert config(100_000, 262144, 2, grad=False)[1] == 2 * tut["MAX_PROGRAMS_PER_SM"] * sms
-    assert config(100_000, 262144, 4, grad=False) == (
-        config(100_000, 262144, 4, grad=False)[0],
-        tut["MAX_PROGRAMS_PER_SM"] * sms,
-    )
-    assert config(100_000, 262144, 4, grad=False)[0]["STAGES"] == 1
+    # the forward alone: chunks of 2048 on 4 warps, a program for each of the SM's warp slots; staged where all the
+    # programs' stages fit the SM's shared memory (16-bit on an H100: 16 x 2 x 4 KB), else unstaged (fp32: 256 KB)
+    for size in (2, 4):
+        meta, grid = config(100_000, 262144, size, grad=False)
+        assert (meta["CHUNK"], meta["num_warps"], grid) == (2048, 4, tut["WARPS_PER_SM"] // 4 * sms), (size, meta, grid)
+        staged = grid // sms * (tut["STAGES"] - 1) * 2048 * size
+        assert meta["STAGES"] == (tut["STAGES"] if staged <= tut["SMEM_PER_SM"] else 1), (size, meta)
+    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 2048
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms

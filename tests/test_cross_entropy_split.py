@@ -140,7 +140,8 @@ def test_carried_core_kernel_is_the_core_pages(page):
     smoothing, the forward alone reduced in one launch): the same constants, the same launch for every option the core
     kernel takes, the same losses and gradient bit for bit."""
     core = load_tutorial("06_cross_entropy")
-    for name in ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM", "SMEM_PER_BLOCK"):
+    names = ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM", "SMEM_PER_BLOCK", "SMEM_PER_SM")
+    for name in (*names, "WARPS_PER_SM"):
         assert page[name] == core[name], name
     for n_rows, n_cols, size, step, grad in itertools.product(
         (3, 8192), (1, 1000, 32000, 262144), (2, 4), (1, 2), (0, 1)

@@ -320,6 +320,7 @@ def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
     return x.new_empty(x.shape), *(mean.new_zeros(x.shape[1] if compute_dwdb else 0) for _ in range(2))  # fp32
 def _setup(ctx, inputs, output):  # keeps x, w, b and the rows' statistics for the backward
     ctx.save_for_backward(*inputs[:3], *output[1:]), ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)  # no zero-filled "gradients" of mean and rstd: no launch for them
 def _backward(ctx, dy2d, _mean, _rstd):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
         raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "

@@ -134,8 +134,9 @@ _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_si
 
 def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 2
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = _warps(block_m * block_n, element_size, 16 if n_cols * element_size >= 16384 else 32)
+    # fp32 blocks of 2 x MIN_ELEMENTS, 64 bytes a thread: 16 warps, one program an SM, 32 KB of x and of dy a block
+    block_m = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n)
+    num_warps = _warps(block_m * block_n, element_size, 64 if element_size == 4 else 16 if n_cols >= 8192 else 32)
     return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
         max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
 
@@ -245,7 +246,7 @@ rms_norm_bwd_op.register_fake(rms_norm_bwd_fake)
 
 def _setup(ctx, inputs, output):  # keeps x, w and rstd for the backward
     ctx.save_for_backward(inputs[0], inputs[1], output[1])
-    ctx.mark_non_differentiable(output[1])
+    ctx.mark_non_differentiable(output[1]), ctx.set_materialize_grads(False)  # rstd's grad: None, not zeros
 def _backward(ctx, dy, _):
     # grad mode on here means create_graph=True; eager only: torch.compile traces the backward with grad mode on
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():

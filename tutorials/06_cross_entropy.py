@@ -121,32 +121,35 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
 # 2's grid is *persistent*: a few programs an SM, each walking rows ``p, p + P, ...``, the rows in flight under
 # ``L2_SHARE`` of L2; cache hints ``evict_last`` on the first read, ``evict_first`` on the second, ``.cs`` (streaming)
 # on the gradient's store. An SM needs enough bytes in flight to hide memory's latency (Little's law: bandwidth x
-# latency / SMs): ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow L2. Stages (chunks
-# loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap, and only as many as the
-# device's shared memory a block holds.
+# latency / SMs). With the gradient, ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow
+# L2; stages (chunks loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap. The
+# forward alone rereads nothing: small chunks of ``FORWARD_CHUNK_N`` on 4 warps, as many programs as the SM has warp
+# slots (the device's threads an SM / 32), each staging chunks ahead where all of them fit the SM's shared memory.
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
-SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448  # H100's
-CHUNK_N = 8192  # logits a step (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+NUM_SMS = props.multi_processor_count if ON_GPU else 4
+L2_BYTES = props.L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
+SMEM_PER_BLOCK = props.shared_memory_per_block_optin if ON_GPU else 232448  # on the CPU: an H100's
+SMEM_PER_SM = props.shared_memory_per_multiprocessor if ON_GPU else 233472
+WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
+CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
+FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program (16 or 32 bytes a thread), many programs an SM
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the lazy backward's
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # the front page's pick: the forward alone
 
 def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
-    half = element_size <= 2 and not grad
-    chunk = max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
+    chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
     if step == 1:  # a program per row, no cache hints, no pipelining
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    # no gradient: no second read to keep in L2, twice the programs for 16-bit rows
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
+                        if grad else WARPS_PER_SM // meta["num_warps"])
     # a loop (two with the gradient) stages STAGES - 1 chunks; 1 KB for the reductions
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
-    stages = min(stages or (STAGES if half or (grad and per_sm == 1) else 1), fit)
+    staged_fits = per_sm * (STAGES - 1) * chunk * element_size <= SMEM_PER_SM  # every program's stages, on one SM
+    stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 # %%
@@ -218,7 +221,8 @@ def _backward(ctx, dloss, *_):
     ce_bwd_op(dx, dloss)
     return dx, None, None, None, None, None
 ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
-    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])))
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]),
+    ctx.set_materialize_grads(False)))  # else autograd hands _backward a zero-filled dx-sized "gradient" of dx: a pass
 
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)

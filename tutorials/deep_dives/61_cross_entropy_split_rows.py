@@ -29,11 +29,14 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # running maximum and sum, pass 2 the row reread backwards to write :math:`a\, p_c - b_c`, :math:`a = (1-\varepsilon)
 # w_t + \varepsilon W / V`, :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`.
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
-SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448  # H100's
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+NUM_SMS = props.multi_processor_count if ON_GPU else 4
+L2_BYTES = props.L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
+SMEM_PER_BLOCK = props.shared_memory_per_block_optin if ON_GPU else 232448  # on the CPU: an H100's
+SMEM_PER_SM = props.shared_memory_per_multiprocessor if ON_GPU else 233472
+WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
-FORWARD_CHUNK_N = 4096  # bf16, no gradient: 4 warps a program, 8 programs an SM
+FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program, as many programs as the SM has warp slots
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
@@ -108,18 +111,18 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True, staged=0):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    half = element_size <= 2 and not grad
-    chunk = chunk or max(16, min(FORWARD_CHUNK_N if half else CHUNK_N, triton.next_power_of_2(n_cols)))
+    chunk = chunk or max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    # rows in flight under L2_SHARE of L2 (no gradient: nothing to keep there)
+    # rows in flight under L2_SHARE of L2; no gradient: nothing to keep there, programs for every warp slot
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else 2 * MAX_PROGRAMS_PER_SM if half else MAX_PROGRAMS_PER_SM)
+                        if grad else WARPS_PER_SM // meta["num_warps"])
     # stages from the device's shared memory a program, so that no launch asks for more than it has: a loop (two
     # with the gradient) stages STAGES - 1 chunks of logits and of weights (``staged`` bytes each); 1 KB for reductions
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * (element_size + staged))
-    stages = min(stages or (STAGES if half or (grad and per_sm == 1) else 1), fit)
+    staged_fits = per_sm * (STAGES - 1) * chunk * (element_size + staged) <= SMEM_PER_SM  # all programs' stages
+    stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
 def core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing=0.0):
@@ -378,7 +381,8 @@ def _backward(ctx, dloss, *_):
     ce_bwd_op(dx, dloss)
     return dx, None, None, None, None, None, None
 ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
-    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])))
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]),
+    ctx.set_materialize_grads(False)))  # else autograd hands _backward a zero-filled dx-sized "gradient" of dx: a pass
 class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run eagerly
     @staticmethod
     def forward(ctx, x2d, *args):
