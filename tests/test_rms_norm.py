@@ -192,7 +192,7 @@ def test_configs_keep_todays_launch_parameters(tut):
     assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=8), 2 * sms)
     assert bwd(2**17, 512, 4)[1:] == (dict(BLOCK_M=16, BLOCK_N=512, num_warps=16), sms)
     assert bwd(2**14, 4096, 4)[1:] == (dict(BLOCK_M=2, BLOCK_N=4096, num_warps=16), sms)
-    assert bwd(2**13, 8192, 4)[1:] == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=16), sms)
+    assert bwd(2**13, 8192, 4)[1:] == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=32), sms)
     assert bwd(2**14, 4096, 2)[1:] == (dict(BLOCK_M=1, BLOCK_N=4096, num_warps=8), 2 * sms)
     assert bwd(2**13, 8192, 2)[1] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=32)
 
