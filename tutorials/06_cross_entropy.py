@@ -68,8 +68,9 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 #
 # Step 1: the row in chunks, read twice, the second time from L2
 # --------------------------------------------------------------
-# A long row is walked in chunks of ``CHUNK`` logits with an *online* softmax (tutorial 01): a running maximum :math:`m`
-# and sum :math:`s` of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. ``tl.range``
+# A long row is walked in chunks of ``CHUNK`` logits with an *online* softmax (deep dive 11 derives it): the row's
+# running maximum :math:`m`, and for each lane of the chunk a running sum :math:`s` of :math:`e^{x - m}` (a vector of
+# ``CHUNK``, added up once after the loop), rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. ``tl.range``
 # is a loop compiled as one (``num_stages``: the next chunks loaded early). Pass 2 needs the final :math:`\ell`: it
 # rereads the row at once, from L2 if it is still there, and writes :math:`w p`, then the target's :math:`w (p_t - 1)`
 # over it once ``tl.debug_barrier()`` has every thread's stores done (another thread wrote that address): no compare at
