@@ -418,8 +418,8 @@ def benchmark():  # the drop-in against its peers, forward and backward: (record
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
     return results, table
 def show(table):
-    return table.style.format("{:.4g}", na_rep="-").format({"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
-                                                           na_rep="-") if ON_GPU else print(NO_SPEED)
+    formats = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
+    return table.style.format(formats, na_rep="-") if ON_GPU else print(NO_SPEED)  # one call: a second resets the rest
 
 def plot(results):  # in % of the copy measured beside each point; none without a GPU
     if not ON_GPU:
