@@ -127,11 +127,10 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
 # forward alone rereads nothing: small chunks of ``FORWARD_CHUNK_N`` on 4 warps, as many programs as the SM has warp
 # slots (the device's threads an SM / 32), each staging chunks ahead where all of them fit the SM's shared memory.
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
-NUM_SMS = props.multi_processor_count if ON_GPU else 4
-L2_BYTES = props.L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
-SMEM_PER_BLOCK = props.shared_memory_per_block_optin if ON_GPU else 232448  # on the CPU: an H100's
-SMEM_PER_SM = props.shared_memory_per_multiprocessor if ON_GPU else 233472
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's
+NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
+SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
+    else (232448, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
 FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program (16 or 32 bytes a thread), many programs an SM
@@ -544,8 +543,8 @@ reading(table)
 # a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
 # :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward, with
 # every option in its kernel. With the vocabulary split over GPUs (a tensor-parallel head), the slices' statistics
-# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further:
-# never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024).
-# References: Milakov and Gimelshein (2018), online softmax; Liger-Kernel; quack.
+# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further: never
+# materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024). References: Milakov and Gimelshein (2018),
+# online softmax; Liger-Kernel; quack.
 
 environment_card()

@@ -16,7 +16,7 @@ sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`
 light (a read-only pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
 """
 
-import datetime, math, os, platform, subprocess, timeit
+import contextlib, datetime, math, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -595,10 +595,9 @@ def environment_card():
     if ON_GPU:
         props, smi = torch.cuda.get_device_properties(DEVICE), "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
         card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
-        try:
-            driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
-        except (OSError, subprocess.SubprocessError):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             driver = "unknown"
+            driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
         card["driver / CUDA"] = f"driver {driver}, CUDA {torch.version.cuda}"
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
     return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{table}</details>"})()

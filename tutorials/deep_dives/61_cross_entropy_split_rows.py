@@ -29,11 +29,10 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # running maximum and sum, pass 2 the row reread backwards to write :math:`a\, p_c - b_c`, :math:`a = (1-\varepsilon)
 # w_t + \varepsilon W / V`, :math:`b_c = (1-\varepsilon) w_t [c = t] + \varepsilon w_c / V`.
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
-NUM_SMS = props.multi_processor_count if ON_GPU else 4
-L2_BYTES = props.L2_cache_size if ON_GPU else 50 * 2**20  # on the CPU: an H100's
-SMEM_PER_BLOCK = props.shared_memory_per_block_optin if ON_GPU else 232448  # on the CPU: an H100's
-SMEM_PER_SM = props.shared_memory_per_multiprocessor if ON_GPU else 233472
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's
+NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
+SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
+    else (232448, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
 FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program, as many programs as the SM has warp slots
@@ -118,10 +117,10 @@ def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_s
     # rows in flight under L2_SHARE of L2; no gradient: nothing to keep there, programs for every warp slot
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else WARPS_PER_SM // meta["num_warps"])
-    # stages from the device's shared memory a program, so that no launch asks for more than it has: a loop (two
-    # with the gradient) stages STAGES - 1 chunks of logits and of weights (``staged`` bytes each); 1 KB for reductions
+    # stages within the device's shared memory a program (a loop, two with the gradient, stages STAGES - 1 chunks of
+    # logits and of weights, ``staged`` bytes each; 1 KB for reductions) and, without the gradient, an SM's programs'
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * (element_size + staged))
-    staged_fits = per_sm * (STAGES - 1) * chunk * (element_size + staged) <= SMEM_PER_SM  # all programs' stages
+    staged_fits = per_sm * (STAGES - 1) * chunk * (element_size + staged) <= SMEM_PER_SM
     stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
     return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
 
@@ -381,8 +380,7 @@ def _backward(ctx, dloss, *_):
     ce_bwd_op(dx, dloss)
     return dx, None, None, None, None, None, None
 ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
-    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]),
-    ctx.set_materialize_grads(False)))  # else autograd hands _backward a zero-filled dx-sized "gradient" of dx: a pass
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]), ctx.set_materialize_grads(False)))
 class InPlaceGradient(torch.autograd.Function):  # inplace_backward=True, run eagerly
     @staticmethod
     def forward(ctx, x2d, *args):
@@ -463,10 +461,9 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # %%
 # How this page measures
 # ----------------------
-# As the core page: :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32, ``'mean'``, CUDA graphs timed by
-# :func:`triton.testing.do_bench`, beside a copy (a read pass for the forward). *ours* is this page's drop-in, called as
-# the peers (``torch.autograd.grad(loss, logits)``); *core* and *split* are the two kernels through their launchers.
-# Liger (given a copy: it overwrites its input) syncs with the host: no graph.
+# As 06: :math:`2^{30}` bf16 or :math:`2^{29}` fp32 logits, ``'mean'``, CUDA graphs timed by ``do_bench``, beside a
+# copy (a read pass for the forward). *ours*: the drop-in, called as the peers (``torch.autograd.grad``); *core* and
+# *split*: the kernels through their launchers. Liger (on a copy: it writes over its input) syncs with the host: no graph.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -592,11 +589,10 @@ _ = fig.suptitle(f"Cross-entropy, rows split across programs, on {WHERE}")
 # %%
 # Reading the numbers
 # -------------------
-if not ON_GPU:
-    print(NO_GPU)
+print(NO_GPU) if not ON_GPU else None
 for (direction, dtype), part in table.groupby(level=["direction", "dtype"], sort=False) if ON_GPU else ():
-    ours, peer, split = part["ours, % of light"], part["ours / best peer"].dropna(), part["split / core"].dropna()
-    of = "a read pass" if direction == "forward" else "a copy"
+    ours, peer, split, of = part["ours, % of light"], part["ours / best peer"].dropna(), part["split / core"].dropna(), \
+        "a read pass" if direction == "forward" else "a copy"
     print(f"{direction}, {dtype}: the drop-in at {ours.min():.3g}-{ours.max():.3g}% of {of}, {peer.min():.2f}x to "
           f"{peer.max():.2f}x the fastest peer" + (f"; the split {split.min():.2f}x to {split.max():.2f}x the core" if len(split) else "") + ".")
 
