@@ -462,8 +462,8 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # How this page measures
 # ----------------------
 # As 06: :math:`2^{30}` bf16 or :math:`2^{29}` fp32 logits, ``'mean'``, CUDA graphs timed by ``do_bench``, beside a
-# copy (a read pass for the forward). *ours*: the drop-in, called as the peers (``torch.autograd.grad``); *core* and
-# *split*: the kernels through their launchers. Liger (on a copy: it writes over its input) syncs with the host: no graph.
+# copy (a read pass for the forward). *ours*: the drop-in, called as the peers (``torch.autograd.grad``); *core*,
+# *split*: the kernels through their launchers. Liger (on a copy: it writes over its input) syncs with the host.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
