@@ -88,7 +88,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
         xc = tl.where(col_ok[None, :], t - md[:, None], 0.0)
         q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
         rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
-        rstd = tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
+        mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
         y = xc * (1 / k) * rstd[:, None]
         # w and b loaded where used: held across the row's reductions they would double a wide row's registers
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
@@ -96,12 +96,11 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
         tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & col_ok[None, :])
         if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-            tl.store(mean_ptr + rows, (x0 + md) / k, mask=row_ok)
+            tl.store(mean_ptr + rows, mean, mask=row_ok)
             tl.store(rstd_ptr + rows, rstd, mask=row_ok)
         else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
             first = row_ok[:, None] & (cols == 0)[None, :]
-            mean = (x0[:, None] + md[:, None]) / k  # in the tile's layout, as x0[:, None] already is for t
-            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean, x.shape), mask=first)
+            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
             tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
