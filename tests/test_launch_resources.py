@@ -24,6 +24,9 @@ sm_80 (``COMPILED_FOR``): Triton compiles the three alike, with the same shared 
 launch of the most shared memory for sm_86 and sm_89 too, to be sure) and registers a few apart under the same limits.
 Each compile happens once a test session, and stays in Triton's cache.
 
+Pinned: what the core pages choose on an H100 SXM and an H200 (every launch, its meta-parameters and grid, at the same
+widths) is held in tests/pinned_launches.json; a change is made on purpose (``SOL_PIN_LAUNCHES=1`` rewrites it).
+
 Not covered: the step-0 kernels of the pages' ladders, and what their benchmarks run besides the drop-ins.
 """
 
@@ -186,9 +189,11 @@ import ctypes
 import dataclasses
 import importlib
 import math
+import pathlib
 import threading
 import types
 
+import filelock
 import pytest
 import torch
 import triton
@@ -447,7 +452,7 @@ class Recorder:
 
     def __init__(self, page, compiler):
         self.path, self.head_chars = str(page.path), len(untimed_source(page.path.read_text(encoding="utf-8")))
-        self.compiler, self.gpu, self.context, self.launches = compiler, None, None, []
+        self.compiler, self.gpu, self.context, self.launches, self.grids = compiler, None, None, [], []
 
     def launch(self, kernel, args, kwargs):
         fn, meta = kernel.fn, {k: encode(v) for k, v in sorted(kwargs.items())}
@@ -472,6 +477,7 @@ class Recorder:
                     )
                 return CompiledStandIn(figures, TARGETS[cap])
             self.launches.append((self.context, launch))
+            self.grids.append(tuple(grid) if isinstance(grid, (tuple, list)) else (grid,))
 
         return run
 
@@ -915,3 +921,56 @@ def test_a_launch_over_a_gpus_shared_memory_is_caught(compiler, tmp_path):
     assert usage(on[90], TARGETS[90]) == [], on[90]
     for cap, into in COMPILED_FOR.items():  # the targets compiled as another ask the same of their GPUs
         assert on[cap]["shared"] + on[cap]["static"] == on[into]["shared"] + on[into]["static"], (cap, into, on)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# What the core pages choose on an H100 and an H200, pinned
+
+
+PINNED = pathlib.Path(__file__).with_name("pinned_launches.json")
+PINNED_GPUS = ("H100 SXM", "H200")
+PINNED_PAGES = ("01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "04_rms_norm", "06_cross_entropy")
+
+
+def chosen_launches(stem, compiler):
+    """{"gpu | dtype | variant | N": ["kernel(meta) grid", ...]}: what the page's entry points launch on each of
+    PINNED_GPUS at every width the resource test sweeps."""
+    page, entry = load_tutorial(stem), PAGES[stem]
+    recorder, chosen = Recorder(page, compiler), {}
+    for gpu in PINNED_GPUS:
+        with as_if_on(page, gpu, recorder):
+            for dtype in DTYPES:
+                for n in widths(page):
+                    for variant in entry.variants:
+                        if entry.takes is not None and not entry.takes(page.data, dtype, n, variant):
+                            continue
+                        before = len(recorder.launches)
+                        entry.drive(page.data, dtype, n, variant)
+                        key = f"{gpu} | {str(dtype).removeprefix('torch.')} | {variant} | N = {n}"
+                        chosen[key] = [
+                            f"{describe(launch)} grid={list(grid)}"
+                            for (_, launch), grid in zip(recorder.launches[before:], recorder.grids[before:])
+                        ]
+    return chosen
+
+
+@pytest.mark.parametrize("stem", PINNED_PAGES)
+def test_launches_on_an_h100_and_an_h200_are_pinned(stem, compiler):
+    """The launches a core page chooses on an H100 (whose figures the site's first builds measured) and on an H200 are
+    the ones tests/pinned_launches.json holds: a config change that moves one shows here, GPU by GPU, and is made on
+    purpose (rewrite the file with SOL_PIN_LAUNCHES=1 and say in the commit what was measured)."""
+    why = toolchain_missing(PAGES[stem])
+    if why:
+        pytest.skip(why)
+    chosen = chosen_launches(stem, compiler)
+    with filelock.FileLock(os.path.join(tempfile.gettempdir(), "sol_pinned_launches.lock")):
+        pinned = json.loads(PINNED.read_text(encoding="utf-8")) if PINNED.exists() else {}
+        if os.environ.get("SOL_PIN_LAUNCHES") == "1":
+            pinned[stem] = chosen
+            PINNED.write_text(json.dumps(pinned, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    assert stem in pinned, f"{stem}: not pinned in {PINNED.name}; run with SOL_PIN_LAUNCHES=1"
+    moved = [
+        f"{key}: {pinned[stem].get(key)} -> {value}" for key, value in chosen.items() if pinned[stem].get(key) != value
+    ]
+    gone = [key for key in pinned[stem] if key not in chosen]
+    assert not moved and not gone, f"{stem}: launches moved from {PINNED.name}:\n" + "\n".join((moved + gone)[:20])
