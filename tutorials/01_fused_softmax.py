@@ -125,10 +125,12 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 
 # %%
 # **Launch parameters** come from ``_fused_config`` and the constants above it. Memory stays busy when each
-# SM has enough bytes in flight to cover its latency (Little's law: bytes in flight = bandwidth x latency /
-# SMs). So a program takes at least ``MIN_ELEMENTS`` elements (short rows packed into one tile) and a warp per
-# 32 x ``BYTES_PER_THREAD`` bytes of it: two 16-byte loads a thread, registers to spare for a second program
-# an SM. :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each choice. Step 1's launcher,
+# SM has enough bytes in flight to cover its latency (Little's law: bytes in flight = bandwidth x latency / SMs;
+# at 3-5 TB/s, about a microsecond and some 130 SMs, 25-40 KB an SM). So a program takes at least
+# ``MIN_ELEMENTS`` elements (short rows packed into one tile: 8 KB of bf16, 16 KB of fp32) and a warp per
+# 32 x ``BYTES_PER_THREAD`` bytes of it: two 16-byte loads a thread (16 bytes: the widest load a thread
+# issues), registers to spare for a second program an SM.
+# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each choice. Step 1's launcher,
 # ``softmax_rows_forward``, follows the config.
 #
 # **The range.** ``RANGE`` holds the rows these kernels are for. A row is held whole in registers: up to 16 K

@@ -61,13 +61,20 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 # Step 1: blocks of rows, warps sized to their bytes
 # --------------------------------------------------
 # A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
-# memory busy. Step 1 gives a program ``BLOCK_M`` rows, a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` and
-# ``cols[None, :]`` broadcast a column against a row, as in torch), and ``num_warps`` for a set number of bytes a
-# thread, chosen at launch. Its loop, ``tl.range`` over blocks with a stride of ``tl.num_programs(0)``, runs once
-# on this page's grid; ``tl.minimum`` clamps the rows past the end (their stores are masked). It also stores each
-# row's mean and ``rstd`` for the backward. Its statistics are exact where step 0's round: it centres each row on
-# its first value, so a constant row gives exactly 0 (a rounded mean is not quite its value: 0.3 off for rows of
-# 12345.678), and it scales by a power of two, *k*, so that squares of deviations up to about 1e24 stay finite.
+# memory busy. Step 1 changes four things:
+#
+# - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` and ``cols[None, :]`` broadcast a
+#   column against a row, as in torch), with ``num_warps`` sized to its bytes by the config below.
+# - **A loop over blocks**, ``tl.range(pid, n_blocks, tl.num_programs(0))``: on this page's grid (a program a block) it
+#   runs once, and the same kernel serves a grid of fewer programs. ``tl.minimum`` clamps the rows past the end to the
+#   last row: their loads stay inside *x*, their stores are masked.
+# - **The statistics for the backward**, each row's mean and ``rstd``. A row's statistic sits in the threads that hold
+#   the row (the tile's *layout*: which thread holds which element). Where a warp holds several rows, a plain vector
+#   store would first move it between threads through shared memory, so those rows store from the tile's shape, masked
+#   to column 0.
+# - **Exact statistics**: each row is centred on its first value (loaded on its own), so a constant row gives exactly 0
+#   (step 0's rounded mean leaves 0.3 on rows of 12345.678), and scaled by a power of two, ``k`` (a ``tl.constexpr``:
+#   fixed at compile time), so that squares of deviations up to about 1e24 stay finite.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -223,7 +230,8 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 # argument) and flattens the normalized dims into rows (``_rows`` copies only rows that are not contiguous). The
 # appendix wraps the launchers as PyTorch operators (``torch.library.custom_op``), kept in the graph of a model
 # compiled with ``fullgraph=True``: ``register_fake`` gives the compiler their outputs' shapes, ``register_autograd``
-# the forward's backward.
+# the forward's backward. In a model, call it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s ``forward``), then
+# ``torch.compile(model, fullgraph=True)`` as before: the kernels run as two operators of its graph.
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""

@@ -31,9 +31,9 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 #
 #    \mathrm{loss} = \ell - x_t, \qquad \frac{\partial\, \mathrm{loss}}{\partial x} = p - \mathrm{onehot}(t) .
 #
-# ``reduction='mean'`` divides both by the rows not ignored (``ignore_index``). PyTorch's eager loss
-# writes and rereads two more tensors: **12 bytes a logit** in bf16. The least is **4**: read each logit once, write
-# its gradient once. Predicted: about 3 times eager's speed, a copy's.
+# ``reduction='mean'`` divides both by the rows not ignored (``ignore_index``). PyTorch's eager loss moves **12 bytes a
+# logit** in bf16: *x* read, ``log_softmax(x)`` written, then read again; a gradient of it written, read; *dx* written.
+# The least is **4**: read each logit once, write its gradient once. Predicted: about 3 times eager's speed, a copy's.
 #
 # Step 0: the whole row in registers
 # ----------------------------------
