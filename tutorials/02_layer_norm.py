@@ -167,7 +167,8 @@ def layer_norm_bwd_kernel(
 # (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); their comments say what they depend on. Past
 # ``MAX_FUSED_N`` columns (forward) and ``MAX_BWD_FUSED_N`` (backward) a row does not fit in registers: the
 # launchers compute with torch there (the appendix's ``torch_rows_*``), correct and slower; deep dives 21 and 23
-# have kernels for those rows.
+# have kernels for those rows. ``RANGE`` holds the N, by direction and dtype, where this page's kernels are the site's
+# pick (the landing page reads it); 16-bit forward rows past 8 K go to deep dive 22.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
 SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
