@@ -64,7 +64,8 @@ def naive_softmax(x):  # rows of a 2-D tensor
 # * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies of it,
 #   the *programs*, and ``tl.program_id(0)`` tells each which one it is (here: its row).
 # * A tensor argument arrives as a pointer to its first element. ``tl.arange(0, BLOCK_N)`` is the block
-#   :math:`0, 1, \ldots, BLOCK\_N - 1`, and ``x_ptr + offsets`` a block of addresses.
+#   :math:`0, 1, \ldots, BLOCK\_N - 1`, and ``x_ptr + offsets`` a block of addresses, counted in elements (as
+#   torch's strides are), not bytes.
 # * ``BLOCK_N: tl.constexpr`` is fixed at compile time (one compilation per value); a block's size is a power
 #   of two, so ``BLOCK_N`` is the row's length rounded up.
 # * ``tl.load`` reads a block and ``tl.store`` writes one; ``mask=`` turns off the lanes past the row's end,
@@ -142,7 +143,7 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 # the same kernels as bf16; the page measures fp32 and bf16.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
-MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills
+MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
 BYTES_PER_THREAD = 32  # of the tile, per thread: two 16-byte loads in flight, room for a 2nd program an SM
 # (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N

@@ -6,7 +6,9 @@ A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` =
 memory-bound tensor of training. You build a drop-in for :func:`torch.nn.functional.cross_entropy` that computes the
 loss **and its gradient in one pass**, against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will
 learn**: the bytes a loss and its gradient must move; what to do when a row outgrows one program's registers; keeping
-the rows being read in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+the rows being read in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`. For training
+(the loss and its gradient) the site's fastest kernel is
+:ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, built on this one.
 """
 
 import contextlib, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
@@ -77,9 +79,8 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 # every logit. ``exp2`` is one instruction.
 #
 # Each row has a weight :math:`w`: its target's class weight (1 without ``weight``), 0 if ignored, NaN if the target is
-# out of range (the host raises where it can look). The loss of a row is :math:`w (\ell - x_t)`; ``'mean'`` divides by
-# :math:`\sum w` (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``) so that every read stays inside
-# its row.
+# out of range (the host raises where it can look). A row's loss is :math:`w (\ell - x_t)`; ``'mean'`` divides by
+# :math:`\sum w` (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``): reads stay in its row.
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr,
@@ -177,8 +178,7 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # carries the kernel with smoothing inside, the forward alone reduced in the same launch, and ``inplace_backward=True``.
 # The launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph
 # (a launch from Python would break it); ``register_fake`` gives the compiler their outputs' shapes without running a
-# kernel. The forward returns the gradient too, which the backward scales in place (its operator declares it mutates
-# ``dx``).
+# kernel. The forward returns the gradient too, scaled in place by the backward (an operator that mutates ``dx``).
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2):  # (losses, scale); gradient: dx
     (n_rows, n_cols), valid = x2d.shape, target != ignore_index
