@@ -5,6 +5,8 @@
 #   bash dev/fetch_wheels.sh quack    # .whl-quack/1 and .whl-quack/2: quack at the lock's versions, for
 #                                     # dev/quack_install.sh (two calls: one carry is at most 64 MiB)
 #   bash dev/fetch_wheels.sh tests    # .whl-tests/: what tests/test_site.py's notebooks need (nbclient, ipykernel)
+#   bash dev/fetch_wheels.sh helion   # .whl-helion/: Helion 1.2.0, the newest that imports with the lock's torch
+#                                     # 2.11 (the GPU image has its other needs but filecheck, which it does not import)
 #
 # Install .whl there with (dev/gpu_build.sh does):
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -31,6 +33,12 @@ if [ "${1:-}" = quack ]; then
     for d in 1 2; do echo "$(basename "$big") $(sha256sum "$big" | cut -c1-64)" > .whl-quack/$d/MANIFEST; done
     rm -rf .whl-quack/big
     du -sh .whl-quack/1 .whl-quack/2
+    exit
+fi
+if [ "${1:-}" = helion ]; then  # on the machine: pip install --no-deps --target /tmp/helion-site .whl-helion/*.whl
+    rm -rf .whl-helion && mkdir -p .whl-helion
+    download .whl-helion helion==1.2.0
+    ls .whl-helion
     exit
 fi
 if [ "${1:-}" = tests ]; then
