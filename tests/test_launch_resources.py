@@ -452,7 +452,7 @@ class Recorder:
 
     def __init__(self, page, compiler):
         self.path, self.head_chars = str(page.path), len(untimed_source(page.path.read_text(encoding="utf-8")))
-        self.compiler, self.gpu, self.context, self.launches, self.grids = compiler, None, None, [], []
+        self.compiler, self.gpu, self.context, self.launches = compiler, None, None, []  # [(Context, Launch, grid)]
 
     def launch(self, kernel, args, kwargs):
         fn, meta = kernel.fn, {k: encode(v) for k, v in sorted(kwargs.items())}
@@ -476,8 +476,7 @@ class Recorder:
                         f"{launch.kernel} does not compile for sm_{COMPILED_FOR[cap]}: {figures['error']}"
                     )
                 return CompiledStandIn(figures, TARGETS[cap])
-            self.launches.append((self.context, launch))
-            self.grids.append(tuple(grid) if isinstance(grid, (tuple, list)) else (grid,))
+            self.launches.append((self.context, launch, tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)))
 
         return run
 
@@ -799,10 +798,11 @@ class Context:
     variant: str
 
 
-def capture(page, entry, compiler):
-    """[(Context, Launch)]: every launch the page's entry points make, on every stand-in GPU, dtype, N and variant."""
+def capture(page, entry, compiler, gpus=tuple(GPU_STAND_INS)):
+    """[(Context, Launch, grid)]: every launch the page's entry points make, on each of ``gpus`` (every stand-in GPU),
+    dtype, N and variant."""
     recorder, ns, idle = Recorder(page, compiler), widths(page), []
-    for gpu in GPU_STAND_INS:
+    for gpu in gpus:
         with as_if_on(page, gpu, recorder):
             for dtype in DTYPES:
                 for n in ns:
@@ -836,9 +836,9 @@ def test_every_launch_fits_the_gpus(stem, compiler):
         pytest.skip(why)
     page = load_tutorial(stem)
     launches = capture(page, entry, compiler)
-    compiler.compile_all((launch, COMPILED_FOR[GPU_STAND_INS[context.gpu]["cap"]]) for context, launch in launches)
+    compiler.compile_all((launch, COMPILED_FOR[GPU_STAND_INS[context.gpu]["cap"]]) for context, launch, _ in launches)
     problems = {}  # (kernel call, what, asked, limit) -> [Context]
-    for context, launch in launches:
+    for context, launch, _ in launches:
         cap = GPU_STAND_INS[context.gpu]["cap"]
         figures = compiler.figures(launch, COMPILED_FOR[cap])
         found = [("error", figures["error"], COMPILED_FOR[cap])] if "error" in figures else usage(figures, TARGETS[cap])
@@ -868,7 +868,7 @@ def compiled_apart(stem, launches, compiler):
     another figure when compiled for itself: the merging is wrong there."""
     found = []
     for cap, into in COMPILED_FOR.items():
-        chosen = {launch for context, launch in launches if GPU_STAND_INS[context.gpu]["cap"] == cap}
+        chosen = {launch for context, launch, _ in launches if GPU_STAND_INS[context.gpu]["cap"] == cap}
         merged = {launch: compiler.figures(launch, into) for launch in chosen}
         candidates = sorted(
             (f["shared"] + f["static"], str(launch), launch) for launch, f in merged.items() if "error" not in f
@@ -935,22 +935,10 @@ PINNED_PAGES = ("01_fused_softmax", "02_layer_norm", "03_parallel_reduction", "0
 def chosen_launches(stem, compiler):
     """{"gpu | dtype | variant | N": ["kernel(meta) grid", ...]}: what the page's entry points launch on each of
     PINNED_GPUS at every width the resource test sweeps."""
-    page, entry = load_tutorial(stem), PAGES[stem]
-    recorder, chosen = Recorder(page, compiler), {}
-    for gpu in PINNED_GPUS:
-        with as_if_on(page, gpu, recorder):
-            for dtype in DTYPES:
-                for n in widths(page):
-                    for variant in entry.variants:
-                        if entry.takes is not None and not entry.takes(page.data, dtype, n, variant):
-                            continue
-                        before = len(recorder.launches)
-                        entry.drive(page.data, dtype, n, variant)
-                        key = f"{gpu} | {str(dtype).removeprefix('torch.')} | {variant} | N = {n}"
-                        chosen[key] = [
-                            f"{describe(launch)} grid={list(grid)}"
-                            for (_, launch), grid in zip(recorder.launches[before:], recorder.grids[before:])
-                        ]
+    chosen = {}
+    for context, launch, grid in capture(load_tutorial(stem), PAGES[stem], compiler, PINNED_GPUS):
+        key = f"{context.gpu} | {context.dtype} | {context.variant} | N = {context.n}"
+        chosen.setdefault(key, []).append(f"{describe(launch)} grid={list(grid)}")
     return chosen
 
 

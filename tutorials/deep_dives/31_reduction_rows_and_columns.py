@@ -595,8 +595,8 @@ def environment_card():
     if ON_GPU:
         props, smi = torch.cuda.get_device_properties(DEVICE), "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
         card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        driver = "unknown"
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            driver = "unknown"
             driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout.split("\n")[0]
         card["driver / CUDA"] = f"driver {driver}, CUDA {torch.version.cuda}"
     table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
