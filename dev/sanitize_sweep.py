@@ -48,7 +48,7 @@ def drop_in(stem, name):
 def cases(stem):
     """(label, ours, torch's) for each drop-in of the page: functions of x, w, b giving the outputs. A staged
     deep dive's case adds the (MIN_N, MAX_N) of its page's 16-bit ``_staged_config``: the lengths it stages."""
-    if stem == "01_fused_softmax":
+    if stem == "01_softmax_backward":
         ours = drop_in(stem, "softmax")
         return [("softmax", lambda x, w, b: ours(x, -1), lambda x, w, b: torch.softmax(x, -1))]
     if stem == "02_layer_norm":
@@ -145,7 +145,7 @@ def run(stem):
 if __name__ == "__main__":
     assert DEVICE == "cpu" or torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
     for stem in sys.argv[1:] or [
-        "01_fused_softmax",
+        "01_softmax_backward",
         "02_layer_norm",
         "03_parallel_reduction",
         "04_rms_norm",

@@ -22,7 +22,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # fp32 -> bf16 instead of rounding, so bf16 gets twice a GPU's).
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 PAGES = {
-    "softmax": "01_fused_softmax",
+    "softmax": "01_softmax_backward",
     "layer_norm": "02_layer_norm",
     "reduce_sum": "03_parallel_reduction",
     "rms_norm": "04_rms_norm",

@@ -22,7 +22,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
 @pytest.fixture(scope="module")
 def softmax():
-    return load_tutorial("01_fused_softmax")["softmax"]
+    return load_tutorial("01_softmax_backward")["softmax"]
 
 
 @pytest.fixture(scope="module")

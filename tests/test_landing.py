@@ -346,6 +346,7 @@ def test_the_pages_that_write_results():
     """Every page with peers writes its results; 13 and 05's sharded page (one device against several) have none."""
     wanted = {
         "01_fused_softmax",
+        "01_softmax_backward",
         "02_layer_norm",
         "24_layer_norm_backward_locks",
         "03_parallel_reduction",

@@ -1,9 +1,11 @@
-"""The core softmax page (tutorials/01_fused_softmax.py: the plain and fused kernels, the drop-in, which hands
-rows past the kernels' reach to PyTorch's own softmax) against float64, on random shapes and layouts.
+"""The core softmax pages against float64, on random shapes and layouts: tutorials/01_fused_softmax.py (the plain
+and fused forward kernels, their config) and tutorials/01_softmax_backward.py (the backward kernel, the drop-in, which
+hands rows past the kernels' reach to PyTorch's own softmax, and the forward it carries).
 
 Without a GPU these run through Triton's interpreter on the CPU (exact, slow: sizes stay small).
 """
 
+import inspect
 import math
 import sys
 import types
@@ -13,7 +15,8 @@ import torch
 
 from conftest import DEVICE, LazyTutorial, load_tutorial
 
-T = LazyTutorial("01_fused_softmax")
+T = LazyTutorial("01_softmax_backward")  # the drop-in's page
+F = LazyTutorial("01_fused_softmax")  # the forward's page
 
 
 def softmax(*args, **kwargs):  # the page's drop-in
@@ -149,14 +152,50 @@ def test_operators_pick_by_row_length(monkeypatch):
             assert torch.equal(dx, torch._softmax_backward_data(dy, y, 1, y.dtype))
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the launch a device that names no bandwidth gets")
 def test_fused_config_is_todays():
-    """The launch parameters tuned on an H100 (BLOCK_M, BLOCK_N, num_warps) must not move."""
-    cfg = T["_fused_config"]
+    """Where the device gives no bandwidth (here: no GPU), 32 bytes a thread, the launch measured on an H100
+    (BLOCK_M, BLOCK_N, num_warps); a GPU's launches are pinned in tests/test_launch_resources.py."""
+    cfg = F["_fused_config"]
     assert cfg(256, 4) == (16, 256, 16) and cfg(256, 2) == (16, 256, 8)
     assert cfg(1000, 4) == (4, 1024, 16) and cfg(4096, 2) == (1, 4096, 8)
     assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 32) and cfg(16384, 4) == (1, 16384, 32)
-    constants = (T["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], T["MIN_ELEMENTS"], T["BYTES_PER_THREAD"])
-    assert constants == (32768, 16384, 4096, 32)
+    assert (F["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], F["MIN_ELEMENTS"], F["bytes_per_thread"]()) == (
+        32768,
+        16384,
+        4096,
+        32,
+    )
+
+
+@pytest.mark.parametrize(
+    "clock_khz,bus_bits,sms,expected",
+    [(2619_000, 5120, 132, 32), (3201_000, 6016, 132, 64), (1593_000, 5120, 108, 32), (10501_000, 384, 128, 16)],
+)
+def test_bytes_a_thread_follow_littles_law(monkeypatch, clock_khz, bus_bits, sms, expected):
+    """An SM's share of bandwidth x LATENCY over half its threads, rounded up to a power of two, 16 at least: an
+    H100 SXM (3.35 TB/s) 32, an H200 (4.8 TB/s) 64, an A100 (2.04 TB/s, 108 SMs) 32, an RTX 4090 (1 TB/s) 16."""
+    props = types.SimpleNamespace(
+        memory_clock_rate=clock_khz,
+        memory_bus_width=bus_bits,
+        multi_processor_count=sms,
+        max_threads_per_multi_processor=2048 if sms != 128 else 1536,
+    )
+    page = F["bytes_per_thread"].__globals__
+    monkeypatch.setitem(page, "ON_GPU", True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args: props)
+    assert F["bytes_per_thread"]() == expected
+    props.memory_bus_width = 0  # a device that does not say
+    assert F["bytes_per_thread"]() == 32
+
+
+def test_the_drop_ins_page_carries_the_forward_letter_for_letter():
+    """01_softmax_backward runs the forward that 01_fused_softmax teaches: the same kernel, config and constants."""
+    assert inspect.getsource(T["softmax_fwd_kernel"].fn) == inspect.getsource(F["softmax_fwd_kernel"].fn)
+    for name in ("bytes_per_thread", "_fused_config", "softmax_rows_forward"):
+        assert inspect.getsource(T[name]) == inspect.getsource(F[name]), name
+    for name in ("MAX_FUSED_N", "MIN_ELEMENTS", "LATENCY"):
+        assert T[name] == F[name], name
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -167,7 +206,7 @@ def test_plain_kernel(dtype):
         torch.manual_seed(n)
         x = (torch.randn(5, n + 3, device=DEVICE, dtype=dtype) * 4)[:, :n]
         out = torch.full((5, n + 8), math.nan, device=DEVICE, dtype=dtype)
-        T["plain_softmax_rows"](x, out[:, :n])
+        F["plain_softmax_rows"](x, out[:, :n])
         assert out[:, n:].isnan().all() and not out[:, :n].isnan().any()
         assert rel_err(out[:, :n], torch.softmax(x.double(), -1)) < TOL[dtype]
 
@@ -288,7 +327,7 @@ def test_backward_operator_is_not_differentiable():
 def page_module(monkeypatch):
     """The page as the module its __name__ names: torch.compile looks the globals of a function it traces up there
     (a reader's notebook is __main__)."""
-    page = load_tutorial("01_fused_softmax")
+    page = load_tutorial("01_softmax_backward")
     module = types.ModuleType(page["__name__"])
     module.__dict__.update(page.data)
     monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -334,8 +373,8 @@ def test_launch_heuristics_page_carries_the_core_config():
     """Deep dive 13 explains and measures the core page's launch parameters: they must be the same."""
     for n in (1, 7, 256, 1000, 4096, 16384, 32768):
         for size in (2, 4):
-            assert H["_fused_config"](n, size) == T["_fused_config"](n, size)
-    assert (H["MAX_FUSED_N"], H["MAX_FUSED_BWD_N"]) == (T["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"])
+            assert H["_fused_config"](n, size) == F["_fused_config"](n, size)
+    assert (H["MAX_FUSED_N"], H["MAX_FUSED_BWD_N"]) == (F["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"])
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["plain", "persistent"])

@@ -2,26 +2,20 @@
 Fused softmax
 =============
 
-Softmax does a few operations per element, so memory traffic alone sets its speed: the best kernel reads
-the input once, writes the output once, and runs as fast as a copy of the same bytes, the *speed of
-light*. You build it in Triton, forward and backward, as a drop-in for :func:`torch.softmax`, measured
-against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+Softmax does a few operations per element, so memory alone sets its speed: the best kernel reads the input once,
+writes the output once, and runs as fast as a copy of the same bytes, the *speed of light*. You write its forward in
+Triton and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn**: to count bytes and predict a speed-up; your first Triton kernel (one row a program),
-then one step (several short rows a program, from one config function); the backward pass; the drop-in as a
-PyTorch operator that a compiled model keeps. No Triton needed beforehand. The kernels are for rows of up to 32 K
-elements forward in fp32, 16 K in bf16 and fp16, and 16 K backward; longer rows have deep dives.
+**What you will learn**: to count bytes; your first Triton kernel; launch parameters from the device (Little's
+law). No Triton needed beforehand. Rows of up to 32 K elements in fp32, 16 K in 16 bits.
 """
 
-import datetime, math, os
-
-import pandas as pd, torch
+import datetime, math, os, pandas as pd, torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
 
-import triton
-import triton.language as tl
+import triton, triton.language as tl
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
@@ -38,8 +32,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    y_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \qquad m = \max_j x_j .
 #
-# Subtracting the row maximum :math:`m` keeps :math:`e^{x - m}` at most 1: large scores cannot overflow.
-# With PyTorch operations, one per line:
+# Subtracting the maximum :math:`m` keeps :math:`e^{x - m}` at most 1. In PyTorch, one operation a line:
 
 def naive_softmax(x):  # rows of a 2-D tensor
     x_max = x.max(dim=1, keepdim=True).values  # read M*N, write M
@@ -49,31 +42,24 @@ def naive_softmax(x):  # rows of a 2-D tensor
     return numerator / denominator  # read M*N + M, write M*N
 
 # %%
-# Each operation is its own kernel and goes through memory: about :math:`5MN` elements read and
-# :math:`3MN` written, :math:`8MN` in all (:math:`32MN` bytes in fp32). A kernel that keeps a row on chip
-# reads :math:`x` once and writes :math:`y` once, :math:`2MN` elements (:math:`8MN` bytes in fp32,
-# :math:`4MN` in bf16): it should be **4 times faster** than the naive softmax. ``torch.softmax`` is already
-# such a kernel, so the target is not torch but a copy of the same bytes: the speed of light.
+# Each line is a kernel of its own that goes through memory: :math:`8MN` elements moved in all. A kernel that keeps
+# a row on chip reads :math:`x` once and writes :math:`y` once, :math:`2MN` elements: **4 times faster**.
+# ``torch.softmax`` is such a kernel already; the target is a copy of the same bytes.
 #
 # Step 0: the plain kernel
 # ------------------------
-# The kernel is built as a *ladder*: step 0, the plain kernel, then one step that adds one idea, each measured
-# in one table. Step 0: one program a row loads the whole row into registers, takes its maximum and the sum of
-# the exponentials, and stores :math:`y`. The Triton it needs:
+# One program a row: it loads the row into registers, takes the maximum and the sum of the exponentials, and
+# stores :math:`y`. The Triton it needs:
 #
-# * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies of it,
-#   the *programs*, and ``tl.program_id(0)`` tells each which one it is (here: its row).
-# * A tensor argument arrives as a pointer to its first element. ``tl.arange(0, BLOCK_N)`` is the block
-#   :math:`0, 1, \ldots, BLOCK\_N - 1`, and ``x_ptr + offsets`` a block of addresses, counted in elements (as
-#   torch's strides are), not bytes.
-# * ``BLOCK_N: tl.constexpr`` is fixed at compile time (one compilation per value); a block's size is a power
-#   of two, so ``BLOCK_N`` is the row's length rounded up.
-# * ``tl.load`` reads a block and ``tl.store`` writes one; ``mask=`` turns off the lanes past the row's end,
-#   and ``other=`` is what they load: :math:`-\infty`, whose exponential is 0.
-# * ``tl.max`` and ``tl.sum`` reduce a block along an axis.
-#
-# The arithmetic is fp32 (``.to`` converts); fp16 and bf16 stay 16-bit in memory (half the bytes):
-# ``y_ptr.dtype.element_ty`` is the dtype of the tensor behind ``y_ptr``, the one ``y`` is stored in.
+# * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies of it, the
+#   *programs*; ``tl.program_id(0)`` is a program's number.
+# * A tensor arrives as a pointer to its first element; ``x_ptr + tl.arange(0, BLOCK_N)`` is a block of
+#   addresses, counted in elements, as torch's strides are.
+# * ``BLOCK_N: tl.constexpr`` is fixed at compile time, a power of two: the row's length rounded up.
+# * ``tl.load`` and ``tl.store`` read and write a block; ``mask=`` turns off the lanes past the row's end, which
+#   load ``other=`` (:math:`-\infty`, whose exponential is 0).
+# * ``tl.max`` and ``tl.sum`` reduce a block. ``.to`` converts: the arithmetic is fp32, memory keeps the
+#   tensor's dtype (``y_ptr.dtype.element_ty``).
 
 @triton.jit
 def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
@@ -85,9 +71,7 @@ def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK
     tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
 
 # %%
-# The launch gives one program a row. ``num_warps=`` sets how many warps (32 threads each) share a program:
-# a warp per 256 elements (8 a thread), from 4 warps up to 32 (1024 threads, a program's limit), so past
-# 8 K a thread holds more: 32 values at 32 K.
+# One program a row, each of ``num_warps`` warps (32 threads): a warp per 256 elements, from 4 to 32.
 
 def plain_softmax_rows(x2d, y2d):
     block_n = triton.next_power_of_2(x2d.shape[1])
@@ -98,16 +82,11 @@ def plain_softmax_rows(x2d, y2d):
 # %%
 # Step 1: several short rows a program
 # ------------------------------------
-# On a GPU the page measures a tensor of :math:`2^{26}` elements (256 MB in fp32, far past the L2 cache). In
-# rows of 256 fp32 (1 KB) step 0 runs :math:`2^{18}` programs, each paying its start, each with too few loads in
-# flight to hide the memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows of ``BLOCK_N``
-# columns and reduces each row of the tile.
-#
-# Two new constructs. ``rows[:, None]`` makes a column of the row indices and ``cols[None, :]`` a row of the
-# column indices, as in PyTorch; added, they broadcast into a ``BLOCK_M`` x ``BLOCK_N`` tile of addresses, and
-# ``axis=1`` reduces along each row of it. The last tile may run past the last row: ``tl.minimum`` (elementwise)
-# clamps those rows onto the last one rather than masking them: every load reads a real row with the column
-# mask alone, and the store's mask drops the extra rows.
+# In rows of 256, step 0 runs :math:`2^{18}` programs on :math:`2^{26}` elements, each paying its start with too
+# few loads in flight to hide memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows:
+# ``rows[:, None] * stride + cols[None, :]`` broadcasts, as in PyTorch, into a ``BLOCK_M`` x ``BLOCK_N`` tile of
+# addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps the rows past the last one onto it, so
+# that every load reads a real row; the store's mask drops them.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -125,36 +104,34 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 # %%
-# **Launch parameters** come from ``_fused_config`` and the constants above it. Memory stays busy when each
-# SM has enough bytes in flight to cover its latency (Little's law: bytes in flight = bandwidth x latency / SMs;
-# at 3-5 TB/s, about a microsecond and some 130 SMs, 25-40 KB an SM). So a program takes at least
-# ``MIN_ELEMENTS`` elements (short rows packed into one tile: 8 KB of bf16, 16 KB of fp32) and a warp per
-# 32 x ``BYTES_PER_THREAD`` bytes of it: two 16-byte loads a thread (16 bytes: the widest load a thread
-# issues), registers to spare for a second program an SM.
-# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py` measures each choice. Step 1's launcher,
-# ``softmax_rows_forward``, follows the config.
+# **Launch parameters** come from the device. An SM keeps memory busy with bandwidth x latency / SMs bytes in
+# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). ``bytes_per_thread`` spreads them over half
+# an SM's threads (the other half: a second program), 32 bytes a thread at 3.35 TB/s, 64 at 4.8 TB/s;
+# ``_fused_config`` gives a warp 32 x that many bytes of a program's ``MIN_ELEMENTS`` or more.
 #
-# **The range.** ``RANGE`` holds the rows these kernels are for. A row is held whole in registers: up to 16 K
-# elements two programs share an SM; past that a program runs alone, loading, reducing and storing one phase
-# after the other. For 16-bit rows of 16 K to 32 K,
-# :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py` stages the row in shared memory, three rows
-# an SM, so that one row's reductions overlap the others' loads: ``RANGE`` leaves those rows to it. An fp32 row
-# that long is twice the bytes, one an SM, so staging gains nothing and fp32 stays here up to 32 K. fp16 runs
-# the same kernels as bf16; the page measures fp32 and bf16.
+# **The range.** ``RANGE`` holds the rows these kernels are for. Past 16 K a program runs alone on its SM, one
+# phase after another; deep dive 12 overlaps those phases for 16-bit rows.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
-MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
-BYTES_PER_THREAD = 32  # of the tile, per thread: two 16-byte loads in flight, room for a 2nd program an SM
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+def bytes_per_thread():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 32
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+
 # (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
-RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1),
-         **{("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}}
+RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
 
 # (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes (backward: 4, y and dy in fp32)
 def _fused_config(n_cols, element_size):
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
     return block_m, block_n, num_warps
 
 def softmax_rows_forward(x2d, y2d):
@@ -164,123 +141,13 @@ def softmax_rows_forward(x2d, y2d):
                                                               BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 
 # %%
-# The backward pass
-# -----------------
-# With :math:`y = \mathrm{softmax}(x)` and the incoming gradient :math:`dy`, the chain rule through the
-# Jacobian :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)` gives
-#
-# .. math::
-#
-#    dx = y \odot \left(dy - \sum_j y_j \, dy_j\right) .
-#
-# A dot product a row and an elementwise step: it fuses as step 1 does, reading :math:`y` and :math:`dy` and
-# writing :math:`dx`, :math:`3MN` elements. Saving :math:`y` (not :math:`x`) spares the exponentials.
-
-@triton.jit
-def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < n_rows
-    rows = tl.minimum(rows, n_rows - 1)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols[None, :] < n_cols
-    y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=col_ok, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=col_ok, other=0.0).to(tl.float32)
-    dx = y * (dy - tl.sum(y * dy, axis=1)[:, None])
-    tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok)
-
-def softmax_rows_backward(y, dy, dx):
-    """dx = y * (dy - rowsum(y * dy)), rows of at most MAX_FUSED_BWD_N. All 2-D, unit stride along the row."""
-    block_m, block_n, num_warps = _fused_config(y.shape[1], 4)  # y and dy held as fp32
-    softmax_bwd_kernel[(triton.cdiv(len(y), block_m),)](y, dy, dx, *y.shape, y.stride(0), dy.stride(0), dx.stride(0),
-                                                       BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-
-# %%
-# The drop-in
-# -----------
-# ``torch.compile`` cannot trace a Triton launch from Python. ``torch.library.custom_op`` makes each launch an
-# operator that stays in a compiled graph; ``register_fake`` gives the compiler its output's shape without
-# running it, ``register_autograd`` its backward. Past the kernels' rows (``MAX_FUSED_N``, backward
-# ``MAX_FUSED_BWD_N``) each operator calls PyTorch's own softmax, forward or backward, as fast as torch there:
-# the kernels for such rows are in :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. ``softmax``
-# takes what :func:`torch.softmax` takes, checks it as torch does (``_checked``, in the appendix) and moves
-# ``dim`` last.
-
-# launch(*rows, out) on 2-D rows; out is new, as an operator's output may not alias its inputs
-def _rows_op(launch, *rows):
-    out = rows[0].new_empty(rows[0].shape)
-    if out.numel() > 0:  # rows not of unit stride along the row (a dy from .sum() is broadcast: stride 0) are copied
-        launch(*[t if t.stride(1) == 1 else t.contiguous() for t in rows], out)
-    return out
-
-@torch.library.custom_op("sol::softmax_fwd_01", mutates_args=())
-def softmax_fwd_op(x2d: torch.Tensor) -> torch.Tensor:
-    if x2d.shape[1] > MAX_FUSED_N:
-        return torch.softmax(x2d, dim=1).contiguous()
-    return _rows_op(softmax_rows_forward, x2d)
-softmax_fwd_op.register_fake(lambda x2d: x2d.new_empty(x2d.shape))
-
-@torch.library.custom_op("sol::softmax_bwd_01", mutates_args=())
-def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
-    if y2d.shape[1] > MAX_FUSED_BWD_N:
-        return torch._softmax_backward_data(dy2d.to(y2d.dtype), y2d, 1, y2d.dtype).contiguous()
-    return _rows_op(softmax_rows_backward, y2d, dy2d)  # the kernels read dy in any float dtype
-softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
-
-# Grad enabled inside a backward means create_graph=True (refused); while torch.compile traces, grad mode does not
-# tell, so only eager checks
-def _backward(ctx, dy2d):
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
-                           "backward is a Triton kernel, not differentiable; use torch's softmax there")
-    return softmax_bwd_op(ctx.saved_tensors[0], dy2d)
-softmax_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(output))
-
-def softmax(input, dim=-1, dtype=None):
-    """Drop-in for ``torch.softmax(input, dim, dtype=None)`` on float32, float16 and bfloat16, with autograd."""
-    x = _checked(input, dim, dtype)  # cast to dtype where given, as torch does
-    rows = x.movedim(dim, -1) if x.dim() else x.reshape(1)  # 0-d: a row of one. reshape copies only where it must
-    y = softmax_fwd_op(rows.reshape(math.prod(rows.shape[:-1]), rows.shape[-1])).view(rows.shape).movedim(-1, dim)
-    return y.reshape(x.shape).contiguous() if x.is_contiguous() else y
-
-# %%
-# **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node
-# of the graph, with no graph break. Inductor does not fuse the elementwise operations beside it (a scale, a
-# mask) into it, as it would into its own softmax: each of those costs a pass over memory of its own. Use it on
-# the rows of ``RANGE``: fp32 and bf16 or fp16, up to 32 K elements forward in fp32, 16 K in 16 bits, 16 K
-# backward. Past 32 K forward and 16 K backward it calls PyTorch's softmax.
-
-# %%
 # Appendix: how this page measures
 # --------------------------------
 # :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call: the GPU's
 # cost, not Python's. The *speed of light* is a copy of the same tensor, timed beside it without a graph
 # (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel
-# moves: :math:`x, y` forward; :math:`y, dy, dx` backward, timed as in training. The functions below are the
-# page's machinery (the drop-in's argument checks, peers, timer, sweep, tables, plot, the sentences that read the
-# numbers); the cells after the appendix call them.
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-def _checked(input, dim, dtype):
-    """softmax's arguments, checked as torch.softmax checks them (each error names the limit and the way around it);
-    returns the input, cast to dtype where one is given (any input then, as in torch)."""
-    if not isinstance(input, torch.Tensor) or not isinstance(dim, int) or isinstance(dim, bool):
-        raise TypeError(f"softmax: input must be a torch.Tensor and dim must be an int, got {type(input).__name__}, "
-                        f"{type(dim).__name__}")
-    for name, t in (("input's dtype is ", input.dtype if dtype is None else None), ("dtype=", dtype)):
-        if t is not None and t not in SUPPORTED_DTYPES:
-            raise TypeError(f"softmax: {name}{t}; these kernels support float32, float16 and bfloat16 "
-                            "(else use torch.softmax)")
-    if input.device.type != DEVICE.type:
-        raise ValueError(f"softmax: input is on {input.device}; the kernels run on {DEVICE}: use .to('{DEVICE}')")
-    x, nd = input if dtype is None else input.to(dtype), max(input.dim(), 1)  # 0-d: dim 0 or -1, as in torch
-    if not -nd <= dim < nd:
-        raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor (expected [{-nd}, {nd - 1}])")
-    if (x.shape[dim] if x.dim() else 1) >= 2**31:
-        raise ValueError(f"softmax: rows of {x.shape[dim]} elements exceed the kernels' limit of 2**31 - 1")
-    return x
+# moves: :math:`x` read and :math:`y` written. The functions below are the page's machinery (the check, peers,
+# timer, sweep, tables, plot, the sentences that read the numbers); the cells after the appendix call them.
 
 # %%
 import importlib.util, subprocess, warnings
@@ -340,33 +207,35 @@ def providers():  # name -> softmax along the last dim
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
     peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax}
-    return found | {name: fn for name, fn in peers.items() if fn} | {"ours": softmax}
+    return found | {name: fn for name, fn in peers.items() if fn} | {"ours": ours}
+
+def ours(x):  # step 1 on rows of up to MAX_FUSED_N, PyTorch's softmax past them
+    if x.shape[-1] > MAX_FUSED_N:
+        return torch.softmax(x, dim=-1)
+    y = torch.empty_like(x)
+    softmax_rows_forward(x, y)
+    return y
 
 def sweep(fns):
-    """GB/s of each provider, forward and backward, fp32 and bf16, at each N of SWEEP_N, next to a copy."""
+    """GB/s of each provider's forward, fp32 and bf16, at each N of SWEEP_N, next to a copy."""
     records, missing = [], {}
     for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
-        dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
+        out, nbytes = torch.empty_like(x), x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        reference, xg = torch.softmax(x.float(), dim=-1), x.requires_grad_(True)
+        reference = torch.softmax(x.float(), dim=-1)
         for name, fn in fns.items():
-            y = None
-            for direction, passes, call in (("forward", 2, lambda: fn(xg)),
-                                            ("backward", 3, lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))):
-                try:
-                    if y is None:  # one forward: the backward differentiates it
-                        y = fn(xg)
-                        torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
-                    gbs = passes * nbytes / bench(call) * 1e-6
-                except Exception as err:  # a peer's limit: its point shows "-", and why is printed below
-                    if name == "ours":
-                        raise
-                    why = f"{name}, {direction}: {type(err).__name__}: {' '.join(str(err).split())[:100]}"
-                    missing.setdefault(why, []).append(n_cols)
-                    gbs = float("nan")
-                records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                                "GB/s": gbs, "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
+            try:
+                torch.testing.assert_close(fn(x).float(), reference, atol=1e-2, rtol=1e-2)
+                gbs = 2 * nbytes / bench(lambda: fn(x)) * 1e-6
+            except Exception as err:  # a peer's limit: its point shows "-", and why is printed below
+                if name == "ours":
+                    raise
+                why = f"{name}: {type(err).__name__}: {' '.join(str(err).split())[:100]}"
+                missing.setdefault(why, []).append(n_cols)
+                gbs = float("nan")
+            records.append({"direction": "forward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                            "GB/s": gbs, "speed of light GB/s": light, "% of speed of light": 100 * gbs / light})
     for why, points in missing.items():
         print(f"Not measured at N = {points}: {why}")
     return pd.DataFrame(records)
@@ -377,7 +246,6 @@ def summary(results):
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
     peers = [p for p in ("torch", "torch.compile", "Liger", "quack") if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]
-    table = table.reindex(["forward", "backward"], level=0)
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
     table["ours / best peer"] = table["ours"] / table[peers].max(axis=1)
@@ -395,7 +263,7 @@ def plot(table):
     if not ON_GPU:
         return
     table = table.data  # the summary's Styler holds the table
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, facecolor="white")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True, sharey=True, facecolor="white")
     for ax, ((direction, dtype), part) in zip(axes.flat, table.groupby(level=[0, 1], sort=False)):
         for name in part.columns[1:-2]:  # the providers: after the speed of light, before ours in % and vs peers
             ax.plot(part.index.get_level_values("N"), 100 * part[name] / part["speed of light"], marker="o",
@@ -404,7 +272,7 @@ def plot(table):
         ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
         ax.set(title=f"{direction}, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
         ax.label_outer()
-    axes[0][0].legend(loc="lower left", fontsize=8)
+    axes[0].legend(loc="lower left", fontsize=8)
     fig.suptitle(f"Softmax, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
     fig.tight_layout()
     plt.show()
@@ -414,38 +282,52 @@ def reading(table, ladder):
     inside = table[[n in RANGE.get((d, t), ()) for d, t, n in table.index]]
     pct, vs_peer = inside["ours, % of light"], inside["ours / best peer"]
     past = table.drop(inside.index)["ours, % of light"]
-    (d, t, n), fp32, n_mid = pct.idxmin(), table.loc["forward"].loc["float32"], SWEEP_N[len(SWEEP_N) // 2]
+    (_, t, n), fp32, n_mid = pct.idxmin(), table.loc["forward"].loc["float32"], SWEEP_N[len(SWEEP_N) // 2]
     packing = ladder.pivot(index="N", columns="step", values="GB/s").pipe(lambda gbs: gbs[1] / gbs[0])  # step 1 / 0
     why = (", short rows: a program spends more of its time starting and reducing than moving bytes" if n <= 1024 else
            ", long rows: one fills much of an SM's registers, leaving few programs to overlap loads and stores"
            if n >= 16384 else "")
     text = [f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
-            f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {d} {t} at N = {n}{why}."]
-    points = lambda column: ", ".join(f"{d} {t} N = {n}: {v:.4g}%" for (d, t, n), v in column.items())  # noqa: E731
+            f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {t} at N = {n}{why}."]
+    points = lambda column: ", ".join(f"{t} N = {n}: {v:.4g}%" for (_, t, n), v in column.items())  # noqa: E731
     over = table["ours, % of light"][table["ours, % of light"] > 100]
-    direction = over.index.get_level_values(0)
-    backward, forward = over[direction == "backward"], over[direction == "forward"]
-    if len(backward):  # more than a copy's GB/s: the copy reads one byte for each it writes, the backward two
-        text.append(f"The backward ran above 100% of the copy ({points(backward)}): a copy reads one byte for each "
-                    "byte it writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster "
-                    "than a mix that turns the bus from reading to writing, so a kernel that writes a third of its "
-                    "bytes can pass the GB/s of a copy, which writes half.")
-    if len(forward):
-        text.append(f"The forward ran above 100% of the copy ({points(forward)}) by at most {forward.max() - 100:.2g} "
+    if len(over):
+        text.append(f"The forward ran above 100% of the copy ({points(over)}) by at most {over.max() - 100:.2g} "
                     "points: it moves the same bytes the same way as the copy (a read for each write), so the gap "
                     "is how the two timings differ (the copy is timed without a CUDA graph), not a faster way to "
                     "move bytes.")
     if len(past):
         text.append(f"Past its range ({points(past)}) the site recommends other pages: deep dive 12 for 16-bit "
-                    f"forward rows of 16 K to 32 K (staged in shared memory), deep dive 11 for forward rows past "
-                    f"{MAX_FUSED_N} and backward rows past {MAX_FUSED_BWD_N}, which this drop-in hands to "
-                    "PyTorch's own softmax.")
+                    f"rows of 16 K to 32 K (staged in shared memory), deep dive 11 for rows past {MAX_FUSED_N}.")
     text.append(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive "
                 f"softmax (the bytes model said 4x). In the ladder, packing short rows ran rows of 256 at "
                 f"{packing[256]:.3g}x step 0's speed (rows of 4096, launched alike: {packing[4096]:.3g}x): a "
                 "memory-bound kernel reaches a copy's speed by moving each byte once with enough bytes in flight "
                 "per program.")
     return "\n".join(text)
+
+CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000)] if ON_GPU else [(17, 1), (33, 257), (3, 20_000)]
+
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (the interpreter's bf16 truncates)
+
+def check(shapes):
+    """The errors' table of every shape in fp32, fp16 and bf16, asserted within TOLERANCE."""
+    errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
+    assert (errors[["step 0", "step 1"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+    return errors.style.format({c: "{:.1e}" for c in ("step 0", "step 1", "torch")}).hide(axis="index")
+
+def check_row(shape, dtype):
+    """Each step's and torch's relative error against float64 on rows of shape's length, x scaled to spread them."""
+    torch.manual_seed(shape[1])
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4)
+    y64 = torch.softmax(x.double(), dim=-1)
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
+    for name, launch in (("step 0", plain_softmax_rows), ("step 1", softmax_rows_forward)):
+        y = torch.full_like(x, float("nan"))  # a lane left unwritten shows as NaN
+        launch(x, y)
+        row[name] = ((y.double() - y64).norm() / y64.norm()).item()
+    row["torch"] = ((torch.softmax(x, dim=-1).double() - y64).norm() / y64.norm()).item()
+    return row
 
 def environment_card():
     """The full environment card, shown collapsed."""
@@ -468,75 +350,48 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward, next to
-# PyTorch's own in the same dtype: ours should be no worse.
+# Each step's relative error against float64, next to PyTorch's; ``check`` stops the page unless each is a few
+# roundings of its dtype.
 
-CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003)] if ON_GPU else \
-    [(17, 1), (33, 257), (8, 1000), (3, 20_000), (2, 40_000)]
-
-def check_row(shape, dtype):
-    torch.manual_seed(shape[1])
-    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4).requires_grad_(True)
-    dy, x64 = torch.randn(shape, device=DEVICE, dtype=dtype), x.detach().double().requires_grad_(True)
-    y64 = torch.softmax(x64, dim=-1)
-    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
-    # relative error (ref = 0, dx at N = 1: absolute)
-    err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1)).item()
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn in [("ours", softmax), ("torch", torch.softmax)]:
-        y = fn(x, dim=-1)
-        row[f"{name} fwd"], row[f"{name} bwd"] = err(y, y64.detach()), err(torch.autograd.grad(y, x, dy)[0], dx64)
-    return row
-
-errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# No page unless each error is a few roundings of its dtype (the interpreter truncates to bf16)
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
-errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
+check(CHECK_SHAPES)
 
 # %%
 # The ladder, measured
 # --------------------
-# Each step's forward on one fp32 tensor viewed as rows of 256 (packing matters) and 4096 (both launch alike).
+# Each step on one fp32 tensor viewed as rows of 256 (packing matters) and of 4096 (both launch alike):
 
-ladder = measure_ladder([(0, "one row a program, the whole row in registers", plain_softmax_rows),
-                                       (1, "several short rows a program", softmax_rows_forward)])
+ladder = measure_ladder([(0, "one row a program", plain_softmax_rows), (1, "short rows packed", softmax_rows_forward)])
 ladder
 
 # %%
 # Benchmark
 # ---------
-# :math:`M \times N = 2^{26}` elements on a GPU, N from 256 to 32 K; "-" marks a point a peer cannot run.
-# Forward and backward, GB/s (higher is better):
+# :math:`2^{26}` elements as rows of N = 256 to 32 K, GB/s (higher is better); "-": a point a peer cannot run.
 
 table = summary(sweep(providers()))
 table
 
 # %%
-# As a plot, each provider in % of the copy measured beside it (on a GPU):
+# Each provider in % of the copy measured beside it:
 
 plot(table)
 
 # %%
 # Reading the numbers
 # -------------------
-# From the tables above, as this build measured them:
 
 print(reading(table.data, ladder.data) if ON_GPU else NO_SPEED)
 
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Past ``RANGE``: 16-bit forward rows of 16 K to 32 K staged in shared memory,
-# :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; longer rows, streamed by *online softmax*
-# or split across programs, :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. The launch choices
-# and a *persistent* grid: :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+# **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_01_softmax_backward.py`.
 #
-# **Exercise.** Change ``MIN_ELEMENTS`` and ``BYTES_PER_THREAD`` and rerun the ladder and the benchmark:
-# which row lengths move, and why? ``softmax(x, dim=0)`` copies ``x``: write a kernel that reduces down
-# columns instead (:ref:`sphx_glr_tutorials_03_parallel_reduction.py` shows the pattern).
+# **Deep dives.** 16-bit rows of 16 K to 32 K staged in shared memory,
+# :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; longer rows, streamed (*online softmax*),
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`; the launch choices measured,
+# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
 #
-# References: Milakov and Gimelshein, *Online normalizer calculation for softmax* (2018); Triton's
-# fused-softmax tutorial; quack's softmax and its "speed of light" write-up.
+# **Exercise.** Change ``MIN_ELEMENTS`` and ``LATENCY`` and rerun: which rows move, and why?
 
 environment_card()

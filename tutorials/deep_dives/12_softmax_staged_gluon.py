@@ -62,11 +62,24 @@ def softmax_fwd_kernel(
                  mask=row_ok[:, None] & col_ok[None, :])
 
 
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+def bytes_per_thread():
+    """Bytes of the tile a thread loads: an SM's share of bandwidth x LATENCY over half its threads, a power of two
+    from 16 (one 16-byte load); 32 where the device does not say (its bus width, its memory clock in kHz)."""
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 32
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+
+
 def _core_meta(n_cols, element_size):
-    """The core page's _fused_config: BLOCK_M rows of BLOCK_N columns a program, 32 bytes a thread."""
+    """The core page's _fused_config: BLOCK_M rows of BLOCK_N columns a program, bytes_per_thread() a thread."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, 4096 // block_n)  # at least 4096 elements a program
-    num_warps = min(32, max(4, block_m * block_n // (32 * (32 // element_size))))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 
 

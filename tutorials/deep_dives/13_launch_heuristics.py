@@ -127,25 +127,40 @@ def softmax_fwd_online_kernel(
 # * ``BLOCK_M`` packs several short rows into one program so that each moves at least
 #   ``MIN_ELEMENTS`` elements: a program that loads 256 values cannot keep enough bytes in flight to
 #   hide the memory's latency, and every program pays a start-up.
-# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of the block: two 16-byte loads in
-#   flight per thread (8 fp32 or 16 bf16 values), leaving room in the register file for a second
-#   program per SM. The backward widens :math:`y` and :math:`dy` to fp32, so it is sized as fp32.
+# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of the block, from Little's law: to
+#   draw its share of the bandwidth an SM keeps bandwidth x latency / SMs bytes in flight (``LATENCY``, a
+#   loaded DRAM access, about a microsecond), and half its threads load them, leaving the register file
+#   room for a second program an SM. At 3.35 TB/s and 132 SMs that is 25 KB an SM, 32 bytes a thread (two
+#   16-byte loads, 8 fp32 or 16 bf16 values); at 4.8 TB/s 36 KB, rounded up to 64 bytes. The backward
+#   widens :math:`y` and :math:`dy` to fp32, so it is sized as fp32.
 #
-# These numbers were chosen by sweeps on an H100 (the design record, dev/DESIGN.md in the repository);
-# the measurements below check them on the GPU that built this page.
+# ``MIN_ELEMENTS`` and ``LATENCY`` were chosen by sweeps (the design record, dev/DESIGN.md in the
+# repository); the measurements below check them on the GPU that built this page.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers
 MAX_FUSED_BWD_N = 16384  # backward: two rows held
 MIN_ELEMENTS = 4096  # fewest elements one program handles
-BYTES_PER_THREAD = 32  # of the block, per thread
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+def bytes_per_thread():
+    """Bytes of the tile a thread loads: an SM's share of bandwidth x LATENCY over half its threads, a power of two
+    from 16 (one 16-byte load); 32 where the device does not say (its bus width, its memory clock in kHz)."""
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 32
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+
+
+BYTES_PER_THREAD = bytes_per_thread()  # of the block, per thread
 
 
 def _fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) of the fused kernels (the backward passes element_size 4)."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
-    elements_per_thread = BYTES_PER_THREAD // element_size
-    num_warps = min(32, max(4, block_m * block_n // (32 * elements_per_thread)))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return block_m, block_n, num_warps
 
 
