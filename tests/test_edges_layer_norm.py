@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from conftest import DEVICE, LazyTutorial
 
-CORE = LazyTutorial("02_layer_norm")
+CORE = LazyTutorial("02_layer_norm_backward")
 WIDE = LazyTutorial("21_layer_norm_wide_forward")
 STAGED = LazyTutorial("22_layer_norm_staged_gluon")
 WIDE_BWD = LazyTutorial("23_layer_norm_wide_backward")

@@ -348,6 +348,7 @@ def test_the_pages_that_write_results():
         "01_fused_softmax",
         "01_softmax_backward",
         "02_layer_norm",
+        "02_layer_norm_backward",
         "24_layer_norm_backward_locks",
         "03_parallel_reduction",
         "04_rms_norm",

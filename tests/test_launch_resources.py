@@ -644,6 +644,14 @@ def layer_norm_02(p, dtype, n, variant):
     gradients(p["layer_norm"](x, (n,), w, b), [x, w, b])
 
 
+def layer_norm_forward_02(p, dtype, n, variant):
+    """The forward page's step 1 (its drop-in, forward and backward, is the next page's)."""
+    x, y = matrix(n, dtype), matrix(n, dtype)
+    w, b = (torch.empty(n, device=DEVICE, dtype=dtype) if variant == "affine" else None for _ in range(2))
+    mean, rstd = (torch.empty(len(x), device=DEVICE) for _ in range(2))
+    p["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
+
+
 def layer_norm_02_takes(p, dtype, n, variant):
     return n <= p["MAX_FUSED_N"]  # past it the drop-in computes with torch (deep dives 21 and 23 hold the kernels)
 
@@ -775,7 +783,8 @@ CROSS_ENTROPY = ("gradient", "gradient, label smoothing", "forward alone, label 
 PAGES = {
     "01_fused_softmax": Entry(softmax_forward_01, ("",)),
     "01_softmax_backward": Entry(softmax_01, ("",)),
-    "02_layer_norm": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
+    "02_layer_norm": Entry(layer_norm_forward_02, ("affine",), layer_norm_02_takes),
+    "02_layer_norm_backward": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
     "24_layer_norm_backward_locks": Entry(layer_norm_locks_24, ("classic", "persistent"), layer_norm_locks_24_takes),
     "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
@@ -954,6 +963,7 @@ PINNED_PAGES = (
     "01_fused_softmax",
     "01_softmax_backward",
     "02_layer_norm",
+    "02_layer_norm_backward",
     "03_parallel_reduction",
     "04_rms_norm",
     "06_cross_entropy",

@@ -1,8 +1,10 @@
-"""Tutorial 02 (layer norm): forward and backward against float64, poisoned outputs, bad inputs,
-determinism of the persistent backward. Without a CUDA GPU the kernels run through Triton's
+"""Tutorial 02 (layer norm: 02_layer_norm, the forward; 02_layer_norm_backward, the backward and the drop-in, the
+forward carried): forward and backward against float64, poisoned outputs, bad inputs, determinism of the persistent
+backward. Without a CUDA GPU the kernels run through Triton's
 interpreter, so the sizes stay small."""
 
 import copy
+import inspect
 import math
 import os
 import random
@@ -22,8 +24,40 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 @pytest.fixture(scope="module")
-def ln():
+def ln():  # the drop-in's page
+    return load_tutorial("02_layer_norm_backward")
+
+
+@pytest.fixture(scope="module")
+def fwd():  # the forward's page
     return load_tutorial("02_layer_norm")
+
+
+def test_the_drop_ins_page_carries_the_forward_letter_for_letter(ln, fwd):
+    """02_layer_norm_backward runs the forward that 02_layer_norm teaches: the same kernel, config and launcher."""
+    assert inspect.getsource(ln["layer_norm_fwd_kernel"].fn) == inspect.getsource(fwd["layer_norm_fwd_kernel"].fn)
+    for name in ("_warps", "_fwd_config", "layer_norm_rows_forward", "programs_per_sm", "torch_rows_forward"):
+        assert inspect.getsource(ln[name]) == inspect.getsource(fwd[name]), name
+    assert ln["MAX_FUSED_N"] == fwd["MAX_FUSED_N"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_forward_kernel(fwd, dtype):
+    """The ladder's step 0 (one row a program) against float64, rows of odd length: every element written."""
+    for n in (1, 257, 1000):
+        torch.manual_seed(n)
+        x, w, b = (torch.randn(s, device=DEVICE, dtype=dtype) for s in ((5, n), n, n))
+        y = torch.full_like(x, math.nan)
+        fwd["plain_forward"](x, y, w, b)
+        ref = ref_layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+        assert not y.isnan().any() and rel_error(y, ref) < 2 * TOL[dtype]
+
+
+def test_forward_page_checks_passed(fwd):
+    """The forward page's tables: its check ran (it asserts), each provider's forward recorded, steps 0 and 1."""
+    results = fwd["results"]
+    assert set(results.direction) == {"forward"} and len(results[results.provider == "ours"]) == 2 * len(fwd["SWEEP_N"])
+    assert sorted(set(fwd["ladder"]["step"])) == [0, 1]
 
 
 def ref_layer_norm(x, normalized_shape, weight, bias, eps):
@@ -310,7 +344,7 @@ def test_page_checks_passed(ln):
     assert len(errors) > 0 and errors["same bits"].all(), "the backward gave different bits between runs"
     results = ln["results"]
     ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * 2 * len(ln["SWEEP_N"])
+    assert len(ours) == 2 * len(ln["SWEEP_N"]) and set(results.direction) == {"backward"}
     # a GPU's run times every point; the interpreter's run checks values and times none (NaN, shown as no speed)
     assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
 
@@ -463,6 +497,6 @@ def test_cpu_run_measures_no_speed_and_says_so(ln, monkeypatch):
             lines
         )
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer|No quack", proc.stdout), proc.stdout
-    assert list(ln["ladder"].columns[:4]) == ["direction", "step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
+    assert list(ln["ladder"].columns[:3]) == ["step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in ln["environment_card"]()._repr_html_()

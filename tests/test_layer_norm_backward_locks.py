@@ -57,7 +57,7 @@ def test_classic_design_names_its_limit(page):
 
 def test_carried_persistent_design_is_tutorial_02s(page):
     """The page measures tutorial 02's backward: the same kernels, launch parameters and bits."""
-    core = load_tutorial("02_layer_norm")
+    core = load_tutorial("02_layer_norm_backward")
     assert inspect.getsource(page["layer_norm_bwd_kernel"].fn) == inspect.getsource(core["layer_norm_bwd_kernel"].fn)
     for name in ("_warps", "_bwd_config"):
         assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name

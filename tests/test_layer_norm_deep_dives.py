@@ -271,7 +271,7 @@ def test_carried_core_kernels_are_the_core_pages():
     each runs alone as a notebook) are one and the same, and 21's launcher gives tutorial 02's bits (below)."""
     import inspect
 
-    core = load_tutorial("02_layer_norm")
+    core = load_tutorial("02_layer_norm_backward")
     fwd, staged, bwd = (
         load_tutorial(f"2{i}_layer_norm_{name}")
         for i, name in enumerate(["wide_forward", "staged_gluon", "wide_backward"], 1)
@@ -287,7 +287,7 @@ def test_carried_core_kernels_are_the_core_pages():
 @pytest.mark.parametrize("n", [100, 4096], ids=["short", "fused"])
 def test_carried_core_forward_is_the_core_pages(fwd, n):
     """Deep dive 21's core_forward launches what tutorial 02's forward launcher does: the same bits."""
-    core = load_tutorial("02_layer_norm")
+    core = load_tutorial("02_layer_norm_backward")
     torch.manual_seed(12)
     m = 3 if n > 10_000 else 9
     x = torch.randn(m, n, device=DEVICE) * 2 + 5

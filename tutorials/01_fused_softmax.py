@@ -42,24 +42,25 @@ def naive_softmax(x):  # rows of a 2-D tensor
     return numerator / denominator  # read M*N + M, write M*N
 
 # %%
-# Each line is a kernel of its own that goes through memory: :math:`8MN` elements moved in all. A kernel that keeps
-# a row on chip reads :math:`x` once and writes :math:`y` once, :math:`2MN` elements: **4 times faster**.
+# Each line is a kernel of its own that goes through memory: about :math:`8MN` elements moved in all. A kernel that
+# keeps a row on chip reads :math:`x` once and writes :math:`y` once, :math:`2MN` elements: **4 times faster**.
 # ``torch.softmax`` is such a kernel already; the target is a copy of the same bytes.
 #
 # Step 0: the plain kernel
 # ------------------------
-# One program a row: it loads the row into registers, takes the maximum and the sum of the exponentials, and
-# stores :math:`y`. The Triton it needs:
+# One program a row loads it into registers, takes the maximum and the sum of the exponentials, and stores
+# :math:`y`. The Triton it needs:
 #
-# * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies of it, the
-#   *programs*; ``tl.program_id(0)`` is a program's number.
+# * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies, the
+#   *programs* (a thread block each, its blocks of values spread over its threads); ``tl.program_id(0)`` is a
+#   program's number.
 # * A tensor arrives as a pointer to its first element; ``x_ptr + tl.arange(0, BLOCK_N)`` is a block of
 #   addresses, counted in elements, as torch's strides are.
 # * ``BLOCK_N: tl.constexpr`` is fixed at compile time, a power of two: the row's length rounded up.
-# * ``tl.load`` and ``tl.store`` read and write a block; ``mask=`` turns off the lanes past the row's end, which
+# * ``tl.load`` and ``tl.store`` read and write a block; ``mask=`` turns off the elements past the row's end, which
 #   load ``other=`` (:math:`-\infty`, whose exponential is 0).
-# * ``tl.max`` and ``tl.sum`` reduce a block. ``.to`` converts: the arithmetic is fp32, memory keeps the
-#   tensor's dtype (``y_ptr.dtype.element_ty``).
+# * ``tl.max`` and ``tl.sum`` reduce a block; ``.to`` converts: fp32 arithmetic, memory in the tensor's dtype
+#   (``y_ptr.dtype.element_ty``).
 
 @triton.jit
 def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr):
@@ -71,7 +72,7 @@ def softmax_plain_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK
     tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
 
 # %%
-# One program a row, each of ``num_warps`` warps (32 threads): a warp per 256 elements, from 4 to 32.
+# ``num_warps=``, a launch option, sets a program's warps (of 32 threads): here a warp per 256 elements, 4 to 32.
 
 def plain_softmax_rows(x2d, y2d):
     block_n = triton.next_power_of_2(x2d.shape[1])
@@ -105,9 +106,10 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 
 # %%
 # **Launch parameters** come from the device. An SM keeps memory busy with bandwidth x latency / SMs bytes in
-# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). ``bytes_per_thread`` spreads them over half
-# an SM's threads (the other half: a second program), 32 bytes a thread at 3.35 TB/s, 64 at 4.8 TB/s;
-# ``_fused_config`` gives a warp 32 x that many bytes of a program's ``MIN_ELEMENTS`` or more.
+# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). While one program reduces, another loads, so
+# ``bytes_per_thread`` gives those bytes to half an SM's threads: 32 bytes a thread at 3.35 TB/s, 64 at 4.8 TB/s.
+# ``_fused_config`` packs rows into a tile of at least ``MIN_ELEMENTS`` and gives it a warp per 32 x that many
+# bytes, 4 to 32 warps.
 #
 # **The range.** ``RANGE`` holds the rows these kernels are for. Past 16 K a program runs alone on its SM, one
 # phase after another; deep dive 12 overlaps those phases for 16-bit rows.
@@ -350,15 +352,14 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# Each step's relative error against float64, next to PyTorch's; ``check`` stops the page unless each is a few
-# roundings of its dtype.
+# Relative errors against float64, each step's and PyTorch's; ``check`` stops the page past a few roundings.
 
 check(CHECK_SHAPES)
 
 # %%
 # The ladder, measured
 # --------------------
-# Each step on one fp32 tensor viewed as rows of 256 (packing matters) and of 4096 (both launch alike):
+# Each step on one fp32 tensor viewed as rows of 256 (packing matters) and of 4096 (a row a program in both):
 
 ladder = measure_ladder([(0, "one row a program", plain_softmax_rows), (1, "short rows packed", softmax_rows_forward)])
 ladder
@@ -366,7 +367,7 @@ ladder
 # %%
 # Benchmark
 # ---------
-# :math:`2^{26}` elements as rows of N = 256 to 32 K, GB/s (higher is better); "-": a point a peer cannot run.
+# :math:`2^{26}` elements in rows of N = 256 to 32 K, GB/s; "-": a point a peer cannot run.
 
 table = summary(sweep(providers()))
 table
@@ -387,11 +388,10 @@ print(reading(table.data, ladder.data) if ON_GPU else NO_SPEED)
 # -------------
 # **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_01_softmax_backward.py`.
 #
-# **Deep dives.** 16-bit rows of 16 K to 32 K staged in shared memory,
-# :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`; longer rows, streamed (*online softmax*),
-# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`; the launch choices measured,
+# **Deep dives**: :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`,
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`,
 # :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
 #
-# **Exercise.** Change ``MIN_ELEMENTS`` and ``LATENCY`` and rerun: which rows move, and why?
+# **Exercise.** Change ``MIN_ELEMENTS`` and ``LATENCY``: which rows move, and why?
 
 environment_card()

@@ -77,13 +77,13 @@ def softmax_rows_backward(y, dy, dx):
 # %%
 # The drop-in
 # -----------
-# ``torch.compile`` cannot trace a Triton launch from Python. ``torch.library.custom_op`` makes each launch an
-# operator that stays in a compiled graph; ``register_fake`` gives the compiler its output's shape without
-# running it, ``register_autograd`` its backward. Past the kernels' rows (``MAX_FUSED_N``, backward
-# ``MAX_FUSED_BWD_N``) each operator calls PyTorch's own softmax, forward or backward, as fast as torch there:
-# the kernels for such rows are in :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. ``softmax``
-# takes what :func:`torch.softmax` takes, checks it as torch does (``_checked``, in the appendix) and moves
-# ``dim`` last.
+# ``torch.library.custom_op`` makes each launch an operator (its arguments typed, as the decorator requires):
+# ``torch.compile`` keeps it as one node of its graph and does not trace the Python that launches the kernel;
+# ``register_fake`` gives the compiler its output's shape without running it, ``register_autograd`` its backward.
+# Past the kernels' rows (``MAX_FUSED_N``, backward ``MAX_FUSED_BWD_N``) each operator calls PyTorch's own softmax,
+# forward or backward, as fast as torch there: the kernels for such rows are in
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. ``softmax`` takes what :func:`torch.softmax` takes,
+# checks it as torch does (``_checked``, in the appendix) and moves ``dim`` last.
 
 # launch(*rows, out) on 2-D rows; out is new, as an operator's output may not alias its inputs
 def _rows_op(launch, *rows):
@@ -125,9 +125,9 @@ def softmax(input, dim=-1, dtype=None):
 # %%
 # **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node
 # of the graph, with no graph break. Inductor does not fuse the elementwise operations beside it (a scale, a
-# mask) into it, as it would into its own softmax: each of those costs a pass over memory of its own. Use it on
-# the rows of ``RANGE``: fp32 and bf16 or fp16, up to 32 K elements forward in fp32, 16 K in 16 bits, 16 K
-# backward. Past 32 K forward and 16 K backward it calls PyTorch's softmax.
+# mask) into it, as it would into its own softmax: each of those costs a pass over memory of its own. Its kernels
+# run up to 32 K elements forward and 16 K backward, PyTorch's softmax past them; 16-bit forward rows of 16 K to 32 K
+# run faster on deep dive 12's staged kernel, which this drop-in does not carry.
 
 # %%
 # Appendix: how this page measures
@@ -327,7 +327,7 @@ def reading(table):
         text.append(f"The backward ran above 100% of the copy ({points(over)}): a copy reads one byte for each byte "
                     "it writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster than a "
                     "mix that turns the bus from reading to writing, so a kernel that writes a third of its bytes can "
-                    "pass the GB/s of a copy, which writes half.")
+                    "pass the GB/s of a copy, which writes half (the copy is also timed without a CUDA graph).")
     if len(past):
         text.append(f"Past its range ({points(past)}) the drop-in hands the backward to PyTorch's own softmax; deep "
                     f"dive 11 streams rows past {MAX_FUSED_BWD_N}.")
@@ -335,6 +335,31 @@ def reading(table):
     text.append(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as autograd "
                 "through the naive softmax's operations.")
     return "\n".join(text)
+
+CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003)] if ON_GPU else \
+    [(17, 1), (33, 257), (8, 1000), (3, 20_000), (2, 40_000)]
+
+def check_row(shape, dtype):
+    torch.manual_seed(shape[1])
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4).requires_grad_(True)
+    dy, x64 = torch.randn(shape, device=DEVICE, dtype=dtype), x.detach().double().requires_grad_(True)
+    y64 = torch.softmax(x64, dim=-1)
+    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
+    # relative error (ref = 0, dx at N = 1: absolute)
+    err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1)).item()
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
+    for name, fn in [("ours", softmax), ("torch", torch.softmax)]:
+        y = fn(x, dim=-1)
+        row[f"{name} fwd"], row[f"{name} bwd"] = err(y, y64.detach()), err(torch.autograd.grad(y, x, dy)[0], dx64)
+    return row
+
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (the interpreter's bf16 truncates)
+
+def check(shapes):
+    """The errors' table of every shape in each supported dtype, asserted within TOLERANCE."""
+    errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in shapes])
+    assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+    return errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
 
 def environment_card():
     """The full environment card, shown collapsed."""
@@ -357,32 +382,22 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# The error :math:`\lVert out - ref \rVert / \lVert ref \rVert` against float64, forward and backward, next to
-# PyTorch's own in the same dtype: ours should be no worse. The shapes include rows past both kernels' ranges,
-# where the drop-in calls PyTorch.
+# Relative errors against float64, forward and backward, ours and PyTorch's side by side (``check``, in the
+# appendix, stops the page past a few roundings). The shapes include rows past the kernels, where the drop-in calls
+# PyTorch.
 
-CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (64, 30000), (16, 100_003)] if ON_GPU else \
-    [(17, 1), (33, 257), (8, 1000), (3, 20_000), (2, 40_000)]
+check(CHECK_SHAPES)
 
-def check_row(shape, dtype):
-    torch.manual_seed(shape[1])
-    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4).requires_grad_(True)
-    dy, x64 = torch.randn(shape, device=DEVICE, dtype=dtype), x.detach().double().requires_grad_(True)
-    y64 = torch.softmax(x64, dim=-1)
-    (dx64,) = torch.autograd.grad(y64, x64, dy.double())
-    # relative error (ref = 0, dx at N = 1: absolute)
-    err = lambda out, ref: ((out.double() - ref).norm() / (ref.norm() if ref.norm() > 0 else 1)).item()
-    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    for name, fn in [("ours", softmax), ("torch", torch.softmax)]:
-        y = fn(x, dim=-1)
-        row[f"{name} fwd"], row[f"{name} bwd"] = err(y, y64.detach()), err(torch.autograd.grad(y, x, dy)[0], dx64)
-    return row
+# %%
+# **In a compiled model.** ``fullgraph=True`` raises at the first graph break, so this cell passes only if the step,
+# forward and backward, is one graph around the two operators; its gradient must match eager's (without a GPU the
+# ``aot_eager`` backend compiles, as Inductor's CPU code would need a C++ compiler).
 
-errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-# No page unless each error is a few roundings of its dtype (the interpreter truncates to bf16)
-TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
-errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
+layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
+loss = lambda: softmax(layer(h), dim=-1).square().sum()  # noqa: E731
+compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+grads = [torch.autograd.grad(fn(), layer.weight)[0] for fn in (compiled, loss)]
+torch.testing.assert_close(*grads)  # the compiled step's gradient is eager's
 
 # %%
 # Benchmark

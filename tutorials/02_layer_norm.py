@@ -1,14 +1,15 @@
 """
-Layer norm, forward and backward
-================================
+Layer norm
+==========
 
-Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build a drop-in for
-:func:`torch.nn.functional.layer_norm`, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the
-*speed of light*). **What you will learn**: a forward in two steps, a row a program then blocks of rows; a backward
-whose weight gradients need no lock. Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build its forward in
+Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
+will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on any row. Triton
+basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
+:ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, adds the backward and the drop-in.
 """
 
-import importlib, importlib.util, math, os, time, typing
+import importlib, importlib.util, math, os, time
 import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -111,71 +112,18 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
             tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
-# The backward, without locks
-# ---------------------------
-# With :math:`g = dy \odot w` and :math:`\hat{x} = (x - \mu) \, r`,
-# :math:`dx = r \, (g - \overline{g} - \hat{x} \, \overline{g \hat{x}})` (bars: row means): a row's *dx* needs only
-# that row, as the forward. A perfect backward reads *x*, *dy* and writes *dx*: *3MN* elements.
-#
-# The weight gradients are sums over all rows, :math:`dw = \sum dy \, \hat{x}` and :math:`db = \sum dy`: every
-# program adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs,
-# program *p* of *P* takes the blocks of rows *p, p + P, ...*, sums its share in registers, and writes it once to its
-# own line of a ``[P, N]`` fp32 buffer of partials. torch's ``.sum(0)`` then adds the *P* lines, a small tensor, in a
-# fixed order: the same bits every run, no lock, no atomic. (With spin locks instead:
-# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`.)
-
-@triton.jit
-def layer_norm_bwd_kernel(
-    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
-    n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-):
-    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    if HAS_W:  # loaded once per program, reused for every row it visits
-        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # num_stages=STAGES: the loads of the next STAGES - 1 blocks go to shared memory while this one is computed
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok, rows = rows < n_rows, rows.to(tl.int64)
-        ok = row_ok[:, None] & col_ok[None, :]  # rows past the end load as zeros: dy = 0 adds nothing to dw, db
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        mean, rstd = tl.load(mean_ptr + rows, mask=row_ok, other=0.0), tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-        x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
-        g = dy * w[None, :] if HAS_W else dy
-        c1, c2 = tl.sum(x_hat * g, axis=1) / n_cols, tl.sum(g, axis=1) / n_cols
-        dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
-        if COMPUTE_DWDB:
-            dw_acc += dy * x_hat
-            db_acc += dy
-    if COMPUTE_DWDB:  # every program writes its whole line, zeros included: nothing needs clearing
-        offs = tl.cast(pid, tl.int64) * n_cols + cols
-        tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
-        tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
-
-# %%
-# The backward's one step is ``STAGES``: with 1, a program waits for each block's loads; with 2 to 4 (as shared
-# memory allows), the next blocks are already on their way. The ladder below measures both.
-#
 # Launch parameters
 # -----------------
-# Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: bytes in flight =
-# bandwidth x latency / SMs, tens of KB an SM on a GPU of a few TB/s). The config functions' figures were measured
-# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); their comments say what they depend on. Past
-# ``MAX_FUSED_N`` columns (forward) and ``MAX_BWD_FUSED_N`` (backward) a row does not fit in registers: the
-# launchers compute with torch there (the appendix's ``torch_rows_*``), correct and slower; deep dives 21 and 23
-# have kernels for those rows. ``RANGE`` holds the N, by direction and dtype, where this page's kernels are the site's
-# pick (the landing page reads it); 16-bit forward rows past 8 K go to deep dive 22.
+# Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: bandwidth x latency /
+# SMs, tens of KB an SM on a GPU of a few TB/s). ``_fwd_config``'s figures were measured
+# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); its comments say what they depend on, and its one
+# question to the device is how many programs of the compiled kernel an SM holds (``programs_per_sm``, in the
+# appendix). Past ``MAX_FUSED_N`` columns a row does not fit in registers: the launcher computes with torch there,
+# correct and slower, and deep dive 21 has kernels for those rows. ``RANGE`` holds the N where this page's kernel is
+# the site's pick (the landing page reads it); 16-bit rows past 8 K go to deep dive 22.
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
-SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
-# the longest rows held in registers: forward, 32 fp32 a thread of 32 warps; backward, x, dy and two accumulators
-MAX_FUSED_N, MAX_BWD_FUSED_N = 32768, 8192
-RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1),  # the N these
-         ("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # kernels are for
+MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
+RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # for these N
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _fwd_config(n_rows, n_cols, element_size, occupancy):
@@ -188,18 +136,6 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy):
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
-def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
-    """(meta, lines): a program an SM (or ``programs``), each with a line of partials; ``stages`` replaces STAGES."""
-    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
-    # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
-    # (narrow tiles count 4 bytes a value; 16 KB spare)
-    block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
-    tile = 2 * block_m * block_n
-    fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
-                STAGES=stages or max(2, min(4, fit)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
-    lines = max(1, min(NUM_SMS if programs is None else programs, n_blocks := triton.cdiv(n_rows, block_m)))
-    return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
 def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):
     """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel, or "torch" past MAX_FUSED_N."""
     if x2d.shape[1] > MAX_FUSED_N:
@@ -211,41 +147,14 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):
     meta, grid = _fwd_config(n_rows, n_cols, x2d.element_size(), occupancy)
     layer_norm_fwd_kernel[(grid,)](*args, **meta, **flags)
     return layer_norm_fwd_kernel
-def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None, programs=None, stages=None):
-    """dx2d, and dw, db if given (fp32); programs caps the lines. Returns the number of lines (0: torch's path)."""
-    if x2d.shape[1] > MAX_BWD_FUSED_N:
-        return torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw, db)
-    (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, COMPUTE_DWDB=dw is not None)
-    meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs, stages)
-    partials = [torch.empty((lines, n_cols) if dw is not None else 1, device=dx2d.device) for _ in "wb"]  # dw, db
-    layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, x2d if weight is None else weight, mean, rstd, *partials,
-                                    n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta, **flags)
-    if dw is not None:  # the lines' sums, in a fixed order: the same bits every run
-        torch.sum(partials[0], 0, out=dw), torch.sum(partials[1], 0, out=db)
-    return lines
-
-# %%
-# The drop-in
-# -----------
-# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it as torch does (errors name the
-# argument) and flattens the normalized dims into rows (``_rows`` copies only rows that are not contiguous). The
-# appendix wraps the launchers as PyTorch operators (``torch.library.custom_op``), kept in the graph of a model
-# compiled with ``fullgraph=True``: ``register_fake`` gives the compiler their outputs' shapes, ``register_autograd``
-# the forward's backward. In a model, call it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s ``forward``), then
-# ``torch.compile(model, fullgraph=True)`` as before: the kernels run as two operators of its graph.
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
-    x2d = _rows(input, *_rows_and_cols(input, normalized_shape, weight, bias, eps))  # torch's checks, clear errors
-    w, b = (None if t is None else t.reshape(x2d.shape[1]).contiguous() for t in (weight, bias))
-    return layer_norm_fwd_op(x2d, w, b, float(eps))[0].view(input.shape)
 
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# First, what the drop-in needs and a reader need not read: the occupancy query the forward's config makes (the
-# compiled kernel's registers, threads and shared memory against the device's; under the interpreter, 1), torch's
-# path past the kernels' widths, and torch's checks of the arguments.
+# What the page runs but does not teach: the occupancy query the config makes (the compiled kernel's registers,
+# threads and shared memory against the device's; under the interpreter, 1), torch's path past the kernel's widths,
+# and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy
+# of *x*, without a graph. GB/s counts *x* read and *y* written.
 
 _occupancy = {}  # programs_per_sm's answers, by kernel, arguments' kinds and meta-parameters
 def programs_per_sm(kernel, args, meta):
@@ -273,76 +182,7 @@ def torch_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):  # past MAX_FUS
     y = y if weight is None else y * weight.double()
     y2d.copy_(y if bias is None else y + bias.double())
     return "torch"
-def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None):  # past MAX_BWD_FUSED_N: deep dive 23's
-    x_hat, dy = (x2d.float() - mean[:, None]) * rstd[:, None], dy2d.float()  # fp32, as the kernel
-    g = dy if weight is None else dy * weight.float()
-    dx2d.copy_((g - (x_hat * (x_hat * g).mean(1, keepdim=True) + g.mean(1, keepdim=True))) * rstd[:, None])
-    if dw is not None:
-        torch.sum(dy * x_hat, 0, out=dw), torch.sum(dy, 0, out=db)
-    return 0
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _rows_and_cols(input, normalized_shape, weight, bias, eps):
-    """(rows, columns) of input as layer_norm sees them, once its arguments pass torch's checks (clear errors)."""
-    shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
-    if not hasattr(eps, "__float__"):  # None, a str: torch's TypeError, named
-        raise TypeError(f"layer_norm: eps must be a float (torch's default: 1e-5), got {type(eps).__name__}")
-    for t, name in zip((input, weight, bias), ("input", "weight", "bias")):
-        if t is None and name != "input":
-            continue
-        if not isinstance(t, torch.Tensor) or t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"layer_norm: {name} is {getattr(t, 'dtype', type(t))}, not a torch.Tensor of dtype float32, "
-                            "float16 and bfloat16")
-        if t.device.type != DEVICE.type or t.device != input.device or t is not input and t.shape != shape:
-            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected "
-                             f"normalized_shape {list(shape)} (weight, bias) on input's {DEVICE.type} device")
-    if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        raise TypeError(f"layer_norm: normalized_shape must be ints, got {normalized_shape!r}")
-    if not shape or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:
-        raise ValueError(f"layer_norm: normalized_shape {list(shape)} must be input's last dims, {list(input.shape)}, "
-                         "and hold under 2**31 elements")
-    return math.prod(input.shape[: input.dim() - len(shape)]), math.prod(shape)
-def _rows(t, n_rows, n_cols):  # unit-stride rows, copied only if needed
-    return t2d if (t2d := t.reshape(n_rows, n_cols)).stride(1) == 1 or n_cols <= 1 else t2d.contiguous()
-@torch.library.custom_op("sol::layer_norm_fwd_02", mutates_args=())
-def layer_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], b: typing.Optional[torch.Tensor],
-                      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """y, and each row's mean and rstd (fp32, for the backward), of rows x, in new tensors."""
-    y2d, mean, rstd = layer_norm_fwd_fake(x, w, b, eps)
-    if y2d.numel() > 0:
-        wb = (t if t is None else t.contiguous() for t in (w, b))
-        layer_norm_rows_forward(_rows(x, *x.shape), y2d, *wb, mean, rstd, eps)
-    return y2d, mean, rstd
-@layer_norm_fwd_op.register_fake
-def layer_norm_fwd_fake(x, w, b, eps):  # shapes and dtypes only
-    return x.new_empty(x.shape), *(x.new_empty(x.shape[0], dtype=torch.float32) for _ in range(2))
-@torch.library.custom_op("sol::layer_norm_bwd_02", mutates_args=())
-def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torch.Tensor], mean: torch.Tensor,
-                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors."""
-    dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
-    if dx2d.numel() > 0:
-        layer_norm_rows_backward(_rows(x, *x.shape), _rows(dy, *x.shape), dx2d, w if w is None else w.contiguous(),
-                                 mean.contiguous(), rstd.contiguous(), *((dw, db) if compute_dwdb else ()))
-    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dw, db  # N = 1, y = b: dx is 0, not a GPU's rounding
-@layer_norm_bwd_op.register_fake
-def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
-    return x.new_empty(x.shape), *(mean.new_zeros(x.shape[1] if compute_dwdb else 0) for _ in range(2))  # fp32
-def _setup(ctx, inputs, output):  # keeps x, w, b and the rows' statistics for the backward
-    ctx.save_for_backward(*inputs[:3], *output[1:]), ctx.mark_non_differentiable(*output[1:])
-    ctx.set_materialize_grads(False)  # no zero-filled "gradients" of mean and rstd: no launch for them
-def _backward(ctx, dy2d, _mean, _rstd):
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph=True
-        raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
-                           "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
-    (x2d, w, b, mean, rstd), need = ctx.saved_tensors, ctx.needs_input_grad[1:3]
-    dx2d, dw, db = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
-    return dx2d, dw.to(w.dtype) if need[0] else None, db.to(b.dtype) if need[1] else None, None
-layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
-
 # %%
-# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
-# graph. GB/s counts *x, y* forward, *x, dy, dx* backward.
-
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), saying why in one wording
     cc = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
@@ -371,103 +211,86 @@ def providers():  # name -> fn(x, w, b), ours last
         found["torch.compile"] = torch.compile(found["torch"], dynamic=False)
     if liger := load_peer("Liger-Kernel", "liger_kernel.ops.layer_norm"):
         found["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
-    if quack := load_peer("quack", "quack.rmsnorm", min_cc=(9, 0)):  # quack takes fp32 w and b (w32, b32)
-        class QuackLayerNorm(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, w, b):
-                y, *saved = quack.layernorm_fwd(x, w32, b32, 1e-5, return_rstd=True, return_mean=True)
-                ctx.save_for_backward(x, *saved)
-                return y
-            @staticmethod
-            def backward(ctx, dy):
-                dx, dw, db = quack.layernorm_bwd(ctx.saved_tensors[0], w32, dy.contiguous(), *ctx.saved_tensors[1:], True)
-                return dx, dw.to(dy.dtype), db.to(dy.dtype)
-        found["quack"] = QuackLayerNorm.apply
-    return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
-def measure(fns):  # (every provider's GB/s each way, step 0's ladder rows), each checked before it is timed
-    global w32, b32
+    if quack := load_peer("quack", "quack.rmsnorm", min_cc=(9, 0)):  # quack takes fp32 w and b
+        found["quack"] = lambda x, w, b: quack.layernorm_fwd(x, w.float(), b.float(), 1e-5)
+    return found | {"ours": ours}
+def ours(x, w, b):  # step 1 (torch past MAX_FUSED_N), its statistics in fp32 buffers of their own
+    y, mean, rstd = torch.empty_like(x), *(torch.empty(len(x), device=x.device) for _ in range(2))
+    layer_norm_rows_forward(x, y, w, b, mean, rstd, 1e-5)
+    return y
+def measure(fns):  # (every provider's GB/s, step 0's ladder rows), each checked before it is timed
     records, steps = [], []
     for dtype in (torch.float32, torch.bfloat16):
         for n_cols in SWEEP_N:
             x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
             w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
-            dy, out, w32, b32, point = torch.randn_like(x), torch.empty_like(x), w.float(), b.float(), (str(dtype)[6:], n_cols)
-            gbs = lambda times, ms: times * x.numel() * x.element_size() / ms * 1e-6
-            light, reference = gbs(2, bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w32, b32)
-            if dtype == torch.bfloat16 and n_cols in LADDER_N:  # the forward's step 0, the backward's steps 0 and 1
-                steps.append(("forward", 0, "one row a program, 4 warps", n_cols,
-                              gbs(2, bench(lambda: plain_forward(x, out, w, b))), light))
+            out, point = torch.empty_like(x), (str(dtype)[6:], n_cols)
+            gbs = lambda ms: 2 * x.numel() * x.element_size() / ms * 1e-6
+            light, reference = gbs(bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w.float(), b.float())
+            if dtype == torch.bfloat16 and n_cols in LADDER_N:  # step 0; step 1 is ours, among the providers
+                steps.append((0, "one row a program, 4 warps", n_cols, gbs(bench(lambda: plain_forward(x, out, w, b))), light))
                 torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=2e-2)  # bench ran it
-                mean, rstd, dw, db = (torch.empty(n, device=DEVICE) for n in (len(x), len(x), n_cols, n_cols))
-                layer_norm_rows_forward(x, out, w, b, mean, rstd, 1e-5)
-                for step, stages, idea in ((0, 1, "a program an SM, its own line of dw, db; STAGES = 1"),
-                                           (1, None, "the next blocks' loads staged: STAGES as configured")):
-                    ms = bench(lambda: layer_norm_rows_backward(x, dy, out, w, mean, rstd, dw, db, stages=stages))
-                    steps.append(("backward", step, idea, n_cols, gbs(3, ms), light))
-            inputs = [t.requires_grad_() for t in (x, w, b)]
             for name, fn in fns.items():
-                ms = (math.nan, math.nan)  # "-" in the table
+                ms = math.nan  # "-" in the table
                 try:
-                    torch.testing.assert_close((y := fn(*inputs)).float(), reference, atol=5e-2, rtol=2e-2)
-                    ms = (bench(lambda: fn(*inputs)), bench(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)))
+                    torch.testing.assert_close(fn(x, w, b).float(), reference, atol=5e-2, rtol=2e-2)
+                    ms = bench(lambda: fn(x, w, b))
                 except Exception as err:
                     if name == "ours":
                         raise
                     print(name, point, "not measured:", " ".join(str(err).split())[:100])
-                records += [("forward", *point, name, gbs(2, ms[0]), light), ("backward", *point, name, gbs(3, ms[1]), light)]
+                records.append(("forward", *point, name, gbs(ms), light))
     return pd.DataFrame(records, columns=["direction", "dtype", "N", "provider", "GB/s", "speed of light"]), steps
-TOLERANCE, OURS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}, ["y", "dx", "dw", "db"]
-def check_row(shape, dtype):  # relative errors of y, dx, dw, db against float64; the same bits in three runs?
-    x, w, b = ((torch.randn(s, device=DEVICE) * 3 + 10).to(dtype).requires_grad_() for s in (shape, shape[1:], shape[1:]))
-    dy, ins64 = torch.randn_like(x), [t.detach().double().requires_grad_() for t in (x, w, b)]
-    refs = ((y64 := naive_layer_norm(*ins64)).detach(), *torch.autograd.grad(y64, ins64, dy.double()))
-    first, *again = [(y := layer_norm(x, shape[1:], w, b), *torch.autograd.grad(y, (x, w, b), dy)) for _ in range(3)]
-    row = {q: ((o.double() - r).norm() / (r.norm() if r.norm() > 0 else 1)).item() for q, o, r in zip(OURS, first, refs)}
-    return {"shape": shape, "dtype": str(dtype)[6:]} | row | {"same bits": all(
-        torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))}
+TOLERANCE, OURS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}, ["y", "mean", "rstd"]
+def check_row(shape, dtype):  # relative errors of y, mean, rstd against float64, rows of mean far from 0
+    x, w, b = ((torch.randn(s, device=DEVICE) * 3 + 10).to(dtype) for s in (shape, shape[1:], shape[1:]))
+    y, mean, rstd = torch.full_like(x, math.nan), *(torch.full((shape[0],), math.nan, device=DEVICE) for _ in range(2))
+    layer_norm_rows_forward(x, y, w, b, mean, rstd, 1e-5)
+    var64, mean64 = torch.var_mean(x.double(), dim=1, correction=0)
+    refs = (naive_layer_norm(x.double(), w.double(), b.double()), mean64, (var64 + 1e-5).rsqrt())
+    row = {q: ((o.double() - r).norm() / (r.norm() if r.norm() > 0 else 1)).item() for q, o, r in zip(OURS, (y, mean, rstd), refs)}
+    return {"shape": shape, "dtype": str(dtype)[6:]} | row
+def check(shapes):  # the errors' table, asserted within a few roundings of each dtype
+    torch.manual_seed(0)
+    errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
+    assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+    return errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
-    table = table.reset_index("speed of light").loc[["forward", "backward"], ["speed of light", *fns]]
+    table = table.reset_index("speed of light")[["speed of light", *fns]]
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
     table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
-    steps = steps + [("forward", 1, "a block of rows a program, warps sized to its bytes", n,
+    steps = steps + [(1, "a block of rows a program, warps sized to its bytes", n,
                       *table.loc["forward", "bfloat16", n][["ours", "speed of light"]]) for n in LADDER_N]
-    ladder = pd.DataFrame(steps, columns=["direction", "step", "idea", "N", "GB/s", "light"])
-    ladder = ladder.sort_values(["direction", "step", "N"], ascending=[False, True, True], ignore_index=True)
+    ladder = pd.DataFrame(steps, columns=["step", "idea", "N", "GB/s", "light"]).sort_values(["step", "N"], ignore_index=True)
     ladder["% of light"] = 100 * ladder["GB/s"] / ladder.pop("light")
     return table, ladder
 def show_ladder(ladder):  # the interpreter's times are no GPU's speeds: step | idea | N only
-    shown = ladder if ON_GPU else ladder[["direction", "step", "idea", "N"]]
+    shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide(axis="index")
 def show_benchmark(table):  # the plot and the table, and the CSV for the landing page
     write_results(table)
     if not ON_GPU:
         return print(NO_SPEED)
-    table["ours, % of light"].unstack([0, 1]).plot(logx=True, marker="o", grid=True, ylabel="ours, % of the copy's GB/s",
-                                                   title=f"Layer norm, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    ax = table["ours, % of light"].unstack([0, 1]).plot(logx=True, marker="o", grid=True, ylabel="ours, % of the copy's GB/s")
+    ax.set_title(f"Layer norm forward, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
     return table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
                               na_rep="-")
-WHY_SLOWER = {  # why a ladder step can lose to the one before it
-    "forward": "a row that long already gives step 0 enough bytes in flight, and step 1 pays for what the drop-in "
-               "needs beyond it: a third pass over the row (its first value, which keeps constant rows exact) and the "
-               "stores of mean and rstd for the backward",
-    "backward": "staging copies every block through shared memory, a cost where a program's own loads already keep "
-                "memory busy"}
+WHY_SLOWER = ("a row that long already gives step 0 enough bytes in flight, and step 1 pays for what exactness and the "
+              "backward need beyond it: a third pass over the row (its first value, which keeps constant rows exact) "
+              "and the stores of mean and rstd")
 def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]
-    speed = ladder.set_index(["direction", "step", "N"])["GB/s"]
-    return "".join(f"At N = {n:,} the {d}'s step 1 ran {speed[d, 1, n] / speed[d, 0, n]:.3g}x as fast as its step 0"
-                   + (f": slower, as {WHY_SLOWER[d]}. " if speed[d, 1, n] < speed[d, 0, n] else ". ")
-                   for d in ("forward", "backward") for n in LADDER_N) + (
+    speed = ladder.set_index(["step", "N"])["GB/s"]
+    return "".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0"
+                   + (f": slower, as {WHY_SLOWER}. " if speed[1, n] < speed[0, n] else ". ") for n in LADDER_N) + (
         f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
-        f"{table['ours / best peer'][inside].min():.2g}x the fastest peer; forward, {(fwd.ours / fwd.naive).median():.2g}x "
+        f"{table['ours / best peer'][inside].min():.2g}x the fastest peer, {(fwd.ours / fwd.naive).median():.2g}x "
         f"the naive (median; bytes predict 6x). Past RANGE it fell to {past.min():.3g}%: a wide row leaves room for few "
-        "programs an SM, and past the kernels' widths torch computes; deep dives 21 and 23 take over there. Fused, "
-        "layer norm is bound by its bytes." + (
-        f" Where ours read above 100% ({', '.join(f'{d} {t} N = {n:,}' for d, t, n in mine[mine > 100].index)}), "
-        "it moved its bytes faster than the copy: the copy is timed without a CUDA graph, ours from one, and the "
-        "backward reads two elements for each it writes, where reads stream faster than writes." if (mine > 100).any() else ""))
+        "programs an SM, and past the kernel's widths torch computes; deep dives 21 and 22 take over there." + (
+        f" Where ours read above 100% ({', '.join(f'{t} N = {n:,}' for _, t, n in mine[mine > 100].index)}), the copy "
+        "was timed without a CUDA graph and ours from one: the same bytes, timed two ways." if (mine > 100).any() else ""))
 def write_results(table):  # the summary the site's front page reads
     if os.environ.get("SOL_RESULTS"):
         table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
@@ -480,23 +303,20 @@ def environment_card():  # everything needed to judge this page's numbers, colla
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
 
+
 # %%
 # Correctness
 # -----------
-# Errors against float64 (``check_row``, in the appendix), rows of mean far from 0: a few roundings; three runs,
-# the same bits. Rows of 40,000 take the drop-in's torch path.
+# Errors of *y*, the mean and ``rstd`` against float64, on rows of mean far from 0: a few roundings
+# (``check``). Rows of 40,000 take torch's path.
 
-CHECK_SHAPES = [(17, 1), (1000, 257), (3, 40_000)]
-torch.manual_seed(0)
-errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
-errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
+check([(17, 1), (1000, 257), (3, 40_000)])
 
 # %%
 # The ladder, measured
 # --------------------
-# Each step on bf16 rows short (few bytes a row) and wide (many values a thread); the forward's step 1 is the
-# drop-in's, measured among all providers:
+# Each step on bf16 rows short (few bytes a row) and wide (many values a thread); step 1 is the one measured among
+# all providers:
 
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
@@ -517,10 +337,11 @@ print(reading(table, ladder) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Past RANGE**: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, in chunks, or a
-# row split), :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory),
-# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row in chunks, or split over
-# programs). **Exercise**: at which N does the forward's doubling of ``BLOCK_M`` in ``_fwd_config`` start, and why
-# there? Reference: Ba et al. (2016).
+# **Next**: the backward and the drop-in, :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`. **Past RANGE**:
+# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, in chunks, or a row split),
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory); for the
+# backward, :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` and
+# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: at
+# which N does the doubling of ``BLOCK_M`` in ``_fwd_config`` start, and why there? Reference: Ba et al. (2016).
 
 environment_card()

@@ -2,7 +2,7 @@
 Layer norm, wide rows in the backward: one row shared by several programs
 =========================================================================
 
-The core page's persistent backward (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps :math:`dw`,
+The core page's persistent backward (:ref:`sphx_glr_tutorials_02_layer_norm_backward.py`) keeps :math:`dw`,
 :math:`db` in fp32 registers; past 8192 columns they do not fit and the core page computes with torch. Here a
 chunked kernel streams such rows twice.
 **What you will learn**: how to *split* a wide row over programs that exchange the

@@ -6,7 +6,7 @@ The gradients of a layer norm's weight and bias, :math:`dw` and :math:`db`, are 
 so the programs that handle the rows must add up what each found. Triton's own layer-norm tutorial,
 and Apex before it, does that under spin locks. This page builds that classic design, shows the race
 hidden in it and its fix, and measures it against the persistent, lock-free design of
-:ref:`sphx_glr_tutorials_02_layer_norm.py`, whose kernels it carries so that it runs alone: which is
+:ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, whose kernels it carries so that it runs alone: which is
 faster, and which gives the same bits on every run.
 
 **What you will learn**: how a spin lock is built from atomics in Triton; why
@@ -113,7 +113,7 @@ def _classic_config(n_cols):
 # %%
 # Design 2: a persistent, lock-free reduction
 # -------------------------------------------
-# Carried from :ref:`sphx_glr_tutorials_02_layer_norm.py`, which explains it: one program an SM, its
+# Carried from :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, which explains it: one program an SM, its
 # loads pipelined, each taking every :math:`P`-th block of rows, its :math:`dw` and :math:`db` summed
 # in fp32 registers and written once into its own line of a ``[P, N]`` buffer; no lock, no atomic, no
 # program waits for another, and every addition happens in an order the grid and the code fix. Both
