@@ -62,13 +62,11 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 # Step 1: blocks of rows, warps sized to their bytes
 # --------------------------------------------------
 # A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
-# memory busy. Step 1 changes four things:
+# memory busy. Step 1 changes three things:
 #
 # - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` and ``cols[None, :]`` broadcast a
-#   column against a row, as in torch), with ``num_warps`` sized to its bytes by the config below.
-# - **A loop over blocks**, ``tl.range(pid, n_blocks, tl.num_programs(0))``: on this page's grid (a program a block) it
-#   runs once, and the same kernel serves a grid of fewer programs. ``tl.minimum`` clamps the rows past the end to the
-#   last row: their loads stay inside *x*, their stores are masked.
+#   column against a row, as in torch), with ``num_warps`` sized to its bytes by the config below. ``tl.minimum``
+#   clamps the rows past the end to the last row: their loads stay inside *x*, their stores are masked.
 # - **The statistics for the backward**, each row's mean and ``rstd``. A row's statistic sits in the threads that hold
 #   the row (the tile's *layout*: which thread holds which element). Where a warp holds several rows, a plain vector
 #   store would first move it between threads through shared memory, so those rows store from the tile's shape, masked
@@ -79,37 +77,36 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
+                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     k: tl.constexpr = 2.0**-16 / BLOCK_N
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
-        t = tl.where(col_ok[None, :], x * k - x0[:, None], 0.0)
-        md = tl.sum(t, axis=1) / n_cols
-        xc = tl.where(col_ok[None, :], t - md[:, None], 0.0)
-        q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
-        rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
-        mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
-        y = xc * (1 / k) * rstd[:, None]
-        # w and b loaded where used: held across the row's reductions they would double a wide row's registers
-        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
-        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
-        if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-            tl.store(mean_ptr + rows, mean, mask=row_ok)
-            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-        else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
-            first = row_ok[:, None] & (cols == 0)[None, :]
-            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-            tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+    # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+    x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
+    t = tl.where(col_ok[None, :], x * k - x0[:, None], 0.0)
+    md = tl.sum(t, axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], t - md[:, None], 0.0)
+    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
+    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
+    mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
+    y = xc * (1 / k) * rstd[:, None]
+    # w and b loaded where used: held across the row's reductions they would double a wide row's registers
+    y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
+    y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+    if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
+        first = row_ok[:, None] & (cols == 0)[None, :]
+        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
 # Launch parameters
