@@ -1,10 +1,11 @@
-"""No silent wrong answer from rms_norm (tutorial 04) and deep dive 42's rms_norm_forward: every view an input or a
-weight can be (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a non-zero storage offset), normalized
-shapes of one and two dims, empty and size-1 dims, every dtype F.rms_norm takes (ours, or a clear TypeError naming
-the argument) and mixes of input and weight dtypes, eps (None, 0, an int, large), values at the edges of each dtype
-(rows past 1e19, whose sum of squares overflows fp32 and where torch returns 0; the largest finite value; tiny,
--inf, inf, NaN, constant and zero rows) through the fused kernels and the torch path past them, gradients of the
-input and the weight (incoming ones strided and broadcast too), the refused gradient of a gradient, and clear errors.
+"""No silent wrong answer from rms_norm (tutorial 04's drop-in, tutorials/04_rms_norm_backward.py) and deep dive 42's
+rms_norm_forward: every view an input or a weight can be (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a
+non-zero storage offset), normalized shapes of one and two dims, empty and size-1 dims, every dtype F.rms_norm takes
+(ours, or a clear TypeError naming the argument) and mixes of input and weight dtypes, eps (None, 0, an int, large),
+values at the edges of each dtype (rows past 1e19, whose sum of squares overflows fp32 and where torch returns 0; the
+largest finite value; tiny, -inf, inf, NaN, constant and zero rows) through the fused kernels and the torch path past
+them, gradients of the input and the weight (incoming ones strided and broadcast too), the refused gradient of a
+gradient, and clear errors.
 Each result is compared with F.rms_norm in the same dtypes and with float64.
 
 Every input, weight and incoming gradient lies inside a larger buffer of NaNs, so a kernel that read outside a
@@ -29,7 +30,7 @@ TORCH_EPS = torch.finfo(torch.float32).eps  # eps=None: torch's, the epsilon of 
 
 @pytest.fixture(scope="module")
 def page():
-    return load_tutorial("04_rms_norm")
+    return load_tutorial("04_rms_norm_backward")
 
 
 @pytest.fixture(scope="module")

@@ -352,6 +352,7 @@ def test_the_pages_that_write_results():
         "24_layer_norm_backward_locks",
         "03_parallel_reduction",
         "04_rms_norm",
+        "04_rms_norm_backward",
         "05_jax_rms_norm",
         "06_cross_entropy",
         "11_softmax_long_rows",

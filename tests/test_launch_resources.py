@@ -681,6 +681,7 @@ def sums_03(p, dtype, n, variant):
 
 
 def rms_norm_04(p, dtype, n, variant):
+    """04_rms_norm_backward's drop-in, forward and backward."""
     x = matrix(n, dtype, grad=True)
     w = torch.empty(n, device=DEVICE, dtype=dtype, requires_grad=True) if variant == "weight" else None
     gradients(p["rms_norm"](x, (n,), w), [x, w])
@@ -688,6 +689,17 @@ def rms_norm_04(p, dtype, n, variant):
 
 def rms_norm_04_takes(p, dtype, n, variant):
     return p["fused"]("forward", n, dtype.itemsize)  # past it the drop-in computes in torch: no launch to check
+
+
+def rms_norm_forward_04(p, dtype, n, variant):
+    """The forward page's step 1 (its drop-in, forward and backward, is the next page's)."""
+    x = matrix(n, dtype)
+    w = torch.empty(n, device=DEVICE, dtype=dtype) if variant == "weight" else None
+    p["rms_norm_rows_forward"](x, w, torch.empty_like(x), torch.empty(len(x), device=DEVICE), 1e-6)
+
+
+def rms_norm_forward_04_takes(p, dtype, n, variant):
+    return n * dtype.itemsize <= p["MAX_ROW_BYTES"]  # the rows step 1 holds whole
 
 
 def cross_entropy(p, dtype, n, variant):
@@ -787,7 +799,8 @@ PAGES = {
     "02_layer_norm_backward": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
     "24_layer_norm_backward_locks": Entry(layer_norm_locks_24, ("classic", "persistent"), layer_norm_locks_24_takes),
     "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
-    "04_rms_norm": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
+    "04_rms_norm": Entry(rms_norm_forward_04, ("weight",), rms_norm_forward_04_takes),
+    "04_rms_norm_backward": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
     "06_cross_entropy": Entry(cross_entropy, ("gradient", "forward alone")),
     "11_softmax_long_rows": Entry(softmax_rows_11, ("",)),
     "12_softmax_staged_gluon": Entry(softmax_staged_12, ("",), gluon=True),
@@ -966,6 +979,7 @@ PINNED_PAGES = (
     "02_layer_norm_backward",
     "03_parallel_reduction",
     "04_rms_norm",
+    "04_rms_norm_backward",
     "06_cross_entropy",
 )
 

@@ -1,8 +1,11 @@
-"""Tutorial 04 (core page): RMSNorm. The kernels, and torch past them, against float64, poisoned outputs, bad inputs,
+"""Tutorial 04's two core pages: tutorials/04_rms_norm.py (the forward's plain and fused kernels, their config) and
+tutorials/04_rms_norm_backward.py (the backward's ladder, the drop-in, which computes rows past the kernels in torch,
+and the forward it carries). The kernels, and torch past them, against float64, poisoned outputs, bad inputs,
 determinism, the launch parameters. Deep dive 41's kernels are tested in test_rms_norm_wide_backward.py."""
 
 import copy
 import importlib.util
+import inspect
 import math
 import os
 import re
@@ -22,8 +25,16 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 @pytest.fixture(scope="module")
-def tut():
+def tut():  # the drop-in's page
+    return load_tutorial("04_rms_norm_backward")
+
+
+@pytest.fixture(scope="module")
+def fwd():  # the forward's page
     return load_tutorial("04_rms_norm")
+
+
+PAGES = ("04_rms_norm", "04_rms_norm_backward")
 
 
 def rel(out, ref):
@@ -124,7 +135,7 @@ def test_rows_past_the_kernels_computed_by_torch(tut, weight):
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
 @pytest.mark.parametrize("weight", [True, False])
-def test_poisoned_outputs_fully_written(tut, shape, weight):
+def test_poisoned_outputs_fully_written(tut, fwd, shape, weight):
     """Outputs filled with NaN first: every element must be written, and nothing past the outputs."""
     m, n = shape
     x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
@@ -134,7 +145,7 @@ def test_poisoned_outputs_fully_written(tut, shape, weight):
     y_store = torch.full((m, n + 3), float("nan"), device=DEVICE, dtype=torch.bfloat16)
     y = y_store[:, :n]
     rstd = torch.full((m,), float("nan"), device=DEVICE)
-    kernel, meta, grid = tut["_fwd_config"](m, n, 2)
+    kernel, meta, grid = fwd["_fwd_config"](m, n, 2)
     kernel[(grid,)](x, x if w is None else w, y, rstd, m, n, x.stride(0), y.stride(0), 1e-6, HAS_WEIGHT=weight, **meta)
     assert not y.isnan().any() and not rstd.isnan().any()
     assert y_store[:, n:].isnan().all(), "the forward wrote past the end of a row"
@@ -182,10 +193,10 @@ def test_steps_1_and_2_agree(tut):
     assert torch.equal(*dxs)
 
 
-def test_configs_keep_todays_launch_parameters(tut):
+def test_configs_keep_todays_launch_parameters(tut, fwd):
     """The launch parameters the config functions choose: 16-bit as tuned on an H100; the fp32 backward's blocks of
     8192 values, 16 warps, one program an SM, as measured fastest on an H200."""
-    fwd, bwd, sms = tut["_fwd_config"], tut["_bwd_config"], tut["NUM_SMS"]
+    fwd, bwd, sms = fwd["_fwd_config"], tut["_bwd_config"], tut["NUM_SMS"]
     assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4), 125)
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)
     assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
@@ -258,6 +269,56 @@ def test_bad_inputs_raise(tut):
             rms_norm(meta, (8,))
 
 
+def test_the_drop_ins_page_carries_the_forward_letter_for_letter(tut, fwd):
+    """04_rms_norm_backward runs the forward that 04_rms_norm teaches: the same kernel, config, launcher and
+    constants."""
+    assert inspect.getsource(tut["rms_norm_fwd_kernel"].fn) == inspect.getsource(fwd["rms_norm_fwd_kernel"].fn)
+    for name in ("_warps", "_fwd_config", "rms_norm_rows_forward"):
+        assert inspect.getsource(tut[name]) == inspect.getsource(fwd[name]), name
+    for name in ("MIN_ELEMENTS", "MAX_ROW_BYTES"):
+        assert tut[name] == fwd[name], name
+    for n, size in ((16384, 4), (16385, 4), (32768, 2), (32769, 2)):  # the drop-in's forward: the rows step 1 holds
+        assert tut["fused"]("forward", n, size) == (n * size <= fwd["MAX_ROW_BYTES"]), (n, size)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_steps_match_float64(fwd, dtype):
+    """The forward page's step 0 (a row a program, contiguous rows) and step 1 (a tile of rows, here read with a row
+    stride past the row and written with another, with and without a weight) against float64: every element of y and
+    rstd written (outputs start as NaN), nothing written between rows."""
+    for n in (1, 7, 257, 4096):
+        gen = torch.Generator().manual_seed(n)
+        x = (3 * torch.randn(37, n + 5, generator=gen)).to(DEVICE, dtype)[:, :n]
+        w = (1 + 0.5 * torch.randn(n, generator=gen)).to(DEVICE, dtype)
+        for step, launch, weight in (
+            (0, "plain_forward", w),
+            (1, "rms_norm_rows_forward", w),
+            (1, "rms_norm_rows_forward", None),
+        ):
+            rows = x.contiguous() if step == 0 else x  # step 0 takes contiguous rows
+            out = torch.full((37, n + 8), math.nan, device=DEVICE, dtype=dtype)
+            y = out[:, :n] if step else torch.full_like(rows, math.nan)
+            rstd = torch.full((37,), math.nan, device=DEVICE)
+            fwd[launch](rows, weight, y, rstd, 1e-6)
+            where = f"step {step}, N = {n}, weight {weight is not None}"
+            assert step == 0 or out[:, n:].isnan().all(), f"{where}: written between rows"
+            assert not y.isnan().any() and not rstd.isnan().any(), f"{where}: an element left unwritten"
+            y64 = F.rms_norm(x.double(), (n,), None if weight is None else weight.double(), 1e-6)
+            r64 = torch.rsqrt(x.double().square().mean(-1) + 1e-6)
+            assert rel(y, y64) <= TOL[dtype], f"{where}: y's error {rel(y, y64):.2e}"
+            assert rel(rstd, r64) <= 1e-6, f"{where}: rstd's error {rel(rstd, r64):.2e}"
+
+
+def test_forward_page_measures_past_its_rows_as_the_drop_in_computes(fwd):
+    """The forward page's "ours" in its benchmark: step 1 on the rows it holds whole, past MAX_ROW_BYTES the math in
+    torch, in fp64, as the drop-in computes them."""
+    for n in (300, fwd["MAX_ROW_BYTES"] // 4 + 16):
+        x = 3 * torch.randn(3, n, device=DEVICE)
+        w = torch.rand(n, device=DEVICE) + 0.5
+        y64 = F.rms_norm(x.double(), (n,), w.double(), fwd["EPS"])
+        assert rel(fwd["ours"](x, w), y64) <= 1e-6, f"N = {n}"
+
+
 @pytest.mark.parametrize("n", [1, 7, 256, 300, 4096])
 def test_ladder_step_0_matches_float64(tut, n):
     """The ladder's plain backward (a program a row, M dw partials summed in order) against float64, outputs
@@ -274,15 +335,26 @@ def test_ladder_step_0_matches_float64(tut, n):
         assert rel(dx, dx64) <= TOL[torch.bfloat16], f"N = {n}: dx error {rel(dx, dx64):.2e}"
 
 
-def test_tutorial_checked_and_measured(tut):
-    errors, results, ladder = tut["errors"], tut["results"], tut["ladder"]
-    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3
+# each page: the direction it benchmarks, its ladder's steps, the columns of its errors' table
+MEASURED = {
+    "04_rms_norm": ("forward", {0, 1}, ["step 0", "step 1", "torch"]),
+    "04_rms_norm_backward": ("backward", {0, 1, 2}, ["y", "dx", "dw"]),
+}
+
+
+@pytest.mark.parametrize("stem", PAGES)
+def test_tutorial_checked_and_measured(stem):
+    page = load_tutorial(stem)
+    direction, steps, columns = MEASURED[stem]
+    errors, results, ladder = page["errors"], page["results"], page["ladder"]
+    assert len(errors) == len(page["CHECK_SHAPES"]) * 3 and list(errors.columns) == ["shape", "dtype", *columns]
     ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * (len(tut["SWEEP_N"]["forward"]) + len(tut["SWEEP_N"]["backward"]))
+    assert len(ours) == 2 * len(page["SWEEP_N"]) and set(results.direction) == {direction}
     assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
-    assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"] and set(ladder.step) == {0, 1, 2}
+    assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"] and set(ladder.step) == steps
     assert (ladder["GB/s"] > 0).all() and list(ladder.step) == sorted(ladder.step)
-    assert math.isclose(tut["TOTAL_ELEMENTS"], 2**26) or DEVICE == "cpu"
+    assert math.isclose(page["TOTAL_ELEMENTS"], 2**26) or DEVICE == "cpu"
+    assert set(page["RANGE"]) == {(direction, "float32"), (direction, "bfloat16")}, "a page claims what it measures"
 
 
 def _fwd_samples():
@@ -367,15 +439,17 @@ def test_compiled_block_keeps_the_drop_in(tut, monkeypatch, dtype, normalized_sh
     assert rel(eager[1], torch.autograd.grad(loss64, linear64.weight)[0]) <= 2 * TOL[dtype], "eager against float64"
 
 
-def test_missing_peers_are_named_with_their_reason(tut, monkeypatch, capsys):
-    peer_module = tut["peer_module"]  # the page's later cells may run now, printing their own lines
+@pytest.mark.parametrize("stem", PAGES)
+def test_missing_peers_are_named_with_their_reason(stem, monkeypatch, capsys):
+    page = load_tutorial(stem)
+    peer_module = page["peer_module"]  # the page's later cells may run now, printing their own lines
     capsys.readouterr()
-    monkeypatch.setitem(tut.data, "ON_GPU", False)
+    monkeypatch.setitem(page.data, "ON_GPU", False)
     assert peer_module("torch.compile", "torch") is None
     assert capsys.readouterr().out == "torch.compile: not measured here (no GPU).\n"
     assert peer_module("Liger-Kernel", "no_such_package_here.ops") is None
     assert capsys.readouterr().out == "Liger-Kernel: not measured here (not installed).\n"
-    monkeypatch.setitem(tut.data, "ON_GPU", True)
+    monkeypatch.setitem(page.data, "ON_GPU", True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 6))
     assert peer_module("quack", "torch", min_major=9) is None
     assert (
@@ -391,11 +465,13 @@ def test_missing_peers_are_named_with_their_reason(tut, monkeypatch, capsys):
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the page's run without a GPU")
-def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
+@pytest.mark.parametrize("stem", PAGES)
+def test_cpu_run_measures_no_speed_and_says_so(stem, monkeypatch):
     """Run alone as the build runs it: it exits 0, shows the ladder's steps without their times, prints the one line
     in place of the benchmark's table and its reading, names each peer it leaves out and why, and prints no speed
     and no empty line."""
     env = {k: v for k, v in os.environ.items() if k not in ("SOL_RESULTS", "SOL_LOCK")} | {"MPLBACKEND": "Agg"}
+    tut = load_tutorial(stem)
     proc = subprocess.run([sys.executable, str(tut.path)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
@@ -405,6 +481,6 @@ def test_cpu_run_measures_no_speed_and_says_so(tut, monkeypatch):
         assert f"{peer}: not measured here ({why})." in lines, lines
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
     shown = tut["show_ladder"](tut["ladder"]).data
-    assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == {0, 1, 2}
+    assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == MEASURED[stem][1]
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()

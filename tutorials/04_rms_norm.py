@@ -1,17 +1,16 @@
 """
-RMSNorm with a fused backward
-=============================
+Fused RMSNorm
+=============
 
-RMSNorm divides each row by its root mean square and scales it by a weight. The best kernel moves each byte
-once, as fast as a copy (the *speed of light*). You build a drop-in for :func:`torch.nn.functional.rms_norm`,
-measured against PyTorch, ``torch.compile``, Liger-Kernel and quack on the GPU that built this page.
+RMSNorm divides each row by its root mean square and scales it by a weight. The best kernel moves each byte once,
+as fast as a copy (the *speed of light*). You write its forward in Triton and measure it against PyTorch,
+``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn**, as a ladder of backward kernels: a row a program; several rows a program; a
-persistent grid that sums the weight gradient in registers, then in a fixed order (deterministic).
+**What you will learn**: to count bytes; a kernel of a row a program; a tile of rows a program, sized by Little's
+law. No Triton needed beforehand. Rows of up to 16 K elements.
 """
 
-import datetime, math, os, typing
-import torch, torch.nn.functional as F
+import datetime, math, os, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -19,7 +18,8 @@ import pandas as pd, triton, triton.language as tl
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}")
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
 
 # %%
 # RMSNorm and its bytes
@@ -28,7 +28,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # .. math::
 #
-#    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad \hat{x} = r \, x, \qquad y = \hat{x} \odot w .
+#    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
 # One PyTorch operation a line, in fp32:
 
@@ -39,139 +39,45 @@ def naive_rms_norm(x, weight, eps):
     return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
 
 # %%
-# That reads :math:`4MN` elements and writes :math:`3MN`; a kernel keeping rows on chip moves :math:`2MN`. The byte
-# count predicts **3.5 times** the naive speed (fp32); the real target is a copy of x, which moves the same
-# :math:`2MN`: the *speed of light*. The backward, with :math:`g = dy \odot w`,
+# That moves :math:`7MN` elements; a kernel that keeps a row on chip reads :math:`x` and writes :math:`y` once,
+# :math:`2MN`: **3.5 times** faster. The target: a copy of :math:`x`. It saves :math:`r` (``rstd``) for the backward.
 #
-# .. math::
+# Step 0: a row a program
+# -----------------------
+# A program loads its row, sums the squares, and stores :math:`y` and :math:`r`. The Triton it needs:
 #
-#    dx = r \left(g - \hat{x} \frac{1}{N} \sum_j g_j \hat{x}_j\right), \qquad dw_j = \sum_{\text{rows}} dy_j \hat{x}_j ,
-#
-# sums along rows and down columns; at best it reads x, dy and writes dx (:math:`3MN` elements). Sums are fp32
-# (bf16 keeps 8 bits).
-#
-# Step 0: the plain backward
-# --------------------------
-# The backward comes first because the ladder is there; the forward (below) is one kernel, and it saves each row's
-# :math:`r` as ``rstd`` for the backward to read. Step 0 runs a program a row. The Triton it uses:
-#
-# - ``kernel[(M,)](...)`` launches M *programs* (the grid); ``tl.program_id(0)`` is a program's number: its row.
-# - ``BLOCK_N: tl.constexpr`` is fixed when the kernel compiles: the row's length rounded up to a power of two.
-# - ``tl.arange(0, BLOCK_N)`` numbers the columns; ``cols < n_cols`` is the *mask* of those inside the row.
-# - ``tl.load(ptr + offs, mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
-# - ``.to(tl.float32)`` converts; ``dx_ptr.dtype.element_ty`` is the dtype dx points to.
-# - ``tl.sum(..., axis=0)`` adds the row up, held in the registers of the program's 4 warps (``num_warps``' default).
-#
-# Each program writes its row of dx and of ``dw_partial`` (fp32); torch's ``.sum(0)`` adds the M rows down each
-# column in a fixed order: the same bits on every run. Steps 1 and 2 remove two costs. A row of 256 bf16 is 512
-# bytes a program, too few to keep the memory busy. And the partials: an fp32 value written, then read by the sum,
-# is 8 bytes an element, beside the 6 that x, dy and dx move in bf16 (2 bytes each): 14 bytes where 6 would do.
+# - ``@triton.jit`` compiles a function for the GPU; ``kernel[(M,)](...)`` runs M copies, the *programs*;
+#   ``tl.program_id(0)`` is a program's number: its row.
+# - A tensor arrives as a pointer to its first element; ``x_ptr + offs`` is a block of addresses.
+# - ``BLOCK_N: tl.constexpr``, fixed at compile time, is the row's length rounded up to a power of two;
+#   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks those in the row.
+# - ``tl.load(..., mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
+# - ``tl.sum(..., axis=0)`` adds the row up across the program's threads (4 warps of 32 by default).
+# - ``.to`` converts: sums in fp32, :math:`y` in its tensor's dtype (``y_ptr.dtype.element_ty``).
 
 @triton.jit
-def plain_rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_cols, BLOCK_N: tl.constexpr):
+def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
     row, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     offs, mask = row.to(tl.int64) * n_cols + cols, cols < n_cols  # int64: offsets may pass 2**31
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.load(rstd_ptr + row)
-    x_hat, g = x * rstd, dy * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dx = (g - x_hat * tl.sum(g * x_hat, axis=0) / n_cols) * rstd
-    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-    tl.store(dw_partial_ptr + offs, dy * x_hat, mask=mask)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + row, rstd)
 
-def plain_backward(x, w, rstd, dy, dx):  # contiguous rows; returns dw in fp32
-    dw_partial = torch.empty(x.shape, device=x.device)
-    plain_rms_norm_bwd_kernel[(len(x),)](x, w, rstd, dy, dx, dw_partial, x.shape[1], BLOCK_N=triton.next_power_of_2(x.shape[1]))
-    return dw_partial.sum(0)
+def plain_forward(x, w, y, rstd, eps):  # contiguous rows and a weight
+    plain_rms_norm_fwd_kernel[(len(x),)](x, w, y, rstd, x.shape[1], eps, BLOCK_N=triton.next_power_of_2(x.shape[1]))
 
 # %%
-# Step 1: several rows a program
-# ------------------------------
-# Steps 1 and 2 are one kernel launched with two grids: step 1 a program a block of rows (its loop runs once), step 2
-# fewer programs, each walking many blocks. A block is a tile of ``BLOCK_M`` rows of ``BLOCK_N`` columns, at least
-# ``MIN_ELEMENTS`` values (set in the config below): ``rows[:, None]`` and ``cols[None, :]`` broadcast into the tile
-# as in NumPy; ``tl.sum(..., axis=1)`` sums each row. The weight is loaded once. ``dw_partial`` is an fp32 tile of the
-# same shape (``tl.zeros``): each block adds ``dy * x_hat`` into it element by element, in each thread's own
-# registers; summing down the rows (across threads) happens once, at the end: one ``dw_partial`` row a program.
-# ``tl.range(start, end, step)`` walks blocks ``pid``, ``pid + P``, ... (``P``: ``tl.num_programs(0)``, the grid's
-# size; ``tl.cdiv`` divides rounding up). Each pass issues the next block's loads (``x_next``) before computing this
-# one: loads always in flight, which pays in step 2.
-
-@triton.jit
-def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid, n_programs, cols = tl.program_id(0), tl.num_programs(0), tl.arange(0, BLOCK_N)
-    w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-    dw_partial = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # the first block's loads, before the loop
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    x_next, dy_next = tl.load(x_ptr + offs, mask=mask, other=0.0), tl.load(dy_ptr + offs, mask=mask, other=0.0)
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_programs):
-        x, dy, this_offs, this_mask = x_next.to(tl.float32), dy_next.to(tl.float32), offs, mask
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < n_rows, other=0.0)
-        next_rows = rows + n_programs * BLOCK_M  # the next block's loads leave before this block is computed
-        mask = (next_rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        offs = next_rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        x_next, dy_next = tl.load(x_ptr + offs, mask=mask, other=0.0), tl.load(dy_ptr + offs, mask=mask, other=0.0)
-        x_hat, g = x * rstd[:, None], dy * w[None, :]
-        dw_partial += dy * x_hat  # rows past the end add 0
-        c = tl.sum(g * x_hat, axis=1) / n_cols
-        tl.store(dx_ptr + this_offs, ((g - x_hat * c[:, None]) * rstd[:, None]).to(dx_ptr.dtype.element_ty),
-                 mask=this_mask)
-    tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
-
-# %%
-# Each kernel's launch settings sit in a config function. Memory is busy when each SM has enough bytes in flight to
-# cover its latency (Little's law: bytes in flight = bandwidth x latency / SMs): tiles of ``MIN_ELEMENTS`` (8 to 16
-# KB), a few programs an SM, and warps enough for about 32 bytes of a tile a thread (16 on rows of 16 KB or more:
-# more threads, more loads in flight).
-
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
-MIN_ELEMENTS = 4096  # elements a program moves a block
-_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
-
-def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 2
-    block_n = triton.next_power_of_2(n_cols)
-    # fp32: blocks of 2 x MIN_ELEMENTS (32 KB of x, of dy), 64 bytes a thread: 16 warps, one program an SM (a single
-    # row: 32 warps). Measured on an H200: 2-25% faster than the 16-bit rule below would be on fp32
-    block_m = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n)
-    if element_size == 4:
-        bytes_per_thread = 64 if block_m > 1 else 32
-    else:  # rows of 16 KB or more: more threads, more loads in flight
-        bytes_per_thread = 16 if n_cols * element_size >= 16384 else 32
-    num_warps = _warps(block_m * block_n, element_size, bytes_per_thread)
-    return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
-        max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
-
-# %%
-# Step 2: a persistent grid
-# -------------------------
-# The same kernel on P programs: ``16 // num_warps`` an SM (16 warps, 512 threads, leave each thread 128 of an SM's
-# 65,536 registers for its share of x, dy and the dw tile; an SM's most warps would leave it too few), times the
-# SMs. Each walks many blocks, adding their dw into the same registers: P partials, not one a block. The drop-in's
-# backward:
-
-def rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=True):  # contiguous rows; returns dw in fp32
-    kernel, meta, grid = _bwd_config(*x.shape, x.element_size())
-    grid = grid if persistent else triton.cdiv(len(x), meta["BLOCK_M"])  # step 1: a program a block
-    dw_partial = torch.empty((grid, x.shape[1]), device=x.device)
-    kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, *x.shape, **meta)
-    return dw_partial.sum(0)
-
-# %%
-# The forward
-# -----------
-# Step 1's tile, a program a block (nothing adds up across blocks: no persistent grid). Rows past the end are clamped to
-# the last (``tl.minimum``): loads need no row mask, the duplicate is never stored. ``HAS_WEIGHT``, a ``constexpr``,
-# compiles the weight's lines out without one; ``tl.where`` picks a value row by row. ``rstd``, one value a row, is
-# spread over the threads that hold the row (the tile's *layout*); stored as a 1-D vector, Triton would first move it
-# to another layout through shared memory, so it is stored in the tile's shape (``tl.broadcast_to``), masked to column
-# 0. A thread holds 64 bytes of the tile: a load moves at most 16 bytes a thread (a vector load), so four in flight.
-# One difference from torch: where values pass about 1e19 (their squares overflow fp32)
-# torch's rms_norm returns 0, this kernel the right value; the branch that does it, ``if tl.sum((sum_sq == ...``, is a
-# side note: skip it on a first read.
+# Step 1: a tile of rows a program
+# --------------------------------
+# A row of 256 bf16 gives a program 512 bytes, too few loads in flight to keep memory busy. Step 1 gives a program a
+# tile of ``BLOCK_M`` rows: ``rows[:, None]`` and ``cols[None, :]`` broadcast into it as in PyTorch, and ``axis=1``
+# sums each row. ``tl.minimum`` clamps rows past the last onto it: every load reads a real row, and the store's mask
+# drops the copies. Rows may lie apart (``x_row_stride``); ``HAS_WEIGHT``, a ``constexpr``, compiles the weight out
+# where there is none. ``rstd`` is stored in the tile's shape, from the threads that hold its row (the tile's
+# *layout*): as a vector it would first pass through shared memory. Skip the branch on ``sum_sq == inf`` at first:
+# it is for values past 1e19.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -199,161 +105,96 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
+# %%
+# **Launch parameters.** Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's
+# law: bandwidth x latency / SMs, 25 KB at 3.35 TB/s, a microsecond and 132 SMs). So a tile holds ``MIN_ELEMENTS``
+# values or more, and ``_warps`` gives it a warp per 32 x 64 bytes: four 16-byte loads (the widest) a thread.
+#
+# **The range.** A row is held in registers up to ``MAX_ROW_BYTES``. ``RANGE`` stops at 16 K: a 16-bit row past that
+# fills an SM alone, nothing loading while it sums;
+# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages those rows in shared memory and
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams longer ones.
+
+MIN_ELEMENTS = 4096  # fewest elements in a tile
+MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
+_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
+# (direction, dtype) -> the N step 1 is for (fp16: as bf16)
+RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385)}
+
 def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
     num_warps = _warps(block_m * block_n, element_size, 64)
-    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), triton.cdiv(n_rows, block_m)
+    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
+        triton.cdiv(n_rows, block_m)
 
-# %%
-# The drop-in function
-# --------------------
-# ``rms_norm`` takes what :func:`torch.nn.functional.rms_norm` takes (its argument checks are in the appendix). Two
-# PyTorch operators (``torch.library.custom_op``) run the kernels; ``register_fake`` gives the compiler their outputs'
-# shapes and dtypes (each operator allocates its outputs through it). Whole rows fit in registers up to a forward row
-# of 64 KB and a backward row of 8 K values (three tiles of 8 K at once: x, dy and the fp32 dw tile); past them the
-# operators compute in torch, in fp64: right, and slow. ``RANGE``, narrower than ``fused``, leaves 16-bit forward rows
-# past 16 K to :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` (staged in shared memory);
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has kernels for wider rows.
-
-fused = lambda direction, n_cols, element_size: n_cols * element_size <= 65536 if direction == "forward" else n_cols <= 8192
-RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385),
-         ("backward", "float32"): range(1, 8193), ("backward", "bfloat16"): range(1, 8193)}
-
-rms_norm_fwd_fake = lambda x, w, eps: (x.new_empty(x.shape), x.new_empty(x.shape[0], dtype=torch.float32))
-@torch.library.custom_op("sol::rms_norm_fwd_04", mutates_args=())
-def rms_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.contiguous()
-    if not fused("forward", x.shape[1], x.element_size()):
-        return torch_forward(x, w, eps)  # the kernel's math in torch, in fp64 (the appendix)
-    y, rstd = rms_norm_fwd_fake(x, w, eps)  # empty: y, and rstd (fp32) for the backward
-    if x.numel():
-        kernel, meta, grid = _fwd_config(*x.shape, x.element_size())
-        kernel[(grid,)](x, x if w is None else w.contiguous(), y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
-                        HAS_WEIGHT=w is not None, **meta)
-    return y, rstd
-rms_norm_fwd_op.register_fake(rms_norm_fwd_fake)
-
-rms_norm_bwd_fake = lambda x, w, rstd, dy, compute_dw: \
-    (x.new_empty(x.shape), w.new_empty(w.shape) if compute_dw and w is not None else x.new_empty(0))
-@torch.library.custom_op("sol::rms_norm_bwd_04", mutates_args=())
-def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: torch.Tensor, dy: torch.Tensor,
-                    compute_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    dx, dw = rms_norm_bwd_fake(x, w, rstd, dy, compute_dw)  # empty; dw empty unless asked for
-    x, dy = x.contiguous(), dy.contiguous()
-    w = torch.ones(x.shape[1], device=x.device, dtype=x.dtype) if w is None else w.contiguous()  # none: g = dy
-    if not fused("backward", x.shape[1], x.element_size()):
-        dx, dw_sum = torch_backward(x, w, rstd, dy)  # the kernel's math in torch, in fp64 (the appendix)
-    else:
-        dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else x.new_zeros(())
-    return dx, dw.copy_(dw_sum) if dw.numel() else dw  # no rows: dw is 0
-rms_norm_bwd_op.register_fake(rms_norm_bwd_fake)
-
-def _setup(ctx, inputs, output):  # keeps x, w and rstd for the backward
-    ctx.save_for_backward(inputs[0], inputs[1], output[1])
-    ctx.mark_non_differentiable(output[1]), ctx.set_materialize_grads(False)  # rstd's grad: None, not zeros
-def _backward(ctx, dy, _):
-    # grad mode on here means create_graph=True; eager only: torch.compile traces the backward with grad mode on
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        raise RuntimeError("rms_norm: a gradient of this gradient (create_graph=True) is not supported: the "
-                           "backward is a Triton kernel, not differentiable; use torch's rms_norm there")
-    dx, dw = rms_norm_bwd_op(*ctx.saved_tensors, dy, ctx.needs_input_grad[1])
-    return dx, dw if ctx.needs_input_grad[1] else None, None
-rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for F.rms_norm, with autograd
-    shape, eps = checked_arguments(input, normalized_shape, weight, eps)  # errors name what the kernels lack
-    w, n = None if weight is None else weight.reshape(-1), math.prod(shape)
-    return rms_norm_fwd_op(input.reshape(input.numel() // n if n else 0, n), w, float(eps))[0].view(input.shape)
-
-# %%
-# In your model
-# -------------
-# ``rms_norm`` calls a PyTorch operator, so ``torch.compile(fullgraph=True)`` keeps the kernels as one node, without a
-# graph break, with their backward. It is fast for fp32, fp16 and bf16 (fp16 runs the same kernels as bf16) at the N in
-# ``RANGE``: rows up to 16 K values forward and 8 K backward. Past them it stays right but slows (deep dives 41 and 42
-# have kernels for those rows). Inductor does not fuse the ops beside it into it: a residual add before RMSNorm stays
-# its own kernel, a pass over the activations that a kernel taking the residual too would save.
+def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride along the row; w: None, or contiguous
+    kernel, meta, grid = _fwd_config(*x.shape, x.element_size())
+    kernel[(grid,)](x, x if w is None else w, y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
+                    HAS_WEIGHT=w is not None, **meta)
 
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays;
-# the *speed of light*: a copy of x, without a graph. GB/s counts x, y forward, x, dy, dx backward. Errors are
-# relative to float64 (dx's against its terms' size, ``r * g``: they cancel at N = 1), within a few roundings of the
-# dtype (the interpreter truncates to bf16: twice a GPU's error).
+# :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA
+# graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of :math:`x`, timed beside it
+# without a graph. GB/s counts :math:`x` read and :math:`y` written. The forward is timed as training runs it, on
+# inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the next page's drop-in runs there: the math
+# in torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates
+# to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
 
-def checked_arguments(input, normalized_shape, weight, eps):  # (shape, eps), or an error that names the limit
-    shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
-    eps = torch.finfo(torch.float32).eps if eps is None else eps
-    for name, t in {"input": input, "weight": input if weight is None else weight}.items():
-        if not isinstance(t, torch.Tensor) or t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"rms_norm: {name} is {getattr(t, 'dtype', type(t).__name__)}; the kernels take "
-                            "torch.Tensors of dtype float32, float16 and bfloat16 (else use F.rms_norm)")
-        if t.device.type != DEVICE.type:
-            raise ValueError(f"rms_norm: {name} is on {t.device}, the kernels on {'cuda' if ON_GPU else 'the CPU'}")
-    if not all(isinstance(d, int) for d in shape) or not isinstance(eps, (int, float)) or isinstance(eps, bool):
-        raise TypeError("rms_norm: normalized_shape must be a tuple of ints, eps a float or None")
-    if not 0 < len(shape) <= input.dim() or input.shape[-len(shape):] != shape or math.prod(shape) >= 2**31:
-        raise ValueError(f"rms_norm: normalized_shape {shape} must be at least one of the last dims of {input.shape}, "
-                         "under 2**31 elements")
-    if weight is not None and (weight.shape != shape or weight.device != input.device):
-        raise ValueError(f"rms_norm: weight has shape {weight.shape} on {weight.device}, not {shape} on {input.device}")
-    return shape, eps
-
-def torch_forward(x, w, eps):  # the forward kernel's math in torch, in fp64 (x**2 cannot overflow): y, rstd
-    rstd = torch.rsqrt(x.double().square().mean(1) + eps)
-    return (x.double() * rstd[:, None] * (1 if w is None else w.double())).to(x.dtype), rstd.float()
-
-def torch_backward(x, w, rstd, dy):  # the backward kernel's math in torch, in fp64: dx, dw
-    x_hat, r, g = x.double() * rstd.double()[:, None], rstd.double()[:, None], dy.double() * w.double()
-    return ((g - x_hat * (g * x_hat).mean(1, keepdim=True)) * r).to(x.dtype), (dy.double() * x_hat).sum(0)
-
-# %%
-
-import importlib.util, itertools, shutil, subprocess, timeit
+import importlib.util, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
-SWEEP_N = {"forward": [2**k for k in range(9, 17)], "backward": [2**k for k in range(9, 14)]} if ON_GPU \
-    else dict.fromkeys(["forward", "backward"], [256, 1024, 4096])
-CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384), (64, 30000), (16, 100_003), (4, 200_001)] \
-    if ON_GPU else [(17, 1), (33, 257), (8, 1000), (3, 40_000)]
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+SWEEP_N = [2**k for k in range(9, 17)] if ON_GPU else [256, 1024, 4096]
+CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384)] if ON_GPU else \
+    [(17, 1), (33, 257), (8, 1000), (3, 16384)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-BUILT = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
 
 def check_row(shape, dtype):
-    x, w, dy = (torch.randn(s, device=DEVICE, dtype=dtype) for s in (shape, shape[-1:], shape))
-    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
-    refs = [y64 := F.rms_norm(x64, shape[-1:], w64, 1e-6), *torch.autograd.grad(y64, (x64, w64), dy.double())]
-    scales = refs[0].norm(), (dy * w * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)).norm(), refs[2].norm()
-    outs = [y := rms_norm(x.requires_grad_(), shape[-1:], w.requires_grad_(), 1e-6), *torch.autograd.grad(y, (x, w), dy)]
+    """Each step's and torch's relative error against float64: of y, or of rstd where that is larger."""
+    x, w = torch.randn(shape, device=DEVICE, dtype=dtype), torch.rand(shape[1], device=DEVICE, dtype=dtype) + 0.5
+    y64, r64 = F.rms_norm(x.double(), shape[1:], w.double(), EPS), torch.rsqrt(x.double().square().mean(1) + EPS)
+    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
-    return row | {q: ((out - ref).norm() / scale).item() for q, out, ref, scale in zip(("y", "dx", "dw"), outs, refs, scales)}
-def check_all():  # the errors' table, asserted within TOLERANCE
+    for name, launch in (("step 0", plain_forward), ("step 1", rms_norm_rows_forward)):
+        y, rstd = torch.full_like(x, math.nan), torch.full((shape[0],), math.nan, device=DEVICE)  # NaN: unwritten
+        launch(x, w, y, rstd, EPS)
+        row[name] = max(err(y, y64), err(rstd, r64))
+    return row | {"torch": err(F.rms_norm(x, shape[1:], w, EPS), y64)}
+
+def check(shapes):
+    """The errors' table of every shape in fp32, fp16 and bf16, asserted within TOLERANCE."""
     torch.manual_seed(0)
-    errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in CHECK_SHAPES])
-    assert (errors[["y", "dx", "dw"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+    errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
+    assert (errors[["step 0", "step 1"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
     return errors
+
+# %%
 
 def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
     if not ON_GPU:
         return 1e3 * timeit.timeit(fn, number=1)
     fn()  # a warm-up, outside the capture (torch.cuda.graph synchronizes before it captures)
     if graph:
-        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
 
-def tensors(n_cols, dtype):  # and a copy's GB/s
+def tensors(n_cols, dtype):  # x, w and a copy's GB/s
     x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE, dtype=dtype)
-    w, dy, out = torch.rand(n_cols, device=DEVICE, dtype=dtype) + 0.5, torch.randn_like(x), torch.empty_like(x)
-    return x, w, dy, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
-gbps = lambda forward, x, ms: (2 if forward else 3) * x.numel() * x.element_size() / ms * 1e-6  # x, y or x, dy, dx
+    w, out = torch.rand(n_cols, device=DEVICE, dtype=dtype) + 0.5, torch.empty_like(x)
+    return x, w, 2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6
+
+gbps = lambda x, ms: 2 * x.numel() * x.element_size() / ms * 1e-6  # x read, y written
+
 def peer_module(peer, module, min_major=0):  # the peer's module, or None, saying why it is not measured here
     major, minor = torch.cuda.get_device_capability() if ON_GPU else (0, 0)
     why = "not installed" if importlib.util.find_spec(module.split(".")[0]) is None else "no GPU" if not ON_GPU else \
@@ -362,6 +203,14 @@ def peer_module(peer, module, min_major=0):  # the peer's module, or None, sayin
         return print(f"{peer}: not measured here ({why}).") if why else importlib.import_module(module)
     except Exception as err:  # installed, yet it does not load here
         print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
+
+def ours(x, w):  # step 1; past MAX_ROW_BYTES, as the next page's drop-in: the math in torch, in fp64
+    if x.shape[1] * x.element_size() > MAX_ROW_BYTES:
+        return (x.double() * torch.rsqrt(x.double().square().mean(1, keepdim=True) + EPS) * w.double()).to(x.dtype)
+    y, rstd = torch.empty_like(x), torch.empty(len(x), device=x.device)
+    rms_norm_rows_forward(x, w, y, rstd, EPS)
+    return y
+
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
 if peer_module("torch.compile", "torch"):  # on the CPU, Inductor would time a C++ compiler
     torch._dynamo.config.recompile_limit = 1024  # one compilation per shape and dtype
@@ -370,19 +219,18 @@ if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
     fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
 if quack := peer_module("quack", "quack", min_major=9):
     fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
-fns["ours"] = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS)
+fns["ours"] = ours
 
-LADDER = {0: ("a row a program, a dw partial per row", lambda x, w, rstd, dy, dx: plain_backward(x, w, rstd, dy, dx)),
-          1: ("several rows a program, warps sized to the tile",
-              lambda x, w, rstd, dy, dx: rms_norm_rows_backward(x, w, rstd, dy, dx, persistent=False)),
-          2: ("persistent, the next block's loads in flight: dw in registers across blocks", rms_norm_rows_backward)}
-def measure_ladder():  # the backward with dw on bf16 rows of 256 (packing matters) and 4096 (a row fills a program)
+LADDER = {0: ("a row a program", plain_forward),
+          1: ("a tile of rows a program, warps sized to the tile", rms_norm_rows_forward)}
+
+def measure_ladder():  # the forward on bf16 rows of 256 (packing matters) and 4096 (a row fills a tile)
     rows = []
     for n_cols in (256, 4096):
-        x, w, dy, light = tensors(n_cols, torch.bfloat16)
-        dx, rstd = torch.empty_like(x), torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
+        x, w, light = tensors(n_cols, torch.bfloat16)
+        y, rstd = torch.empty_like(x), torch.empty(len(x), device=DEVICE)
         for step, (idea, launch) in LADDER.items():
-            speed = gbps(False, x, bench(lambda: launch(x, w, rstd, dy, dx).to(w.dtype)))
+            speed = gbps(x, bench(lambda: launch(x, w, y, rstd, EPS)))
             rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
     return pd.DataFrame(rows).sort_values("step", kind="stable")
 
@@ -390,34 +238,34 @@ def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
     shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
 
-def benchmark():  # the drop-in against its peers, forward and backward: (records, table)
+def benchmark():  # the forward against its peers: (records, table)
     records = []
-    for dtype, n_cols in itertools.product((torch.float32, torch.bfloat16), sorted(set(SWEEP_N["forward"] + SWEEP_N["backward"]))):
-        x, w, dy, light = tensors(n_cols, dtype)
+    for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+        x, w, light = tensors(n_cols, dtype)
         xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
-        record = lambda direction, name, ms: records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols,
-            "provider": name, "GB/s": gbps(direction == "forward", x, ms), "speed of light GB/s": light})
         for name, fn in fns.items():
-            for direction in (d for d in SWEEP_N if n_cols in SWEEP_N[d]):
-                try:
-                    y = fn(xg, wg)
-                    record(direction, name, bench((lambda: fn(xg, wg)) if direction == "forward" else
-                                                  lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)))
-                except Exception as err:  # a peer's limit
-                    if name == "ours":
-                        raise
-                    print(f"{name}: no {direction} {dtype} N = {n_cols}: {type(err).__name__}")
-                    record(direction, name, float("nan"))
+            try:
+                speed = gbps(x, bench(lambda: fn(xg, wg)))
+            except Exception as err:  # a peer's limit
+                if name == "ours":
+                    raise
+                print(f"{name}: no forward {dtype} N = {n_cols}: {type(err).__name__}")
+                speed = math.nan
+            records.append({"direction": "forward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                            "GB/s": speed, "speed of light GB/s": light})
     results, keys = pd.DataFrame(records), ["direction", "dtype", "N"]
     results["% of speed of light"] = 100 * results["GB/s"] / results["speed of light GB/s"]
-    table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "backward"], list(fns)]
+    table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # for the landing page
-        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
-            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
+        table[["ours, % of light", "ours / best peer"]].assign(
+            recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
+        ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "04_rms_norm.csv"))
     return results, table
+
 def show(table):
     formats = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
     return table.style.format(formats, na_rep="-") if ON_GPU else print(NO_SPEED)  # one call: a second resets the rest
@@ -425,63 +273,58 @@ def show(table):
 def plot(results):  # in % of the copy measured beside each point; none without a GPU
     if not ON_GPU:
         return
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, facecolor="white", layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white", layout="constrained")
     for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
         pct = part.pivot(index="N", columns="provider", values="% of speed of light")
         pct.plot(ax=ax, logx=True, style="o--", ms=3, grid=True, title=f"{direction}, {dtype}",
                  xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
         ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)"), ax.legend(fontsize=7)
-    fig.suptitle(f"RMSNorm, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    fig.suptitle(f"RMSNorm forward, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
     plt.show()
 
 def reading(ladder, table):  # three to five sentences computed from this run's tables
     if not ON_GPU:
         return NO_SPEED
-    speed, s = ladder.set_index(["step", "N"])["GB/s"], ladder[ladder.N == 256].set_index("step")["% of light"]
-    text = (f"Step 1 ran {speed[1, 256] / speed[0, 256]:.2f}x as fast as step 0 at N = 256, {speed[1, 4096] / speed[0, 4096]:.2f}x "
-            f"at 4,096; step 2 ran {speed[2, 256] / speed[1, 256]:.2f}x and {speed[2, 4096] / speed[1, 4096]:.2f}x as fast as step 1.")
-    for step, n in ((step, n) for step in (1, 2) for n in (256, 4096) if speed[step, n] < speed[step - 1, n]):
-        meta, grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[1:]
-        text += f"\nStep {step} lost at N = {n:,} ({speed[step, n] / speed[step - 1, n]:.2f}x): " + (
-            f"its programs of {meta['BLOCK_M']} rows and {meta['num_warps']} warps moved less than step 0's of one row "
-            "and 4 warps." if step == 1 and meta["BLOCK_M"] > 1 else
-            f"a tile there is one row, so step 1 is step 0's program with {meta['num_warps']} warps instead of 4, a "
-            "loop and as many partials: nothing to pack, and these changes cost." if step == 1 else
-            f"its {grid:,} programs ({grid // NUM_SMS} an SM) have fewer loads in flight than step 1's one a block, "
-            "and fewer partials did not pay for it.")
+    speed, meta = ladder.set_index(["step", "N"])["GB/s"], _fwd_config(TOTAL_ELEMENTS // 4096, 4096, 2)[1]
+    text = (f"Step 1 ran {speed[1, 256] / speed[0, 256]:.2f}x as fast as step 0 on rows of 256, "
+            f"{speed[1, 4096] / speed[0, 4096]:.2f}x on rows of 4,096, where its tile is {meta['BLOCK_M']} row and "
+            f"its warps {meta['num_warps']}, as step 0's.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"], table["ours / best peer"][inside]
-    naive, past = (table.ours / table.naive).sort_index()["forward", "float32"], light[[not i for i in inside]]
+    naive, past = (table.ours / table.naive)["forward", "float32"], light[[not i for i in inside]]
     text += (f"\nInside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, "
-             f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward ran {naive.min():.3g}-{naive.max():.3g}x "
-             "the naive speed (the bytes model: 3.5x).")
-    if len(past):
-        d, t, n = past.idxmin()
-        text += (f"\nPast its range ours fell to {past.min():.3g}% ({d}, {t}, N = {n:,}): "
-                 + ("a 16-bit forward row past 16 K is the staged deep dive's." if fused(d, n, 2 if t == "bfloat16" else 4)
-                    else "the rows no longer fit in registers and torch computes them in fp64; the deep dives take over there."))
-    return text + (f"\nTake away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a partial per "
-                   f"row (step 0), {s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} partials in all (step 2).")
+             f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward ran "
+             f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).")
+    held = [n * (2 if t == "bfloat16" else 4) <= MAX_ROW_BYTES for _, t, n in past.index]
+    points = lambda part: ", ".join(f"{t} N = {n:,} ({pct:.3g}%)" for (_, t, n), pct in part.items())
+    if any(held):
+        text += f"\nPast its range, at {points(past[held])}, a row fills an SM: deep dive 42 stages such rows."
+    if not all(held):
+        text += (f"\nAt {points(past[[not h for h in held]])} the row no longer fits in registers and torch computes "
+                 "it in fp64: deep dive 41 streams such rows.")
+    return text
 
 def environment_card():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                          text=True).stdout.split("\n")[0] if ON_GPU and shutil.which("nvidia-smi") else "?"
-    card = {"device": WHERE, "driver / CUDA": f"driver {smi}, CUDA {torch.version.cuda}" if ON_GPU else "none: Triton's interpreter",
-            "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT, "packages": os.getenv("SOL_LOCK", "not pinned")}
+    card = {"device": WHERE, "driver / CUDA": f"driver {smi}, CUDA {torch.version.cuda}" if ON_GPU else
+            "none: Triton's interpreter", "torch": torch.__version__, "Triton": triton.__version__, "built": BUILT,
+            "packages": os.getenv("SOL_LOCK", "not pinned")}
     html = pd.Series(card, name="").to_frame().to_html()
-    return type("Collapsed", (), {"_repr_html_": lambda self: f"<details><summary>Full environment card</summary>{html}</details>"})()
+    summary = f"<details><summary>Full environment card</summary>{html}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: summary})()
 
 # %%
 # Correctness
 # -----------
-# Relative errors of y, dx and dw against float64, several shapes, each dtype:
+# Each step's relative error against float64 (y's, or rstd's where larger), next to torch's:
 
-(errors := check_all()).style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
+(errors := check(CHECK_SHAPES)).style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="index")
 
 # %%
 # The ladder, measured
 # --------------------
-# The backward with dw on bf16 rows of 256 (short rows: packing them matters) and 4096 (a row fills a program):
+# bf16 rows of 256 (packing matters) and 4096 (a row fills a tile):
 
 ladder = measure_ladder()
 show_ladder(ladder)
@@ -489,7 +332,7 @@ show_ladder(ladder)
 # %%
 # Benchmark
 # ---------
-# The drop-in against its peers ("-": a peer's limit), the forward and the backward, in GB/s; then as a plot:
+# Step 1 against its peers ("-": a peer's limit), in GB/s, then as a plot:
 
 results, table = benchmark()
 show(table)
@@ -507,9 +350,8 @@ print(reading(ladder, table))
 # %%
 # Going further
 # -------------
-# **Past the range**: deep dive 41 splits a wide row among programs, 42 stages 16-bit rows in shared memory. **What
-# limits the kernels now**: a program holds one block in flight besides the one it computes; more (``num_stages`` of
-# ``tl.range``, through shared memory, as 02's backward) may pay on a GPU with more bandwidth. **Exercise**: 64 bytes a thread in ``_bwd_config``: what spills?
-# Reference: Zhang, Sennrich (2019).
+# **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
+# **Exercise**: give ``_warps`` 32 bytes a thread instead of 64: which rows gain, and why? Reference: Zhang, Sennrich
+# (2019).
 
 environment_card()
