@@ -79,7 +79,7 @@ def cases(stem):
                 lambda x, w, b: torch.nn.functional.cross_entropy(x, target(x), reduction="none", label_smoothing=0.1),
             ),
         ]
-    if stem == "03_parallel_reduction":
+    if stem == "03_sum_of_all_elements":
         ours = drop_in(stem, "reduce_sum")
         return [
             (f"reduce_sum dim={d}", lambda x, w, b, d=d: ours(x, d), lambda x, w, b, d=d: torch.sum(x, d))
@@ -147,7 +147,7 @@ if __name__ == "__main__":
     for stem in sys.argv[1:] or [
         "01_softmax_backward",
         "02_layer_norm_backward",
-        "03_parallel_reduction",
+        "03_sum_of_all_elements",
         "04_rms_norm_backward",
         "06_cross_entropy",
         "deep_dives/12_softmax_staged_gluon",

@@ -24,7 +24,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 PAGES = {
     "softmax": "01_softmax_backward",
     "layer_norm": "02_layer_norm_backward",
-    "reduce_sum": "03_parallel_reduction",
+    "reduce_sum": "03_sum_of_all_elements",
     "rms_norm": "04_rms_norm_backward",
 }
 TORCH_OPS = {"softmax": torch.softmax, "layer_norm": F.layer_norm, "reduce_sum": torch.sum, "rms_norm": F.rms_norm}

@@ -20,7 +20,7 @@ TOLERANCE = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 @pytest.fixture(scope="module")
 def reduce_sum():
-    return load_tutorial("03_parallel_reduction")["reduce_sum"]
+    return load_tutorial("03_sum_of_all_elements")["reduce_sum"]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_a_long_broadcast_is_summed_without_reading_past_its_storage(reduce_sum)
 
 
 def test_sum_vector_refuses_a_strided_vector(reduce_sum):
-    sum_vector = load_tutorial("03_parallel_reduction")["sum_vector"]
+    sum_vector = load_tutorial("03_sum_of_all_elements")["sum_vector"]
     out = torch.empty(1, device=DEVICE)
     for bad in (torch.arange(10.0, device=DEVICE)[::2], torch.tensor(2.0, device=DEVICE).expand(100)):
         with pytest.raises(ValueError, match="unit stride"):

@@ -351,6 +351,7 @@ def test_the_pages_that_write_results():
         "02_layer_norm_backward",
         "24_layer_norm_backward_locks",
         "03_parallel_reduction",
+        "03_sum_of_all_elements",
         "04_rms_norm",
         "04_rms_norm_backward",
         "05_jax_rms_norm",

@@ -671,6 +671,12 @@ def layer_norm_locks_24_takes(p, dtype, n, variant):
     return n <= p["MAX_BWD_FUSED_N"]  # backward_persistent refuses longer rows
 
 
+def row_sums_03(p, dtype, n, variant):
+    """The row-sum page's step 1 (the drop-in that launches it, and the whole sum, are the next page's)."""
+    x = matrix(n, dtype)
+    p["sum_rows"](x, torch.empty(len(x), device=DEVICE, dtype=dtype))
+
+
 def sums_03(p, dtype, n, variant):
     if variant == "rows":
         p["reduce_sum"](matrix(n, dtype), dim=1)
@@ -762,7 +768,7 @@ def sums_31(p, dtype, n, variant):
     x = matrix(n, dtype)
     p["sum_rows"](x, torch.empty(len(x), device=DEVICE, dtype=dtype))
     p["sum_cols"](x, torch.empty(n, device=DEVICE, dtype=dtype))
-    for design in p["DESIGNS"]:  # the whole sum's designs, the core page's persistent one among them
+    for design in p["DESIGNS"]:  # the whole sum's designs, the whole-sum page's persistent one among them
         p["sum_vector"](x.view(-1), torch.empty(1, device=DEVICE), design)
 
 
@@ -798,7 +804,8 @@ PAGES = {
     "02_layer_norm": Entry(layer_norm_forward_02, ("affine",), layer_norm_02_takes),
     "02_layer_norm_backward": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
     "24_layer_norm_backward_locks": Entry(layer_norm_locks_24, ("classic", "persistent"), layer_norm_locks_24_takes),
-    "03_parallel_reduction": Entry(sums_03, ("whole tensor", "rows")),
+    "03_parallel_reduction": Entry(row_sums_03, ("rows",)),
+    "03_sum_of_all_elements": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_forward_04, ("weight",), rms_norm_forward_04_takes),
     "04_rms_norm_backward": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
     "06_cross_entropy": Entry(cross_entropy, ("gradient", "forward alone")),
@@ -978,6 +985,7 @@ PINNED_PAGES = (
     "02_layer_norm",
     "02_layer_norm_backward",
     "03_parallel_reduction",
+    "03_sum_of_all_elements",
     "04_rms_norm",
     "04_rms_norm_backward",
     "06_cross_entropy",

@@ -1,9 +1,11 @@
-"""Tests for the core page tutorials/03_parallel_reduction.py: reduce_sum against float64, the low-level
-launchers on poisoned outputs, the read-only pass, bitwise determinism, and the bad inputs. The split row kernel,
-the column kernel, the whole sum's other designs and the running sums of deep dive 31:
-tests/test_reduction_rows_and_columns.py."""
+"""Tests for the core reduction pages: tutorials/03_parallel_reduction.py (the row sums: the plain kernel, the tile,
+their config, the read-only pass) and tutorials/03_sum_of_all_elements.py (the whole sum in one launch and
+reduce_sum, which carries the row sums). reduce_sum against float64, the launchers on poisoned outputs, the read-only
+pass, bitwise determinism, and the bad inputs. The split row kernel, the column kernel, the whole sum's other designs
+and the running sums of deep dive 31: tests/test_reduction_rows_and_columns.py."""
 
 import functools
+import inspect
 import operator
 import random
 
@@ -18,8 +20,15 @@ TOLERANCE = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 @pytest.fixture(scope="module")
-def tut():
+def rows():
+    """The row-sum page: steps 0 and 1."""
     return load_tutorial("03_parallel_reduction")
+
+
+@pytest.fixture(scope="module")
+def tut():
+    """The whole sum's page: step 2 and the drop-in reduce_sum."""
+    return load_tutorial("03_sum_of_all_elements")
 
 
 def _rel_error(out, ref):
@@ -298,14 +307,14 @@ def test_sum_vector_writes_the_sum(tut, dtype, n):
     "shape", [(1, 1), (5, 3), (300, 17), (17, 300), (2, 9000), (9000, 2), (257, 129), (40_009, 3), (3, 40_009)]
 )
 @pytest.mark.parametrize("transposed", [False, True])
-def test_row_kernel_writes_every_output(tut, dtype, shape, transposed):
+def test_row_kernel_writes_every_output(rows, dtype, shape, transposed):
     """The core row kernel, one program per BLOCK_M rows and one split covering each row, on a poisoned
     output; transposed, it is the core page's column sum (strided rows)."""
     x = _input(shape, dtype, seed=sum(shape))
     if transposed:
         x = x.t()
     out = torch.full((x.shape[0],), float("nan"), device=DEVICE, dtype=dtype)
-    tut["sum_rows"](x, out)
+    rows["sum_rows"](x, out)
     assert not out.isnan().any(), f"{tuple(x.shape)}: {int(out.isnan().sum())} outputs unwritten"
     err = _rel_error(out, x.double().sum(1))
     assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} strides {x.stride()}: relative error {err:.2e}"
@@ -314,31 +323,53 @@ def test_row_kernel_writes_every_output(tut, dtype, shape, transposed):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (5, 3), (300, 17), (17, 300), (3, 5003), (2, 16384)])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_plain_kernel_writes_every_row_sum(tut, dtype, shape, transposed):
+def test_plain_kernel_writes_every_row_sum(rows, dtype, shape, transposed):
     """The ladder's step 0: one program a row, the whole row in one block, on a poisoned output."""
     x = _input(shape[::-1] if transposed else shape, dtype, seed=sum(shape) + 7)
     x = x.t() if transposed else x
     out = torch.full((x.shape[0],), float("nan"), device=DEVICE, dtype=dtype)
-    tut["plain_sum_rows"](x, out)
+    rows["plain_sum_rows"](x, out)
     assert not out.isnan().any(), f"{tuple(x.shape)}: {int(out.isnan().sum())} outputs unwritten"
     err = _rel_error(out, x.double().sum(1))
     assert err <= TOLERANCE[dtype], f"{tuple(x.shape)} strides {x.stride()}: relative error {err:.2e}"
 
 
-def test_plain_kernel_refuses_rows_longer_than_its_block(tut):
+def test_plain_kernel_refuses_rows_longer_than_its_block(rows):
     with pytest.raises(ValueError, match="at most 16384"):
-        tut["plain_sum_rows"](torch.zeros(1, 16385, device=DEVICE), torch.empty(1, device=DEVICE))
+        rows["plain_sum_rows"](torch.zeros(1, 16385, device=DEVICE), torch.empty(1, device=DEVICE))
 
 
-def test_ladder_table_measures_each_step(tut):
-    """The ladder: steps 0-2 with the columns the site expects, step 2 (the drop-in's whole sum) at one row of
-    every element, every figure measured (positive and finite)."""
-    ladder = tut["ladder"]
+def test_ladder_table_measures_each_step(rows):
+    """The row-sum page's ladder: steps 0 and 1 with the columns the site expects, each at rows of 64 and 4096, every
+    figure measured (positive and finite)."""
+    ladder = rows["ladder"]
     assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"], list(ladder.columns)
-    assert sorted(set(ladder.step)) == [0, 1, 2], ladder
-    assert set(ladder[ladder.step == 2].N) == {tut["LADDER_ELEMENTS"]}, ladder
-    assert {64, 4096} <= set(ladder[ladder.step == 0].N) <= set(ladder[ladder.step == 1].N), ladder
+    assert sorted(set(ladder.step)) == [0, 1], ladder
+    assert set(ladder[ladder.step == 0].N) == set(ladder[ladder.step == 1].N) == {64, 4096}, ladder
     assert (ladder["GB/s"] > 0).all() and (ladder["% of light"] > 0).all() and ladder["GB/s"].notna().all(), ladder
+
+
+def test_steps_table_measures_step_2_against_step_1(tut):
+    """The whole sum's page: step 1 (carried) and step 2 on one row of every element, every figure measured."""
+    steps = tut["steps"]
+    assert list(steps.columns) == ["step", "idea", "N", "GB/s", "% of light"], list(steps.columns)
+    assert list(steps.step) == [1, 2] and set(steps.N) == {tut["LADDER_ELEMENTS"]}, steps
+    assert (steps["GB/s"] > 0).all() and (steps["% of light"] > 0).all() and steps["GB/s"].notna().all(), steps
+
+
+def test_the_drop_ins_page_carries_the_row_sums_letter_for_letter(rows, tut):
+    """03_sum_of_all_elements runs the row sums that 03_parallel_reduction teaches: the same kernel, config and
+    launcher."""
+    assert inspect.getsource(tut["row_sum_kernel"].fn) == inspect.getsource(rows["row_sum_kernel"].fn)
+    for name in ("_row_config", "sum_rows"):
+        assert inspect.getsource(tut[name]) == inspect.getsource(rows[name]), name
+
+
+def test_both_pages_measure_the_same_speed_of_light(rows, tut):
+    """The read-only pass (the speed of light) and its configurations are the same on both pages."""
+    assert inspect.getsource(tut["read_kernel"].fn) == inspect.getsource(rows["read_kernel"].fn)
+    assert inspect.getsource(tut["read_pass"]) == inspect.getsource(rows["read_pass"])
+    assert tut["READ_CONFIGS"] == rows["READ_CONFIGS"]
 
 
 def test_persistent_last_program_adds_the_partials(tut):
@@ -357,10 +388,10 @@ def test_persistent_last_program_adds_the_partials(tut):
 @pytest.mark.parametrize(
     "n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16), (64, 4096), (2, 2**20)]
 )
-def test_row_config_is_a_tile_of_4096_elements(tut, n_rows, n_cols):
+def test_row_config_is_a_tile_of_4096_elements(rows, n_rows, n_cols):
     """_row_config: BLOCK_N the row rounded up to a power of two, at most 2048; BLOCK_M fills a tile of 4096
     elements (no more rows than the matrix has); 16 elements per thread, 4 to 16 warps."""
-    block_m, block_n, num_warps = tut["_row_config"](n_rows, n_cols)
+    block_m, block_n, num_warps = rows["_row_config"](n_rows, n_cols)
     assert block_n == min(2048, 1 << (n_cols - 1).bit_length()), (n_rows, n_cols, block_n)
     assert block_m == max(1, min(4096 // block_n, 1 << (n_rows - 1).bit_length())), (n_rows, n_cols, block_m)
     assert num_warps == min(16, max(4, block_m * block_n // 512)), (n_rows, n_cols, num_warps)
@@ -381,7 +412,7 @@ def _xor_all(words):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [2, 1000, 4098, 65_538, 100_002])  # whole 32-bit words in bf16 too
-def test_read_pass_reads_every_word(tut, dtype, n):
+def test_read_pass_reads_every_word(rows, dtype, n):
     """The xor of the words the read-only pass stores equals the xor of all the tensor's 32-bit words: a word
     skipped (or read twice) changes it. The page's grids, and small blocks so that many programs (and the
     persistent grid's loop) take part: up to 4098 elements (17 blocks of 256 words, 4 persistent programs on the
@@ -390,24 +421,24 @@ def test_read_pass_reads_every_word(tut, dtype, n):
     words = x.view(torch.int32)
     small = [dict(block=256, num_warps=4), dict(block=256, num_warps=4, programs_per_sm=1)]
     small *= DEVICE == "cuda" or n <= 4098  # many programs: slow in the interpreter
-    for config in [*tut["READ_CONFIGS"], *small]:
-        out = tut["read_pass"](x, **config)
+    for config in [*rows["READ_CONFIGS"], *small]:
+        out = rows["read_pass"](x, **config)
         assert out.dtype == torch.int32 and out.numel() >= 1
         assert _xor_all(out) == _xor_all(words), f"n={n} {dtype} {config}: the xor of the words read differs"
 
 
-def test_read_pass_refuses_what_it_cannot_read_as_words(tut):
+def test_read_pass_refuses_what_it_cannot_read_as_words(rows):
     with pytest.raises(ValueError, match="contiguous"):
-        tut["read_pass"](torch.zeros(4, 6, device=DEVICE)[:, :4])
+        rows["read_pass"](torch.zeros(4, 6, device=DEVICE)[:, :4])
     with pytest.raises(ValueError, match="32-bit words"):
-        tut["read_pass"](torch.zeros(3, device=DEVICE, dtype=torch.bfloat16))
+        rows["read_pass"](torch.zeros(3, device=DEVICE, dtype=torch.bfloat16))
 
 
 # --- determinism ---
 
 
 @pytest.mark.parametrize("case", ["sum_vector", "reduce_sum", "reduce_sum dim=0", "rows"])
-def test_deterministic_designs_give_identical_bits(tut, case):
+def test_deterministic_designs_give_identical_bits(rows, tut, case):
     x = _input((70_001,), torch.float32, seed=9)
     xm = x[:70_000].view(700, 100)
     out = torch.empty(1, device=DEVICE)
@@ -416,7 +447,7 @@ def test_deterministic_designs_give_identical_bits(tut, case):
         "sum_vector": lambda: (tut["sum_vector"](x, out), out.clone())[1],
         "reduce_sum": lambda: tut["reduce_sum"](x),
         "reduce_sum dim=0": lambda: tut["reduce_sum"](xm, 0),
-        "rows": lambda: (tut["sum_rows"](xm.t(), col_out), col_out.clone())[1],
+        "rows": lambda: (rows["sum_rows"](xm.t(), col_out), col_out.clone())[1],
     }[case]
     first = run()
     for _ in range(4):

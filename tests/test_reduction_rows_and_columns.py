@@ -1,7 +1,8 @@
 """Tests for deep dive 31 (tutorials/deep_dives/31_reduction_rows_and_columns.py): the split row kernel and the
 column kernel against float64 on poisoned outputs (splits and second passes forced on small shapes), the split
 and tile choices, bitwise determinism, the drop-in sum_dim, the carried read-only pass, the carried core design,
-which must be the core page's, the whole sum's three designs and the running-sum demo."""
+which must be the row-sum page's (tutorials/03_parallel_reduction.py), the whole sum's three designs, whose persistent
+grid must be the whole-sum page's (tutorials/03_sum_of_all_elements.py), and the running-sum demo."""
 
 import functools
 import operator
@@ -24,7 +25,14 @@ def tut():
 
 @pytest.fixture(scope="module")
 def core():
+    """The row-sum page: the core row kernel and its launch."""
     return load_tutorial("03_parallel_reduction")
+
+
+@pytest.fixture(scope="module")
+def whole():
+    """The whole-sum page: the persistent grid."""
+    return load_tutorial("03_sum_of_all_elements")
 
 
 def _rel_error(out, ref):
@@ -267,11 +275,11 @@ def test_sum_vector_refuses_what_it_cannot_read(tut):
 
 
 @pytest.mark.parametrize("n", [1000, 70_001])
-def test_persistent_design_has_the_core_pages_grid(tut, core, n):
-    """31's persistent design walks the core page's grid; only the partials' adding differs (a second launch)."""
+def test_persistent_design_has_the_core_pages_grid(tut, whole, n):
+    """31's persistent design walks the whole-sum page's grid; only the partials' adding differs (a second launch)."""
     x = _input((n,), torch.bfloat16, seed=n)
     ours, theirs = torch.empty(1, device=DEVICE), torch.empty(1, device=DEVICE)
-    assert tut["sum_vector"](x, ours, "persistent") == core["sum_vector"](x, theirs)
+    assert tut["sum_vector"](x, ours, "persistent") == whole["sum_vector"](x, theirs)
     exact, scale = x.double().sum(), x.double().abs().sum()
     for got in (ours, theirs):
         assert abs(got.double() - exact) <= 1e-5 * scale, (got, exact)

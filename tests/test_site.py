@@ -171,7 +171,6 @@ MOST_MINUTES = 30
 READS_LONGER = {
     "02_layer_norm": 44,  # its step 1 (29 lines) keeps the statistics exact and stores them for the backward
     "02_layer_norm_backward": 37,  # the lock-free backward's kernel (29 lines): dx, dw, db in one pass
-    "03_parallel_reduction": 58,
     # its two kernels (28 lines, the fused one with its overflow branch and rstd's store from the tile) read 19 of
     # its 27 minutes of code; its prose explains Triton from the start
     "04_rms_norm": 33,

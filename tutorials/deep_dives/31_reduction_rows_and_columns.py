@@ -10,9 +10,9 @@ block of rows, a column sum being a row sum of ``x.T``. This page makes both fas
 learn**: why a column sum needs a layout of its own, and what reusing the row kernel on ``x.T`` costs,
 measured; how the block shape is chosen (in bytes for columns); how splitting the reduced axis across
 programs fills the GPU when there are few rows or few column strips, with a second pass that keeps the
-sum deterministic; how ``num_stages`` keeps the next tile's loads in flight; then the whole sum's
-alternatives to the core page's persistent grid (which give the same bits every run), and why running
-sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`` and the speed of
+sum deterministic; how ``num_stages`` keeps the next tile's loads in flight; then the alternatives to the
+persistent grid of :ref:`sphx_glr_tutorials_03_sum_of_all_elements.py` (which gives the same bits every run),
+and why running sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`` and the speed of
 light (a read-only pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
 """
 
@@ -161,8 +161,8 @@ COL_BLOCK_BYTES = 256  # strip width: two whole 128-byte lines of each row, narr
 MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-# The N these kernels are for, read by the site's landing page: every N (2**40: no last); 03 sums whole tensors
-RANGE = {(kind, t): range(1, 2**40) for kind in ("row sums", "column sums") for t in ("float32", "bfloat16")}
+# The N these kernels are for, read by the site's landing page (2**40: no last): column sums, rows past the core page's
+RANGE = {(k, t): range(s, 2**40) for k, s in (("row sums", 16385), ("column sums", 1)) for t in ("float32", "bfloat16")}
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     """(BLOCK_M, BLOCK_N, num_warps) for a sum along 'rows' (dim=1) or 'cols' (dim=0); ``tile``
@@ -235,8 +235,8 @@ pd.DataFrame(config_rows).set_index(["M x N", "sum along"])
 # The drop-in for one dimension
 # -----------------------------
 # ``sum_dim(x, dim)`` is :func:`torch.sum` along one dimension of a float tensor, a PyTorch operator that a compiled
-# model keeps in its graph (no autograd: the core page's ``reduce_sum`` shows the gradient). The tensor is viewed as
-# :math:`A \times R \times B` around the reduced dimension of length :math:`R`: when :math:`B = 1`
+# model keeps in its graph (no autograd: the whole-sum page's ``reduce_sum`` shows the gradient). The tensor is
+# viewed as :math:`A \times R \times B` around the reduced dimension of length :math:`R`: when :math:`B = 1`
 # that is a row sum, when :math:`A = 1` a column sum, and otherwise the reduced dimension is moved
 # last and copied (one more pass). The row and column kernels take both strides: no copy otherwise.
 
@@ -264,8 +264,8 @@ sum_dim.register_fake(lambda x, dim: x.new_empty([s for i, s in enumerate(x.shap
 # %%
 # The sum of every element: three designs
 # ---------------------------------------
-# The core page sums a whole tensor over a **persistent** grid (a program walks blocks ``pid``,
-# ``pid + num_programs``, ...); the last program to finish adds the partials in a fixed order. Here the
+# :ref:`sphx_glr_tutorials_03_sum_of_all_elements.py` sums a whole tensor over a **persistent** grid (a program
+# walks blocks ``pid``, ``pid + num_programs``, ...); the last program to finish adds the partials in order. Here the
 # partials are added by a second, one-program launch (**persistent**), and two alternatives are a flag of
 # the kernel: **two-pass**, a program per block of 4096, and **atomic**, each program adding its sum into
 # one fp32 number with ``tl.atomic_add`` (an addition to memory no other program interleaves) as programs
@@ -289,12 +289,12 @@ def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constex
 DESIGNS = ("atomic", "two-pass", "persistent")
 
 def sum_vector(x, out, design="persistent"):
-    """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the core page's
+    """out[0] = sum of the contiguous 1-D tensor x, in fp32, by one of DESIGNS ("persistent": the whole-sum page's
     grid); ``out`` is fp32 for "atomic", which adds into it. Returns the first pass's grid."""
     if design not in DESIGNS or x.dim() != 1 or x.numel() > 1 and x.stride(0) != 1:
         raise ValueError(f"sum_vector: a design of {DESIGNS} and a unit-stride 1-D x, got {design!r}, {x.stride()}")
     n_blocks = triton.cdiv(x.numel(), 4096)
-    grid = min(n_blocks, 4 * NUM_SMS) if design == "persistent" else n_blocks  # the core page's persistent grid
+    grid = min(n_blocks, 4 * NUM_SMS) if design == "persistent" else n_blocks  # the whole-sum page's persistent grid
     atomic = design == "atomic"
     partials = out.zero_() if atomic else out if grid == 1 else torch.empty(grid, device=x.device, dtype=torch.float32)
     sum_blocks_kernel[(grid,)](x, partials, x.numel(), BLOCK=4096, ATOMIC=atomic, num_warps=16)
@@ -579,7 +579,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 #   split grid's second launch is one the read-only pass does not pay. Things that did not beat the
 #   kernel above on an H100: TMA loads (``TensorDescriptor``), a persistent grid walking the strips,
 #   wider strips or tiles, more warps, bf16 pairs loaded as 32-bit words, eviction hints. The
-#   single-launch design of the core page's "going further" removes the second launch.
+#   whole-sum page's single launch (its last program adds the partials) would remove the second launch.
 # * **Exercise.** Change ``TILE``, ``COL_TILE_BYTES``, ``COL_BYTES_PER_THREAD`` and
 #   ``COL_BLOCK_BYTES``: which sizes move, and why? Count the row tile in bytes: do the bf16 row sums
 #   change? Drop ``num_stages=2`` from the column kernel, or round its split up (``round_up=True``).
