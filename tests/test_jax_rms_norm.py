@@ -1,10 +1,12 @@
-"""Tutorial 05 (core page): RMSNorm as a JAX custom op. The Pallas kernels (interpreted on the CPU) against
-jax.grad of the jnp formula in float64, masks and padding, every output element written, dw repeatable, bad
-input, the launch configs, no Triton kernel pasted in; and its companion page (05, sharded): the kernels it
-carries, the sharded function on two and four CPU devices.
+"""Tutorial 05's pages: RMSNorm in JAX with Pallas (the forward kernel, its two steps, its launch), its backward page
+(the backward's kernels, the differentiable drop-in through jax.custom_vjp, the forward carried) and its sharded
+page. The Pallas kernels (interpreted on the CPU) against the jnp formula and its jax.vjp in float64, masks and
+padding, every output element written, dw repeatable, bad input, the launch configs, no Triton kernel pasted in;
+the code the backward and sharded pages carry; the sharded function on two and four CPU devices.
 
-Loading a page would run its benchmarks; these tests run its definitions only: page 05 up to its "Correctness"
-section (imports, kernels, configs, the drop-in), the sharded page up to "What crosses the links".
+Loading a page would run its benchmarks; these tests run its definitions only: the forward and backward pages up to
+their "Correctness" sections (imports, kernels, configs, the drop-in, the appendix's helpers), the sharded page up
+to "What crosses the links".
 
 Two CPU devices need XLA_FLAGS=--xla_force_host_platform_device_count=2 before JAX is first imported. pytest
 runs every test file in one process, so it is set below before `import jax`, but only takes effect if no
@@ -30,9 +32,11 @@ import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGE = ROOT / "tutorials" / "05_jax_rms_norm.py"
+PAGE = ROOT / "tutorials" / "05_jax_rms_norm.py"  # the forward
+BACKWARD = ROOT / "tutorials" / "05_jax_rms_norm_backward.py"  # the backward and the drop-in
 SHARDED = ROOT / "tutorials" / "05_jax_rms_norm_sharded.py"
-DEFINITIONS_END = {PAGE: "\n# Correctness\n", SHARDED: "\n# What crosses the links\n"}  # where the definitions end
+# where the definitions end
+DEFINITIONS_END = {PAGE: "\n# Correctness\n", BACKWARD: "\n# Correctness\n", SHARDED: "\n# What crosses the links\n"}
 # a few roundings of the output dtype (on a GPU, fp32 sums in another order: same bound)
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
@@ -47,13 +51,20 @@ def load_definitions(path=PAGE):
 
 @pytest.fixture(scope="module")
 def page():
+    """The forward page's definitions."""
     return load_definitions()
 
 
 @pytest.fixture(scope="module")
-def step(page):
-    """y, dx, dw of the page's rms_norm, jitted once: each shape and dtype compiles once for all tests."""
-    return jax.jit(lambda x, w, dy: gradients(lambda x, w: page["rms_norm"](x, w, 1e-6), x, w, dy))
+def backward_page():
+    """The backward page's definitions: its kernels, the drop-in, the forward it carries."""
+    return load_definitions(BACKWARD)
+
+
+@pytest.fixture(scope="module")
+def step(backward_page):
+    """y, dx, dw of the drop-in, rms_norm, jitted once: each shape and dtype compiles once for all tests."""
+    return jax.jit(lambda x, w, dy: gradients(lambda x, w: backward_page["rms_norm"](x, w, 1e-6), x, w, dy))
 
 
 def gradients(fn, x, w, dy):
@@ -104,7 +115,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("shape, dtype", CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else c)
-def test_forward_backward_against_float64_grad(page, step, shape, dtype):
+def test_forward_backward_against_float64_grad(backward_page, step, shape, dtype):
     x, w, dy = inputs(shape, dtype)
     outs = step(x, w, dy)
     assert [o.shape for o in outs] == [x.shape, x.shape, w.shape]
@@ -114,7 +125,7 @@ def test_forward_backward_against_float64_grad(page, step, shape, dtype):
     if x.size == 0:
         assert not np.asarray(outs[2], np.float32).any(), "dw over no rows must be zero"
         return
-    (y64, dx64, dw64), r_g = float64_reference(page, x, w, dy)
+    (y64, dx64, dw64), r_g = float64_reference(backward_page, x, w, dy)
     # dx against the size of its terms r g: at N = 1 they cancel to ~0 and rounding is all that is left
     errors = {
         "y": rel(outs[0], y64, np.linalg.norm(y64)),
@@ -122,6 +133,53 @@ def test_forward_backward_against_float64_grad(page, step, shape, dtype):
         "dw": rel(outs[2], dw64, np.linalg.norm(dw64)),
     }
     assert max(errors.values()) <= TOL[dtype], f"{shape} {dtype}: relative errors {errors} over {TOL[dtype]}"
+
+
+# 2-D rows for the forward page's two steps: N = 1, odd, a power of two, a block of several rows, and rows past
+# FWD_WHOLE_ROW_N (XLA's formula inside _forward; step 0 is not for them)
+FORWARD_CASES = [((5, 1), "float32"), ((7, 33), "bfloat16"), ((9, 256), "float16"), ((3, 1000), "float32")]
+
+
+@pytest.mark.parametrize("shape, dtype", [*FORWARD_CASES, ((2, 20000), "bfloat16")], ids=str)
+def test_the_forward_pages_steps_against_float64(page, shape, dtype):
+    """Step 0 (a row a program) and step 1 (the launch the drop-in uses) give y within a few roundings of the formula
+    in float64, and rstd, one fp32 a row, as the formula has it; every element written (the interpreter's outputs
+    start as NaN)."""
+    x, w, _ = inputs(shape, dtype, seed=2)
+    with jax.enable_x64(True):
+        x64, w64 = jnp.asarray(x, jnp.float64), jnp.asarray(w, jnp.float64)
+        y64 = np.asarray(page["rms_norm_reference"](x64, w64, 1e-6))
+        rstd64 = np.asarray(jax.lax.rsqrt(jnp.mean(x64 * x64, axis=-1) + 1e-6))
+    steps = {"step 1": lambda x, w: page["_forward"](x, w, 1e-6)}
+    if shape[1] <= page["FWD_WHOLE_ROW_N"]:
+        steps["step 0"] = page["one_row_a_program"]
+    for name, launch in steps.items():
+        y, rstd = launch(x, w)
+        assert y.shape == x.shape and y.dtype == x.dtype and rstd.shape == x.shape[:1] and rstd.dtype == jnp.float32
+        assert bool(jnp.isfinite(y.astype(jnp.float32)).all()), f"{name}: y has elements never written"
+        assert rel(y, y64, np.linalg.norm(y64)) <= TOL[dtype], f"{name} {shape} {dtype}: y off"
+        np.testing.assert_allclose(np.asarray(rstd), rstd64, rtol=1e-5, err_msg=name)
+
+
+def test_the_backward_page_carries_the_forward_letter_for_letter(page, backward_page):
+    """The backward page runs the forward that the forward page teaches: the same formula, kernel, helpers, launch
+    and constants."""
+    import inspect
+
+    for name in ("rms_norm_reference", "_tile", "_load", "fwd_kernel", "_fwd_config", "_forward"):
+        assert inspect.getsource(backward_page[name]) == inspect.getsource(page[name]), name
+    for name in ("MIN_ELEMENTS", "FWD_WHOLE_ROW_N", "INTERPRET"):
+        assert backward_page[name] == page[name], name
+    source = BACKWARD.read_text(encoding="utf-8").splitlines()
+    for name in ("_warps", "_params"):  # lambdas: their lines
+        line = next(text for text in PAGE.read_text(encoding="utf-8").splitlines() if text.startswith(f"{name} = "))
+        assert line in source, name
+
+
+def test_each_page_claims_only_the_direction_it_measures(page, backward_page):
+    """The forward page's RANGE is the forward's, the backward page's the backward's, each from N = 1."""
+    assert {d for d, _ in page["RANGE"]} == {"forward"} and {d for d, _ in backward_page["RANGE"]} == {"backward"}
+    assert all(r.start == 1 for r in [*page["RANGE"].values(), *backward_page["RANGE"].values()])
 
 
 def test_rstd_saved_and_every_row_written(page):
@@ -143,8 +201,8 @@ def test_dw_bitwise_repeatable(step, shape):
         assert np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
 
 
-def test_bad_input_raises_errors_that_name_the_limit(page):
-    rms_norm = page["rms_norm"]
+def test_bad_input_raises_errors_that_name_the_limit(backward_page):
+    rms_norm = backward_page["rms_norm"]
     x = jnp.ones((4, 8), jnp.float32)
     with pytest.raises(ValueError, match=r"weight \(7,\).*weight that axis's length"):
         rms_norm(x, jnp.ones(7))  # N mismatch
@@ -162,31 +220,43 @@ def test_bad_input_raises_errors_that_name_the_limit(page):
         jax.jit(lambda x, w, eps: rms_norm(x, w, eps))(x, jnp.ones(8), 1e-6)
 
 
+N_COLS = [1, 3, 257, 1024, 4096, 8192, 8193, 16384, 30000, 32768]
+
+
 @pytest.mark.parametrize("itemsize", [4, 2])
-@pytest.mark.parametrize("n_cols", [1, 3, 257, 1024, 4096, 8192, 8193, 16384, 30000, 32768])
-def test_configs(page, n_cols, itemsize):
-    """Power-of-two tiles covering the row, 4 to 32 warps, grids that cover every row, each program moving
-    MIN_ELEMENTS or a whole row, and a persistent backward grid that depends on the shape only."""
+@pytest.mark.parametrize("n_cols", N_COLS)
+def test_forward_config(page, n_cols, itemsize):
+    """Power-of-two tiles covering the row, 4 to 16 warps, a grid that covers every row, each program moving
+    MIN_ELEMENTS or a whole row."""
     n_rows = 2**26 // n_cols
-    meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)
-    if n_cols <= page["FWD_WHOLE_ROW_N"]:  # past it the forward is XLA's
-        assert set(meta) == {"BLOCK_M", "BLOCK_N"} and meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
-        assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"]
-        assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
-        assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
-        assert 4 <= params.num_warps <= 16
-    if n_cols > page["WHOLE_ROW_N"]:  # past it the backward is XLA's
+    if n_cols > page["FWD_WHOLE_ROW_N"]:  # past it the forward is XLA's
         return
-    meta, grid, params = page["_bwd_config"](n_rows, n_cols, itemsize)
+    meta, grid, params = page["_fwd_config"](n_rows, n_cols, itemsize)
+    assert set(meta) == {"BLOCK_M", "BLOCK_N"} and meta["BLOCK_N"] >= n_cols > meta["BLOCK_N"] // 2, meta
+    assert grid * meta["BLOCK_M"] >= n_rows > (grid - 1) * meta["BLOCK_M"]
+    assert meta["BLOCK_M"] * meta["BLOCK_N"] >= page["MIN_ELEMENTS"] or meta["BLOCK_M"] == 1, meta
+    assert meta["BLOCK_N"] * 4 <= 32 * 32 * 4 * params.num_warps  # at most 32 fp32 a thread: no spills
+    assert 4 <= params.num_warps <= 16
+
+
+@pytest.mark.parametrize("itemsize", [4, 2])
+@pytest.mark.parametrize("n_cols", N_COLS)
+def test_backward_configs(backward_page, n_cols, itemsize):
+    """Power-of-two tiles covering the row, 4 to 32 warps, each program moving MIN_ELEMENTS or a whole row, a
+    persistent grid that depends on the shape only, and dw's sum in power-of-two strips."""
+    if n_cols > backward_page["WHOLE_ROW_N"]:  # past it the backward is XLA's
+        return
+    n_rows = 2**26 // n_cols
+    meta, grid, params = backward_page["_bwd_config"](n_rows, n_cols, itemsize)
     block_m, block_n = meta["BLOCK_M"], meta["BLOCK_N"]
     for size in (block_m, block_n, block_m * block_n):
         assert size & (size - 1) == 0, f"{meta} is not a power of two"
     assert block_n >= n_cols > block_n // 2, meta
     assert 4 <= params.num_warps <= 32 and params.num_stages >= 1
-    assert block_m * block_n >= min(page["MIN_ELEMENTS"], block_n), meta
+    assert block_m * block_n >= min(backward_page["MIN_ELEMENTS"], block_n), meta
     assert 1 <= grid <= -(-n_rows // block_m)
-    assert page["_bwd_config"](n_rows, n_cols, itemsize)[1] == grid  # fixed for a shape: so is dw's summation
-    meta, _ = page["_sum_config"](n_cols)
+    assert backward_page["_bwd_config"](n_rows, n_cols, itemsize)[1] == grid  # fixed for a shape: so is dw's sum
+    meta, _ = backward_page["_sum_config"](n_cols)
     assert meta["BLOCK_P"] & (meta["BLOCK_P"] - 1) == 0 and meta["BLOCK_N"] & (meta["BLOCK_N"] - 1) == 0
 
 
@@ -254,27 +324,34 @@ print("sharded ok")
 """
 
 
-def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page):
-    """The sharded page measures tutorial 05's kernels: the same source, launch parameters and constants."""
+def test_the_sharded_page_carries_page_05s_kernels_and_drop_in(page, backward_page):
+    """The sharded page measures tutorial 05's kernels: the same source, launch parameters and constants as the page
+    that teaches each, the forward page or the backward page."""
     import inspect
 
     sharded = load_definitions(SHARDED)
-    for name in (
-        "_tile",
-        "_load",
-        "fwd_kernel",
-        "bwd_kernel",
-        "dw_sum_kernel",
-        "_fwd_config",
-        "_bwd_config",
-        "_sum_config",
-        "_forward",
-        "_backward",
-        "differentiable",
-    ):
-        assert inspect.getsource(sharded[name]) == inspect.getsource(page[name]), name
-    for name in ("MIN_ELEMENTS", "FWD_WHOLE_ROW_N", "WHOLE_ROW_N", "WARPS_PER_SM"):
-        assert sharded[name] == page[name], name
+    taught = [  # (the page that teaches them, names)
+        (page, ("_tile", "_load", "fwd_kernel", "_fwd_config", "_forward", "MIN_ELEMENTS", "FWD_WHOLE_ROW_N")),
+        (
+            backward_page,
+            (
+                "bwd_kernel",
+                "dw_sum_kernel",
+                "_bwd_config",
+                "_sum_config",
+                "_backward",
+                "differentiable",
+                "WHOLE_ROW_N",
+                "WARPS_PER_SM",
+            ),
+        ),
+    ]
+    for core, names in taught:
+        for name in names:
+            if callable(core[name]):
+                assert inspect.getsource(sharded[name]) == inspect.getsource(core[name]), name
+            else:
+                assert sharded[name] == core[name], name
     source = SHARDED.read_text(encoding="utf-8")
     for name in ("_warps", "_params"):  # lambdas: their lines
         line = next(text for text in PAGE.read_text(encoding="utf-8").splitlines() if text.startswith(f"{name} = "))
@@ -298,25 +375,27 @@ def test_sharded_on_cpu_devices_equals_one_device(devices):
     assert proc.returncode == 0 and "sharded ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
-def test_no_triton_kernel_is_pasted_into_the_core_page():
+@pytest.mark.parametrize("path", [PAGE, BACKWARD], ids=["05", "05 backward"])
+def test_no_triton_kernel_is_pasted_into_the_core_pages(path):
     """Page 05 teaches one idea in JAX; tutorial 04's Triton kernels stay on their own page."""
-    source = PAGE.read_text(encoding="utf-8")
+    source = path.read_text(encoding="utf-8")
     assert "@triton.jit" not in source and not re.search(r"^\s*(import triton|from triton)", source, re.M)
 
 
 @pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated:DeprecationWarning")
-def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
-    """Without a GPU, lower the kernels' configs to Triton IR (the Pallas Triton backend, for an H100; the backward
-    up to WHOLE_ROW_N, past which it is XLA's): catches tile shapes Triton refuses and primitives its lowering
-    lacks. JAX 0.11 and later ask which GPU
-    (JAX internals, patched here); 0.10 assumes sm_90 by itself."""
+def test_kernels_lower_to_triton_for_an_h100(page, backward_page, monkeypatch):
+    """Without a GPU, lower the kernels' configs to Triton IR (the Pallas Triton backend, for an H100): the forward
+    page's forward, the backward page's backward up to WHOLE_ROW_N, past which it is XLA's. Catches tile shapes
+    Triton refuses and primitives its lowering lacks. JAX 0.11 and later ask which GPU (JAX internals, patched
+    here); 0.10 assumes sm_90 by itself."""
     with contextlib.suppress(ImportError, AttributeError):
         from jax._src.pallas.triton import gpu_info, pallas_call_registration
 
         h100 = gpu_info._get_gpu_info_impl(gpu_info.GpuVersion.H100)
         monkeypatch.setattr(pallas_call_registration.gpu_info_lib, "get_gpu_info", lambda: h100)
     monkeypatch.setitem(page, "INTERPRET", False)
-    monkeypatch.setitem(page, "NUM_SMS", 132)
+    monkeypatch.setitem(backward_page, "INTERPRET", False)
+    monkeypatch.setitem(backward_page, "NUM_SMS", 132)
     for dtype, n_cols in [
         ("bfloat16", 16384),
         ("float32", 1024),
@@ -330,29 +409,32 @@ def test_kernels_lower_to_triton_for_an_h100(page, monkeypatch):
         try:
             lowered = [
                 jax.jit(lambda x, w: page["_forward"](x, w, 1e-6)).trace(x, w).lower(lowering_platforms=("cuda",)),
-                jax.jit(page["_backward"]).trace(x, w, rstd, x).lower(lowering_platforms=("cuda",)),
+                jax.jit(backward_page["_backward"]).trace(x, w, rstd, x).lower(lowering_platforms=("cuda",)),
             ]
         except RuntimeError as err:
             if "GPU" in str(err):
                 pytest.skip(f"this JAX ({jax.__version__}) cannot lower for a GPU it does not see: {err}")
             raise
-        for module in lowered[: 1 if n_cols > page["WHOLE_ROW_N"] else 2]:  # past it the backward is XLA's
+        for module in lowered[: 1 if n_cols > backward_page["WHOLE_ROW_N"] else 2]:  # past it the backward is XLA's
             assert "__gpu$xla.gpu.triton" in module.as_text(), f"{dtype} {n_cols}: no Triton kernel"
 
 
 def test_cpu_run_says_what_it_checks_and_names_the_absent_peer(capsys):
-    """Without a GPU the page says that Pallas' interpreter checks values and measures no speed, and words the
-    peer it cannot measure as "{peer}: not measured here ({why})."."""
+    """Without a GPU each page says that Pallas' interpreter checks values and measures no speed, and the forward
+    page words the peer it cannot measure as "{peer}: not measured here ({why})."."""
     if jax.default_backend() == "gpu":
         pytest.skip("on a GPU the peer is measured")
     capsys.readouterr()
     page = load_definitions()
     assert "PyTorch copy: not measured here (no GPU).\n" in capsys.readouterr().out
-    assert page["NO_SPEED"].startswith("No GPU here: this run checks the kernels' values through Pallas' interpreter")
-    assert page["NO_SPEED"].endswith("; it measures no speed.")
+    for defined in (page, load_definitions(BACKWARD)):
+        assert defined["NO_SPEED"].startswith(
+            "No GPU here: this run checks the kernels' values through Pallas' interpreter"
+        )
+        assert defined["NO_SPEED"].endswith("; it measures no speed.")
 
 
-@pytest.mark.parametrize("path", [PAGE, SHARDED], ids=["05", "05 sharded"])
+@pytest.mark.parametrize("path", [PAGE, BACKWARD, SHARDED], ids=["05", "05 backward", "05 sharded"])
 def test_pages_refuse_gpus_older_than_compute_capability_8(path, monkeypatch):
     """Pallas' Triton backend needs compute capability 8.0 or newer: on an older GPU each page stops at once and says
     so, naming the GPU and its capability."""

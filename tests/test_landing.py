@@ -355,6 +355,7 @@ def test_the_pages_that_write_results():
         "04_rms_norm",
         "04_rms_norm_backward",
         "05_jax_rms_norm",
+        "05_jax_rms_norm_backward",
         "06_cross_entropy",
         "11_softmax_long_rows",
         "61_cross_entropy_split_rows",

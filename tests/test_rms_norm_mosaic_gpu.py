@@ -144,19 +144,17 @@ def _functions(path, rename=None):
     return found
 
 
-# 51 and 52 carry 05's design past 05's range (wide-row kernels 05 hands to XLA); what they share with 05 is 05's
+FORWARD_05, BACKWARD_05 = (
+    ROOT / "tutorials" / f"{stem}.py" for stem in ("05_jax_rms_norm", "05_jax_rms_norm_backward")
+)
+# 51 and 52 carry 05's design past 05's range (wide-row kernels 05 hands to XLA); what they share with 05 is 05's, each
+# name as the 05 page that teaches it has it: the forward page's helpers and constants, the backward page's dw sum
 CARRIED_05 = {
-    PAGE: ["_tile", "MIN_ELEMENTS", "_warps", "_params"],
-    BACKWARD: [
-        "_tile",
-        "dw_sum_kernel",
-        "MIN_ELEMENTS",
-        "WHOLE_ROW_N",
-        "WARPS_PER_SM",
-        "_warps",
-        "_params",
-        "_sum_config",
-    ],
+    PAGE: {FORWARD_05: ["_tile", "MIN_ELEMENTS", "_warps", "_params"]},
+    BACKWARD: {
+        FORWARD_05: ["_tile", "MIN_ELEMENTS", "_warps", "_params"],
+        BACKWARD_05: ["dw_sum_kernel", "WHOLE_ROW_N", "WARPS_PER_SM", "_sum_config"],
+    },
 }
 
 
@@ -164,9 +162,13 @@ CARRIED_05 = {
 def test_the_carried_05_kernels_are_05s(page):
     """What 51 and 52 are measured against shares 05's helpers, constants and dw sum letter for letter (05 names
     Pallas' Triton backend plgpu; 51 and 52, which also use Mosaic GPU, name it pltriton)."""
-    ours, core = _functions(page), _functions(ROOT / "tutorials" / "05_jax_rms_norm.py", {"plgpu": "pltriton"})
-    for name in CARRIED_05[page]:
-        assert ours.get(name) is not None and ours.get(name) == core.get(name), f"{page.stem[:2]}'s {name} is not 05's"
+    ours = _functions(page)
+    for core_page, names in CARRIED_05[page].items():
+        core = _functions(core_page, {"plgpu": "pltriton"})
+        for name in names:
+            assert ours.get(name) is not None and ours.get(name) == core.get(name), (
+                f"{page.stem[:2]}'s {name} is not {core_page.stem}'s"
+            )
 
 
 def test_52_carries_51s_forward():

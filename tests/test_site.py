@@ -88,7 +88,8 @@ def test_core_pages_name_their_deep_dives():
 
 
 # The core pages that teach a design as a ladder: the first page of each number. A companion page of the same number
-# (05_jax_rms_norm_sharded) extends its core page with one more design, as a deep dive does.
+# (01_softmax_backward, 05_jax_rms_norm_backward, 05_jax_rms_norm_sharded) goes on from its first page, as a deep dive
+# does.
 LADDERS = [stem for stem in CORE if stem == min(c for c in CORE if c[:2] == stem[:2])]
 LOOPS = ("tl.range", "tl.static_range", "fori_loop", "while_loop", "eviction_policy", "cache_modifier", "tl.minimum")
 
@@ -176,7 +177,6 @@ READS_LONGER = {
     "04_rms_norm": 33,
     # the backward's two kernels (33 lines: 22 minutes) and the drop-in's operators (43 lines): 39 minutes of code
     "04_rms_norm_backward": 47,
-    "05_jax_rms_norm": 57,
     "06_cross_entropy": 66,
 }
 

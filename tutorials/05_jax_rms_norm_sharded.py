@@ -4,7 +4,7 @@ RMSNorm in JAX over several GPUs: rows split, one psum
 
 Tutorial 05's differentiable RMSNorm on every device at once: ``jax.shard_map`` gives each device its rows and a
 copy of the weight, the Pallas kernels run unchanged on each, and one ``psum`` of the weight gradient is all that
-crosses the links. Measured on meshes of 1, 2, 4, ... devices and on all the GPUs the build has: GB/s a device and
+crosses the links. Measured on meshes of 1, 2, 4, ... devices and on all GPUs the build has: GB/s a device and
 in all, and what the all-reduce costs. Like 05, it needs GPUs of compute capability 8.0 or newer (Pallas' Triton
 backend) and stops with a message elsewhere; without a GPU it runs on two CPU devices through Pallas' interpreter.
 
@@ -12,7 +12,8 @@ backend) and stops with a message elsewhere; without a GPU it runs on two CPU de
 communication and :math:`dw` needs one all-reduce of :math:`N` values; to find that all-reduce in the jaxpr and in
 the HLO that XLA compiled; to time a sharded op as a training step runs it, not as the host starts it; to read
 *weak scaling* (the same rows a device, more devices) from a table. Prerequisites:
-:ref:`sphx_glr_tutorials_05_jax_rms_norm.py`, whose kernels this page carries in its appendix.
+:ref:`sphx_glr_tutorials_05_jax_rms_norm.py` and :ref:`sphx_glr_tutorials_05_jax_rms_norm_backward.py`, whose kernels
+the appendix carries.
 """
 
 import datetime, functools, importlib.metadata, importlib.util, itertools, os, statistics, timeit
@@ -70,10 +71,10 @@ def gradients(fn, x, w, dy):
 # Appendix: how this page measures
 # --------------------------------
 # What the page runs but does not teach. First, what it measures: tutorial 05's kernels, launch parameters and
-# drop-in (``_forward``, ``_backward``, ``differentiable``), letter for letter as 05 writes and explains them (a test
-# keeps the two the same). Then the timer ``bench`` (``calls`` programs back to back, JAX queueing them, one wait for
-# the last, the median of ``REPEATS`` runs), the chained programs ``chained``, the weak-scaling sweep, its plot and
-# sentences, and the environment card.
+# drop-in (``_forward``, ``_backward``, ``differentiable``), letter for letter as 05's two pages write and explain
+# them (a test keeps them the same). Then the timer ``bench`` (``calls`` programs back to back, JAX queueing them,
+# one wait for the last, the median of ``REPEATS`` runs), the chained programs ``chained``, the weak-scaling sweep,
+# its plot and sentences, and the environment card.
 
 import platform  # the environment card's
 
