@@ -59,7 +59,8 @@ def cases(stem):
         ours = drop_in(stem, "rms_norm")
         f = torch.nn.functional.rms_norm
         return [("rms_norm", lambda x, w, b: ours(x, x.shape[-1:], w), lambda x, w, b: f(x, x.shape[-1:], w))]
-    if stem == "06_cross_entropy":  # rows of logits, a target a row (one ignored), 'mean' and 'none' with smoothing
+    if stem == "06_cross_entropy_backward":
+        # rows of logits, a target a row (one ignored), 'mean' and 'none' with smoothing
         ours = drop_in(stem, "cross_entropy")
         target = lambda x: (
             torch.arange(x.shape[0], device=x.device)
@@ -149,7 +150,7 @@ if __name__ == "__main__":
         "02_layer_norm_backward",
         "03_sum_of_all_elements",
         "04_rms_norm_backward",
-        "06_cross_entropy",
+        "06_cross_entropy_backward",
         "deep_dives/12_softmax_staged_gluon",
         "deep_dives/22_layer_norm_staged_gluon",
         "deep_dives/42_rms_norm_staged_gluon",

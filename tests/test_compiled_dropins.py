@@ -35,7 +35,7 @@ def _blocks():
         return _dropin("04_rms_norm_backward", "rms_norm")(h, (N,), extra[0], eps=1e-6).square().mean()
 
     def cross_entropy(h, target, extra):
-        return _dropin("06_cross_entropy", "cross_entropy")(h, target, label_smoothing=0.1)
+        return _dropin("06_cross_entropy_backward", "cross_entropy")(h, target, label_smoothing=0.1)
 
     def cross_entropy_61(h, target, extra):
         return _dropin("61_cross_entropy_split_rows", "cross_entropy")(h, target)

@@ -1,8 +1,10 @@
-"""Tutorial 06 (core page): cross-entropy over a large vocabulary. The drop-in against F.cross_entropy in float64 for
-every option, rows of several chunks (the chunk shrunk so that small rows have many), the logits left alone, the lazy
-backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU needed);
-its PyTorch operators through torch.library.opcheck and in a block compiled with fullgraph=True; the stages the
-launch config picks fit the shared memory of an A100, an L4 and an H100, compiled for each (no GPU needed)."""
+"""The core cross-entropy pages: tutorials/06_cross_entropy.py (the ladder's kernels, their launch config and
+launcher, the forward's speed of light) and tutorials/06_cross_entropy_backward.py (the lazy backward, the drop-in, and
+the first page's kernel, config and launcher carried letter for letter). The drop-in against F.cross_entropy in float64
+for every option, rows of several chunks (the chunk shrunk so that small rows have many), the logits left alone, the
+lazy backward, poisoned outputs, bad inputs, the ladder's kernels, and the kernels compiled for an H100 (no GPU
+needed); its PyTorch operators through torch.library.opcheck and in a block compiled with fullgraph=True; the stages
+the launch config picks fit the shared memory of an A100, an L4 and an H100, compiled for each (no GPU needed)."""
 
 import inspect
 import json
@@ -23,14 +25,22 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 @pytest.fixture(scope="module")
 def tut():
+    """The drop-in's page."""
+    return load_tutorial("06_cross_entropy_backward")
+
+
+@pytest.fixture(scope="module")
+def forward():
+    """The first page: the ladder's kernels, their config and launcher."""
     return load_tutorial("06_cross_entropy")
 
 
 @pytest.fixture
-def small_chunks(tut, monkeypatch):
+def small_chunks(tut, forward, monkeypatch):
     """Chunks of 64 logits (32 for a bf16 forward alone): rows of a few hundred have many, the last one ragged."""
-    monkeypatch.setitem(tut.data, "CHUNK_N", 64)
-    monkeypatch.setitem(tut.data, "FORWARD_CHUNK_N", 32)
+    for page in (tut, forward):
+        monkeypatch.setitem(page.data, "CHUNK_N", 64)
+        monkeypatch.setitem(page.data, "FORWARD_CHUNK_N", 32)
 
 
 def rel(out, ref):
@@ -213,12 +223,12 @@ def test_backward_twice_says_why(tut, inplace):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("step", [1, 2])
-def test_poisoned_gradient_fully_written_and_nothing_past_the_row(tut, small_chunks, dtype, step):
+def test_poisoned_gradient_fully_written_and_nothing_past_the_row(forward, small_chunks, dtype, step):
     """dx filled with NaN in storage with a padded row stride: every logit's gradient written, the padding untouched."""
     x, target, gen = make((9, 150), dtype, seed=step, ignored=0.3)
     store = torch.full((9, 160), float("nan"), device=DEVICE, dtype=dtype)
     dx = store[:, :150]
-    losses, scale = tut["cross_entropy_rows"](x.detach(), target, None, -100, True, dx, step=step)
+    losses, scale = forward["cross_entropy_rows"](x.detach(), target, None, -100, True, dx, step=step)
     assert not dx.isnan().any() and not losses.isnan().any()
     assert store[:, 150:].isnan().all(), "the kernel wrote past the end of a row"
     loss64, dx64 = reference(x, target, torch.ones(()))
@@ -226,13 +236,13 @@ def test_poisoned_gradient_fully_written_and_nothing_past_the_row(tut, small_chu
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_step_0_kernel(tut, dtype):
+def test_step_0_kernel(forward, dtype):
     """The ladder's plain design, the whole row in registers, against float64 ('mean' of every row); every gradient
     written, nothing past the row (a padded row stride)."""
     x, target, _ = make((8, 333), dtype, seed=2, ignored=0.0)
     store = torch.full((8, 340), float("nan"), device=DEVICE, dtype=dtype)
     dx = store[:, :333]
-    loss = tut["step0_loss_and_grad"](x.detach(), target, dx)
+    loss = forward["step0_loss_and_grad"](x.detach(), target, dx)
     loss64, dx64 = reference(x, target, torch.ones(()))
     assert rel(loss, loss64) <= TOL[dtype] and rel(dx, dx64) <= TOL[dtype]
     assert not dx.isnan().any() and store[:, 333:].isnan().all()
@@ -252,12 +262,12 @@ def test_minus_infinity_logits(tut, small_chunks):
     torch.testing.assert_close(dx, dx_t)
 
 
-def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(tut):
+def test_a_target_out_of_range_in_the_kernel_is_nan_not_a_read(forward):
     """Past the host's check (under a CUDA graph it cannot look), a bad target makes its row NaN; the rest is right."""
     x, _, _ = make((4, 40), torch.float32, seed=4, ignored=0.0)
     target = torch.tensor([3, 40, -7, 39], device=DEVICE)
     dx = torch.empty_like(x)
-    losses, _ = tut["cross_entropy_rows"](x.detach(), target, None, -100, False, dx)
+    losses, _ = forward["cross_entropy_rows"](x.detach(), target, None, -100, False, dx)
     assert losses[1:3].isnan().all() and dx[1:3].isnan().all()
     ok = torch.tensor([0, 3])
     loss64, dx64 = reference(x[ok], target[ok], torch.ones(2, device=DEVICE), reduction="none")
@@ -342,37 +352,41 @@ def test_bad_inputs_raise(tut):
             ce(x.to("meta"), t.to("meta"))
 
 
-def test_launch_parameters(tut):
+def test_launch_parameters(forward):
     """Chunks of 8192 logits, 64 bytes a thread; step 2: rows in flight under L2_SHARE of L2, at least one program
     an SM, loads pipelined (with the gradient only where one program an SM); step 1: a program per row, without cache
     hints or pipelining."""
-    config, sms, budget = tut["_config"], tut["NUM_SMS"], tut["L2_SHARE"] * tut["L2_BYTES"]
+    config, sms, budget = forward["_config"], forward["NUM_SMS"], forward["L2_SHARE"] * forward["L2_BYTES"]
     meta, grid = config(8192, 128256, 2)
     assert (meta["CHUNK"], meta["num_warps"]) == (8192, 8) and meta["KEEP"] == "evict_last"
-    assert meta["STAGES"] == (1 if grid // sms > 1 else tut["STAGES"]), (meta, grid)
+    assert meta["STAGES"] == (1 if grid // sms > 1 else forward["STAGES"]), (meta, grid)
     assert (
         config(8192, 32000, 2)[0]["STAGES"] == 1
-        and config(8192, 32000, 2, grad=False)[0]["STAGES"] == tut["STAGES"] > 1
+        and config(8192, 32000, 2, grad=False)[0]["STAGES"] == forward["STAGES"] > 1
     )
-    assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == tut["STAGES"]
+    assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == forward["STAGES"]
     # the forward alone: chunks of 2048 on 4 warps, a program for each of the SM's warp slots; staged where all the
     # programs' stages fit the SM's shared memory (16-bit on an H100: 16 x 2 x 4 KB), else unstaged (fp32: 256 KB)
     for size in (2, 4):
         meta, grid = config(100_000, 262144, size, grad=False)
-        assert (meta["CHUNK"], meta["num_warps"], grid) == (2048, 4, tut["WARPS_PER_SM"] // 4 * sms), (size, meta, grid)
-        staged = grid // sms * (tut["STAGES"] - 1) * 2048 * size
-        assert meta["STAGES"] == (tut["STAGES"] if staged <= tut["SMEM_PER_SM"] else 1), (size, meta)
+        assert (meta["CHUNK"], meta["num_warps"], grid) == (2048, 4, forward["WARPS_PER_SM"] // 4 * sms), (
+            size,
+            meta,
+            grid,
+        )
+        staged = grid // sms * (forward["STAGES"] - 1) * 2048 * size
+        assert meta["STAGES"] == (forward["STAGES"] if staged <= forward["SMEM_PER_SM"] else 1), (size, meta)
     assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 2048
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms
-        assert 1 <= per_sm <= tut["MAX_PROGRAMS_PER_SM"], (n_cols, size, per_sm)
+        assert 1 <= per_sm <= forward["MAX_PROGRAMS_PER_SM"], (n_cols, size, per_sm)
         assert per_sm == 1 or per_sm * sms * n_cols * size <= budget, (n_cols, size, per_sm)  # the second read hits L2
-        assert per_sm == tut["MAX_PROGRAMS_PER_SM"] or (per_sm + 1) * sms * n_cols * size > budget, (n_cols, size)
+        assert per_sm == forward["MAX_PROGRAMS_PER_SM"] or (per_sm + 1) * sms * n_cols * size > budget, (n_cols, size)
     meta, grid = config(8192, 128256, 2, step=1)
     assert grid == 8192 and (meta["KEEP"], meta["DROP"], meta["STREAM"], meta["STAGES"]) == ("", "", "", 1)
     assert config(3, 1, 4)[0]["CHUNK"] == 16 and config(3, 1000, 2) == (config(3, 1000, 2)[0], 3)
-    assert all(r.start == 1 for r in tut["RANGE"].values())
+    assert all(r.start == 1 for r in forward["RANGE"].values())
 
 
 COMPILE = r"""
@@ -407,11 +421,11 @@ print(json.dumps(out))
 """
 
 
-def compile_page(tmp_path, cases):
+def compile_page(tmp_path, cases, stem="06_cross_entropy"):
     """[name, dtype, has global loads, shared memory] of each case [kernel, dtype, meta, compute capability], compiled
     by Triton for that target from the page's cells before its correctness check, in a process without the
     interpreter."""
-    source = (ROOT / "tutorials" / "06_cross_entropy.py").read_text(encoding="utf-8")
+    source = (ROOT / "tutorials" / f"{stem}.py").read_text(encoding="utf-8")
     head = source[: source.index("# %%\n# Correctness")]
     (tmp_path / "page.py").write_text(head.replace('os.environ["TRITON_INTERPRET"] = "1"', "pass"), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
@@ -429,23 +443,22 @@ def compile_page(tmp_path, cases):
     return compiled
 
 
-def test_kernels_compile_for_an_h100(tut, tmp_path):
+def test_kernels_compile_for_an_h100(tut, forward, tmp_path):
     """Triton's interpreter runs what a GPU compiler may refuse (types changing in loops, strings as hints): every
-    kernel of the page, in every variant the drop-in launches, compiled for sm_90 in a process without the
-    interpreter."""
-    cases = []
+    kernel of the two pages, in every variant the ladder and the drop-in launch, compiled for sm_90 in a process
+    without the interpreter."""
+    cases, backward = [], []
     for dtype, size in (("bf16", 2), ("fp32", 4)):
         for step in (1, 2):
-            meta, _ = tut["_config"](8192, 128256, size, step)
+            meta, _ = forward["_config"](8192, 128256, size, step)
             cases.append(["cross_entropy_kernel", dtype, dict(meta, WRITE_GRAD=True)])
-        forward = tut["_config"](8192, 128256, size, grad=False)[0]  # the forward alone
-        cases.append(["cross_entropy_kernel", dtype, dict(forward, WRITE_GRAD=False)])
+        alone = forward["_config"](8192, 128256, size, grad=False)[0]  # the forward alone
+        cases.append(["cross_entropy_kernel", dtype, dict(alone, WRITE_GRAD=False)])
+        cases.append(["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)])  # step 0 at the ladder's 32 K
         chunk = tut["_config"](8192, 128256, size)[0]
-        cases += [
-            ["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])],
-            ["ce_row_kernel", dtype, dict(BLOCK_V=32768, num_warps=32)],
-        ]  # step 0 at the ladder's 32 K
+        backward.append(["scale_grad_kernel", dtype, dict(CHUNK=chunk["CHUNK"], num_warps=chunk["num_warps"])])
     compiled = compile_page(tmp_path, [case + [90] for case in cases])
+    compiled += compile_page(tmp_path, [case + [90] for case in backward], "06_cross_entropy_backward")
     assert all(loads for _, _, loads, _ in compiled)
 
 
@@ -453,7 +466,7 @@ def test_kernels_compile_for_an_h100(tut, tmp_path):
 SHARED_PER_BLOCK = {80: 166912, 89: 101376, 90: 232448}
 
 
-def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
+def test_stages_fit_the_shared_memory_of_each_gpu(forward, monkeypatch, tmp_path):
     """The config takes its stages from the device's shared memory a block. On each target, for fp32 and bf16, with
     and without the gradient: the shared memory the tile stages, (1 + grad) loops x (STAGES - 1) chunks x the bytes of
     a logit, plus 1 KB for the reductions, fits the target; where it fits, 3 stages (an H100's fp32
@@ -461,13 +474,13 @@ def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
     memory than the estimate (plus the 1 KB) nor than the target has."""
     cases, estimates = [], []
     for cap, limit in SHARED_PER_BLOCK.items():
-        monkeypatch.setitem(tut.data, "SMEM_PER_BLOCK", limit)
+        monkeypatch.setitem(forward.data, "SMEM_PER_BLOCK", limit)
         for dtype, size in (("fp32", 4), ("bf16", 2)):
             for grad in (True, False):
                 for stages in (None, 4):  # the config's own choice, and more asked for than may fit
-                    meta, _ = tut["_config"](8192, 128256, size, per_sm=1, grad=grad, stages=stages)
+                    meta, _ = forward["_config"](8192, 128256, size, per_sm=1, grad=grad, stages=stages)
                     estimate = (1 + grad) * (meta["STAGES"] - 1) * meta["CHUNK"] * size
-                    assert 1 <= meta["STAGES"] <= (stages or tut["STAGES"]) and estimate + 1024 <= limit, (
+                    assert 1 <= meta["STAGES"] <= (stages or forward["STAGES"]) and estimate + 1024 <= limit, (
                         cap,
                         dtype,
                         grad,
@@ -476,21 +489,62 @@ def test_stages_fit_the_shared_memory_of_each_gpu(tut, monkeypatch, tmp_path):
                     if stages is None:
                         cases.append(["cross_entropy_kernel", dtype, meta | dict(WRITE_GRAD=grad), cap])
                         estimates.append((estimate, limit))
-        fp32 = tut["_config"](8192, 128256, 4, per_sm=1)[0]["STAGES"]
-        assert fp32 == (2 if cap == 89 else tut["STAGES"]), (cap, fp32)  # 3 would ask 2 x 2 x 32 KB of an L4
+        fp32 = forward["_config"](8192, 128256, 4, per_sm=1)[0]["STAGES"]
+        assert fp32 == (2 if cap == 89 else forward["STAGES"]), (cap, fp32)  # 3 would ask 2 x 2 x 32 KB of an L4
     for (name, dtype, _, shared), (estimate, limit), case in zip(compile_page(tmp_path, cases), estimates, cases):
         assert shared <= min(estimate + 1024, limit), (case, shared, estimate, limit)
 
 
-def test_tutorial_checked_and_measured(tut):
-    errors, results, ladder = tut["errors"], tut["results"], tut["ladder"]
-    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3 * 2  # each shape and dtype without and with label smoothing
+def test_tutorial_checked_and_measured(forward):
+    """The first page: each step checked on every shape and dtype (step 0 where its row fits registers), the ladder
+    measured, the loss alone measured against every provider."""
+    errors, results, ladder = forward["errors"], forward["results"], forward["ladder"]
+    assert len(errors) == len(forward["CHECK_SHAPES"]) * 3  # each shape and dtype
+    assert errors[["step 1", "step 2", "loss alone", "torch"]].notna().all().all()
+    assert errors["step 0"].notna().tolist() == [int(n) <= 2**15 for n in errors["shape"].str.split(" x ").str[1]]
     ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * 2 * len(tut["SWEEP_V"])
+    assert len(ours) == 2 * len(forward["SWEEP_V"])
     assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
     assert list(ladder.step) == [0, 1, 1, 2, 2] and (ladder["GB/s"] > 0).all()
-    assert list(ladder.N) == [tut["SWEEP_V"][0]] + [tut["SWEEP_V"][0], tut["LADDER_V"][1]] * 2  # step 0 at the short V
-    assert set(tut["table"].index.get_level_values("direction")) == {"forward", "forward+backward"}
+    short, middle = forward["SWEEP_V"][0], forward["LADDER_V"][1]
+    assert list(ladder.N) == [short] + [short, middle] * 2  # step 0 at the short V
+    assert set(forward["table"].index.get_level_values("direction")) == {"forward"}
+
+
+def test_drop_ins_page_checked_and_measured(tut):
+    """The drop-in's page: checked on every shape and dtype, without and with label smoothing; the loss and its
+    gradient measured against every provider."""
+    errors, results = tut["errors"], tut["results"]
+    assert len(errors) == len(tut["CHECK_SHAPES"]) * 3 * 2  # each shape and dtype without and with label smoothing
+    ours = results[results.provider == "ours"]
+    assert len(ours) == 2 * len(tut["SWEEP_V"])
+    assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
+    assert set(tut["table"].index.get_level_values("direction")) == {"forward+backward"}
+
+
+def test_the_drop_ins_page_carries_the_first_page_letter_for_letter(tut, forward):
+    """06_cross_entropy_backward runs the kernel that 06_cross_entropy teaches: the same kernel, config, launcher and
+    constants."""
+    assert inspect.getsource(tut["cross_entropy_kernel"].fn) == inspect.getsource(forward["cross_entropy_kernel"].fn)
+    for name in ("_config", "cross_entropy_rows"):
+        assert inspect.getsource(tut[name]) == inspect.getsource(forward[name]), name
+    for name in ("NUM_SMS", "L2_BYTES", "SMEM_PER_BLOCK", "SMEM_PER_SM", "WARPS_PER_SM", "CHUNK_N", "FORWARD_CHUNK_N"):
+        assert tut[name] == forward[name], name
+    for name in ("STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM"):
+        assert tut[name] == forward[name], name
+
+    def constants(stem):  # the lines that set the device's figures and the constants, with their comments
+        text = (ROOT / "tutorials" / f"{stem}.py").read_text(encoding="utf-8")
+        return text[text.index("props = torch.cuda") : text.index("\n", text.index("MAX_PROGRAMS_PER_SM = "))]
+
+    assert constants("06_cross_entropy_backward") == constants("06_cross_entropy")
+
+
+def test_the_pages_claim_apart(tut, forward):
+    """The first page claims the loss alone at every V (the op's first page starts at 1); the drop-in's page
+    measures forward+backward, which the site recommends deep dive 61 for: it claims nothing."""
+    assert set(forward["RANGE"]) == {("forward", "bfloat16"), ("forward", "float32")}
+    assert all(r.start == 1 for r in forward["RANGE"].values()) and tut["RANGE"] == {}
 
 
 READ = r"""
@@ -507,7 +561,7 @@ print(json.dumps(["ld.global" in compiled.asm["ptx"], "st.global" in compiled.as
 """
 
 
-def test_the_forwards_light_reads_every_word(tut, tmp_path):
+def test_the_forwards_light_reads_every_word(forward, tmp_path):
     """The forward's speed of light, a read pass: each program's xor of its 32-bit words is numpy's (every word read,
     a ragged last block masked); compiled for sm_90 as the page launches it."""
     import inspect
@@ -516,11 +570,12 @@ def test_the_forwards_light_reads_every_word(tut, tmp_path):
 
     words = torch.randint(-(2**31), 2**31 - 1, (3 * 512 + 77,), dtype=torch.int32, device=DEVICE)
     out = torch.full((4,), 7, dtype=torch.int32, device=DEVICE)
-    tut["read_kernel"][(4,)](words, out, words.numel(), BLOCK=512)
+    forward["read_kernel"][(4,)](words, out, words.numel(), BLOCK=512)
     padded = np.concatenate([words.cpu().numpy(), np.zeros(4 * 512 - words.numel(), np.int32)]).reshape(4, 512)
     assert np.array_equal(out.cpu().numpy(), np.bitwise_xor.reduce(padded, axis=1))
     (tmp_path / "read.py").write_text(
-        "import triton\nimport triton.language as tl\n\n\n" + inspect.getsource(tut["read_kernel"].fn), encoding="utf-8"
+        "import triton\nimport triton.language as tl\n\n\n" + inspect.getsource(forward["read_kernel"].fn),
+        encoding="utf-8",
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(

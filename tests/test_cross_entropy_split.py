@@ -1,8 +1,8 @@
 """Deep dive 61: cross-entropy with each row split across programs. The split kernel against float64 with one slice
 and, through flag words written beforehand, with several (the interpreter runs one program at a time, so a slice
 cannot wait for another there); every gradient written and nothing past the row; the fallbacks; the core kernel (its
-options inside) and the drop-in it carries are tutorial 06's (its operators named for this page, checked by opcheck
-and compiled in a block as tutorial 06's are); its kernels compile for an H100 and an L4."""
+options inside) is tutorial 06's and the drop-in it carries 06_cross_entropy_backward's (its operators named for this
+page, checked by opcheck and compiled in a block as that page's are); its kernels compile for an H100 and an L4."""
 
 import inspect
 import itertools
@@ -126,12 +126,13 @@ def test_short_rows_empty_batches_and_groups_that_cannot_fit_take_the_core_kerne
 
 def test_split_config_and_range(page):
     """Rows are split from 32,000 logits (the shortest vocabulary measured), where the front page recommends this
-    kernel for forward+backward; the core page claims the forward only, so the two pages never claim one point."""
-    core = load_tutorial("06_cross_entropy")
+    kernel for forward+backward; the core pages claim the forward only, so no two pages claim one point."""
+    core, drop_in = load_tutorial("06_cross_entropy"), load_tutorial("06_cross_entropy_backward")
     for size, dtype in ((2, "bfloat16"), (4, "float32")):
         cfg = page["_split_config"](size)
         assert page["RANGE"][("forward+backward", dtype)].start == cfg["MIN_N"] == 32000
         assert ("forward+backward", dtype) not in core["RANGE"] and ("forward", dtype) not in page["RANGE"]
+        assert ("forward+backward", dtype) not in drop_in["RANGE"]
         assert cfg["SLICE_N"] * size // (32 * cfg["num_warps"]) <= 128, "more than 128 bytes of a row a thread"
 
 
@@ -290,13 +291,14 @@ def split_everywhere(page, monkeypatch):
 
 
 def test_carried_drop_in_is_the_core_pages(page):
-    """Letter for letter the core page's checks, backward operator (named for this page: sol::cross_entropy_bwd_61),
-    lazy backward kernel and speeds of light; the forward operator has the core's name, and takes label smoothing
-    and inplace_backward=True, which the core page hands to torch or leaves out."""
-    core = load_tutorial("06_cross_entropy")
+    """Letter for letter the drop-in page's checks, backward operator (named for this page: sol::cross_entropy_bwd_61)
+    and lazy backward kernel, and the first core page's speeds of light; the forward operator has the core's name, and
+    takes label smoothing and inplace_backward=True, which the core page hands to torch or leaves out."""
+    core, first = load_tutorial("06_cross_entropy_backward"), load_tutorial("06_cross_entropy")
     assert inspect.getsource(page["scale_grad_kernel"].fn) == inspect.getsource(core["scale_grad_kernel"].fn)
-    assert inspect.getsource(page["read_kernel"].fn) == inspect.getsource(core["read_kernel"].fn)
-    for name in ("_need", "_check", "light_gbs"):
+    assert inspect.getsource(page["read_kernel"].fn) == inspect.getsource(first["read_kernel"].fn)
+    assert inspect.getsource(page["light_gbs"]) == inspect.getsource(first["light_gbs"])
+    for name in ("_need", "_check"):
         assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
     for op in ("ce_fwd_op", "ce_bwd_op"):
         assert page[op]._qualname == core[op]._qualname.replace("_06", "_61"), "the operators' names are the page's"

@@ -1,11 +1,11 @@
-"""No silent wrong answer from the cross-entropy drop-ins: tutorial 06's ``cross_entropy`` and deep dive 61's (its rows
-through the split kernel, several slices a row on a GPU, with the constants kernel before it). Each is run on every view
-a tensor argument can be (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a non-zero storage offset), every
-shape torch takes (empty, size 1, N-D), every target dtype F.cross_entropy takes (int64 and uint8; the others a clear
-TypeError), weights of every floating dtype, logits at the edges of each dtype (its largest finite value, 1e20, constant
-rows, -inf, NaN) read in several chunks, every reduction with and without a gradient (the forward alone is its own
-launch), and arguments of odd types; refused arguments raise errors that name them, and so does a gradient of the
-gradient.
+"""No silent wrong answer from the cross-entropy drop-ins: tutorial 06's ``cross_entropy`` (on its page
+06_cross_entropy_backward) and deep dive 61's (its rows through the split kernel, several slices a row on a GPU, with
+the constants kernel before it). Each is run on every view a tensor argument can be (sliced, transposed, broadcast with
+stride 0, 0-d and 1-d, a non-zero storage offset), every shape torch takes (empty, size 1, N-D), every target dtype
+F.cross_entropy takes (int64 and uint8; the others a clear TypeError), weights of every floating dtype, logits at the
+edges of each dtype (its largest finite value, 1e20, constant rows, -inf, NaN) read in several chunks, every reduction
+with and without a gradient (the forward alone is its own launch), and arguments of odd types; refused arguments raise
+errors that name them, and so does a gradient of the gradient.
 
 Losses and gradients are compared with F.cross_entropy in float64 on the same views, rounded once to the logits' dtype;
 where that rounding is finite and ours is not, torch in the logits' dtype must give the same infinity (an fp32 sum of
@@ -26,7 +26,7 @@ from conftest import DEVICE, load_tutorial
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Relative error (in norm) against float64: a few roundings of the dtype (the interpreter truncates to bf16).
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-PAGES = ("06_cross_entropy", "61_cross_entropy_split_rows")
+PAGES = ("06_cross_entropy_backward", "61_cross_entropy_split_rows")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy, at inf and NaN
 V = 40  # classes: three chunks of 16 (the last ragged) where the pages' chunks are shrunk below
 

@@ -357,6 +357,7 @@ def test_the_pages_that_write_results():
         "05_jax_rms_norm",
         "05_jax_rms_norm_backward",
         "06_cross_entropy",
+        "06_cross_entropy_backward",
         "11_softmax_long_rows",
         "61_cross_entropy_split_rows",
         "12_softmax_staged_gluon",

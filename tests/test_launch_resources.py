@@ -708,9 +708,18 @@ def rms_norm_forward_04_takes(p, dtype, n, variant):
     return n * dtype.itemsize <= p["MAX_ROW_BYTES"]  # the rows step 1 holds whole
 
 
+def cross_entropy_06(p, dtype, n, variant):
+    """The first page's launcher, weighted, as the drop-in calls it: the loss and its gradient, or the loss alone (the
+    drop-in, with its backward, is the next page's)."""
+    logits = matrix(n, dtype)
+    target = torch.randint(0, n, (len(logits),), device=DEVICE)
+    dx = torch.empty_like(logits) if "forward" not in variant else None
+    p["cross_entropy_rows"](logits, target, torch.rand(n, device=DEVICE), -100, True, dx)
+
+
 def cross_entropy(p, dtype, n, variant):
-    """06's and 61's drop-in, weighted: with a gradient, without and with label smoothing (61 splits rows only
-    without; 06 hands smoothing to torch, so its variants have none), or the forward alone."""
+    """06_cross_entropy_backward's and 61's drop-in, weighted: with a gradient, without and with label smoothing (61
+    splits rows only without; 06 hands smoothing to torch, so its variants have none), or the forward alone."""
     logits = matrix(n, dtype, grad="forward" not in variant)
     target = torch.randint(0, n, (len(logits),), device=DEVICE)
     smoothing = 0.1 if "label smoothing" in variant else 0.0
@@ -794,6 +803,7 @@ class Entry:
     variants: tuple
     takes: object = None  # takes(page globals, dtype, N, variant): whether the page accepts it (None: all)
     gluon: bool = False
+    widths_of: str = None  # the page whose widths its entry points are driven at (None: its own)
 
 
 CROSS_ENTROPY = ("gradient", "gradient, label smoothing", "forward alone, label smoothing")
@@ -808,7 +818,9 @@ PAGES = {
     "03_sum_of_all_elements": Entry(sums_03, ("whole tensor", "rows")),
     "04_rms_norm": Entry(rms_norm_forward_04, ("weight",), rms_norm_forward_04_takes),
     "04_rms_norm_backward": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
-    "06_cross_entropy": Entry(cross_entropy, ("gradient", "forward alone")),
+    "06_cross_entropy": Entry(cross_entropy_06, ("gradient", "forward alone")),
+    # the drop-in's page claims no N (it measures forward+backward, deep dive 61's): driven at the first page's N
+    "06_cross_entropy_backward": Entry(cross_entropy, ("gradient", "forward alone"), widths_of="06_cross_entropy"),
     "11_softmax_long_rows": Entry(softmax_rows_11, ("",)),
     "12_softmax_staged_gluon": Entry(softmax_staged_12, ("",), gluon=True),
     "13_launch_heuristics": Entry(launch_heuristics_13, ("one program per block", "persistent")),
@@ -851,7 +863,8 @@ class Context:
 def capture(page, entry, compiler, gpus=tuple(GPU_STAND_INS)):
     """[(Context, Launch, grid)]: every launch the page's entry points make, on each of ``gpus`` (every stand-in GPU),
     dtype, N and variant."""
-    recorder, ns, idle = Recorder(page, compiler), widths(page), []
+    swept = load_tutorial(entry.widths_of) if entry.widths_of else page
+    recorder, ns, idle = Recorder(page, compiler), widths(swept), []
     for gpu in gpus:
         with as_if_on(page, gpu, recorder):
             for dtype in DTYPES:
@@ -989,6 +1002,7 @@ PINNED_PAGES = (
     "04_rms_norm",
     "04_rms_norm_backward",
     "06_cross_entropy",
+    "06_cross_entropy_backward",
 )
 
 

@@ -3,15 +3,15 @@ Cross-entropy over a large vocabulary
 =====================================
 
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
-memory-bound tensor of training. You build a drop-in for :func:`torch.nn.functional.cross_entropy` that computes the
-loss **and its gradient in one pass**, against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will
-learn**: the bytes a loss and its gradient must move; what to do when a row outgrows one program's registers; keeping
-the rows being read in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`. For training
-(the loss and its gradient) the site's fastest kernel is
-:ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, built on this one.
+memory-bound tensor of training. You write a kernel that computes each row's loss **and its gradient in one pass**,
+and measure the loss against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a
+loss and its gradient must move; what to do when a row outgrows one program's registers; keeping the rows being read
+in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
+:ref:`sphx_glr_tutorials_06_cross_entropy_backward.py`, makes the kernel a drop-in for
+:func:`torch.nn.functional.cross_entropy`, with autograd.
 """
 
-import contextlib, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
+import contextlib, datetime, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -36,13 +36,15 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # ``reduction='mean'`` divides both by the rows not ignored (``ignore_index``). PyTorch's eager loss moves **12 bytes a
 # logit** in bf16: *x* read, ``log_softmax(x)`` written, then read again; a gradient of it written, read; *dx* written.
 # The least is **4**: read each logit once, write its gradient once. Predicted: about 3 times eager's speed, a copy's.
+# The loss alone (evaluation) needs only the read, 2 bytes a logit, where eager's forward moves 4.
 #
 # Step 0: the whole row in registers
 # ----------------------------------
 # One program per row loads it whole; all else follows from registers: 4 bytes a logit. The launch ``[(M,)]`` runs
 # :math:`M` programs, ``num_warps`` warps each; ``tl.program_id(0)`` is the row, ``tl.arange(0, BLOCK_V)`` its columns,
 # ``BLOCK_V`` a ``tl.constexpr`` (a compile-time power of 2), masked (``mask=cols < n_cols``) to the :math:`V` that
-# exist, the padding read as :math:`-\infty`. Step 0 is the plain case: every row counted, no options.
+# exist, the padding read as :math:`-\infty`. Step 0 is the plain case: every row counted (``scale``: the mean's
+# :math:`1/M`), no options.
 
 @triton.jit
 def ce_row_kernel(x_ptr, target_ptr, loss_ptr, dx_ptr,
@@ -76,7 +78,8 @@ def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: th
 # is a loop compiled as one (``num_stages``: the next chunks loaded early). Pass 2 needs the final :math:`\ell`: it
 # rereads the row at once, from L2 if it is still there, and writes :math:`w p`, then the target's :math:`w (p_t - 1)`
 # over it once ``tl.debug_barrier()`` has every thread's stores done (another thread wrote that address): no compare at
-# every logit. ``exp2`` is one instruction.
+# every logit. ``exp2`` is one instruction. ``if WRITE_GRAD:`` tests a ``tl.constexpr``, settled when the kernel
+# compiles: without it, pass 2 is not in the kernel, which computes the loss alone from one read of the row.
 #
 # Each row has a weight :math:`w`: its target's class weight (1 without ``weight``), 0 if ignored, NaN if the target is
 # out of range (the host raises where it can look). A row's loss is :math:`w (\ell - x_t)`; ``'mean'`` divides by
@@ -137,8 +140,7 @@ CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 b
 FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program (16 or 32 bytes a thread), many programs an SM
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
-MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the lazy backward's
-RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # the front page's pick: the forward alone
+MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
 def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
     chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
@@ -151,34 +153,18 @@ def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
     staged_fits = per_sm * (STAGES - 1) * chunk * element_size <= SMEM_PER_SM  # every program's stages, on one SM
     stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
-    return meta | dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages), min(n_rows, per_sm * NUM_SMS)
+    meta |= dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages)
+    return meta, min(n_rows, per_sm * NUM_SMS)
 
 # %%
-# The backward
-# ------------
-# The gradient is written in the forward; the backward scales it by the upstream gradient :math:`g` **lazily**, skipping
-# each row whose :math:`g` is 1 (``loss.backward()``'s): one number read a row and, mostly, no logits at all.
+# The launcher and the range
+# --------------------------
+# ``cross_entropy_rows`` launches steps 1 and 2, with the gradient (into ``dx``) or without it: the loss alone. The
+# mean's factor :math:`1 / \sum w` comes from torch operations on the :math:`M` targets, not on the logits; without
+# ``weight`` every class weighs 1. ``RANGE`` holds what the site recommends this page for: the loss alone, at every
+# :math:`V`. With the gradient each row is read twice (the ladder shows the cost); deep dive 61 reads it once.
 
-@triton.jit
-def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
-    cols = tl.arange(0, CHUNK)  # dx[row] *= dloss[row] (dloss_stride 0: one scalar), skipping rows whose dloss is 1
-    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        g = tl.load(dloss_ptr + row * dloss_stride).to(tl.float32)
-        if g != 1.0:
-            dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
-            for start in range(0, n_cols, CHUNK):
-                dx = tl.load(dx_row + start + cols, mask=start + cols < n_cols, other=0.0)
-                tl.store(dx_row + start + cols, (dx.to(tl.float32) * g).to(dx.dtype), mask=start + cols < n_cols)
-
-# %%
-# The launcher and the drop-in, as PyTorch operators
-# --------------------------------------------------
-# ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets; with
-# ``label_smoothing`` it calls that function itself. :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`
-# carries the kernel with smoothing inside, the forward alone reduced in the same launch, and ``inplace_backward=True``.
-# The launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph
-# (a launch from Python would break it); ``register_fake`` gives the compiler their outputs' shapes without running a
-# kernel. The forward returns the gradient too, scaled in place by the backward (an operator that mutates ``dx``).
+RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # (direction, dtype) -> the V it is for
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2):  # (losses, scale); gradient: dx
     (n_rows, n_cols), valid = x2d.shape, target != ignore_index
@@ -193,105 +179,18 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2)
                                       out.stride(0), ignore_index, WRITE_GRAD=dx is not None, **meta)
     return losses, scale
 
-@torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
-def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
-    (n_rows, n_cols), g = dx.shape, dloss.reshape(-1)
-    if n_rows > 0:
-        meta = {k: v for k, v in _config(n_rows, n_cols, dx.element_size())[0].items() if k in ("CHUNK", "num_warps")}
-        scale_grad_kernel[(min(n_rows, MAX_PROGRAMS_PER_SM * NUM_SMS),)](
-            dx, g, n_rows, n_cols, dx.stride(0), g.stride(0) if g.numel() > 1 else 0, **meta)
-
-@torch.library.custom_op("sol::cross_entropy_fwd_06", mutates_args=())
-def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[torch.Tensor], ignore_index: int,
-              reduction: str, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    dx = torch.empty_like(x2d if grad else x2d[:0])  # outputs are new tensors, never an input or a view of one
-    losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, reduction == "mean", dx if grad else None)
-    return (losses if reduction == "none" else losses.sum() * scale).to(x2d.dtype), dx
-ce_fwd_op.register_fake(lambda x2d, target, weight, ignore_index, reduction, grad: (  # shapes, dtypes
-    x2d.new_empty(x2d.shape[:1] if reduction == "none" else ()), torch.empty_like(x2d if grad else x2d[:0])))
-
-def _backward(ctx, dloss, *_):
-    _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
-          "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
-    try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
-        (dx,) = ctx.saved_tensors
-    except RuntimeError:
-        raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
-                           "compute the loss again, not retain_graph=True") from None
-    ce_bwd_op(dx, dloss)
-    return dx, None, None, None, None, None
-ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
-    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]),
-    ctx.set_materialize_grads(False)))  # else autograd hands _backward a zero-filled dx-sized "gradient" of dx: a pass
-
-def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
-    x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
-    x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
-    target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
-    _check_targets(target1d, n_classes, ignore_index)  # the appendix; in a compiled graph a bad class gives NaN
-    if label_smoothing > 0:  # torch's own in fp32, and its autograd (deep dive 61: in the kernel)
-        loss = F.cross_entropy(logits.float(), target.long(), None if weight is None else weight.float(),
-                               ignore_index=ignore_index, reduction=reduction, label_smoothing=float(label_smoothing))
-        return loss.to(logits.dtype)
-    grad = torch.is_grad_enabled() and x2d.requires_grad
-    loss = ce_fwd_op(x2d, target1d, weight, ignore_index, reduction, grad)[0]
-    return loss.view(target.shape) if reduction == "none" else loss
-
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# First, what the drop-in needs and a reader need not read: its checks of the arguments, each error naming the
-# argument and the limit (``_need`` formats a message only on failure: a compiled model formats none).
-
-def _need(ok, error, why):  # why: a function, called only on failure (a compiled model formats no message)
-    if not ok:
-        raise error(f"cross_entropy: {why()}")
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  # (n_classes, ignore_index), or why not
-    _need(all(isinstance(t, torch.Tensor) for t in (logits, target)), TypeError,
-          lambda: "logits and target must be torch.Tensors")
-    _need(logits.dtype in SUPPORTED_DTYPES, TypeError,
-          lambda: f"logits have dtype {logits.dtype}; the kernels take {SUPPORTED_DTYPES}")
-    _need(logits.device.type == DEVICE.type and target.device == logits.device, ValueError,
-          lambda: f"logits on {logits.device}, target on {target.device}; the kernels run on {DEVICE.type} here")
-    _need(target.dtype in (torch.int64, torch.uint8), TypeError, lambda: f"target has dtype {target.dtype}; pass class "
-          "indices (torch.int64 or torch.uint8): for class probabilities use torch.nn.functional.cross_entropy")
-    n_classes, expected = logits.shape[logits.dim() > 1] if logits.dim() else 0, logits.shape[:1] + logits.shape[2:]
-    _need(n_classes > 0, ValueError, lambda: f"logits of shape {list(logits.shape)} have no classes")
-    expected = expected if logits.dim() > 1 else ()
-    _need(target.shape == expected, ValueError,
-          lambda: f"target has shape {list(target.shape)}, expected {list(expected)}")
-    _need(weight is None or isinstance(weight, torch.Tensor) and weight.is_floating_point(), TypeError,
-          lambda: f"weight must be a float tensor, got {getattr(weight, 'dtype', type(weight))}")
-    _need(weight is None or (weight.shape, weight.device) == ((n_classes,), logits.device) and not weight.requires_grad,
-          ValueError, lambda: f"weight must be of shape [{n_classes}] on {logits.device}, must not require a gradient")
-    _need(reduction in ("none", "mean", "sum"), ValueError,
-          lambda: f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
-    _need(isinstance(label_smoothing, (int, float)) or getattr(label_smoothing, "shape", None) == (), TypeError,
-          lambda: f"label_smoothing must be a float, got {type(label_smoothing).__name__}")
-    _need(0 <= label_smoothing <= 1, ValueError, lambda: f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
-    with contextlib.suppress(TypeError):  # an int as PyTorch takes it (numpy's, a tensor's), not a bool or a float
-        if not isinstance(ignore_index, bool) and -2**63 <= operator.index(ignore_index) < 2**63:
-            return n_classes, operator.index(ignore_index)
-    raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
-
-def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torch's, where the host may look
-    if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
-        bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
-        if bad.any():
-            raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
-                             f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
-
-# %%
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed), CUDA graphs replayed. GB/s counts the bytes a
-# perfect kernel moves: the logits read (*forward*), plus the gradient written (*forward+backward*). The *speed of
-# light*, timed beside them: a copy of the logits, and for the forward a pass that only reads them (tutorial 03's).
-# Liger (given a copy: it overwrites its input) syncs with the host: no graph. The correctness check: errors relative
-# to float64, beside PyTorch's, of the loss (``'none'``) and gradient, with rows ignored, weights and smoothing.
+# perfect kernel moves: the logits read (the loss alone), plus the gradient written (the ladder). The *speed of light*,
+# timed beside them: a pass that only reads the logits (tutorial 03's), and for the ladder a copy. Liger (given a copy:
+# it overwrites its input) syncs with the host: no graph. The functions below are the page's machinery (the check, the
+# timer, the ladder, the peers, the sweep, tables, plot, the sentences that read the numbers); the cells after the
+# appendix call them.
 
+# %%
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
@@ -305,7 +204,8 @@ def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's
     fn()  # compile and warm up before the capture
     torch.cuda.synchronize()
     if graph:
-        with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
@@ -325,28 +225,44 @@ def light_gbs(x, read_only=False):
     out = torch.empty_like(x)
     return max(2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6 for _ in range(2))
 
-def check_row(shape, dtype):
-    torch.manual_seed(shape[1])
-    x = (3 * torch.randn(shape, device=DEVICE)).to(dtype).requires_grad_(True)
-    target = torch.randint(0, shape[1], (shape[0],), device=DEVICE).masked_fill_(torch.rand(shape[0], device=DEVICE) < 0.1, -100)
-    weight, dy, runs = torch.rand(shape[1], device=DEVICE) + 0.5, torch.randn(shape[0], device=DEVICE).to(dtype), {}
-    x64 = x.detach().double().requires_grad_(True)
-    for name, fn, xi in (("ours", cross_entropy, x), ("torch", F.cross_entropy, x), ("ref", F.cross_entropy, x64)):
-        for smoothing in (0.0, 0.1):  # the kernel, and torch ops
-            loss = fn(xi, target, weight=weight.to(xi.dtype), label_smoothing=smoothing, reduction="none")
-            runs[name, smoothing] = (loss.double(), torch.autograd.grad(loss, xi, dy.to(xi.dtype))[0].double())
-    return [{"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "label_smoothing": s} |
-            {f"{name} {q}": ((o - r).norm() / r.norm()).item() for name in ("ours", "torch")
-             for q, o, r in zip(("loss", "grad"), runs[name, s], runs["ref", s])} for s in (0.0, 0.1)]
+def reference(x, target, weight=None):
+    """float64: each row's loss, and the gradient of their 'mean'."""
+    x64, w64 = x.double().requires_grad_(True), None if weight is None else weight.double()
+    losses = F.cross_entropy(x64, target, weight=w64, reduction="none")
+    return losses.detach(), torch.autograd.grad(F.cross_entropy(x64, target, weight=w64), x64)[0]
 
-def check_errors():
-    errors = pd.DataFrame([r for d in SUPPORTED_DTYPES for s in CHECK_SHAPES for r in check_row(s, d)])
-    for q in ("loss", "grad"):
-        assert (errors[f"ours {q}"] <= (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
+def check_row(shape, dtype):
+    """Each step's relative error against float64 (the worse of the losses' and the gradient's), the loss alone's, and
+    torch's; step 0 (where its row fits registers) with every row counted, the others with weights and rows ignored."""
+    torch.manual_seed(shape[1])
+    x, target = (3 * torch.randn(shape, device=DEVICE)).to(dtype), torch.randint(0, shape[1], shape[:1], device=DEVICE)
+    ignored = target.masked_fill(torch.rand(shape[0], device=DEVICE) < 0.1, -100)
+    weight, dx = torch.rand(shape[1], device=DEVICE) + 0.5, torch.empty_like(x)
+    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "step 0": float("nan")}
+    if shape[1] <= 2**15:
+        loss64, dx64 = reference(x, target)
+        row["step 0"] = max(err(step0_loss_and_grad(x, target, dx), loss64.mean()), err(dx, dx64))
+    loss64, dx64 = reference(x, ignored, weight)
+    for step in (1, 2):
+        losses, _ = cross_entropy_rows(x, ignored, weight, -100, True, dx.fill_(float("nan")), step=step)
+        row[f"step {step}"] = max(err(losses, loss64), err(dx, dx64))
+    row["loss alone"] = err(cross_entropy_rows(x, ignored, weight, -100, True)[0], loss64)
+    xt, wt = x.detach().requires_grad_(True), weight.to(dtype)
+    (dxt,) = torch.autograd.grad(F.cross_entropy(xt, ignored, weight=wt), xt)
+    row["torch"] = max(err(F.cross_entropy(x, ignored, weight=wt, reduction="none"), loss64), err(dxt, dx64))
+    return row
+
+def check(shapes):
+    """The errors' table of every shape in fp32, fp16 and bf16; it stops the page unless each of ours is a few
+    roundings of its dtype, or at most twice torch's."""
+    errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
+    ours = errors[["step 0", "step 1", "step 2", "loss alone"]].max(axis=1)
+    assert (ours <= (2 * errors.torch).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
     return errors
 
 def measure_ladder():
-    """bf16, forward+backward, at the shortest and middle V; step 0 at the shortest only, where its row fits."""
+    """bf16, the loss and its gradient, at the shortest and middle V; step 0 at the shortest, where its row fits."""
     ladder = []
     for n_cols in LADDER_V:
         x = torch.randn((TOTAL[torch.bfloat16] // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
@@ -355,7 +271,8 @@ def measure_ladder():
             fn = lambda: step0_loss_and_grad(x, target, dx) if step == 0 else \
                 cross_entropy_rows(x, target, None, -100, True, dx, step=step)
             gbs = 2 * x.numel() * x.element_size() / bench(fn) * 1e-6
-            ladder.append({"step": step, "idea": STEPS[step], "N": n_cols, "GB/s": gbs, "% of light": 100 * gbs / light})
+            ladder.append({"step": step, "idea": STEPS[step], "N": n_cols, "GB/s": gbs,
+                           "% of light": 100 * gbs / light})
         x = target = dx = None
     return pd.DataFrame(ladder).sort_values(["step", "N"], kind="stable")
 
@@ -382,15 +299,17 @@ def ladder_style(ladder):
         {"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hide(axis="index")
 
 def save_results(table):
-    if os.environ.get("SOL_RESULTS"):
-        table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
-            .to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy.csv"))
+    if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's results for its landing page
+        table[["ours, % of light", "ours / best peer"]].assign(
+            recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
+        ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy.csv"))
 
 def environment_card():
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
     if ON_GPU:
-        props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        driver = subprocess.run(smi, capture_output=True, text=True).stdout.split("\n")[0] if shutil.which(smi[0]) else "?"
+        props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version"]
+        found = shutil.which(smi[0]) and subprocess.run(smi + ["--format=csv,noheader"], capture_output=True, text=True)
+        driver = found.stdout.split("\n")[0] if found else "?"
         card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
                 "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
     card |= {"torch": torch.__version__, "Triton": triton.__version__,
@@ -407,7 +326,8 @@ if ON_GPU:  # on a CPU, Inductor would time a C++ compiler
     fns["torch.compile"] = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
     with contextlib.suppress(ImportError):
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-        fns["Liger"], no_graph = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0], {"Liger"}
+        fns["Liger"] = lambda x, t: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]
+        no_graph = {"Liger"}
 try:  # quack's CuTe-DSL kernels, from compute capability 9.0
     if major >= 9:
         from quack.cross_entropy import cross_entropy as quack_cross_entropy
@@ -417,34 +337,33 @@ except Exception as err:  # not installed, or it does not load here
 for peer in [p for p in ("torch.compile", "Liger") if p not in fns] + (["quack"] if major < 9 else []):
     not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
                  f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
-fns["ours"] = cross_entropy
+
+def ours(x, target):  # the loss alone ('mean'): steps 1 and 2's kernel without the gradient, through its launcher
+    losses, scale = cross_entropy_rows(x, target, None, -100, True)
+    return (losses.sum() * scale).to(x.dtype)
+fns["ours"] = ours
 
 def measure_providers():
-    """Every provider, forward and forward+backward, bf16 and fp32, at each V of SWEEP_V: one record a point."""
+    """Every provider's loss alone, bf16 and fp32, at each V of SWEEP_V, beside a read pass: one record a point."""
     records, missing = [], {}
     for dtype in (torch.bfloat16, torch.float32):
         for n_cols in SWEEP_V:
             x = torch.randn((TOTAL[dtype] // n_cols, n_cols), device=DEVICE, dtype=dtype)
             target = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE)
             nbytes, reference = x.numel() * x.element_size(), F.cross_entropy(x.float(), target)
-            light = {"forward": light_gbs(x, read_only=True), "forward+backward": light_gbs(x)}
+            light = light_gbs(x, read_only=True)
             for name, fn in fns.items():
                 xg = x.clone() if name == "Liger" else x  # Liger writes over its input
-                for direction in ("forward", "forward+backward"):
-                    xg.requires_grad_(direction != "forward")
-                    call = lambda: fn(xg, target) if direction == "forward" else torch.autograd.grad(fn(xg, target), xg)
-                    try:
-                        if direction == "forward":
-                            torch.testing.assert_close(fn(xg, target).float(), reference, atol=1e-2, rtol=1e-2)
-                        ms = bench(call, graph=name not in no_graph)
-                    except Exception as err:  # a peer's limit: the point is missing (why: printed below)
-                        if name == "ours":
-                            raise
-                        why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
-                        missing.setdefault((name, why), []).append(f"{direction} {str(dtype)[6:]} V = {n_cols}")
-                    records.append({"direction": direction, "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
-                                    "GB/s": (1 if direction == "forward" else 2) * nbytes / ms * 1e-6, "light": light[direction]})
-                x.requires_grad_(False)
+                try:
+                    torch.testing.assert_close(fn(xg, target).float(), reference, atol=1e-2, rtol=1e-2)
+                    ms = bench(lambda: fn(xg, target), graph=name not in no_graph)
+                except Exception as err:  # a peer's limit: the point is missing (why: printed below)
+                    if name == "ours":
+                        raise
+                    why, ms = " ".join(f"{type(err).__name__}: {err}".split())[:120], float("nan")
+                    missing.setdefault((name, why), []).append(f"{str(dtype)[6:]} V = {n_cols}")
+                records.append({"direction": "forward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
+                                "GB/s": nbytes / ms * 1e-6, "light": light})
                 xg = None
             del x, target, reference
             torch.cuda.empty_cache() if ON_GPU else None
@@ -457,10 +376,11 @@ def measure_providers():
 def provider_table(results):
     """GB/s (higher is better); ours as % of light and against the fastest peer."""
     keys = ["direction", "dtype", "N"]
-    table = results.pivot(index=keys, columns="provider", values="GB/s").loc[["forward", "forward+backward"], list(fns)]
+    table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys).light.first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     save_results(table)
     return table
 
@@ -469,57 +389,53 @@ def table_style(table):
     return table.style.format(formats, na_rep="-")
 
 def plot(results):
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
     for ax, ((direction, dtype), part) in zip(axes.flat, results.groupby(["direction", "dtype"], sort=False)):
         for name, line in part.groupby("provider", sort=False):
             ax.semilogx(line.N, line["% of speed of light"], "o-" if name == "ours" else "o--", base=2, label=name)
-        ax.axhline(100, color="black", label="speed of light")
-        ax.set(title=f"{direction}, {dtype}", ylabel="% of light", xlabel="vocabulary V")
+        ax.axhline(100, color="black", label="speed of light (a read pass)")
+        ax.set(title=f"the loss alone, {dtype}", ylabel="% of light", xlabel="vocabulary V")
         ax.legend(fontsize=7)
     fig.suptitle(f"Cross-entropy, {TOTAL[torch.bfloat16]:,} bf16 / {TOTAL[torch.float32]:,} fp32 logits, on {WHERE}")
     plt.show()
 
-def reading(table):
-    """Where ours stands, from the table; then memory: a forward+backward's peak beyond the logits (bf16, long V)."""
+def reading(table, ladder):
+    """Where ours stands, from the tables: against light, the peers, eager PyTorch (the bytes model: 2x); the ladder."""
     if not ON_GPU:
-        return print(NO_GPU)
-    both = table.xs(("forward+backward", "bfloat16"), level=[0, 1])
-    light, peer = both["ours, % of light"], both["ours / best peer"].dropna()
-    alone, long = table.xs("forward", level=0)["ours, % of light"], LADDER_V[1]
-    print(f"Forward+backward in bf16: {light.min():.3g}-{light.max():.3g}% of a copy, {peer.min():.2f}x to "
-          f"{peer.max():.2f}x the fastest peer: each row is read twice. The forward alone: {alone.min():.3g}-"
-          f"{alone.max():.3g}% of a read pass.")
-    x, memory = torch.randn((TOTAL[torch.bfloat16] // long, long), device=DEVICE, dtype=torch.bfloat16), {}
-    target = torch.randint(0, long, (x.shape[0],), device=DEVICE)
-    for name, fn in fns.items():
-        xg = x.clone().requires_grad_(True)
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        torch.autograd.grad(fn(xg, target), xg)
-        memory[name] = f"{(torch.cuda.max_memory_allocated() - before) / 2**30:.2f}"
-    print(f"logits: {x.numel() * 2 / 2**30:.2f} GiB; peaks (GiB):", memory)
+        return NO_GPU
+    light, peer, eager = table["ours, % of light"], table["ours / best peer"].dropna(), table["ours"] / table["torch"]
+    (_, dtype, n), last = light.idxmin(), ladder[ladder.step == 2].set_index("N")["% of light"]
+    return (f"The loss alone runs at {light.min():.3g}-{light.max():.3g}% of a read pass (median "
+            f"{light.median():.3g}%), {peer.min():.2f}x to {peer.max():.2f}x the fastest peer and {eager.min():.2f}x "
+            f"to {eager.max():.2f}x eager PyTorch, whose forward also writes log_softmax (the bytes model: 2x). Its "
+            f"slowest point is {dtype} at V = {n:,}. With the gradient, step 2 runs at {last.min():.3g}-"
+            f"{last.max():.3g}% of a copy in the ladder: each row is read twice, the second time from L2 at best.")
 
 # %%
 # Correctness
 # -----------
-# Errors relative to float64, beside PyTorch's: the loss (``'none'``) and gradient, rows ignored, class weights, and
-# without and with label smoothing (the kernel; torch's own, in fp32).
+# Each step's relative error against float64, the worse of its losses' and its gradient's (step 0: every row counted,
+# no weights; steps 1 and 2: class weights, rows ignored), the loss alone's, and PyTorch's in the same dtype beside
+# them. ``check`` stops the page unless each of ours is a few roundings of its dtype, or at most twice PyTorch's.
 
-errors = check_errors()
-errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index")
+errors = check(CHECK_SHAPES)
+errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}, na_rep="-").hide(axis="index")
 
 # %%
 # The ladder
 # ----------
-# bf16, forward+backward, at the shortest and middle :math:`V`; step 0 where its row fits registers:
+# bf16, the loss and its gradient in one launch, at the shortest and middle :math:`V`, against a copy; step 0 where
+# its row fits registers:
 
 ladder = measure_ladder()
 print(ladder_sentence(ladder))
 ladder_style(ladder)
 
 # %%
-# Every provider
-# --------------
+# The loss alone, against every provider
+# --------------------------------------
+# ``'mean'``, no gradient asked; GB/s (higher is better) against a pass that only reads the logits. "-": a point a peer
+# cannot run.
 
 results, table = measure_providers()
 table_style(table) if ON_GPU else print(NO_GPU)
@@ -532,19 +448,23 @@ plot(results)
 # %%
 # Reading the numbers
 # -------------------
-# Where ours stands, then memory: a forward+backward's peak beyond the logits (bf16, the ladder's longer V).
 
-reading(table)
+print(reading(table, ladder))
 
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Reading each row twice costs, even from L2 (the table). The way past: programs that split
-# a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
+# **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_06_cross_entropy_backward.py`: the
+# kernel with the gradient, as PyTorch operators with autograd, against the peers as training runs them.
+#
+# **Where this design stops.** Reading each row twice costs, even from L2 (the ladder). The way past: programs that
+# split a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
 # :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward, with
 # every option in its kernel. With the vocabulary split over GPUs (a tensor-parallel head), the slices' statistics
-# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further: never
-# materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024). References: Milakov and Gimelshein (2018),
-# online softmax; Liger-Kernel; quack.
+# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further:
+# never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024). References: Milakov and Gimelshein
+# (2018), online softmax; Liger-Kernel; quack.
+#
+# **Exercise.** Set ``L2_SHARE`` to 2 (rows in flight past L2) and rerun the ladder: what does step 2 lose, and why?
 
 environment_card()

@@ -7,7 +7,7 @@ table shows what that costs. Here several programs share a row, each holding its
 once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the slices merge their
 maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor parallelism, on one GPU); why
 all programs that share a row must be on the GPU at once; measured against the core kernel and the peers; and the core
-page's drop-in around it. :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
+pages' drop-in around it. :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 
 import contextlib, ctypes, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
@@ -315,11 +315,11 @@ def ce_split_rows(x2d, target, weight, ignore_index, mean, dx, slices=None, flag
 # %%
 # The drop-in
 # -----------
-# ``cross_entropy`` is the core page's drop-in (checks, operators named ``*_61``, lazy backward) with every option in
-# the kernel. The forward alone, reduced, is one launch: each program stores its partial sums, then takes a *ticket*, an
-# atomic add on one counter (``acq_rel``: its stores seen first); the one that draws the last ticket reads every partial
-# (``volatile``: past L1) and adds them in program order, the same bits every run. Rows split where ``ce_split_rows``
-# splits them; smoothing (see the end) and no gradient take the core kernel.
+# ``cross_entropy`` is :ref:`sphx_glr_tutorials_06_cross_entropy_backward.py`'s drop-in (checks, ``*_61`` operators,
+# lazy backward) with every option in the kernel. The forward alone, reduced, is one launch: each program stores its
+# partial sums, then takes a *ticket*, an atomic add on one counter (``acq_rel``: its stores seen first); the one that
+# draws the last ticket reads every partial (``volatile``: past L1) and adds them in program order, the same bits every
+# run. Rows split where ``ce_split_rows`` splits them; smoothing (see the end) and no gradient take the core kernel.
 
 def cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx=None):  # (losses, scale); gradient: dx
     return core_rows(x2d, target, weight, ignore_index, mean, dx, smoothing) if smoothing > 0 else \
