@@ -137,7 +137,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     k: tl.constexpr = 2.0**-16 / BLOCK_N
