@@ -294,11 +294,11 @@ def test_the_forward_alone(tut, small_chunks, dtype, option):
 
 
 def test_the_forward_alone_on_the_most_programs(tut, monkeypatch):
-    """A GPU of 150 SMs of 64 warp slots: a 16-bit forward alone on 2400 programs, 16 an SM, each walking its rows."""
+    """A GPU of 150 SMs of 64 warp slots: a 16-bit forward alone on 4800 programs, 32 an SM, each walking its rows."""
     monkeypatch.setitem(tut.data, "NUM_SMS", 150)
-    monkeypatch.setitem(tut.data, "WARPS_PER_SM", 64)  # 16 programs of 4 warps an SM (a forward alone)
-    x, target, gen = make((2500, 16), torch.bfloat16, seed=11)
-    assert tut["_config"](2500, 16, 2, grad=False)[1] == 2400
+    monkeypatch.setitem(tut.data, "WARPS_PER_SM", 64)  # 32 programs of 2 warps an SM (a forward alone)
+    x, target, gen = make((5000, 16), torch.bfloat16, seed=11)
+    assert tut["_config"](5000, 16, 2, grad=False)[1] == 4800
     loss64, _ = reference(x, target, torch.ones((), device=DEVICE), reduction="sum")
     assert rel(tut["cross_entropy"](x.detach(), target, reduction="sum"), loss64) <= TOL[torch.bfloat16]
 
@@ -365,18 +365,21 @@ def test_launch_parameters(forward):
         and config(8192, 32000, 2, grad=False)[0]["STAGES"] == forward["STAGES"] > 1
     )
     assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == forward["STAGES"]
-    # the forward alone: chunks of 2048 on 4 warps, a program for each of the SM's warp slots; staged where all the
-    # programs' stages fit the SM's shared memory (16-bit on an H100: 16 x 2 x 4 KB), else unstaged (fp32: 256 KB)
+    # the forward alone: chunks of 1024 on 2 warps, programs to fill the SM's warp slots; as many stages as all the
+    # programs' stages fit the SM's shared memory, at most STAGES (an H100's 228 KB: 16-bit 3, fp32 2)
     for size in (2, 4):
         meta, grid = config(100_000, 262144, size, grad=False)
-        assert (meta["CHUNK"], meta["num_warps"], grid) == (2048, 4, forward["WARPS_PER_SM"] // 4 * sms), (
+        assert (meta["CHUNK"], meta["num_warps"], grid) == (1024, 2, forward["WARPS_PER_SM"] // 2 * sms), (
             size,
             meta,
             grid,
         )
-        staged = grid // sms * (forward["STAGES"] - 1) * 2048 * size
-        assert meta["STAGES"] == (forward["STAGES"] if staged <= forward["SMEM_PER_SM"] else 1), (size, meta)
-    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 2048
+        per_program = grid // sms * 1024 * size  # one stage of every program on an SM
+        assert meta["STAGES"] == min(forward["STAGES"], 1 + forward["SMEM_PER_SM"] // per_program) > 1, (size, meta)
+        assert (meta["STAGES"] - 1) * per_program <= forward["SMEM_PER_SM"] < meta["STAGES"] * per_program or (
+            meta["STAGES"] == forward["STAGES"]
+        )
+    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 1024
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms

@@ -361,6 +361,13 @@ def check(shapes):
     assert (errors[["ours fwd", "ours bwd"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
     return errors.style.format({c: "{:.1e}" for c in errors.columns if c.endswith(("fwd", "bwd"))}).hide(axis="index")
 
+def check_compiled(loss, *params):
+    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
+    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
+    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
+
 def environment_card():
     """The full environment card, shown collapsed."""
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch": torch.__version__,
@@ -389,15 +396,11 @@ def environment_card():
 check(CHECK_SHAPES)
 
 # %%
-# **In a compiled model.** ``fullgraph=True`` raises at the first graph break, so this cell passes only if the step,
-# forward and backward, is one graph around the two operators; its gradient must match eager's (without a GPU the
-# ``aot_eager`` backend compiles, as Inductor's CPU code would need a C++ compiler).
+# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
+# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
 
 layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
-loss = lambda: softmax(layer(h), dim=-1).square().sum()  # noqa: E731
-compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
-grads = [torch.autograd.grad(fn(), layer.weight)[0] for fn in (compiled, loss)]
-torch.testing.assert_close(*grads)  # the compiled step's gradient is eager's
+check_compiled(lambda: softmax(layer(h), dim=-1).square().sum(), layer.weight)
 
 # %%
 # Benchmark

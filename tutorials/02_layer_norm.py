@@ -4,8 +4,8 @@ Layer norm
 
 Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build its forward in
 Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
-will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on any row. Triton
-basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
+will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on constant rows.
+Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
 :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, adds the backward and the drop-in.
 """
 
@@ -274,8 +274,8 @@ def show_benchmark(table):  # the plot and the table, and the CSV for the landin
     return table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
                               na_rep="-")
 WHY_SLOWER = ("a row that long already gives step 0 enough bytes in flight, and step 1 pays for what exactness and the "
-              "backward need beyond it: a third pass over the row (its first value, which keeps constant rows exact) "
-              "and the stores of mean and rstd")
+              "backward need beyond it: each row's first value loaded on its own (it keeps constant rows exact), the "
+              "shift and scale around it, and the stores of mean and rstd")
 def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]

@@ -407,6 +407,13 @@ def write_results(table):  # the summary the site's front page reads
     if os.environ.get("SOL_RESULTS"):
         table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm_backward.csv"))
+def check_compiled(loss, *params):
+    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
+    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
+    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
+
 def environment_card():  # everything needed to judge this page's numbers, collapsed
     card = {"device": WHERE, "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run)} / "
             f"{torch.version.cuda}" if ON_GPU else "none", "torch": torch.__version__, "Triton": triton.__version__,
@@ -426,6 +433,13 @@ torch.manual_seed(0)
 errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
 assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
 errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
+
+# %%
+# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
+# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
+
+layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
+check_compiled(lambda: layer_norm(layer(h), (1000,)).square().mean(), layer.weight)
 
 # %%
 # The ladder, measured

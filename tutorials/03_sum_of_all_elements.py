@@ -406,6 +406,13 @@ def reading(table, steps):
                     "slower than another kernel reading the same bytes.")
     return "\n".join(text)
 
+def check_compiled(loss, *params):
+    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
+    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
+    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
+
 def environment_card():
     """Everything a reader needs to judge this page's numbers, shown collapsed."""
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch": torch.__version__,
@@ -440,6 +447,13 @@ check_errors()
 
 steps = measure_steps()
 show_steps(steps)
+
+# %%
+# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
+# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
+
+layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
+check_compiled(lambda: reduce_sum(reduce_sum(layer(h).square(), 1).sqrt()), layer.weight)
 
 # %%
 # Benchmark: the whole tensor

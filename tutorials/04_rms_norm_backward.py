@@ -171,8 +171,8 @@ def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: tor
     if not fused("backward", x.shape[1], x.element_size()):
         dx, dw_sum = torch_backward(x, w, rstd, dy)  # the kernel's math in torch, in fp64 (the appendix)
     else:
-        dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else x.new_zeros(())
-    return dx, dw.copy_(dw_sum) if dw.numel() else dw  # no rows: dw is 0
+        dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else x.new_zeros(())  # no rows: 0
+    return dx, dw.copy_(dw_sum) if dw.numel() else dw
 rms_norm_bwd_op.register_fake(rms_norm_bwd_fake)
 
 def _setup(ctx, inputs, output):  # keeps x, w and rstd for the backward
@@ -195,9 +195,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # %%
 # In your model
 # -------------
-# ``torch.compile(fullgraph=True)`` keeps ``rms_norm`` as one node, with its backward, no graph break. It is fast for
-# fp32, fp16 and bf16 at the N of the two pages' ``RANGE`` (forward to 16 K, backward to 8 K). Inductor fuses nothing
-# into it: a residual add before it stays a pass over memory of its own.
+# ``torch.compile(fullgraph=True)`` keeps ``rms_norm`` as one node, with its backward (checked below). Use it at the
+# N of the two pages' ``RANGE``. Inductor fuses nothing into it: a residual add before it stays a pass of its own.
 
 # %%
 # Appendix: how this page measures
@@ -445,6 +444,13 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
                    f"partial per row (step 0), {s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} "
                    "partials in all (step 2).")
 
+def check_compiled(loss, *params):
+    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
+    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
+    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
+
 def environment_card():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                          text=True).stdout.split("\n")[0] if ON_GPU and shutil.which("nvidia-smi") else "?"
@@ -461,6 +467,13 @@ def environment_card():
 # The drop-in's relative errors in y, dx and dw against float64, on rows inside and past the kernels', each dtype:
 
 (errors := check_all()).style.format("{:.1e}", subset=["y", "dx", "dw"]).hide(axis="index")
+
+# %%
+# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
+# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
+
+layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
+check_compiled(lambda: rms_norm(layer(h), (1000,)).square().mean(), layer.weight)
 
 # %%
 # The ladder, measured

@@ -4,12 +4,12 @@ RMSNorm backward in JAX and the drop-in
 
 :ref:`sphx_glr_tutorials_05_jax_rms_norm.py` wrote RMSNorm's forward as a Pallas kernel. This page adds the
 backward, a kernel for :math:`dx` and partial sums of :math:`dw` and one that adds the partials, and joins them to the
-forward with ``jax.custom_vjp``: ``rms_norm``, a function ``jax.grad`` and ``jax.jit`` take. The backward is measured
-as training runs it, against XLA's fusion.
+forward with ``jax.custom_vjp``: ``rms_norm``, a function ``jax.grad`` and ``jax.jit`` take. Measured as training
+runs it, against XLA's fusion.
 
 **What you will learn**: the backward's bytes; a *persistent* kernel that loads the next block while it works on this
-one; a weight gradient the same to the bit on every run; ``jax.custom_vjp``. Prerequisite: the forward page (its
-Pallas is not explained again; the appendix carries its forward). Needs compute capability 8.0 or newer, or no GPU.
+one; a weight gradient the same to the bit on every run; ``jax.custom_vjp``. Prerequisite: the forward page, whose
+kernel the appendix carries. Needs compute capability 8.0 or newer, or no GPU.
 """
 
 import datetime, functools, importlib.metadata, importlib.util, os
@@ -39,19 +39,17 @@ if ON_GPU and tuple(map(int, (capability := jax.devices()[0].compute_capability)
 #    dx = r \left(g - \hat{x}\; \frac{1}{N}\sum_j g_j \hat{x}_j\right), \qquad
 #    dw = \sum_{\text{rows}} dy \odot \hat{x} .
 #
-# The second term is the path through :math:`r`, which every :math:`x_j` of the row moves. :math:`dx` sums **along
-# each row**, :math:`dw` **down each column**: a fusion of one loop order reads :math:`x, dy` twice, :math:`5MN`
-# elements. One kernel for both moves :math:`3MN` (:math:`x, dy` in, :math:`dx` out), plus :math:`r` (saved by the
-# forward) and :math:`dw`.
+# The second term is the path through :math:`r`. :math:`dx` sums **along each row**, :math:`dw` **down each column**:
+# a fusion of one loop order reads :math:`x, dy` twice, :math:`5MN` elements. One kernel for both moves :math:`3MN`
+# (:math:`x, dy` in, :math:`dx` out), plus :math:`r` and :math:`dw`.
 #
 # The dx kernel: a persistent grid
 # --------------------------------
 # ``bwd_kernel`` takes blocks as the forward does (its ``_tile`` and ``_load`` are in the appendix), with three
 # changes for the column sum :math:`dw`:
 #
-# * **Persistent.** A few programs an SM, not one a block: program :math:`p` of :math:`P` (``pl.num_programs(0)``)
-#   walks blocks :math:`p, p + P, \ldots` in a ``jax.lax.fori_loop``, whose body ``step(i, carry)`` returns the
-#   *carry*, what lives from one trip to the next.
+# * **Persistent.** Program :math:`p` of :math:`P` (``pl.num_programs(0)``) walks blocks :math:`p, p + P, \ldots` in
+#   a ``jax.lax.fori_loop``, whose body ``step(i, carry)`` returns the *carry*, what lives from one trip to the next.
 # * **dw in registers.** The carry holds ``dw_partial``, the program's fp32 sum of :math:`dy \odot \hat{x}`; at the end
 #   the program stores it as one row of partials: :math:`P` rows written, not :math:`M`.
 # * **The next block's loads first.** The carry holds this block's :math:`x, dy`; ``step`` issues the next block's
@@ -105,16 +103,16 @@ def _bwd_config(n_rows, n_cols, itemsize):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n), max(1, grid), _params(warps)
 
 # %%
-# **dw, summed in a fixed order.** ``dw_sum_kernel`` gives each program a strip of columns of ``dw_partial`` and adds
-# its :math:`P` rows in one order: the same bits on every run, as atomic adds (first come, first added) are not.
-# ``_backward`` launches the two as ``_forward`` launches its one; both are in the appendix.
+# **dw, summed in a fixed order.** ``dw_sum_kernel`` (in the appendix, with ``_backward``, which launches both) gives
+# each program a strip of columns of ``dw_partial`` and adds its :math:`P` rows in one order: the same bits on every
+# run, as atomic adds are not.
 #
 # The drop-in
 # -----------
 # ``jax.custom_vjp`` gives a function a gradient of your own: ``f_forward`` returns the output and the *residuals*
 # (:math:`x`, :math:`w`, ``rstd``), ``f_backward`` takes them and :math:`dy` and returns a gradient an input
-# (:math:`dw` in :math:`w`'s dtype). ``rms_norm`` takes any shape ``(..., N)`` as rows and checks its arguments
-# (``_check``, in the appendix); ``eps`` is compiled in, so ``functools.cache`` keeps one function an ``eps``.
+# (:math:`dw` in :math:`w`'s dtype). ``rms_norm`` takes any shape ``(..., N)`` as rows, its arguments checked
+# (``_check``, in the appendix); ``functools.cache`` keeps one function an ``eps``.
 
 def differentiable(forward, backward):
     """f(x, w) with our gradient: forward(x, w) -> (y, rstd), backward(x, w, rstd, dy) -> (dx, dw in fp32)."""
@@ -354,6 +352,13 @@ def reading(table):  # the sentences under "Reading the numbers", from this run'
                     "a mix that turns the bus from reading to writing.")
     return "\n".join(text)
 
+def check_step(ours, reference):
+    """Two jitted gradient steps, fn(h, w) -> (dh, dw), on the same random rows and weight: the same gradients."""
+    h, w = jax.random.normal(jax.random.key(1), (32, 1000)), 1 + 0.1 * jax.random.normal(jax.random.key(2), (1000,))
+    for got, want in zip(ours(h, w), reference(h, w)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=1e-6)
+    return "jax.jit(jax.grad(...)) through rms_norm: the formula's gradients"
+
 def environment_card():
     """Everything a reader needs to judge this page's numbers, shown collapsed."""
     device = f"CPU only ({platform.machine()}, {os.cpu_count()} cores), {jax.device_count()} JAX CPU devices"
@@ -385,6 +390,12 @@ def closing_card():  # the card; the site is built in one process, so this page'
 # page on a relative error past both a few roundings of its dtype and twice XLA's.
 
 check(CHECK_SHAPES)
+
+# %%
+# **In a training step**: ``jax.jit(jax.grad(...))`` through ``rms_norm``, against the formula's (``check_step``).
+
+step = lambda norm: jax.jit(jax.grad(lambda h, w: jnp.mean(norm(h, w) ** 2), argnums=(0, 1)))  # noqa: E731
+check_step(step(rms_norm), step(rms_norm_reference))
 
 # %%
 # Benchmark

@@ -3,7 +3,7 @@ Cross-entropy over a large vocabulary
 =====================================
 
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
-memory-bound tensor of training. You write a kernel that computes each row's loss **and its gradient in one pass**,
+memory-bound tensor of training. You write a kernel that computes each row's loss **and its gradient in one launch**,
 and measure the loss against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a
 loss and its gradient must move; what to do when a row outgrows one program's registers; keeping the rows being read
 in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
@@ -128,31 +128,31 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
 # on the gradient's store. An SM needs enough bytes in flight to hide memory's latency (Little's law: bandwidth x
 # latency / SMs). With the gradient, ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow
 # L2; stages (chunks loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap. The
-# forward alone rereads nothing: small chunks of ``FORWARD_CHUNK_N`` on 4 warps, as many programs as the SM has warp
-# slots (the device's threads an SM / 32), each staging chunks ahead where all of them fit the SM's shared memory.
+# forward alone rereads nothing: small chunks of ``FORWARD_CHUNK_N`` on 2 warps, enough programs to fill the SM's warp
+# slots (the device's threads an SM / 64), each staging as many chunks ahead as all of theirs fit its shared memory.
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
 SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
     else (232448, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program (16 or 32 bytes a thread), many programs an SM
+FORWARD_CHUNK_N = 1024  # the forward alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
 def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
     chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
-    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
+    meta = dict(CHUNK=chunk, num_warps=max(4 if grad else 2, min(16, chunk * element_size // 2048)))
     if step == 1:  # a program per row, no cache hints, no pipelining
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else WARPS_PER_SM // meta["num_warps"])
     # a loop (two with the gradient) stages STAGES - 1 chunks; 1 KB for the reductions
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
-    staged_fits = per_sm * (STAGES - 1) * chunk * element_size <= SMEM_PER_SM  # every program's stages, on one SM
-    stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
+    sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * element_size)  # every program's stages, on one SM
+    stages = min(stages or (STAGES if grad and per_sm == 1 else 1 if grad else min(STAGES, sm_stages)), fit)
     meta |= dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages)
     return meta, min(n_rows, per_sm * NUM_SMS)
 

@@ -2,9 +2,9 @@
 Cross-entropy backward and the drop-in
 ======================================
 
-:ref:`sphx_glr_tutorials_06_cross_entropy.py` computes each row's loss and its gradient in one pass over the logits.
-This page adds the backward, which only scales that gradient by the one autograd hands it (mostly, not at all), and
-makes the two a drop-in for :func:`torch.nn.functional.cross_entropy`: PyTorch operators with autograd, which
+:ref:`sphx_glr_tutorials_06_cross_entropy.py` computes each row's loss and its gradient in one launch.
+This page adds the backward, which only scales that gradient by the one autograd hands it (usually 1: nothing to
+do), and makes the two a drop-in for :func:`torch.nn.functional.cross_entropy`: PyTorch operators with autograd, which
 ``torch.compile(fullgraph=True)`` keeps in its graph. It is measured as training runs it, the loss and its backward,
 against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
@@ -37,10 +37,11 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # one pass has written the gradient already (4 bytes a logit in all, the least), and the backward scales it in place,
 # **lazily**: a program reads its row's :math:`g` and, where it is exactly 1, touches no logit.
 #
-# Beyond the first page's Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
+# Beyond the forward page's Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
 # ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound, as ``tl.range``; ``dloss_stride`` 0 reads
-# one :math:`g` for every row (a scalar loss). The grid is the first page's step 2: a few programs an SM, each walking
-# rows ``p, p + P, ...``.
+# one :math:`g` for every row (a scalar loss). The grid: ``MAX_PROGRAMS_PER_SM`` programs an SM, each walking rows
+# ``p, p + P, ...``. A loss scaled before its backward (gradient accumulation, a loss scaler) makes :math:`g \ne 1`:
+# then the backward reads and writes the whole gradient once more.
 
 RANGE = {}  # forward+backward: the site recommends deep dive 61; the loss alone: the first page
 
@@ -159,28 +160,28 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
             tl.debug_barrier()
             tl.store(dx_row + target, (row_scale * (tl.exp(x_t - m - log_s) - 1.0)).to(dx_ptr.dtype.element_ty))
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
 SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
     else (232448, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 2048  # the forward alone: 4 warps a program (16 or 32 bytes a thread), many programs an SM
+FORWARD_CHUNK_N = 1024  # the forward alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
 def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
     chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
-    meta = dict(CHUNK=chunk, num_warps=max(4, min(16, chunk * element_size // 2048)))
+    meta = dict(CHUNK=chunk, num_warps=max(4 if grad else 2, min(16, chunk * element_size // 2048)))
     if step == 1:  # a program per row, no cache hints, no pipelining
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
                         if grad else WARPS_PER_SM // meta["num_warps"])
     # a loop (two with the gradient) stages STAGES - 1 chunks; 1 KB for the reductions
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
-    staged_fits = per_sm * (STAGES - 1) * chunk * element_size <= SMEM_PER_SM  # every program's stages, on one SM
-    stages = min(stages or (STAGES if (grad and per_sm == 1) or (not grad and staged_fits) else 1), fit)
+    sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * element_size)  # every program's stages, on one SM
+    stages = min(stages or (STAGES if grad and per_sm == 1 else 1 if grad else min(STAGES, sm_stages)), fit)
     meta |= dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages)
     return meta, min(n_rows, per_sm * NUM_SMS)
 
@@ -298,6 +299,13 @@ def save_results(table):
         table[["ours, % of light", "ours / best peer"]].assign(
             recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
         ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy_backward.csv"))
+
+def check_compiled(loss, *params):
+    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
+    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
+    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
 
 def environment_card():
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
@@ -419,6 +427,13 @@ def reading(table):
 
 errors = check_errors()
 errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index")
+
+# %%
+# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
+# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
+
+layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
+check_compiled(lambda: cross_entropy(layer(h), torch.arange(32, device=DEVICE) * 31), layer.weight)
 
 # %%
 # Benchmark
