@@ -172,7 +172,7 @@ def fwd_kernel(x_ref, w_ref, y_ref, rstd_ref, *, eps, BLOCK_M, BLOCK_N):
 
 MIN_ELEMENTS = 4096  # fewest elements a program moves per step: enough bytes in flight to hide latency
 FWD_WHOLE_ROW_N = 16384  # the forward kernel's longest row: 32 fp32 a thread at 16 warps; longer rows go to XLA
-# warps giving a thread about bytes_per_thread bytes of a tile of n elements; num_stages=1: we prefetch by hand
+# warps giving a thread about bytes_per_thread bytes of a tile of n elements; num_stages=1: the backward prefetches
 _warps = lambda n, itemsize, bytes_per_thread: min(32, max(4, n * itemsize // (32 * bytes_per_thread)))
 _params = lambda warps, stages=1: plgpu.CompilerParams(num_warps=warps, num_stages=stages)
 
