@@ -27,10 +27,10 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The bytes model
 # ---------------
-# ``x.sum(dim=1)`` on an M x N matrix reads every element once and writes one a row: 4MN + 4M bytes in fp32,
-# 2MN + 2M in bf16. One addition an element leaves the arithmetic units idle, so a perfect sum takes as long as
-# *reading* ``x``: its speed of light is a **read-only pass** over the same tensor. A sum over other dims is the same
-# problem, those dims moved last.
+# ``x.sum(dim=1)`` on an :math:`M \times N` matrix reads every element once and writes one a row:
+# :math:`4MN + 4M` bytes in fp32, :math:`2MN + 2M` in bf16. One addition an element leaves the arithmetic units idle,
+# so a perfect sum takes as long as *reading* ``x``: its speed of light is a **read-only pass** over the same tensor. A
+# sum over other dims is the same problem, those dims moved last.
 #
 # Step 0: the plain kernel
 # ------------------------
