@@ -388,13 +388,30 @@ def test_persistent_last_program_adds_the_partials(tut):
 @pytest.mark.parametrize(
     "n_rows,n_cols", [(1, 1), (1, 5003), (5003, 1), (3, 40_009), (40_009, 3), (256, 16), (64, 4096), (2, 2**20)]
 )
-def test_row_config_is_a_tile_of_4096_elements(rows, n_rows, n_cols):
+@pytest.mark.parametrize("element_size", [4, 2])
+def test_row_config_is_a_tile_of_4096_elements(rows, n_rows, n_cols, element_size):
     """_row_config: BLOCK_N the row rounded up to a power of two, at most 2048; BLOCK_M fills a tile of 4096
-    elements (no more rows than the matrix has); 16 elements per thread, 4 to 16 warps."""
-    block_m, block_n, num_warps = rows["_row_config"](n_rows, n_cols)
+    elements (no more rows than the matrix has); at least 16 elements a thread, or bytes_per_thread's bytes, 4 to 16
+    warps."""
+    block_m, block_n, num_warps = rows["_row_config"](n_rows, n_cols, element_size)
+    per_thread = max(16, rows["bytes_per_thread"]() // element_size)
     assert block_n == min(2048, 1 << (n_cols - 1).bit_length()), (n_rows, n_cols, block_n)
     assert block_m == max(1, min(4096 // block_n, 1 << (n_rows - 1).bit_length())), (n_rows, n_cols, block_m)
-    assert num_warps == min(16, max(4, block_m * block_n // 512)), (n_rows, n_cols, num_warps)
+    assert num_warps == min(16, max(4, block_m * block_n // (32 * per_thread))), (n_rows, n_cols, num_warps)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (63, 64), (64, 63), (8, 4096), (3, 5000)])
+def test_row_sums_with_and_without_masks_agree(rows, shape):
+    """EVEN (no masks) is chosen only where every tile is full, and gives the masked kernel's bits there."""
+    x = _input(shape, torch.bfloat16, seed=sum(shape))
+    out, ref = (torch.full((shape[0],), float("nan"), device=DEVICE, dtype=x.dtype) for _ in range(2))
+    rows["sum_rows"](x, out)
+    block_m, block_n, num_warps = rows["_row_config"](*shape, x.element_size())
+    rows["row_sum_kernel"][(-(-shape[0] // block_m),)](
+        x, ref, *shape, *x.stride(), BLOCK_M=block_m, BLOCK_N=block_n, EVEN=False, num_warps=num_warps
+    )
+    assert torch.equal(out, ref), shape
+    assert _rel_error(out, x.double().sum(1)) <= TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.parametrize("n", [1, 4096, 4097, 2**20, 2**28])

@@ -35,43 +35,50 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The core kernel and the speed of light
 # --------------------------------------
-# Carried from the core page: the row kernel. A program (i, s) owns ``BLOCK_M`` rows and the columns
-# ``[s * cols_per_split, (s + 1) * cols_per_split)``, walks them ``BLOCK_N`` at a time into a
-# ``[BLOCK_M, BLOCK_N]`` fp32 accumulator, and stores :math:`\sum_j x_{ij}` over its columns. The core
-# page launches it with one split covering each row; a column sum there is this kernel on ``x.T``.
+# Carried from the core page: the row kernel. A program owns ``BLOCK_M`` rows, walks them ``BLOCK_N`` columns at a
+# time into a ``[BLOCK_M, BLOCK_N]`` fp32 accumulator, and stores :math:`\sum_j x_{ij}`; ``EVEN`` drops the masks
+# where every tile is full. A column sum there is this kernel on ``x.T``.
 
 @triton.jit
-def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, cols_per_split,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # program (i, s): rows i*BLOCK_M ... , columns [s * cols_per_split, (s + 1) * cols_per_split)
-    pid_m, pid_s = tl.program_id(0), tl.program_id(1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     row_offs = rows.to(tl.int64) * stride_m
-    col_start = pid_s * cols_per_split
-    col_end = tl.minimum(col_start + cols_per_split, n_cols)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for start in tl.range(col_start, col_end, BLOCK_N):
+    for start in tl.range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n,
-                    mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0)
+        offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
+        if EVEN:  # every tile full: no mask to compute and test an element
+            x = tl.load(x_ptr + offs)
+        else:
+            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < n_cols)[None, :], other=0.0)
         acc += x.to(tl.float32)
-    row_sum = tl.sum(acc, axis=1)
-    out = out_ptr + pid_s.to(tl.int64) * n_rows + rows  # partials: one row of n_rows per split
-    tl.store(out, row_sum.to(out_ptr.dtype.element_ty), mask=row_ok)
+    tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
-def _core_row_config(n_rows, n_cols):
-    """The core page's launch: (BLOCK_M, BLOCK_N, num_warps), a tile of 4096 elements, 16 per thread."""
-    block_n = min(triton.next_power_of_2(n_cols), 2048)
-    block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))
-    return block_m, block_n, min(16, max(4, block_m * block_n // (32 * 16)))
+LATENCY = 1e-6  # seconds from a load's issue to its data, about a microsecond on recent GPUs
+
+def bytes_per_thread():  # Little's law: the bytes each thread of half an SM's threads keeps in flight
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 32
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+
+def _core_row_config(n_rows, n_cols, element_size):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
+    block_n = min(triton.next_power_of_2(n_cols), 2048)  # long rows are walked 2048 columns a step
+    block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))  # short rows: many a tile
+    per_thread = max(16, bytes_per_thread() // element_size)  # elements a thread: 16, or what Little's law asks
+    num_warps = min(16, max(4, block_m * block_n // (32 * per_thread)))  # 4 to 16 warps
+    return block_m, block_n, num_warps
 
 def core_sum_rows(x2d, out):
     """The core page's row sum: one program per BLOCK_M rows, one split covering each row. Returns config."""
-    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _core_row_config(*x2d.shape)
-    row_sum_kernel[(triton.cdiv(n_rows, block_m), 1)](x2d, out, n_rows, n_cols, *x2d.stride(),
-                                                      triton.cdiv(n_cols, block_n) * block_n,
-                                                      BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _core_row_config(*x2d.shape, x2d.element_size())
+    even = n_rows % block_m == 0 and n_cols % block_n == 0
+    row_sum_kernel[(triton.cdiv(n_rows, block_m),)](x2d, out, n_rows, n_cols, *x2d.stride(),
+                                                    BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": 1}
 
 # %%
@@ -111,12 +118,37 @@ def read_pass(x, block=8192, num_warps=16, evict=""):
 # column. With only :math:`N / \mathrm{BLOCK\_N}` strips, the rows are split into ``SPLIT`` ranges so
 # that the GPU has enough programs, and a second pass (the same kernel on the ``SPLIT x N`` matrix of
 # partials) adds them in a fixed order: the deterministic version of what layer-norm backward kernels
-# usually do with atomics. The row kernel splits long rows the same way (its ``cols_per_split``).
+# usually do with atomics. Long rows split the same way: ``split_row_sum_kernel`` is the core row kernel with a second
+# grid axis, program (i, s) summing columns ``[s * cols_per_split, (s + 1) * cols_per_split)`` of its rows into a
+# ``SPLIT x M`` matrix of partials.
 #
 # A plain loop waits for each tile's loads before it adds them and issues the next ones.
 # ``tl.range(..., num_stages=2)`` *pipelines* the loop: Triton copies the next tile into shared memory
 # asynchronously while the current one is added, so the memory always has a second tile's loads to
 # work on. (Triton pipelines a loop that has no matrix product only when its ``num_stages`` is given.)
+
+@triton.jit
+def split_row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, cols_per_split,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
+    # program (i, s): rows i*BLOCK_M ... , columns [s * cols_per_split, (s + 1) * cols_per_split)
+    pid_m, pid_s = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    row_offs = rows.to(tl.int64) * stride_m
+    col_start = pid_s * cols_per_split
+    col_end = tl.minimum(col_start + cols_per_split, n_cols)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for start in tl.range(col_start, col_end, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
+        if EVEN:  # every tile full (cols_per_split a multiple of BLOCK_N): no masks
+            x = tl.load(x_ptr + offs)
+        else:
+            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0)
+        acc += x.to(tl.float32)
+    row_sum = tl.sum(acc, axis=1)
+    out = out_ptr + pid_s.to(tl.int64) * n_rows + rows  # partials: one row of n_rows per split
+    tl.store(out, row_sum.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 @triton.jit
 def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_split,
@@ -151,7 +183,7 @@ def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_
 # which timed faster for its longest rows.
 
 TILE = 4096  # elements per tile of the row kernel, whatever the dtype
-ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
+ELEMENTS_PER_THREAD = 16  # of the row kernel's tile, at least
 ROW_BLOCK_N = 2048  # longest step along a row
 COL_TILE_BYTES = 16384  # bytes per tile of the column kernel, whatever the dtype
 # by element size: 16 fp32 values, or 64 fp16/bf16 ones (twice the bytes per thread, half the warps,
@@ -169,7 +201,8 @@ def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     (elements) and ``block_n`` override the defaults."""
     element_size = torch.empty((), dtype=dtype).element_size()
     if along == "rows":
-        tile, per_thread, widest = tile or TILE, ELEMENTS_PER_THREAD, ROW_BLOCK_N
+        tile, widest = tile or TILE, ROW_BLOCK_N
+        per_thread = max(ELEMENTS_PER_THREAD, bytes_per_thread() // element_size)  # as the core page
     else:  # the column tile is counted in bytes: fp16/bf16 tiles hold twice the values of fp32 ones
         tile = tile or COL_TILE_BYTES // element_size
         per_thread = COL_BYTES_PER_THREAD[element_size] // element_size
@@ -200,8 +233,9 @@ def sum_rows(x2d, out, block_n=None, tile=None):
     n_blocks = triton.cdiv(n_rows, block_m)
     split, per_split = choose_split(n_blocks, n_cols, block_n, round_up=True)
     target = out if split == 1 else torch.empty((split, n_rows), device=x2d.device, dtype=torch.float32)
-    row_sum_kernel[(n_blocks, split)](x2d, target, n_rows, n_cols, x2d.stride(0), x2d.stride(1), per_split,
-                                      BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    even = n_rows % block_m == 0 and n_cols % block_n == 0  # per_split is a multiple of block_n
+    split_row_sum_kernel[(n_blocks, split)](x2d, target, n_rows, n_cols, x2d.stride(0), x2d.stride(1), per_split,
+                                            BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
     if split > 1:  # second pass: column sums of the (split, n_rows) partials
         sum_cols(target, out)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": split}
