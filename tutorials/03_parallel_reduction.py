@@ -78,7 +78,8 @@ def plain_sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides)
 # torch, into its addresses. ``tl.range`` loops in the kernel: a long row is walked ``BLOCK_N`` columns a step into a
 # ``tl.zeros`` fp32 tile, summed along ``axis=1`` at the end. Short rows share a tile: 64 rows of 64, 16 KB to read
 # instead of 256 bytes. ``if EVEN:`` tests a ``tl.constexpr``, settled when the kernel compiles: where every tile is
-# full, no masks, an instruction or two an element that short 16-bit rows feel.
+# full, no masks, an instruction or two an element that short 16-bit rows feel. ``evict_first`` marks the lines as
+# read once: L2 drops them before lines that may be read again.
 
 @triton.jit
 def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
@@ -91,39 +92,28 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
         cols = start + tl.arange(0, BLOCK_N)
         offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
         if EVEN:  # every tile full: no mask to compute and test an element
-            x = tl.load(x_ptr + offs)
+            x = tl.load(x_ptr + offs, eviction_policy="evict_first")
         else:
-            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < n_cols)[None, :], other=0.0)
+            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < n_cols)[None, :], other=0.0,
+                        eviction_policy="evict_first")
         acc += x.to(tl.float32)
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 # %%
 # **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
-# about 25 KB at 3.35 TB/s, a microsecond, 132 SMs). ``bytes_per_thread`` spreads that over half an SM's threads, from
-# the device's memory clock and bus width; a thread reads at least 16 elements of a 4096-element tile.
+# about 25 KB at 3.35 TB/s, a microsecond, 132 SMs): a tile of 4096 elements, 16 a thread, several programs an SM.
 #
 # **The range.** ``RANGE``: rows of up to 16 K elements. The benchmark's 2**26 elements in rows that long make 2048
 # programs; in rows of 2**20, 32, and most SMs wait.
 
-LATENCY = 1e-6  # seconds from a load's issue to its data, about a microsecond on recent GPUs
-
-def bytes_per_thread():  # Little's law: the bytes each thread of half an SM's threads keeps in flight
-    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
-    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
-    if not bandwidth:
-        return 32
-    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
-
-def _row_config(n_rows, n_cols, element_size):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
+def _row_config(n_rows, n_cols):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
     block_n = min(triton.next_power_of_2(n_cols), 2048)  # long rows are walked 2048 columns a step
     block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))  # short rows: many a tile
-    per_thread = max(16, bytes_per_thread() // element_size)  # elements a thread: 16, or what Little's law asks
-    num_warps = min(16, max(4, block_m * block_n // (32 * per_thread)))  # 4 to 16 warps
+    num_warps = min(16, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 16 warps
     return block_m, block_n, num_warps
 
 def sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides), one program per BLOCK_M rows
-    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _row_config(*x2d.shape, x2d.element_size())
+    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _row_config(*x2d.shape)
     even = n_rows % block_m == 0 and n_cols % block_n == 0  # every tile full
     row_sum_kernel[(triton.cdiv(n_rows, block_m),)](x2d, out, n_rows, n_cols, *x2d.stride(),
                                                     BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
@@ -340,7 +330,7 @@ def reading(table, ladder):
     past, m = table.drop(inside.index)["ours, % of light"], ROWS_ELEMENTS // SWEEP_N[-1]
     if len(past):
         text.append("Past it (" + ", ".join(f"{t} N = {n:,}: {v:.3g}%" for (_, t, n), v in past.items()) + f"): at "
-                    f"N = {SWEEP_N[-1]:,} the matrix has {m:,} rows, {triton.cdiv(m, _row_config(m, SWEEP_N[-1], 4)[0])} "
+                    f"N = {SWEEP_N[-1]:,} the matrix has {m:,} rows, {triton.cdiv(m, _row_config(m, SWEEP_N[-1])[0])} "
                     f"programs for {NUM_SMS} SMs; deep dive 31 splits each row over programs.")
     speed = ladder.set_index(["step", "N"])["GB/s"]
     gain = speed[1, 64] / speed[0, 64]

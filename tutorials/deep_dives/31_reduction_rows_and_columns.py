@@ -37,7 +37,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # --------------------------------------
 # Carried from the core page: the row kernel. A program owns ``BLOCK_M`` rows, walks them ``BLOCK_N`` columns at a
 # time into a ``[BLOCK_M, BLOCK_N]`` fp32 accumulator, and stores :math:`\sum_j x_{ij}`; ``EVEN`` drops the masks
-# where every tile is full. A column sum there is this kernel on ``x.T``.
+# where every tile is full, ``evict_first`` lets L2 drop lines read once. A column sum there is this kernel on ``x.T``.
 
 @triton.jit
 def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
@@ -50,32 +50,22 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
         cols = start + tl.arange(0, BLOCK_N)
         offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
         if EVEN:  # every tile full: no mask to compute and test an element
-            x = tl.load(x_ptr + offs)
+            x = tl.load(x_ptr + offs, eviction_policy="evict_first")
         else:
-            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < n_cols)[None, :], other=0.0)
+            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < n_cols)[None, :], other=0.0,
+                        eviction_policy="evict_first")
         acc += x.to(tl.float32)
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
-LATENCY = 1e-6  # seconds from a load's issue to its data, about a microsecond on recent GPUs
-
-def bytes_per_thread():  # Little's law: the bytes each thread of half an SM's threads keeps in flight
-    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
-    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
-    if not bandwidth:
-        return 32
-    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
-
-def _core_row_config(n_rows, n_cols, element_size):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
+def _core_row_config(n_rows, n_cols):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
     block_n = min(triton.next_power_of_2(n_cols), 2048)  # long rows are walked 2048 columns a step
     block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))  # short rows: many a tile
-    per_thread = max(16, bytes_per_thread() // element_size)  # elements a thread: 16, or what Little's law asks
-    num_warps = min(16, max(4, block_m * block_n // (32 * per_thread)))  # 4 to 16 warps
+    num_warps = min(16, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 16 warps
     return block_m, block_n, num_warps
 
 def core_sum_rows(x2d, out):
     """The core page's row sum: one program per BLOCK_M rows, one split covering each row. Returns config."""
-    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _core_row_config(*x2d.shape, x2d.element_size())
+    (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _core_row_config(*x2d.shape)
     even = n_rows % block_m == 0 and n_cols % block_n == 0
     row_sum_kernel[(triton.cdiv(n_rows, block_m),)](x2d, out, n_rows, n_cols, *x2d.stride(),
                                                     BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
@@ -142,9 +132,10 @@ def split_row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, col
         cols = start + tl.arange(0, BLOCK_N)
         offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
         if EVEN:  # every tile full (cols_per_split a multiple of BLOCK_N): no masks
-            x = tl.load(x_ptr + offs)
+            x = tl.load(x_ptr + offs, eviction_policy="evict_first")
         else:
-            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0)
+            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0,
+                        eviction_policy="evict_first")
         acc += x.to(tl.float32)
     row_sum = tl.sum(acc, axis=1)
     out = out_ptr + pid_s.to(tl.int64) * n_rows + rows  # partials: one row of n_rows per split
@@ -183,7 +174,7 @@ def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_
 # which timed faster for its longest rows.
 
 TILE = 4096  # elements per tile of the row kernel, whatever the dtype
-ELEMENTS_PER_THREAD = 16  # of the row kernel's tile, at least
+ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
 ROW_BLOCK_N = 2048  # longest step along a row
 COL_TILE_BYTES = 16384  # bytes per tile of the column kernel, whatever the dtype
 # by element size: 16 fp32 values, or 64 fp16/bf16 ones (twice the bytes per thread, half the warps,
@@ -201,8 +192,7 @@ def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     (elements) and ``block_n`` override the defaults."""
     element_size = torch.empty((), dtype=dtype).element_size()
     if along == "rows":
-        tile, widest = tile or TILE, ROW_BLOCK_N
-        per_thread = max(ELEMENTS_PER_THREAD, bytes_per_thread() // element_size)  # as the core page
+        tile, per_thread, widest = tile or TILE, ELEMENTS_PER_THREAD, ROW_BLOCK_N
     else:  # the column tile is counted in bytes: fp16/bf16 tiles hold twice the values of fp32 ones
         tile = tile or COL_TILE_BYTES // element_size
         per_thread = COL_BYTES_PER_THREAD[element_size] // element_size
