@@ -51,7 +51,7 @@ def cases(stem):
     if stem == "01_softmax_backward":
         ours = drop_in(stem, "softmax")
         return [("softmax", lambda x, w, b: ours(x, -1), lambda x, w, b: torch.softmax(x, -1))]
-    if stem == "02_layer_norm_backward":
+    if stem == "02_layer_norm_drop_in":
         ours = drop_in(stem, "layer_norm")
         f = torch.nn.functional.layer_norm
         return [("layer_norm", lambda x, w, b: ours(x, x.shape[-1:], w, b), lambda x, w, b: f(x, x.shape[-1:], w, b))]
@@ -147,7 +147,7 @@ if __name__ == "__main__":
     assert DEVICE == "cpu" or torch.cuda.is_available(), "the sanitizer sweep needs a GPU"
     for stem in sys.argv[1:] or [
         "01_softmax_backward",
-        "02_layer_norm_backward",
+        "02_layer_norm_drop_in",
         "03_sum_of_all_elements",
         "04_rms_norm_backward",
         "06_cross_entropy_backward",

@@ -23,7 +23,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 PAGES = {
     "softmax": "01_softmax_backward",
-    "layer_norm": "02_layer_norm_backward",
+    "layer_norm": "02_layer_norm_drop_in",
     "reduce_sum": "03_sum_of_all_elements",
     "rms_norm": "04_rms_norm_backward",
 }

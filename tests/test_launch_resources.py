@@ -813,6 +813,8 @@ PAGES = {
     "01_softmax_backward": Entry(softmax_01, ("",)),
     "02_layer_norm": Entry(layer_norm_forward_02, ("affine",), layer_norm_02_takes),
     "02_layer_norm_backward": Entry(layer_norm_02, ("affine",), layer_norm_02_takes),
+    # the drop-in's page claims no N (it measures forward+backward): driven at the backward page's N
+    "02_layer_norm_drop_in": Entry(layer_norm_02, ("affine",), layer_norm_02_takes, widths_of="02_layer_norm_backward"),
     "24_layer_norm_backward_locks": Entry(layer_norm_locks_24, ("classic", "persistent"), layer_norm_locks_24_takes),
     "03_parallel_reduction": Entry(row_sums_03, ("rows",)),
     "03_sum_of_all_elements": Entry(sums_03, ("whole tensor", "rows")),

@@ -1,7 +1,7 @@
-"""Tutorial 02 (layer norm: 02_layer_norm, the forward; 02_layer_norm_backward, the backward and the drop-in, the
-forward carried): forward and backward against float64, poisoned outputs, bad inputs, determinism of the persistent
-backward. Without a CUDA GPU the kernels run through Triton's
-interpreter, so the sizes stay small."""
+"""Tutorial 02 (layer norm: 02_layer_norm, the forward; 02_layer_norm_backward, the backward; 02_layer_norm_drop_in,
+the operators and the drop-in, both kernels carried): forward and backward against float64, poisoned outputs, bad
+inputs, determinism of the persistent backward. Without a CUDA GPU the kernels run through Triton's interpreter, so the
+sizes stay small."""
 
 import copy
 import inspect
@@ -25,6 +25,11 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 @pytest.fixture(scope="module")
 def ln():  # the drop-in's page
+    return load_tutorial("02_layer_norm_drop_in")
+
+
+@pytest.fixture(scope="module")
+def bwd():  # the backward's page
     return load_tutorial("02_layer_norm_backward")
 
 
@@ -33,12 +38,29 @@ def fwd():  # the forward's page
     return load_tutorial("02_layer_norm")
 
 
-def test_the_drop_ins_page_carries_the_forward_letter_for_letter(ln, fwd):
-    """02_layer_norm_backward runs the forward that 02_layer_norm teaches: the same kernel, config and launcher."""
-    assert inspect.getsource(ln["layer_norm_fwd_kernel"].fn) == inspect.getsource(fwd["layer_norm_fwd_kernel"].fn)
+@pytest.mark.parametrize("carrier", ["02_layer_norm_backward", "02_layer_norm_drop_in"])
+def test_the_later_pages_carry_the_forward_letter_for_letter(carrier, fwd):
+    """The backward's and the drop-in's pages run the forward that 02_layer_norm teaches: the same kernel, config and
+    launcher."""
+    page = load_tutorial(carrier)
+    assert inspect.getsource(page["layer_norm_fwd_kernel"].fn) == inspect.getsource(fwd["layer_norm_fwd_kernel"].fn)
     for name in ("_warps", "_fwd_config", "layer_norm_rows_forward", "programs_per_sm", "torch_rows_forward"):
-        assert inspect.getsource(ln[name]) == inspect.getsource(fwd[name]), name
-    assert ln["MAX_FUSED_N"] == fwd["MAX_FUSED_N"]
+        assert inspect.getsource(page[name]) == inspect.getsource(fwd[name]), name
+    assert page["MAX_FUSED_N"] == fwd["MAX_FUSED_N"]
+
+
+def test_the_drop_ins_page_carries_the_backward_and_the_backward_page_its_operators(ln, bwd):
+    """02_layer_norm_drop_in runs the backward that 02_layer_norm_backward teaches (kernel, config, launcher); the
+    backward page times the drop-in's operators, carried letter for letter (their names apart: one name an operator)."""
+    assert inspect.getsource(ln["layer_norm_bwd_kernel"].fn) == inspect.getsource(bwd["layer_norm_bwd_kernel"].fn)
+    for name in ("_bwd_config", "layer_norm_rows_backward", "torch_rows_backward", "_rows_and_cols", "_rows"):
+        assert inspect.getsource(ln[name]) == inspect.getsource(bwd[name]), name
+    assert (ln["MAX_BWD_FUSED_N"], ln["NUM_SMS"]) == (bwd["MAX_BWD_FUSED_N"], bwd["NUM_SMS"])
+    for name in ("layer_norm_fwd_fake", "layer_norm_bwd_fake", "_setup", "_backward", "layer_norm"):
+        assert inspect.getsource(ln[name]) == inspect.getsource(bwd[name]), name
+    for op in ("layer_norm_fwd_op", "layer_norm_bwd_op"):
+        theirs = inspect.getsource(bwd[op]._init_fn).replace("_02", "_02_drop_in")
+        assert inspect.getsource(ln[op]._init_fn) == theirs, op
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -337,15 +359,25 @@ def test_bad_inputs_raise_clear_errors(ln):
         layer_norm(other, (16,))
 
 
-def test_page_checks_passed(ln):
+def test_page_checks_passed(bwd):
     """The tables the page shows: errors within tolerance, the backward repeatable, sweep complete."""
-    errors, tol = ln["errors"], ln["TOLERANCE"]
-    assert (errors[ln["OURS"]].max(axis=1) <= errors.dtype.map(tol)).all()
+    errors, tol = bwd["errors"], bwd["TOLERANCE"]
+    assert (errors[bwd["OURS"]].max(axis=1) <= errors.dtype.map(tol)).all()
     assert len(errors) > 0 and errors["same bits"].all(), "the backward gave different bits between runs"
+    results = bwd["results"]
+    ours = results[results.provider == "ours"]
+    assert len(ours) == 2 * len(bwd["SWEEP_N"]) and set(results.direction) == {"backward"}
+    # a GPU's run times every point; the interpreter's run checks values and times none (NaN, shown as no speed)
+    assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
+
+
+def test_drop_in_page_checks_passed(ln):
+    """The drop-in page's tables: errors within tolerance, the same bits every run, each training step measured."""
+    errors, tol = ln["errors"], ln["TOLERANCE"]
+    assert (errors[ln["OURS"]].max(axis=1) <= errors.dtype.map(tol)).all() and errors["same bits"].all()
     results = ln["results"]
     ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * len(ln["SWEEP_N"]) and set(results.direction) == {"backward"}
-    # a GPU's run times every point; the interpreter's run checks values and times none (NaN, shown as no speed)
+    assert len(ours) == 2 * len(ln["SWEEP_N"]) and set(results.direction) == {"training step"}
     assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
 
 
@@ -482,21 +514,21 @@ def test_missing_peers_are_named_with_their_reason(ln, monkeypatch, capsys):
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the page's run without a GPU")
-def test_cpu_run_measures_no_speed_and_says_so(ln, monkeypatch):
+def test_cpu_run_measures_no_speed_and_says_so(bwd, monkeypatch):
     """Run alone as the build runs it: it exits 0, prints the one line where a GPU's run reads its speeds (the
     benchmark and its reading), names each peer it leaves out and why, shows the ladder as step | idea | N, and prints
     no speed."""
     env = {k: v for k, v in os.environ.items() if k not in ("SOL_RESULTS", "SOL_LOCK")} | {"MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, str(ln.path)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, str(bwd.path)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines.count(ln["NO_SPEED"]) == 2 and all(lines), lines
+    assert lines.count(bwd["NO_SPEED"]) == 2 and all(lines), lines
     assert "torch.compile: not measured here (no GPU)." in lines, lines
     for peer in ("Liger-Kernel", "quack"):
         assert any(re.fullmatch(rf"{peer}: not measured here \((no GPU|not installed)\)\.", line) for line in lines), (
             lines
         )
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer|No quack", proc.stdout), proc.stdout
-    assert list(ln["ladder"].columns[:3]) == ["step", "idea", "N"] and ln["ladder"]["GB/s"].isna().all()
+    assert list(bwd["ladder"].columns[:3]) == ["step", "idea", "N"] and bwd["ladder"]["GB/s"].isna().all()
     monkeypatch.delenv("SOL_LOCK", raising=False)
-    assert "<td>not pinned</td>" in ln["environment_card"]()._repr_html_()
+    assert "<td>not pinned</td>" in bwd["environment_card"]()._repr_html_()

@@ -5,8 +5,7 @@ Layer norm
 Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build its forward in
 Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
 will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on constant rows.
-Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
-:ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, adds the backward and the drop-in.
+Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. Next: the backward, then the drop-in.
 """
 
 import importlib, importlib.util, math, os, time
@@ -24,8 +23,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The bytes model
 # ---------------
 # A row *x* of *N* values becomes :math:`y = (x - \mu) \, r \odot w + b`, with mean :math:`\mu` and
-# :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). Each PyTorch op below reads its inputs from memory and writes
-# its output there; the comments count the elements moved over *M* rows (*w*, *b*, the row means: small):
+# :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). Each PyTorch op reads its inputs from memory and writes its
+# output there; the comments count the elements moved over *M* rows:
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
@@ -33,8 +32,8 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     return xc * torch.rsqrt(var + eps) * weight + bias  # three ops, each reads MN and writes MN: 6MN
 
 # %%
-# *12MN* elements in all: 24MN bytes in bf16. A kernel that keeps each row on chip reads *x* once and writes *y*
-# once, *2MN* elements, 4MN bytes: a copy's bytes, so about **6 times faster**, at the speed of a copy at best.
+# *12MN* elements in all. A kernel that keeps each row on chip reads *x* and writes *y* once, *2MN*: a copy's bytes,
+# so about **6 times faster**, at the speed of a copy at best.
 #
 # Step 0: one row a program
 # -------------------------
@@ -64,16 +63,15 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 # A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
 # memory busy. Step 1 changes three things:
 #
-# - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` and ``cols[None, :]`` broadcast a
-#   column against a row, as in torch), with ``num_warps`` sized to its bytes by the config below. ``tl.minimum``
-#   clamps the rows past the end to the last row: their loads stay inside *x*, their stores are masked.
-# - **The statistics for the backward**, each row's mean and ``rstd``. A row's statistic sits in the threads that hold
-#   the row (the tile's *layout*: which thread holds which element). Where a warp holds several rows, a plain vector
-#   store would first move it between threads through shared memory, so those rows store from the tile's shape, masked
-#   to column 0.
-# - **Exact statistics**: each row is centred on its first value (loaded on its own), so a constant row gives exactly 0
-#   (step 0's rounded mean leaves 0.3 on rows of 12345.678), and scaled by a power of two, ``k`` (a ``tl.constexpr``:
-#   fixed at compile time), so that squares of deviations up to about 1e24 stay finite.
+# - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` against ``cols[None, :]``, as in
+#   torch), ``num_warps`` sized to its bytes by the config below. ``tl.minimum`` clamps rows past the end to the last:
+#   their loads stay inside *x*, their stores are masked.
+# - **The statistics for the backward**, each row's mean and ``rstd``, held by the threads that hold the row (the
+#   tile's *layout*). Where a warp holds several rows, a plain store would move them through shared memory first, so
+#   those rows store from the tile's shape, masked to column 0.
+# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (step 0 leaves 0.3
+#   on rows of 12345.678), and scaled by a power of two, ``k`` (fixed at compile time), so that squares of deviations
+#   up to about 1e24 stay finite.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -88,9 +86,8 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
                 mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
-    t = tl.where(col_ok[None, :], x * k - x0[:, None], 0.0)
-    md = tl.sum(t, axis=1) / n_cols
-    xc = tl.where(col_ok[None, :], t - md[:, None], 0.0)
+    md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
     q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
@@ -111,13 +108,12 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 # %%
 # Launch parameters
 # -----------------
-# Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: bandwidth x latency /
-# SMs, tens of KB an SM on a GPU of a few TB/s). ``_fwd_config``'s figures were measured
-# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); its comments say what they depend on, and its one
-# question to the device is how many programs of the compiled kernel an SM holds (``programs_per_sm``, in the
-# appendix). Past ``MAX_FUSED_N`` columns a row does not fit in registers: the launcher computes with torch there,
-# correct and slower, and deep dive 21 has kernels for those rows. ``RANGE`` holds the N where this page's kernel is
-# the site's pick (the landing page reads it); 16-bit rows past 8 K go to deep dive 22.
+# Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: tens of KB an SM on a
+# GPU of a few TB/s). ``_fwd_config``'s figures were measured
+# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); it asks the device how many programs of the
+# compiled kernel an SM holds (``programs_per_sm``, in the appendix). Past ``MAX_FUSED_N`` a row does not fit in
+# registers: the launcher computes with torch there. ``RANGE`` holds the N where this kernel is the site's pick (the
+# landing page reads it).
 
 MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # for these N
@@ -304,16 +300,15 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # %%
 # Correctness
 # -----------
-# Errors of *y*, the mean and ``rstd`` against float64, on rows of mean far from 0: a few roundings
-# (``check``). Rows of 40,000 take torch's path.
+# Errors of *y*, the mean and ``rstd`` against float64, rows of mean far from 0: a few roundings. Rows of 40,000
+# take torch's path.
 
 check([(17, 1), (1000, 257), (3, 40_000)])
 
 # %%
 # The ladder, measured
 # --------------------
-# Each step on bf16 rows short (few bytes a row) and wide (many values a thread); step 1 is the one measured among
-# all providers:
+# Each step on bf16 rows short (few bytes a row) and wide (many values a thread):
 
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
@@ -334,11 +329,12 @@ print(reading(table, ladder) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Next**: the backward and the drop-in, :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`. **Past RANGE**:
-# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, in chunks, or a row split),
-# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory); for the
-# backward, :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` and
-# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: at
-# which N does the doubling of ``BLOCK_M`` in ``_fwd_config`` start, and why there? Reference: Ba et al. (2016).
+# **Next**: :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, then
+# :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`. **Past RANGE**:
+# :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, or a row split),
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory); backward:
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`,
+# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: at which N does ``_fwd_config``
+# double ``BLOCK_M``, and why there? Reference: Ba et al. (2016).
 
 environment_card()

@@ -1,14 +1,13 @@
 """
-Layer norm backward and the drop-in
-===================================
+Layer norm backward without locks
+================================
 
 :ref:`sphx_glr_tutorials_02_layer_norm.py` built the forward at the speed of a copy. This page adds the backward,
-whose weight gradients are sums over all rows, without a lock, and makes the two a drop-in for
-:func:`torch.nn.functional.layer_norm`: PyTorch operators with autograd that ``torch.compile(fullgraph=True)`` keeps
-in its graph. The backward is timed as training runs it, against PyTorch, ``torch.compile``, Liger-Kernel, quack
-and a copy. **What you will learn**: a persistent grid, each program with its own line of partial sums; loads
-staged ahead through shared memory; a drop-in checked against float64, the same bits on every run. Prerequisite:
-the forward page, whose kernel this page carries in its appendix.
+whose weight gradients are sums over all rows, without a lock, timed as training runs it against PyTorch,
+``torch.compile``, Liger-Kernel, quack and a copy. **What you will learn**: a persistent grid, each program with its
+own line of partial sums; loads staged ahead through shared memory; gradients checked against float64, the same bits
+on every run. Prerequisite: the forward page, whose kernel this page carries in its appendix. Next:
+:ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`.
 """
 
 import importlib, importlib.util, math, os, time, typing
@@ -32,9 +31,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The weight gradients are sums over all rows, :math:`dw = \sum dy \, \hat{x}` and :math:`db = \sum dy`: every
 # program adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs,
 # program *p* of *P* takes the blocks of rows *p, p + P, ...*, sums its share in registers, and writes it once to its
-# own line of a ``[P, N]`` fp32 buffer of partials. torch's ``.sum(0)`` then adds the *P* lines, a small tensor, in a
-# fixed order: the same bits every run, no lock, no atomic. ``tl.range(..., num_stages=STAGES)`` asks the compiler to
-# issue the loads of the next blocks while this one is computed, through shared memory.
+# own line of a ``[P, N]`` fp32 buffer. torch's ``.sum(0)`` adds the *P* lines in a fixed order: the same bits every
+# run, no lock, no atomic. The one step of this ladder: ``tl.range(..., num_stages=STAGES)`` issues the loads of the
+# next ``STAGES - 1`` blocks, through shared memory, while this one is computed (``STAGES = 1``: no staging).
 
 @triton.jit
 def layer_norm_bwd_kernel(
@@ -47,7 +46,6 @@ def layer_norm_bwd_kernel(
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # num_stages=STAGES: the loads of the next STAGES - 1 blocks go to shared memory while this one is computed
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok, rows = rows < n_rows, rows.to(tl.int64)
@@ -69,16 +67,11 @@ def layer_norm_bwd_kernel(
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 # %%
-# The backward's one step is ``STAGES``: with 1, a program waits for each block's loads; with 2 to 4 (as shared
-# memory allows), the next blocks are already on their way (``num_stages`` of ``tl.range``). The ladder below measures
-# both.
-#
 # Launch parameters
 # -----------------
-# As many programs as SMs, each a block of 8 KB of *x* at a time, 32 fp32 values a thread (more would spill), its
-# stages within the shared memory the device gives a block. Past ``MAX_BWD_FUSED_N`` a row and its two accumulators
-# do not fit in registers: the launcher computes with torch there, correct and slower; deep dive 23 has kernels for
-# those rows. ``RANGE`` holds the N where this page's backward is the site's pick (the landing page reads it).
+# As many programs as SMs, each a block of 8 KB of *x* at a time, its stages within the shared memory the device
+# gives a block. Past ``MAX_BWD_FUSED_N`` a row and its two accumulators do not fit in registers: the launcher
+# computes with torch there. ``RANGE`` holds the N where this backward is the site's pick (the landing page reads it).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
 SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
@@ -111,29 +104,15 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 
 
 # %%
-# The drop-in
-# -----------
-# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it as torch does (errors name the
-# argument) and flattens the normalized dims into rows (``_rows`` copies only rows that are not contiguous). The
-# appendix wraps the launchers as PyTorch operators (``torch.library.custom_op``), kept in the graph of a model
-# compiled with ``fullgraph=True``: ``register_fake`` gives the compiler their outputs' shapes, ``register_autograd``
-# the forward's backward. In a model, call it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s ``forward``), then
-# ``torch.compile(model, fullgraph=True)`` as before: the kernels run as two operators of its graph.
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
-    x2d = _rows(input, *_rows_and_cols(input, normalized_shape, weight, bias, eps))  # torch's checks, clear errors
-    w, b = (None if t is None else t.reshape(x2d.shape[1]).contiguous() for t in (weight, bias))
-    return layer_norm_fwd_op(x2d, w, b, float(eps))[0].view(input.shape)
-
-# %%
 # Appendix: how this page measures
 # --------------------------------
 # First, the forward: the layer norm page's kernel, its config and launcher, letter for letter as that page writes and
 # explains them (a test keeps the two the same), with the occupancy query its config makes and torch's path past its
-# widths. Then what the drop-in needs and a reader need not read (torch's backward past the kernel's widths, torch's
-# checks of the arguments, the operators), and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed)
-# times CUDA-graph replays; the light, a copy of *x*, without a graph. GB/s counts *x, dy, dx*.
+# widths. Then torch's backward past the kernel's widths and the drop-in that the benchmark times as training runs it:
+# torch's checks of the arguments, and the operators with autograd, letter for letter as
+# :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py` explains them. Then the machinery.
+# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
+# graph. GB/s counts *x, dy, dx*.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -148,9 +127,8 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
                 mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
-    t = tl.where(col_ok[None, :], x * k - x0[:, None], 0.0)
-    md = tl.sum(t, axis=1) / n_cols
-    xc = tl.where(col_ok[None, :], t - md[:, None], 0.0)
+    md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
     q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
@@ -286,6 +264,11 @@ def _backward(ctx, dy2d, _mean, _rstd):
     dx2d, dw, db = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
     return dx2d, dw.to(w.dtype) if need[0] else None, db.to(b.dtype) if need[1] else None, None
 layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
+    x2d = _rows(input, *_rows_and_cols(input, normalized_shape, weight, bias, eps))  # torch's checks, clear errors
+    w, b = (None if t is None else t.reshape(x2d.shape[1]).contiguous() for t in (weight, bias))
+    return layer_norm_fwd_op(x2d, w, b, float(eps))[0].view(input.shape)
 
 
 # %%
@@ -368,6 +351,11 @@ def check_row(shape, dtype):  # relative errors of y, dx, dw, db against float64
     row = {q: ((o.double() - r).norm() / (r.norm() if r.norm() > 0 else 1)).item() for q, o, r in zip(OURS, first, refs)}
     return {"shape": shape, "dtype": str(dtype)[6:]} | row | {"same bits": all(
         torch.equal(t.view(torch.uint8), t0.view(torch.uint8)) for run in again for t, t0 in zip(run, first))}
+def check(shapes):  # the errors' table, asserted within a few roundings of each dtype and the same bits every run
+    torch.manual_seed(0)
+    errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in shapes])
+    assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
+    return errors
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
@@ -407,13 +395,6 @@ def write_results(table):  # the summary the site's front page reads
     if os.environ.get("SOL_RESULTS"):
         table[["ours, % of light", "ours / best peer"]].assign(recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]) \
             .to_csv(os.path.join(os.environ["SOL_RESULTS"], "02_layer_norm_backward.csv"))
-def check_compiled(loss, *params):
-    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
-    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
-    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
-    torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
-    return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
-
 def environment_card():  # everything needed to judge this page's numbers, collapsed
     card = {"device": WHERE, "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run)} / "
             f"{torch.version.cuda}" if ON_GPU else "none", "torch": torch.__version__, "Triton": triton.__version__,
@@ -425,21 +406,11 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # %%
 # Correctness
 # -----------
-# The drop-in's *y*, *dx*, *dw*, *db* against float64 (``check_row``, in the appendix), rows of mean far from 0: a
-# few roundings; three runs, the same bits. Rows of 40,000 take the drop-in's torch path.
+# *y*, *dx*, *dw*, *db* through the autograd wrapper against float64, rows of mean far from 0: a few roundings;
+# three runs, the same bits. Rows of 40,000 take torch's path.
 
-CHECK_SHAPES = [(17, 1), (1000, 257), (3, 40_000)]
-torch.manual_seed(0)
-errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in CHECK_SHAPES])
-assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
+errors = check([(17, 1), (1000, 257), (3, 40_000)])
 errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
-
-# %%
-# **In a compiled model.** A layer and the drop-in, compiled whole with ``torch.compile(fullgraph=True)``, forward and
-# backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
-
-layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
-check_compiled(lambda: layer_norm(layer(h), (1000,)).square().mean(), layer.weight)
 
 # %%
 # The ladder, measured
@@ -465,8 +436,9 @@ print(reading(table, ladder) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Past RANGE**: :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row in chunks, or
-# split over programs). With spin locks instead of lines of partials:
+# **Next**: the drop-in, :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`. **Past RANGE**:
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py` (a backward row in chunks, or split over
+# programs). With spin locks instead of lines of partials:
 # :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: ``STAGES`` 1 to 4 at N = 512
 # and 8192: where does staging pay, and why there?
 
