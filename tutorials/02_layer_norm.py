@@ -67,8 +67,8 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 #   torch), ``num_warps`` sized to its bytes by the config below. ``tl.minimum`` clamps rows past the end to the last:
 #   their loads stay inside *x*, their stores are masked.
 # - **The statistics for the backward**, each row's mean and ``rstd``, held by the threads that hold the row (the
-#   tile's *layout*). Where a warp holds several rows, a plain store would move them through shared memory first, so
-#   those rows store from the tile's shape, masked to column 0.
+#   tile's *layout*). A plain store of a vector of rows would move it through shared memory first; a store from the
+#   tile's shape, masked to column 0, does not.
 # - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (step 0 leaves 0.3
 #   on rows of 12345.678), and scaled by a power of two, ``k`` (fixed at compile time), so that squares of deviations
 #   up to about 1e24 stay finite.
@@ -97,13 +97,9 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-        tl.store(mean_ptr + rows, mean, mask=row_ok)
-        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-    else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
-        first = row_ok[:, None] & (cols == 0)[None, :]
-        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+    first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread stores; + cols keeps the tile's layout
+    tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
 # Launch parameters

@@ -123,13 +123,9 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-        tl.store(mean_ptr + rows, mean, mask=row_ok)
-        tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-    else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
-        first = row_ok[:, None] & (cols == 0)[None, :]
-        tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-        tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+    first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread stores; + cols keeps the tile's layout
+    tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
