@@ -172,12 +172,6 @@ MOST_MINUTES = 30
 READS_LONGER = {
     "02_layer_norm": 44,  # its step 1 (29 lines) keeps the statistics exact and stores them for the backward
     "02_layer_norm_backward": 37,  # the lock-free backward's kernel (29 lines): dx, dw, db in one pass
-    # its two kernels (28 lines, the fused one with its overflow branch and rstd's store from the tile) read 19 of
-    # its 27 minutes of code; its prose explains Triton from the start
-    "04_rms_norm": 33,
-    # the backward's two kernels (33 lines: 22 minutes), the drop-in's operators (43 lines) and its check in a compiled
-    # model: 40 minutes of code
-    "04_rms_norm_backward": 48,
     # its two kernels (step 0's, and steps 1 and 2's, which the drop-in launches) read 30 minutes by themselves (45
     # lines at 40 s) and stay as they are; the backward and the drop-in are the next page
     "06_cross_entropy": 53,
