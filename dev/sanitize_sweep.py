@@ -3,7 +3,7 @@ for compute-sanitizer (a GPU is needed; the pages' benchmarks are not run):
 
     compute-sanitizer --tool racecheck --error-exitcode 99 python3 dev/sanitize_sweep.py
     compute-sanitizer --tool memcheck  --error-exitcode 99 python3 dev/sanitize_sweep.py
-    python3 dev/sanitize_sweep.py 04_rms_norm_backward   # one page; without a sanitizer: a quick check that all runs
+    python3 dev/sanitize_sweep.py 04_rms_norm_operator   # one page; without a sanitizer: a quick check that all runs
     python3 dev/sanitize_sweep.py deep_dives/42_rms_norm_staged_gluon   # a staged (Gluon) deep dive
     SWEEP_VERBOSE=1 ...                           # a line before each point, to place a sanitizer's report
     SWEEP_N=1,7,300 ...                           # only these row lengths (a quick racecheck of short rows)
@@ -55,7 +55,7 @@ def cases(stem):
         ours = drop_in(stem, "layer_norm")
         f = torch.nn.functional.layer_norm
         return [("layer_norm", lambda x, w, b: ours(x, x.shape[-1:], w, b), lambda x, w, b: f(x, x.shape[-1:], w, b))]
-    if stem == "04_rms_norm_backward":
+    if stem == "04_rms_norm_operator":
         ours = drop_in(stem, "rms_norm")
         f = torch.nn.functional.rms_norm
         return [("rms_norm", lambda x, w, b: ours(x, x.shape[-1:], w), lambda x, w, b: f(x, x.shape[-1:], w))]
@@ -149,7 +149,7 @@ if __name__ == "__main__":
         "01_softmax_backward",
         "02_layer_norm_drop_in",
         "03_sum_of_all_elements",
-        "04_rms_norm_backward",
+        "04_rms_norm_operator",
         "06_cross_entropy_backward",
         "deep_dives/12_softmax_staged_gluon",
         "deep_dives/22_layer_norm_staged_gluon",

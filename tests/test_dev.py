@@ -81,7 +81,7 @@ def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
             f"run-time bounds ({why[0][:120]}); the CPU CI runs this test with the Triton requirements.txt installs"
         )
     pages = [
-        "04_rms_norm_backward",
+        "04_rms_norm_operator",
         "deep_dives/12_softmax_staged_gluon",
         "deep_dives/22_layer_norm_staged_gluon",
         "deep_dives/42_rms_norm_staged_gluon",
@@ -99,7 +99,7 @@ def test_sanitizer_sweep_runs_its_pages_on_the_cpu():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "clean run, matches torch" in line]
-    assert any(line.startswith("04_rms_norm_backward: rms_norm float32, N = 7, 16400:") for line in lines), proc.stdout
+    assert any(line.startswith("04_rms_norm_operator: rms_norm float32, N = 7, 16400:") for line in lines), proc.stdout
     for page in pages[1:]:  # the staged pages: bf16, forward, the staged row length only
         assert any(line.startswith(f"{page}: staged") and "bfloat16, N = 16400:" in line for line in lines), proc.stdout
 

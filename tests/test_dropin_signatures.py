@@ -25,7 +25,7 @@ PAGES = {
     "softmax": "01_softmax_backward",
     "layer_norm": "02_layer_norm_drop_in",
     "reduce_sum": "03_sum_of_all_elements",
-    "rms_norm": "04_rms_norm_backward",
+    "rms_norm": "04_rms_norm_operator",
 }
 TORCH_OPS = {"softmax": torch.softmax, "layer_norm": F.layer_norm, "reduce_sum": torch.sum, "rms_norm": F.rms_norm}
 

@@ -1,4 +1,4 @@
-"""No silent wrong answer from rms_norm (tutorial 04's drop-in, tutorials/04_rms_norm_backward.py) and deep dive 42's
+"""No silent wrong answer from rms_norm (tutorial 04's drop-in, tutorials/04_rms_norm_operator.py) and deep dive 42's
 rms_norm_forward: every view an input or a weight can be (sliced, transposed, broadcast with stride 0, 0-d and 1-d, a
 non-zero storage offset), normalized shapes of one and two dims, empty and size-1 dims, every dtype F.rms_norm takes
 (ours, or a clear TypeError naming the argument) and mixes of input and weight dtypes, eps (None, 0, an int, large),
@@ -30,7 +30,7 @@ TORCH_EPS = torch.finfo(torch.float32).eps  # eps=None: torch's, the epsilon of 
 
 @pytest.fixture(scope="module")
 def page():
-    return load_tutorial("04_rms_norm_backward")
+    return load_tutorial("04_rms_norm_operator")
 
 
 @pytest.fixture(scope="module")

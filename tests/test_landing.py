@@ -354,6 +354,7 @@ def test_the_pages_that_write_results():
         "03_sum_of_all_elements",
         "04_rms_norm",
         "04_rms_norm_backward",
+        "04_rms_norm_operator",
         "05_jax_rms_norm",
         "05_jax_rms_norm_backward",
         "06_cross_entropy",

@@ -1,7 +1,8 @@
-"""Tutorial 04's two core pages: tutorials/04_rms_norm.py (the forward's plain and fused kernels, their config) and
-tutorials/04_rms_norm_backward.py (the backward's ladder, the drop-in, which computes rows past the kernels in torch,
-and the forward it carries). The kernels, and torch past them, against float64, poisoned outputs, bad inputs,
-determinism, the launch parameters. Deep dive 41's kernels are tested in test_rms_norm_wide_backward.py."""
+"""Tutorial 04's three core pages: tutorials/04_rms_norm.py (the forward's plain and fused kernels, their config),
+tutorials/04_rms_norm_backward.py (the backward's kernel on three grids, its config) and
+tutorials/04_rms_norm_operator.py (the drop-in, which computes rows past the kernels in torch, and the kernels it
+carries). The kernels, and torch past them, against float64, poisoned outputs, bad inputs, determinism, the launch
+parameters. Deep dive 41's kernels are tested in test_rms_norm_wide_backward.py."""
 
 import copy
 import importlib.util
@@ -26,6 +27,11 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 @pytest.fixture(scope="module")
 def tut():  # the drop-in's page
+    return load_tutorial("04_rms_norm_operator")
+
+
+@pytest.fixture(scope="module")
+def bwd():  # the backward's page
     return load_tutorial("04_rms_norm_backward")
 
 
@@ -34,7 +40,7 @@ def fwd():  # the forward's page
     return load_tutorial("04_rms_norm")
 
 
-PAGES = ("04_rms_norm", "04_rms_norm_backward")
+PAGES = ("04_rms_norm", "04_rms_norm_backward", "04_rms_norm_operator")
 
 
 def rel(out, ref):
@@ -135,7 +141,7 @@ def test_rows_past_the_kernels_computed_by_torch(tut, weight):
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
 @pytest.mark.parametrize("weight", [True, False])
-def test_poisoned_outputs_fully_written(tut, fwd, shape, weight):
+def test_poisoned_outputs_fully_written(bwd, fwd, shape, weight):
     """Outputs filled with NaN first: every element must be written, and nothing past the outputs."""
     m, n = shape
     x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
@@ -153,8 +159,8 @@ def test_poisoned_outputs_fully_written(tut, fwd, shape, weight):
     dx_store = torch.full((m * n + 64,), float("nan"), device=DEVICE, dtype=torch.bfloat16)
     dx = dx_store[: m * n].view(m, n)
     ones = torch.ones(n, device=DEVICE, dtype=torch.bfloat16)
-    for persistent in (True, False):
-        dw = tut["rms_norm_rows_backward"](x, ones if w is None else w, rstd, dy, dx, persistent=persistent)
+    for step in (0, 1, 2):
+        dw = bwd["rms_norm_rows_backward"](x, ones if w is None else w, rstd, dy, dx, step=step)
         assert not dx.isnan().any() and not dw.isnan().any()
         assert dx_store[m * n :].isnan().all(), "the backward wrote past the end of dx"
     y64, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
@@ -174,29 +180,29 @@ def test_dw_bitwise_deterministic(tut):
         assert torch.equal(dx, runs[0][0]) and torch.equal(dw, runs[0][1])
 
 
-def test_steps_1_and_2_agree(tut):
-    """Step 1 (a program a block) and step 2 (the persistent grid, several blocks a program): the same dx bits, dw
-    from different partials, both against float64."""
+def test_steps_agree(bwd):
+    """Step 0 (a row a program), step 1 (a program a block) and step 2 (the persistent grid, several blocks a program):
+    the same dx bits, dw from different partials, each against float64."""
     x = torch.randn(700, 40, device=DEVICE)
     w = torch.randn(40, device=DEVICE)
     dy = torch.randn(700, 40, device=DEVICE)
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
     _, dx64, dw64 = reference(x, (40,), w, 1e-6, dy)
-    meta, grid = tut["_bwd_config"](700, 40, 4)[1:]
+    meta, grid = bwd["_bwd_config"](700, 40, 4)[1:]
     assert grid < math.ceil(700 / meta["BLOCK_M"]) or DEVICE == "cuda"  # several blocks a program on the CPU
     dxs = []
-    for persistent in (False, True):
+    for step in (0, 1, 2):
         dx = torch.full_like(x, float("nan"))
-        dw = tut["rms_norm_rows_backward"](x, w, rstd, dy, dx, persistent=persistent)
-        assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"persistent {persistent}"
+        dw = bwd["rms_norm_rows_backward"](x, w, rstd, dy, dx, step=step)
+        assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"step {step}"
         dxs.append(dx)
-    assert torch.equal(*dxs)
+    assert torch.equal(dxs[1], dxs[2]) and torch.allclose(dxs[0], dxs[1], rtol=1e-6, atol=1e-6)
 
 
-def test_configs_keep_todays_launch_parameters(tut, fwd):
+def test_configs_keep_todays_launch_parameters(bwd, fwd):
     """The launch parameters the config functions choose: 16-bit as tuned on an H100; the fp32 backward's blocks of
     8192 values, 16 warps, one program an SM, as measured fastest on an H200."""
-    fwd, bwd, sms = fwd["_fwd_config"], tut["_bwd_config"], tut["NUM_SMS"]
+    fwd, bwd, sms = fwd["_fwd_config"], bwd["_bwd_config"], bwd["NUM_SMS"]
     assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4), 125)
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)
     assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
@@ -269,14 +275,19 @@ def test_bad_inputs_raise(tut):
             rms_norm(meta, (8,))
 
 
-def test_the_drop_ins_page_carries_the_forward_letter_for_letter(tut, fwd):
-    """04_rms_norm_backward runs the forward that 04_rms_norm teaches: the same kernel, config, launcher and
-    constants."""
-    assert inspect.getsource(tut["rms_norm_fwd_kernel"].fn) == inspect.getsource(fwd["rms_norm_fwd_kernel"].fn)
-    for name in ("_warps", "_fwd_config", "rms_norm_rows_forward"):
-        assert inspect.getsource(tut[name]) == inspect.getsource(fwd[name]), name
+def test_the_drop_ins_page_carries_the_kernels_letter_for_letter(tut, fwd, bwd):
+    """04_rms_norm_operator runs the forward that 04_rms_norm teaches and the backward that 04_rms_norm_backward
+    teaches: the same kernels, configs, launchers and constants; the backward page's constants are the forward's."""
+    for name, page in (("rms_norm_fwd_kernel", fwd), ("rms_norm_bwd_kernel", bwd)):
+        assert inspect.getsource(tut[name].fn) == inspect.getsource(page[name].fn), name
+    for name, page in [(n, fwd) for n in ("_warps", "_fwd_config", "rms_norm_rows_forward")] + [
+        (n, bwd) for n in ("_warps", "_bwd_config", "rms_norm_rows_backward")
+    ]:
+        assert inspect.getsource(tut[name]) == inspect.getsource(page[name]), name
+    assert inspect.getsource(bwd["_warps"]) == inspect.getsource(fwd["_warps"])
     for name in ("MIN_ELEMENTS", "MAX_ROW_BYTES"):
         assert tut[name] == fwd[name], name
+    assert bwd["MIN_ELEMENTS"] == fwd["MIN_ELEMENTS"] and tut["NUM_SMS"] == bwd["NUM_SMS"]
     for n, size in ((16384, 4), (16385, 4), (32768, 2), (32769, 2)):  # the drop-in's forward: the rows step 1 holds
         assert tut["fused"]("forward", n, size) == (n * size <= fwd["MAX_ROW_BYTES"]), (n, size)
 
@@ -320,15 +331,15 @@ def test_forward_page_measures_past_its_rows_as_the_drop_in_computes(fwd):
 
 
 @pytest.mark.parametrize("n", [1, 7, 256, 300, 4096])
-def test_ladder_step_0_matches_float64(tut, n):
-    """The ladder's plain backward (a program a row, M dw partials summed in order) against float64, outputs
-    poisoned first: it is timed against the drop-in's kernels, so it must compute the same dx and dw."""
+def test_ladder_step_0_matches_float64(bwd, n):
+    """The ladder's step 0 (a program a row on 4 warps, M dw partials summed in order) against float64, outputs
+    poisoned first: it is timed against the drop-in's launch, so it must compute the same dx and dw."""
     x = torch.randn(37, n, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16)
     dy = torch.randn(37, n, device=DEVICE, dtype=torch.bfloat16)
     rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
     dx = torch.full_like(x, float("nan"))
-    dw = tut["plain_backward"](x, w, rstd, dy, dx)
+    dw = bwd["rms_norm_rows_backward"](x, w, rstd, dy, dx, step=0)
     _, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
     assert rel(dw, dw64) <= TOL[torch.bfloat16], f"N = {n}: dw error {rel(dw, dw64):.2e}"
     if n > 1:  # at N = 1 dx is a difference of nearly equal numbers
@@ -338,7 +349,8 @@ def test_ladder_step_0_matches_float64(tut, n):
 # each page: the direction it benchmarks, its ladder's steps, the columns of its errors' table
 MEASURED = {
     "04_rms_norm": ("forward", {0, 1}, ["step 0", "step 1", "torch"]),
-    "04_rms_norm_backward": ("backward", {0, 1, 2}, ["y", "dx", "dw"]),
+    "04_rms_norm_backward": ("backward", {0, 1, 2}, ["step 0", "step 1", "step 2", "torch"]),
+    "04_rms_norm_operator": ("forward+backward", None, ["y", "dx", "dw"]),  # no ladder: the drop-in
 }
 
 
@@ -346,13 +358,17 @@ MEASURED = {
 def test_tutorial_checked_and_measured(stem):
     page = load_tutorial(stem)
     direction, steps, columns = MEASURED[stem]
-    errors, results, ladder = page["errors"], page["results"], page["ladder"]
+    errors, results = page["errors"], page["results"]
     assert len(errors) == len(page["CHECK_SHAPES"]) * 3 and list(errors.columns) == ["shape", "dtype", *columns]
     ours = results[results.provider == "ours"]
     assert len(ours) == 2 * len(page["SWEEP_N"]) and set(results.direction) == {direction}
     assert (ours["GB/s"] > 0).all() and ours["% of speed of light"].notna().all()
-    assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"] and set(ladder.step) == steps
-    assert (ladder["GB/s"] > 0).all() and list(ladder.step) == sorted(ladder.step)
+    if steps is not None:
+        ladder = page["ladder"]
+        assert list(ladder.columns) == ["step", "idea", "N", "GB/s", "% of light"] and set(ladder.step) == steps
+        assert (ladder["GB/s"] > 0).all() and list(ladder.step) == sorted(ladder.step)
+    else:
+        assert "ladder" not in page.data
     assert math.isclose(page["TOTAL_ELEMENTS"], 2**26) or DEVICE == "cpu"
     assert set(page["RANGE"]) == {(direction, "float32"), (direction, "bfloat16")}, "a page claims what it measures"
 
@@ -480,7 +496,8 @@ def test_cpu_run_measures_no_speed_and_says_so(stem, monkeypatch):
         why = "not installed" if importlib.util.find_spec(package) is None else "no GPU"
         assert f"{peer}: not measured here ({why})." in lines, lines
     assert not re.search(r"GB/s|% of the copy|as fast as|best peer", proc.stdout), proc.stdout
-    shown = tut["show_ladder"](tut["ladder"]).data
-    assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == MEASURED[stem][1]
+    if MEASURED[stem][1] is not None:
+        shown = tut["show_ladder"](tut["ladder"]).data
+        assert list(shown.columns) == ["step", "idea", "N"] and set(shown.step) == MEASURED[stem][1]
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in tut["environment_card"]()._repr_html_()

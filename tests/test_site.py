@@ -175,12 +175,6 @@ READS_LONGER = {
     "02_layer_norm": 39,
     # the lock-free backward's kernel (29 lines: 19 minutes), dx, dw, db in one pass, and its launch parameters
     "02_layer_norm_backward": 33,
-    # its two kernels (28 lines, the fused one with its overflow branch and rstd's store from the tile) read 19 of
-    # its 27 minutes of code; its prose explains Triton from the start
-    "04_rms_norm": 33,
-    # the backward's two kernels (33 lines: 22 minutes), the drop-in's operators (43 lines) and its check in a compiled
-    # model: 40 minutes of code
-    "04_rms_norm_backward": 48,
     # its two kernels (step 0's, and steps 1 and 2's, which the drop-in launches) read 30 minutes by themselves (45
     # lines at 40 s) and stay as they are; the backward and the drop-in are the next page
     "06_cross_entropy": 53,

@@ -2,12 +2,11 @@
 Fused RMSNorm
 =============
 
-RMSNorm divides each row by its root mean square and scales it by a weight. The best kernel moves each byte once,
-as fast as a copy (the *speed of light*). You write its forward in Triton and measure it against PyTorch,
-``torch.compile``, Liger-Kernel and quack.
+You write RMSNorm's forward in Triton, moving each byte once, as fast as a copy (the *speed of light*), and measure it
+against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn**: to count bytes; a kernel of a row a program; a tile of rows a program, sized by Little's
-law. No Triton needed beforehand. Rows of up to 16 K elements.
+**What you will learn**: to count bytes; a row a program; a tile of rows a program, sized by Little's law. No Triton
+needed beforehand. Rows of up to 16 K elements.
 """
 
 import datetime, math, os, torch, torch.nn.functional as F
@@ -30,30 +29,23 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# One PyTorch operation a line, in fp32:
-
-def naive_rms_norm(x, weight, eps):
-    x32 = x.float()
-    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN, write M
-    rstd = torch.rsqrt(mean_sq + eps)
-    return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
-
-# %%
-# That moves :math:`7MN` elements; a kernel that keeps a row on chip reads :math:`x` and writes :math:`y` once,
-# :math:`2MN`: **3.5 times** faster. The target: a copy of :math:`x`. It saves :math:`r` (``rstd``) for the backward.
+# PyTorch runs it an operation at a time, each through memory (``naive_rms_norm``, in the appendix): in fp32 the
+# square, the mean and the two products move :math:`2MN + MN + 4MN = 7MN` elements. A kernel reading :math:`x` and
+# writing :math:`y` once moves :math:`2MN`: **3.5 times** faster.
 #
 # Step 0: a row a program
 # -----------------------
-# A program loads its row, sums the squares, and stores :math:`y` and :math:`r`. The Triton it needs:
+# A program loads its row, sums its squares, stores :math:`y` and :math:`r` (``rstd``, for the backward). The
+# Triton it needs:
 #
 # - ``@triton.jit`` compiles a function for the GPU; ``kernel[(M,)](...)`` runs M copies, the *programs*;
 #   ``tl.program_id(0)`` is a program's number: its row.
 # - A tensor arrives as a pointer to its first element; ``x_ptr + offs`` is a block of addresses.
-# - ``BLOCK_N: tl.constexpr``, fixed at compile time, is the row's length rounded up to a power of two;
+# - ``BLOCK_N: tl.constexpr``, fixed at compile time: the row's length rounded up to a power of two;
 #   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks those in the row.
 # - ``tl.load(..., mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
 # - ``tl.sum(..., axis=0)`` adds the row up across the program's threads (4 warps of 32 by default).
-# - ``.to`` converts: sums in fp32, :math:`y` in its tensor's dtype (``y_ptr.dtype.element_ty``).
+# - ``.to`` converts: sums in fp32, :math:`y` in its tensor's dtype.
 
 @triton.jit
 def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -65,34 +57,27 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
     tl.store(y_ptr + offs, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(rstd_ptr + row, rstd)
 
-def plain_forward(x, w, y, rstd, eps):  # contiguous rows and a weight
-    plain_rms_norm_fwd_kernel[(len(x),)](x, w, y, rstd, x.shape[1], eps, BLOCK_N=triton.next_power_of_2(x.shape[1]))
-
 # %%
 # Step 1: a tile of rows a program
 # --------------------------------
-# A row of 256 bf16 gives a program 512 bytes, too few loads in flight to keep memory busy. Step 1 gives a program a
-# tile of ``BLOCK_M`` rows: ``rows[:, None]`` and ``cols[None, :]`` broadcast into it as in PyTorch, and ``axis=1``
-# sums each row. ``tl.minimum`` clamps rows past the last onto it: every load reads a real row, and the store's mask
-# drops the copies. Rows may lie apart (``x_row_stride``); ``HAS_WEIGHT``, a ``constexpr``, compiles the weight out
-# where there is none. ``rstd`` is stored in the tile's shape, from the threads that hold its row (the tile's
-# *layout*): as a vector it would first pass through shared memory. Skip the branch on ``sum_sq == inf`` at first:
-# it is for values past 1e19.
+# A row of 256 bf16 is 512 bytes a program: too few loads in flight to keep memory busy. Step 1 gives a program a
+# tile of ``BLOCK_M`` rows: ``rows[:, None]`` and ``cols[None, :]`` broadcast into it as in PyTorch, ``axis=1`` sums
+# each row, and ``tl.minimum`` keeps every load on a real row. ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent
+# weight.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: the index takes n_rows' type, int64 from 2**31 rows on (as Triton passes it), else the cheaper int32
+    # + 0 * n_rows: the indices take n_rows' type, int64 from 2**31 rows on, else the cheaper int32
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # Values past about 1e19 overflow sum_sq in fp32 (torch's rms_norm returns 0 there). Such a row, rare, sums
-    # (x / 2**80)**2 instead: exact (a power of two), finite for 2**31 values up to 2**48, eps negligible beside it.
+    # past about 1e19, sum_sq overflows fp32: such a row, rare, sums (x / 2**80)**2 instead (exact: a power of two)
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
@@ -101,32 +86,29 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # by column 0's thread of each row; + cols (masked) keeps the tile's layout: no trip through shared memory
+    # + cols, masked to column 0: rstd in the tile's layout, no trip through shared memory
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
 # **Launch parameters.** Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's
-# law: bandwidth x latency / SMs, 25 KB at 3.35 TB/s, a microsecond and 132 SMs). So a tile holds ``MIN_ELEMENTS``
-# values or more, and ``_warps`` gives it a warp per 32 x 64 bytes: four 16-byte loads (the widest) a thread.
+# law: bandwidth x latency / SMs, 25 KB at 3.35 TB/s, 1 µs, 132 SMs). So a tile holds ``MIN_ELEMENTS``
+# values or more, and ``_warps`` a warp per 32 x 64 bytes: four 16-byte loads (the widest) a thread.
 #
-# **The range.** A row is held in registers up to ``MAX_ROW_BYTES``. ``RANGE`` stops at 16 K: a 16-bit row past that
-# fills an SM alone, nothing loading while it sums;
+# **The range.** ``RANGE`` stops at 16 K: a 16-bit row past that fills an SM alone, nothing loading while it sums;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages those rows in shared memory and
 # :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams longer ones.
 
 MIN_ELEMENTS = 4096  # fewest elements in a tile
 MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
-# (direction, dtype) -> the N step 1 is for (fp16: as bf16)
-RANGE = {("forward", "float32"): range(1, 16385), ("forward", "bfloat16"): range(1, 16385)}
+RANGE = {("forward", dtype): range(1, 16385) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
 def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = _warps(block_m * block_n, element_size, 64)
-    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
-        triton.cdiv(n_rows, block_m)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64))
+    return rms_norm_fwd_kernel, meta, triton.cdiv(n_rows, block_m)
 
 def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride along the row; w: None, or contiguous
     kernel, meta, grid = _fwd_config(*x.shape, x.element_size())
@@ -139,9 +121,10 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA
 # graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of :math:`x`, timed beside it
 # without a graph. GB/s counts :math:`x` read and :math:`y` written. The forward is timed as training runs it, on
-# inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the next page's drop-in runs there: the math
+# inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (two pages on) runs there: the math
 # in torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates
 # to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
+# First the naive RMSNorm, one PyTorch operation a line, and step 0's launch: a program a row.
 
 import importlib.util, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
@@ -155,6 +138,15 @@ TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
+
+def naive_rms_norm(x, weight, eps):
+    x32 = x.float()
+    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN, write M
+    rstd = torch.rsqrt(mean_sq + eps)
+    return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
+
+def plain_forward(x, w, y, rstd, eps):  # contiguous rows and a weight
+    plain_rms_norm_fwd_kernel[(len(x),)](x, w, y, rstd, x.shape[1], eps, BLOCK_N=triton.next_power_of_2(x.shape[1]))
 
 def check_row(shape, dtype):
     """Each step's and torch's relative error against float64: of y, or of rstd where that is larger."""
@@ -317,14 +309,14 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# Each step's relative error against float64 (y's, or rstd's where larger), next to torch's:
+# Errors against float64 (y's, or rstd's if larger), beside torch's:
 
 (errors := check(CHECK_SHAPES)).style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="index")
 
 # %%
 # The ladder, measured
 # --------------------
-# bf16 rows of 256 (packing matters) and 4096 (a row fills a tile):
+# bf16 rows of 256 and 4096:
 
 ladder = measure_ladder()
 show_ladder(ladder)
@@ -332,7 +324,7 @@ show_ladder(ladder)
 # %%
 # Benchmark
 # ---------
-# Step 1 against its peers ("-": a peer's limit), in GB/s, then as a plot:
+# Step 1 against its peers, in GB/s ("-": a peer's limit):
 
 results, table = benchmark()
 show(table)
@@ -350,7 +342,7 @@ print(reading(ladder, table))
 # %%
 # Going further
 # -------------
-# **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
+# **Next**: the backward, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
 # **Exercise**: give ``_warps`` 32 bytes a thread instead of 64: which rows gain, and why? Reference: Zhang, Sennrich
 # (2019).
 
