@@ -178,9 +178,6 @@ READS_LONGER = {
     # the backward's two kernels (33 lines: 22 minutes), the drop-in's operators (43 lines) and its check in a compiled
     # model: 40 minutes of code
     "04_rms_norm_backward": 48,
-    # its two kernels (step 0's, and steps 1 and 2's, which the drop-in launches) read 30 minutes by themselves (45
-    # lines at 40 s) and stay as they are; the backward and the drop-in are the next page
-    "06_cross_entropy": 53,
 }
 
 
