@@ -137,10 +137,10 @@ def test_split_config_and_range(page):
 
 
 def test_carried_core_kernel_is_the_core_pages(page):
-    """The deep dive is measured against tutorial 06's kernel and launch (here with its options inside: weights,
-    smoothing, the forward alone reduced in one launch): the same constants, the same launch for every option the core
-    kernel takes, the same losses and gradient bit for bit."""
-    core = load_tutorial("06_cross_entropy")
+    """The deep dive is measured against tutorial 06's kernel and launch (06_cross_entropy_and_gradient's; here with
+    its options inside: weights, smoothing, the forward alone reduced in one launch): the same constants, the same
+    launch for every option the core kernel takes, the same losses and gradient bit for bit."""
+    core = load_tutorial("06_cross_entropy_and_gradient")
     names = ("CHUNK_N", "FORWARD_CHUNK_N", "STAGES", "L2_SHARE", "MAX_PROGRAMS_PER_SM", "SMEM_PER_BLOCK", "SMEM_PER_SM")
     for name in (*names, "WARPS_PER_SM"):
         assert page[name] == core[name], name

@@ -715,8 +715,14 @@ def rms_norm_backward_04(p, dtype, n, variant):
     p["rms_norm_rows_backward"](x, w, torch.empty(len(x), device=DEVICE), torch.empty_like(x), torch.empty_like(x))
 
 
+def loss_06(p, dtype, n, variant):
+    """The first page's launcher of the loss alone (the loss and its gradient are the next page's)."""
+    logits = matrix(n, dtype)
+    p["loss_rows"](logits, torch.randint(0, n, (len(logits),), device=DEVICE))
+
+
 def cross_entropy_06(p, dtype, n, variant):
-    """The first page's launcher, weighted, as the drop-in calls it: the loss and its gradient, or the loss alone (the
+    """The second page's launcher, weighted, as the drop-in calls it: the loss and its gradient, or the loss alone (the
     drop-in, with its backward, is the next page's)."""
     logits = matrix(n, dtype)
     target = torch.randint(0, n, (len(logits),), device=DEVICE)
@@ -828,8 +834,12 @@ PAGES = {
     "04_rms_norm": Entry(rms_norm_forward_04, ("weight",), rms_norm_forward_04_takes),
     "04_rms_norm_backward": Entry(rms_norm_backward_04, ("weight",)),
     "04_rms_norm_operator": Entry(rms_norm_04, ("weight",), rms_norm_04_takes),
-    "06_cross_entropy": Entry(cross_entropy_06, ("gradient", "forward alone")),
-    # the drop-in's page claims no N (it measures forward+backward, deep dive 61's): driven at the first page's N
+    "06_cross_entropy": Entry(loss_06, ("forward alone",)),
+    # the second page and the drop-in's claim no N (they measure forward+backward, deep dive 61's): driven at the first
+    # page's N
+    "06_cross_entropy_and_gradient": Entry(
+        cross_entropy_06, ("gradient", "forward alone"), widths_of="06_cross_entropy"
+    ),
     "06_cross_entropy_backward": Entry(cross_entropy, ("gradient", "forward alone"), widths_of="06_cross_entropy"),
     "11_softmax_long_rows": Entry(softmax_rows_11, ("",)),
     "12_softmax_staged_gluon": Entry(softmax_staged_12, ("",), gluon=True),
@@ -1012,6 +1022,7 @@ PINNED_PAGES = (
     "04_rms_norm",
     "04_rms_norm_operator",
     "06_cross_entropy",
+    "06_cross_entropy_and_gradient",
     "06_cross_entropy_backward",
 )
 

@@ -175,9 +175,6 @@ READS_LONGER = {
     "02_layer_norm": 39,
     # the lock-free backward's kernel (29 lines: 19 minutes), dx, dw, db in one pass, and its launch parameters
     "02_layer_norm_backward": 33,
-    # its two kernels (step 0's, and steps 1 and 2's, which the drop-in launches) read 30 minutes by themselves (45
-    # lines at 40 s) and stay as they are; the backward and the drop-in are the next page
-    "06_cross_entropy": 53,
 }
 
 

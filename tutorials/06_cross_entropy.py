@@ -3,12 +3,12 @@ Cross-entropy over a large vocabulary
 =====================================
 
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
-memory-bound tensor of training. You write a kernel that computes each row's loss **and its gradient in one launch**,
-and measure the loss against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a
-loss and its gradient must move; what to do when a row outgrows one program's registers; keeping the rows being read
-in L2. Its Triton is introduced on :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
-:ref:`sphx_glr_tutorials_06_cross_entropy_backward.py`, makes the kernel a drop-in for
-:func:`torch.nn.functional.cross_entropy`, with autograd.
+memory-bound tensor of training. You write a kernel that computes each row's loss **reading each logit once**, and
+measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a loss must
+move; a row longer than a program's registers; a grid that keeps every SM busy. Its Triton is introduced on
+:ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
+:ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`, writes the gradient in the same launch; the one after
+makes it a drop-in for :func:`torch.nn.functional.cross_entropy`.
 """
 
 import contextlib, datetime, os, shutil, subprocess, timeit, torch, torch.nn.functional as F
@@ -21,182 +21,124 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
-NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 
 # %%
-# The loss, its gradient and their bytes
-# --------------------------------------
-# For a row :math:`x` of :math:`V` logits and its target class :math:`t`, with :math:`\ell = \log \sum_j e^{x_j}`
-# (the log-sum-exp) and :math:`p = \mathrm{softmax}(x) = e^{x - \ell}`,
+# The loss and its bytes
+# ----------------------
+# For a row :math:`x` of :math:`V` logits and its target class :math:`t`, with the log-sum-exp
+# :math:`\ell = \log \sum_j e^{x_j}`,
 #
 # .. math::
 #
-#    \mathrm{loss} = \ell - x_t, \qquad \frac{\partial\, \mathrm{loss}}{\partial x} = p - \mathrm{onehot}(t) .
+#    \mathrm{loss} = \ell - x_t ,
 #
-# ``reduction='mean'`` divides both by the rows not ignored (``ignore_index``). PyTorch's eager loss moves **12 bytes a
-# logit** in bf16: *x* read, ``log_softmax(x)`` written, then read again; a gradient of it written, read; *dx* written.
-# The least is **4**: read each logit once, write its gradient once. Predicted: about 3 times eager's speed, a copy's.
-# The loss alone (evaluation) needs only the read, 2 bytes a logit, where eager's forward moves 4.
+# and ``reduction='mean'`` averages the rows. The loss alone needs each logit read once: **2 bytes** a bf16 logit.
+# PyTorch's eager forward moves 4 (*x* read, ``log_softmax(x)`` written). Predicted: twice eager's speed, a read
+# pass's.
 #
 # Step 0: the whole row in registers
 # ----------------------------------
-# One program per row loads it whole; all else follows from registers: 4 bytes a logit. The launch ``[(M,)]`` runs
-# :math:`M` programs, ``num_warps`` warps each; ``tl.program_id(0)`` is the row, ``tl.arange(0, BLOCK_V)`` its columns,
-# ``BLOCK_V`` a ``tl.constexpr`` (a compile-time power of 2), masked (``mask=cols < n_cols``) to the :math:`V` that
-# exist, the padding read as :math:`-\infty`. Step 0 is the plain case: every row counted (``scale``: the mean's
-# :math:`1/M`), no options.
+# One program a row loads it whole: the launch ``[(M,)]`` runs :math:`M` programs of ``num_warps`` warps;
+# ``tl.program_id(0)`` is the row, ``tl.arange(0, BLOCK_V)`` its columns (``BLOCK_V``, a ``tl.constexpr``, is a
+# compile-time power of 2), masked to the :math:`V` that exist, the padding read as :math:`-\infty`.
 
 @triton.jit
-def ce_row_kernel(x_ptr, target_ptr, loss_ptr, dx_ptr,
-                  n_cols, x_row_stride, dx_row_stride, scale,
-                  BLOCK_V: tl.constexpr):
+def ce_row_kernel(x_ptr, target_ptr, loss_ptr, n_cols, x_row_stride, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # int64: M * V passes 2**31
     cols = tl.arange(0, BLOCK_V)
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-    is_target = cols == tl.load(target_ptr + row)
+    x_t = tl.load(x_ptr + row * x_row_stride + tl.load(target_ptr + row)).to(tl.float32)
     m = tl.max(x, axis=0)
-    e = tl.exp(x - m)
-    total = tl.sum(e, axis=0)
-    tl.store(loss_ptr + row, m - tl.sum(tl.where(is_target, x, 0.0), axis=0) + tl.log(total))  # not (m + log s) - x_t
-    dx = scale * (e / total - tl.where(is_target, 1.0, 0.0))
-    tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+    tl.store(loss_ptr + row, m - x_t + tl.log(tl.sum(tl.exp(x - m), axis=0)))  # not (m + log s) - x_t: exact at 1e20
 
-def step0_loss_and_grad(x2d, target, dx):  # step 0, the 'mean' of every row: the loss; its gradient into dx
+def step0_loss(x2d, target):  # step 0: each row's loss
     loss, block = torch.empty(len(x2d), device=x2d.device), triton.next_power_of_2(x2d.shape[1])
-    ce_row_kernel[(len(x2d),)](x2d, target, loss, dx, x2d.shape[1], x2d.stride(0), dx.stride(0), 1 / len(x2d),
-                               BLOCK_V=block, num_warps=min(32, max(4, block // 512)))  # 16 logits a thread
-    return loss.mean()
+    ce_row_kernel[(len(x2d),)](x2d, target, loss, x2d.shape[1], x2d.stride(0), BLOCK_V=block,
+                               num_warps=min(32, max(4, block // 512)))  # 16 logits a thread
+    return loss
 
 # %%
-# At 32 K logits, step 0 takes 32 fp32 registers a thread twice over (:math:`x` and its exponentials); 128 K spill.
-#
-# Step 1: the row in chunks, read twice, the second time from L2
-# --------------------------------------------------------------
-# A long row is walked in chunks of ``CHUNK`` logits with an *online* softmax (deep dive 11 derives it): the row's
-# running maximum :math:`m`, and for each lane of the chunk a running sum :math:`s` of :math:`e^{x - m}` (a vector of
-# ``CHUNK``, added up once after the loop), rescaled by :math:`e^{m - m'}` when a chunk raises the maximum. ``tl.range``
-# is a loop compiled as one (``num_stages``: the next chunks loaded early). Pass 2 needs the final :math:`\ell`: it
-# rereads the row at once, from L2 if it is still there, and writes :math:`w p`, then the target's :math:`w (p_t - 1)`
-# over it once ``tl.debug_barrier()`` has every thread's stores done (another thread wrote that address): no compare at
-# every logit. ``exp2`` is one instruction. ``if WRITE_GRAD:`` tests a ``tl.constexpr``, settled when the kernel
-# compiles: without it, pass 2 is not in the kernel, which computes the loss alone from one read of the row.
-#
-# Each row has a weight :math:`w`: its target's class weight (1 without ``weight``), 0 if ignored, NaN if the target is
-# out of range (the host raises where it can look). A row's loss is :math:`w (\ell - x_t)`; ``'mean'`` divides by
-# :math:`\sum w` (``scale_ptr``). The target is clamped (``tl.minimum``, ``tl.maximum``): reads stay in its row.
+# Step 1: the row in chunks, an online log-sum-exp
+# ------------------------------------------------
+# At 32 K logits, step 0 holds 32 fp32 logits a thread and their exponentials; 128 K spill. Step 1 walks the row in
+# chunks of ``CHUNK`` with an *online* softmax (deep dive 11 derives it): a running maximum :math:`m` and, a lane of the
+# chunk each, running sums :math:`s` of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the
+# maximum, added up after the loop. ``tl.range`` is a loop compiled as one (``num_stages``: the next chunks loaded
+# early); ``exp2`` is one instruction. The loop is a ``@triton.jit`` function, inlined where a kernel calls it (the
+# next page's does too, with a cache hint, ``KEEP``). Program :math:`p` takes rows :math:`p, p + P, \dots`: step 1
+# launches :math:`P = M`.
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr,
-                         n_rows, n_cols, x_row_stride, dx_row_stride, ignore_index,
-                         CHUNK: tl.constexpr, STAGES: tl.constexpr, WRITE_GRAD: tl.constexpr,
-                         KEEP: tl.constexpr, DROP: tl.constexpr, STREAM: tl.constexpr):  # cache hints: step 2's
+def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr = ""):  # (m, log_s)
     LOG2E: tl.constexpr = 1.4426950408889634
-    cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
-    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ... (step 1: P = M)
-        row64 = tl.cast(row, tl.int64)  # M * V passes 2**31
-        x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
-        t = tl.load(target_ptr + row)
-        target = tl.minimum(tl.maximum(t, 0), n_cols - 1)  # out of range: read inside the row, the loss NaN
-        w_t = tl.load(weight_ptr + target).to(tl.float32)  # the target's class weight (all 1 without weights)
-        w = tl.where(t == ignore_index, 0.0, tl.where(t == target, w_t, float("nan")))
-        x_t = tl.load(x_row + target).to(tl.float32)
-        m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
-        for chunk in tl.range(0, n_chunks, num_stages=STAGES):  # pass 1: m and s
-            offs = chunk * CHUNK + cols
-            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
-            s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
-        log_s = tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
-        tl.store(loss_ptr + row, tl.where(w == 0.0, 0.0, w * (m - x_t + log_s)))
-        if WRITE_GRAD:  # pass 2, the last chunk first (the likeliest still in L2)
-            row_scale = tl.where(w == 0.0, 0.0, w * tl.load(scale_ptr))
-            for chunk in tl.range(0, n_chunks, num_stages=STAGES):
-                offs = (n_chunks - 1 - chunk) * CHUNK + cols
-                x = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy=DROP).to(tl.float32)
-                dx = row_scale * tl.exp2((x - m) * LOG2E - log_s * LOG2E)
-                tl.store(dx_row + offs, dx.to(dx_ptr.dtype.element_ty), mask=offs < n_cols, cache_modifier=STREAM)
-            tl.debug_barrier()
-            tl.store(dx_row + target, (row_scale * (tl.exp(x_t - m - log_s) - 1.0)).to(dx_ptr.dtype.element_ty))
+    cols = tl.arange(0, CHUNK)
+    m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
+    for chunk in tl.range(0, tl.cdiv(n_cols, CHUNK), num_stages=STAGES):
+        offs = chunk * CHUNK + cols
+        x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
+        s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
+    return m, tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
+
+@triton.jit
+def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK: tl.constexpr, STAGES: tl.constexpr):
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ...
+        x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # M * V passes 2**31
+        x_t = tl.load(x_row + tl.load(target_ptr + row)).to(tl.float32)
+        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES)
+        tl.store(loss_ptr + row, m - x_t + log_s)
 
 # %%
-# Step 2: the rows being read must fit L2
+# Step 2: a grid that keeps every SM busy
 # ---------------------------------------
-# Step 1 has a row in flight for each program the SMs hold; once they outgrow L2, the second read goes to memory. Step
-# 2's grid is *persistent*: a few programs an SM, each walking rows ``p, p + P, ...``, the rows in flight under
-# ``L2_SHARE`` of L2; cache hints ``evict_last`` on the first read, ``evict_first`` on the second, ``.cs`` (streaming)
-# on the gradient's store. An SM needs enough bytes in flight to hide memory's latency (Little's law: bandwidth x
-# latency / SMs). With the gradient, ``MAX_PROGRAMS_PER_SM`` rows of a short vocabulary, fewer where they would outgrow
-# L2; stages (chunks loaded ahead into shared memory) only where one program an SM leaves nothing else to overlap. The
-# forward alone rereads nothing: small chunks of ``FORWARD_CHUNK_N`` on 2 warps, enough programs to fill the SM's warp
-# slots (the device's threads an SM / 64), each staging as many chunks ahead as all of theirs fit its shared memory.
+# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs). Step 2 runs programs
+# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as it has warp slots (its threads / 64) and no more: a
+# *persistent* grid. Each stages as many chunks ahead in shared memory as all its SM's programs' fit.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
-NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
-SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
-    else (232448, 233472)
+NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
-CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 1024  # the forward alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
+FORWARD_CHUNK_N = 1024  # the loss alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
-L2_SHARE = 0.7  # of L2 for the rows in flight
-MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
-def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
-    chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
-    meta = dict(CHUNK=chunk, num_warps=max(4 if grad else 2, min(16, chunk * element_size // 2048)))
-    if step == 1:  # a program per row, no cache hints, no pipelining
-        return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else WARPS_PER_SM // meta["num_warps"])
-    # a loop (two with the gradient) stages STAGES - 1 chunks; 1 KB for the reductions
-    fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
-    sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * element_size)  # every program's stages, on one SM
-    stages = min(stages or (STAGES if grad and per_sm == 1 else 1 if grad else min(STAGES, sm_stages)), fit)
-    meta |= dict(KEEP="evict_last", DROP="evict_first", STREAM=".cs", STAGES=stages)
-    return meta, min(n_rows, per_sm * NUM_SMS)
+def loss_config(n_rows, n_cols, element_size, step=2):  # (meta-parameters, grid) of the loss alone
+    meta = dict(CHUNK=max(16, min(FORWARD_CHUNK_N, triton.next_power_of_2(n_cols))), num_warps=2)
+    if step == 1:  # a program per row, no pipelining
+        return meta | dict(STAGES=1), n_rows
+    per_sm = WARPS_PER_SM // 2
+    sm_stages = 1 + SMEM_PER_SM // (per_sm * meta["CHUNK"] * element_size)  # every program's stages, on one SM
+    return meta | dict(STAGES=min(STAGES, sm_stages)), min(n_rows, per_sm * NUM_SMS)
 
 # %%
-# The launcher and the range
-# --------------------------
-# ``cross_entropy_rows`` launches steps 1 and 2, with the gradient (into ``dx``) or without it: the loss alone. The
-# mean's factor :math:`1 / \sum w` comes from torch operations on the :math:`M` targets, not on the logits; without
-# ``weight`` every class weighs 1. ``RANGE`` holds what the site recommends this page for: the loss alone, at every
-# :math:`V`. With the gradient each row is read twice (the ladder shows the cost); deep dive 61 reads it once.
+# ``loss_rows`` launches steps 1 and 2; the site recommends them for the loss alone at every :math:`V` (``RANGE``).
 
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # (direction, dtype) -> the V it is for
 
-def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2):  # (losses, scale); gradient: dx
-    (n_rows, n_cols), valid = x2d.shape, target != ignore_index
-    counted = valid.sum() if weight is None else (valid * weight.float()[target.clamp(0, n_cols - 1)]).sum()
-    scale = 1.0 / counted.float() if mean else torch.ones((), device=x2d.device)  # all rows ignored: inf, NaN 'mean'
-    weight = torch.ones(n_cols, device=x2d.device) if weight is None else weight
-    losses = torch.empty(n_rows, device=x2d.device, dtype=torch.float32)
-    if n_rows > 0:
-        meta, grid = _config(n_rows, n_cols, x2d.element_size(), step, grad=dx is not None)
-        out = x2d if dx is None else dx  # (dx_ptr is not written without WRITE_GRAD)
-        cross_entropy_kernel[(grid,)](x2d, target, weight, scale, losses, out, n_rows, n_cols, x2d.stride(0),
-                                      out.stride(0), ignore_index, WRITE_GRAD=dx is not None, **meta)
-    return losses, scale
+def loss_rows(x2d, target, step=2):  # every row counted: no class weights, no ignored rows (the next page's)
+    losses = torch.empty(len(x2d), device=x2d.device, dtype=torch.float32)
+    meta, grid = loss_config(*x2d.shape, x2d.element_size(), step)
+    loss_kernel[(grid,)](x2d, target, losses, *x2d.shape, x2d.stride(0), **meta)
+    return losses
 
 # %%
 # Appendix: how this page measures
 # --------------------------------
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed), CUDA graphs replayed. GB/s counts the bytes a
-# perfect kernel moves: the logits read (the loss alone), plus the gradient written (the ladder). The *speed of light*,
-# timed beside them: a pass that only reads the logits (tutorial 03's), and for the ladder a copy. Liger (given a copy:
-# it overwrites its input) syncs with the host: no graph. The functions below are the page's machinery (the check, the
-# timer, the ladder, the peers, the sweep, tables, plot, the sentences that read the numbers); the cells after the
-# appendix call them.
+# perfect kernel moves: the logits, read once. The *speed of light*, timed beside them, is a pass that only reads the
+# logits (tutorial 03's). Liger (given a copy: it overwrites its input) syncs with the host: no graph. The functions
+# below are the page's machinery (the check, the timer, the ladder, the peers, the sweep, tables, plot, the sentences
+# that read the numbers); the cells after the appendix call them.
 
 # %%
+NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]  # the shortest and the middle V
-STEPS = {0: "the whole row in registers", 1: "chunks, the row reread from L2", 2: "rows in flight fit L2, cache hints"}
+STEPS = {0: "the whole row in registers", 1: "chunks, a program a row", 2: "a persistent grid, chunks staged"}
 
 def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)
     if not ON_GPU:
@@ -225,55 +167,40 @@ def light_gbs(x, read_only=False):
     out = torch.empty_like(x)
     return max(2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6 for _ in range(2))
 
-def reference(x, target, weight=None):
-    """float64: each row's loss, and the gradient of their 'mean'."""
-    x64, w64 = x.double().requires_grad_(True), None if weight is None else weight.double()
-    losses = F.cross_entropy(x64, target, weight=w64, reduction="none")
-    return losses.detach(), torch.autograd.grad(F.cross_entropy(x64, target, weight=w64), x64)[0]
-
 def check_row(shape, dtype):
-    """Each step's relative error against float64 (the worse of the losses' and the gradient's), the loss alone's, and
-    torch's; step 0 (where its row fits registers) with every row counted, the others with weights and rows ignored."""
+    """Each step's relative error against float64, and torch's in the same dtype: each row's loss (step 0 where its
+    row fits registers)."""
     torch.manual_seed(shape[1])
     x, target = (3 * torch.randn(shape, device=DEVICE)).to(dtype), torch.randint(0, shape[1], shape[:1], device=DEVICE)
-    ignored = target.masked_fill(torch.rand(shape[0], device=DEVICE) < 0.1, -100)
-    weight, dx = torch.rand(shape[1], device=DEVICE) + 0.5, torch.empty_like(x)
-    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+    loss64 = F.cross_entropy(x.double(), target, reduction="none")
+    err = lambda out: ((out.double() - loss64).norm() / loss64.norm()).item()
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:], "step 0": float("nan")}
     if shape[1] <= 2**15:
-        loss64, dx64 = reference(x, target)
-        row["step 0"] = max(err(step0_loss_and_grad(x, target, dx), loss64.mean()), err(dx, dx64))
-    loss64, dx64 = reference(x, ignored, weight)
+        row["step 0"] = err(step0_loss(x, target))
     for step in (1, 2):
-        losses, _ = cross_entropy_rows(x, ignored, weight, -100, True, dx.fill_(float("nan")), step=step)
-        row[f"step {step}"] = max(err(losses, loss64), err(dx, dx64))
-    row["loss alone"] = err(cross_entropy_rows(x, ignored, weight, -100, True)[0], loss64)
-    xt, wt = x.detach().requires_grad_(True), weight.to(dtype)
-    (dxt,) = torch.autograd.grad(F.cross_entropy(xt, ignored, weight=wt), xt)
-    row["torch"] = max(err(F.cross_entropy(x, ignored, weight=wt, reduction="none"), loss64), err(dxt, dx64))
-    return row
+        row[f"step {step}"] = err(loss_rows(x, target, step=step))
+    return row | {"torch": err(F.cross_entropy(x, target, reduction="none"))}
 
 def check(shapes):
     """The errors' table of every shape in fp32, fp16 and bf16; it stops the page unless each of ours is a few
     roundings of its dtype, or at most twice torch's."""
     errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
-    ours = errors[["step 0", "step 1", "step 2", "loss alone"]].max(axis=1)
+    ours = errors[["step 0", "step 1", "step 2"]].max(axis=1)
     assert (ours <= (2 * errors.torch).clip(lower=errors.dtype.map(TOLERANCE))).all(), errors
     return errors
 
 def measure_ladder():
-    """bf16, the loss and its gradient, at the shortest and middle V; step 0 at the shortest, where its row fits."""
+    """bf16, the loss alone, at the shortest and middle V; step 0 at the shortest, where its row fits."""
     ladder = []
     for n_cols in LADDER_V:
         x = torch.randn((TOTAL[torch.bfloat16] // n_cols, n_cols), device=DEVICE, dtype=torch.bfloat16)
-        target, dx, light = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), torch.empty_like(x), light_gbs(x)
+        target, light = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE), light_gbs(x, read_only=True)
         for step in [0, 1, 2] if n_cols == LADDER_V[0] else [1, 2]:
-            fn = lambda: step0_loss_and_grad(x, target, dx) if step == 0 else \
-                cross_entropy_rows(x, target, None, -100, True, dx, step=step)
-            gbs = 2 * x.numel() * x.element_size() / bench(fn) * 1e-6
+            fn = lambda: step0_loss(x, target) if step == 0 else loss_rows(x, target, step=step)
+            gbs = x.numel() * x.element_size() / bench(fn) * 1e-6
             ladder.append({"step": step, "idea": STEPS[step], "N": n_cols, "GB/s": gbs,
                            "% of light": 100 * gbs / light})
-        x = target = dx = None
+        x = target = None
     return pd.DataFrame(ladder).sort_values(["step", "N"], kind="stable")
 
 def ladder_sentence(ladder):
@@ -285,16 +212,16 @@ def ladder_sentence(ladder):
     text = f"At V = {short:,}, step 1 runs at {one:.2f}x step 0; step 2 at {two[short]:.2f}x step 1 there and " \
            f"{two[long]:.2f}x at V = {long:,}."
     if one < 1:
-        text += " Step 1 loses where the whole row fits registers: it reads the row twice, the second time from L2."
+        text += " Step 1 loses where the whole row fits registers: step 0 has its whole row in flight at once."
     for n in [n for n in LADDER_V if two[n] < 1]:
-        per_sm = _config(2**20, n, 2)[1] // NUM_SMS
-        text += (f" At V = {n:,} step 2 loses ({two[n]:.2f}x step 1): its {per_sm} program(s) an SM keep "
-                 f"{per_sm * NUM_SMS * n * 2 / 2**20:.0f} MiB of rows in flight (L2: {L2_BYTES / 2**20:.0f} MiB), but "
-                 "step 2 only pays where step 1's second read misses L2, likely not the case at this V, and its "
-                 "fewer programs keep fewer loads in flight than step 1's full grid.")
+        meta, grid = loss_config(2**20, n, 2)
+        text += (f" At V = {n:,} step 2 loses ({two[n]:.2f}x step 1): its {grid // NUM_SMS} programs an SM, "
+                 f"{meta['STAGES']} chunks in flight each, keep fewer bytes in flight than step 1's programs, which "
+                 "the GPU starts as others finish.")
     return text
 
-def ladder_style(ladder):
+def show_ladder(ladder):
+    print(ladder_sentence(ladder))
     return (ladder if ON_GPU else ladder[["step", "idea", "N"]]).style.format(  # on a CPU: the steps run, no speeds
         {"N": "{:,}", "GB/s": "{:.0f}", "% of light": "{:.1f}%"}).hide(axis="index")
 
@@ -337,11 +264,7 @@ except Exception as err:  # not installed, or it does not load here
 for peer in [p for p in ("torch.compile", "Liger") if p not in fns] + (["quack"] if major < 9 else []):
     not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
                  f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
-
-def ours(x, target):  # the loss alone ('mean'): steps 1 and 2's kernel without the gradient, through its launcher
-    losses, scale = cross_entropy_rows(x, target, None, -100, True)
-    return (losses.sum() * scale).to(x.dtype)
-fns["ours"] = ours
+fns["ours"] = lambda x, target: loss_rows(x, target).mean().to(x.dtype)  # step 2, 'mean'
 
 def measure_providers():
     """Every provider's loss alone, bf16 and fp32, at each V of SWEEP_V, beside a read pass: one record a point."""
@@ -386,7 +309,7 @@ def provider_table(results):
 
 def table_style(table):
     formats = {c: "{:.0f}" for c in table.columns} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"}
-    return table.style.format(formats, na_rep="-")
+    return table.style.format(formats, na_rep="-") if ON_GPU else print(NO_GPU)
 
 def plot(results):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, layout="constrained")
@@ -408,15 +331,14 @@ def reading(table, ladder):
     return (f"The loss alone runs at {light.min():.3g}-{light.max():.3g}% of a read pass (median "
             f"{light.median():.3g}%), {peer.min():.2f}x to {peer.max():.2f}x the fastest peer and {eager.min():.2f}x "
             f"to {eager.max():.2f}x eager PyTorch, whose forward also writes log_softmax (the bytes model: 2x). Its "
-            f"slowest point is {dtype} at V = {n:,}. With the gradient, step 2 runs at {last.min():.3g}-"
-            f"{last.max():.3g}% of a copy in the ladder: each row is read twice, the second time from L2 at best.")
+            f"slowest point is {dtype} at V = {n:,}; in the ladder, bf16, step 2 runs at {last.min():.3g}-"
+            f"{last.max():.3g}% of light.")
 
 # %%
 # Correctness
 # -----------
-# Each step's relative error against float64, the worse of its losses' and its gradient's (step 0: every row counted,
-# no weights; steps 1 and 2: class weights, rows ignored), the loss alone's, and PyTorch's in the same dtype beside
-# them. ``check`` stops the page unless each of ours is a few roundings of its dtype, or at most twice PyTorch's.
+# Relative errors against float64, beside PyTorch's; the page stops unless each of ours is a few roundings of its
+# dtype, or at most twice PyTorch's.
 
 errors = check(CHECK_SHAPES)
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}, na_rep="-").hide(axis="index")
@@ -424,26 +346,19 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}, na_rep="-").hide(
 # %%
 # The ladder
 # ----------
-# bf16, the loss and its gradient in one launch, at the shortest and middle :math:`V`, against a copy; step 0 where
-# its row fits registers:
+# bf16, against a read pass; step 0 where its row fits registers:
 
 ladder = measure_ladder()
-print(ladder_sentence(ladder))
-ladder_style(ladder)
+show_ladder(ladder)
 
 # %%
-# The loss alone, against every provider
-# --------------------------------------
-# ``'mean'``, no gradient asked; GB/s (higher is better) against a pass that only reads the logits. "-": a point a peer
-# cannot run.
+# Against every provider
+# ----------------------
+# ``'mean'``; GB/s (higher is better) against a read pass, and as a plot; "-": a point a peer cannot run.
 
 results, table = measure_providers()
-table_style(table) if ON_GPU else print(NO_GPU)
-
-# %%
-# As a plot, as % of light:
-
 plot(results)
+table_style(table)
 
 # %%
 # Reading the numbers
@@ -454,17 +369,11 @@ print(reading(table, ladder))
 # %%
 # Going further
 # -------------
-# **The backward and the drop-in** are the next page, :ref:`sphx_glr_tutorials_06_cross_entropy_backward.py`: the
-# kernel with the gradient, as PyTorch operators with autograd, against the peers as training runs them.
+# **The gradient**, in the same launch: :ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`. There a row is
+# read twice; :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` splits it across programs and reads
+# it once, :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py` across GPUs. References: Milakov and
+# Gimelshein (2018), online softmax; Liger-Kernel; quack.
 #
-# **Where this design stops.** Reading each row twice costs, even from L2 (the ladder). The way past: programs that
-# split a row, each slice in registers, exchanging their maxima and sums (as vocabulary-parallel training does):
-# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, the front page's pick for forward+backward, with
-# every option in its kernel. With the vocabulary split over GPUs (a tensor-parallel head), the slices' statistics
-# travel between ranks instead: :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py`. Further:
-# never materialize the logits (*fused linear cross-entropy*, Wijmans et al. 2024). References: Milakov and Gimelshein
-# (2018), online softmax; Liger-Kernel; quack.
-#
-# **Exercise.** Set ``L2_SHARE`` to 2 (rows in flight past L2) and rerun the ladder: what does step 2 lose, and why?
+# **Exercise.** Set ``STAGES = 1`` and rerun the ladder: what does staging buy?
 
 environment_card()

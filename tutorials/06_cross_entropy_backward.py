@@ -2,16 +2,15 @@
 Cross-entropy backward and the drop-in
 ======================================
 
-:ref:`sphx_glr_tutorials_06_cross_entropy.py` computes each row's loss and its gradient in one launch.
+:ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py` computes each row's loss and its gradient in one launch.
 This page adds the backward, which only scales that gradient by the one autograd hands it (usually 1: nothing to
 do), and makes the two a drop-in for :func:`torch.nn.functional.cross_entropy`: PyTorch operators with autograd, which
 ``torch.compile(fullgraph=True)`` keeps in its graph. It is measured as training runs it, the loss and its backward,
 against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
-**What you will learn**: why the gradient is written in the forward; a backward that reads one number a row; an
-operator of your own that hands autograd a gradient computed early; a drop-in's check against float64 with every
-option. Prerequisite: the first cross-entropy page, whose kernel, config and launcher this page carries in its
-appendix. For training, the site's fastest kernel is
+**What you will learn**: a backward that reads one number a row; an operator of your own that hands autograd a gradient
+computed early; a drop-in's check against float64 with every option. Prerequisite: the two cross-entropy pages before,
+whose kernel, config and launcher this page carries in its appendix. For training, the site's fastest kernel is
 :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, with this page's drop-in around it.
 """
 
@@ -37,13 +36,13 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # one pass has written the gradient already (4 bytes a logit in all, the least), and the backward scales it in place,
 # **lazily**: a program reads its row's :math:`g` and, where it is exactly 1, touches no logit.
 #
-# Beyond the forward page's Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
+# Beyond the earlier pages' Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
 # ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound, as ``tl.range``; ``dloss_stride`` 0 reads
 # one :math:`g` for every row (a scalar loss). The grid: ``MAX_PROGRAMS_PER_SM`` programs an SM, each walking rows
 # ``p, p + P, ...``. A loss scaled before its backward (gradient accumulation, a loss scaler) makes :math:`g \ne 1`:
 # then the backward reads and writes the whole gradient once more.
 
-RANGE = {}  # forward+backward: the site recommends deep dive 61; the loss alone: the first page
+RANGE = {}  # forward+backward: the site recommends deep dive 61; the loss alone: the first cross-entropy page
 
 @triton.jit
 def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_stride, CHUNK: tl.constexpr):
@@ -63,7 +62,7 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # ``label_smoothing`` it calls that function itself (deep dive 61 carries the kernel with smoothing inside). The
 # launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph (a
 # launch from Python would break it); ``register_fake`` gives the compiler their outputs' shapes without running a
-# kernel. The forward operator runs the first page's launcher, ``cross_entropy_rows`` (carried in the appendix), and
+# kernel. The forward operator runs the previous page's launcher, ``cross_entropy_rows`` (carried in the appendix), and
 # returns the gradient as a second output; ``register_autograd`` saves it for the backward operator, which scales it in
 # place: an operator that writes an input says so (``mutates_args``). The argument checks are in the appendix.
 
@@ -120,11 +119,31 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# What the page runs but does not teach. First, the first page's kernel, its constants, config function and launcher,
-# letter for letter as that page writes and explains them (a test keeps them the same). Then the drop-in's checks of its
-# arguments, each error naming the argument and the limit (``_need`` formats a message only on failure: a compiled
-# model formats none). Then the machinery: the check, the peers, the timer, the sweep, the table, plot and the
-# sentences that read the numbers; the cells after the appendix call them.
+# What the page runs but does not teach. First, what it runs of the two pages before, letter for letter as they write
+# and explain them (a test keeps them the same): the first page's device figures, constants and ``log_sum_exp``; the
+# second's kernel, constants, config function and launcher. Then the drop-in's checks of its arguments, each error
+# naming the argument and the limit (``_need`` formats a message only on failure: a compiled model formats none). Then
+# the machinery: the check, the peers, the timer, the sweep, the table, plot and the sentences that read the numbers;
+# the cells after the appendix call them.
+
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
+NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
+WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
+FORWARD_CHUNK_N = 1024  # the loss alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
+STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
+
+@triton.jit
+def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr = ""):  # (m, log_s)
+    LOG2E: tl.constexpr = 1.4426950408889634
+    cols = tl.arange(0, CHUNK)
+    m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
+    for chunk in tl.range(0, tl.cdiv(n_cols, CHUNK), num_stages=STAGES):
+        offs = chunk * CHUNK + cols
+        x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
+        s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
+    return m, tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
 
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr,
@@ -134,23 +153,15 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
     LOG2E: tl.constexpr = 1.4426950408889634
     cols, n_chunks = tl.arange(0, CHUNK), tl.cdiv(n_cols, CHUNK)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ... (step 1: P = M)
-        row64 = tl.cast(row, tl.int64)  # M * V passes 2**31
-        x_row, dx_row = x_ptr + row64 * x_row_stride, dx_ptr + row64 * dx_row_stride
+        x_row, dx_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
         t = tl.load(target_ptr + row)
         target = tl.minimum(tl.maximum(t, 0), n_cols - 1)  # out of range: read inside the row, the loss NaN
         w_t = tl.load(weight_ptr + target).to(tl.float32)  # the target's class weight (all 1 without weights)
         w = tl.where(t == ignore_index, 0.0, tl.where(t == target, w_t, float("nan")))
         x_t = tl.load(x_row + target).to(tl.float32)
-        m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
-        for chunk in tl.range(0, n_chunks, num_stages=STAGES):  # pass 1: m and s
-            offs = chunk * CHUNK + cols
-            x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
-            s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
-        log_s = tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
+        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, KEEP)  # pass 1: l = m + log_s
         tl.store(loss_ptr + row, tl.where(w == 0.0, 0.0, w * (m - x_t + log_s)))
-        if WRITE_GRAD:  # pass 2, the last chunk first (the likeliest still in L2)
+        if WRITE_GRAD:  # pass 2, the last chunk first
             row_scale = tl.where(w == 0.0, 0.0, w * tl.load(scale_ptr))
             for chunk in tl.range(0, n_chunks, num_stages=STAGES):
                 offs = (n_chunks - 1 - chunk) * CHUNK + cols
@@ -160,14 +171,9 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
             tl.debug_barrier()
             tl.store(dx_row + target, (row_scale * (tl.exp(x_t - m - log_s) - 1.0)).to(dx_ptr.dtype.element_ty))
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
-NUM_SMS, L2_BYTES = (props.multi_processor_count, props.L2_cache_size) if ON_GPU else (4, 50 * 2**20)
-SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor) if ON_GPU \
-    else (232448, 233472)
-WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
+L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 50 * 2**20  # an H100's on the CPU
+SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
 CHUNK_N = 8192  # logits a step with the gradient (16 KB bf16, 32 KB fp32): 64 bytes a thread
-FORWARD_CHUNK_N = 1024  # the forward alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
-STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
@@ -459,7 +465,7 @@ reading(table)
 # %%
 # Going further
 # -------------
-# **Where this design stops.** The forward reads each row twice, the second time from L2 at best (the first page's
+# **Where this design stops.** The forward reads each row twice, the second time from L2 at best (the previous page's
 # ladder). :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` splits a row across programs, each
 # slice in registers, and reads it once: the site's pick for forward+backward, with label smoothing in its kernel and
 # ``inplace_backward=True`` (the gradient written over the logits: no second :math:`M \times V` tensor).

@@ -2,11 +2,11 @@
 Cross-entropy, long rows: one row split across programs
 =======================================================
 
-The core page (:ref:`sphx_glr_tutorials_06_cross_entropy.py`) reads each row twice, the second time from L2: its own
-table shows what that costs. Here several programs share a row, each holding its *slice* in registers: the row is read
-once and its gradient written from registers, at every :math:`V`. **What you will learn**: how the slices merge their
-maxima and sums through words in global memory (the algebra of vocabulary-parallel tensor parallelism, on one GPU); why
-all programs that share a row must be on the GPU at once; measured against the core kernel and the peers; and the core
+The core kernel (:ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`) reads each row twice, the second from L2
+(its page measures the cost). Here programs share a row, each holding its *slice* in registers: the row is read once and
+its gradient written from registers, at every :math:`V`. **What you will learn**: how the slices merge their maxima and
+sums through words in global memory (the algebra of vocabulary-parallel tensor parallelism, on one GPU); why all
+programs that share a row must be on the GPU at once; measured against the core kernel and the peers; and the core
 pages' drop-in around it. :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` does the same on softmax.
 """
 

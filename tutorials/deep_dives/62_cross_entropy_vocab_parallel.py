@@ -10,7 +10,7 @@ statistics a slice must share and the log-sum-exp algebra that merges them (deep
 :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it between programs; here between GPUs);
 one collective a block of rows, overlapped with the next block's reading, in blocks that stay in L2 for the gradient;
 measured against Megatron-style all-reduces and against gathering the logits. The kernel is
-:ref:`sphx_glr_tutorials_06_cross_entropy.py`'s.
+:ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`'s.
 """
 
 import datetime, hashlib, importlib, inspect, json, linecache, operator, os, pathlib, shutil, statistics, subprocess, sys
