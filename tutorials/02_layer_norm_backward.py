@@ -1,6 +1,6 @@
 """
 Layer norm backward without locks
-================================
+=================================
 
 :ref:`sphx_glr_tutorials_02_layer_norm.py` built the forward at the speed of a copy. This page adds the backward,
 whose weight gradients are sums over all rows, without a lock, timed as training runs it against PyTorch,

@@ -133,7 +133,7 @@ FORWARD_CHUNK_N = 1024  # the loss alone: 2 warps a program (16 logits, 32 or 64
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 
 @triton.jit
-def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr = ""):  # (m, log_s)
+def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr):  # (m, log_s)
     LOG2E: tl.constexpr = 1.4426950408889634
     cols = tl.arange(0, CHUNK)
     m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)

@@ -2,18 +2,14 @@
 Parallel reduction, rows and columns: the layout of a matrix sum
 ================================================================
 
-A matrix of :math:`M \times N` elements, stored row by row, can be summed along its rows (``dim=1``:
-:math:`M` results, the softmax and layer-norm pattern) or down its columns (``dim=0``: :math:`N`
-results, the weight-gradient pattern of the layer-norm backward). The core page
-(:ref:`sphx_glr_tutorials_03_parallel_reduction.py`) sums both with one row kernel, one program per
-block of rows, a column sum being a row sum of ``x.T``. This page makes both fast. **What you will
-learn**: why a column sum needs a layout of its own, and what reusing the row kernel on ``x.T`` costs,
-measured; how the block shape is chosen (in bytes for columns); how splitting the reduced axis across
-programs fills the GPU when there are few rows or few column strips, with a second pass that keeps the
-sum deterministic; how ``num_stages`` keeps the next tile's loads in flight; then the alternatives to the
-persistent grid of :ref:`sphx_glr_tutorials_03_sum_of_all_elements.py` (which gives the same bits every run),
-and why running sums are fp32. Measured against the core design, ``torch.sum``, ``torch.compile`` and the speed of
-light (a read-only pass of the same matrix) at N = 16 to :math:`2^{20}`, fp32 and bf16.
+A matrix of :math:`M \times N` elements, stored row by row, is summed along its rows (``dim=1``: :math:`M` results,
+the softmax and layer-norm pattern) or down its columns (``dim=0``: :math:`N` results, the weight-gradient pattern of
+the layer-norm backward). The core page (:ref:`sphx_glr_tutorials_03_parallel_reduction.py`) sums both with one row
+kernel, a column sum being a row sum of ``x.T``. **What you will learn**: why a column sum needs a layout of its own,
+measured; the block shape in bytes for columns; splitting the reduced axis across programs when there are few rows or
+strips, with a second pass that keeps the sum deterministic; ``num_stages``; the alternatives to the persistent grid of
+:ref:`sphx_glr_tutorials_03_sum_of_all_elements.py`; why running sums are fp32. Measured against the core design,
+``torch.sum``, ``torch.compile`` and a read-only pass at N = 16 to :math:`2^{20}`, fp32 and bf16.
 """
 
 import contextlib, datetime, math, os, platform, subprocess, timeit
@@ -35,9 +31,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The core kernel and the speed of light
 # --------------------------------------
-# Carried from the core page: the row kernel. A program owns ``BLOCK_M`` rows, walks them ``BLOCK_N`` columns at a
-# time into a ``[BLOCK_M, BLOCK_N]`` fp32 accumulator, and stores :math:`\sum_j x_{ij}`; ``EVEN`` drops the masks
-# where every tile is full, ``evict_first`` lets L2 drop lines read once. A column sum there is this kernel on ``x.T``.
+# Carried from the core page: the row kernel. A program owns ``BLOCK_M`` rows, walks them ``BLOCK_N`` columns at a time
+# into a ``[BLOCK_M, BLOCK_N]`` fp32 accumulator, and stores :math:`\sum_j x_{ij}`; ``EVEN`` drops the masks where every
+# tile is full, ``evict_first`` lets L2 drop lines read once. A column sum there is this kernel on ``x.T``.
 
 @triton.jit
 def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
@@ -66,14 +62,13 @@ def _core_row_config(n_rows, n_cols):  # (BLOCK_M, BLOCK_N, num_warps) of row_su
 def core_sum_rows(x2d, out):
     """The core page's row sum: one program per BLOCK_M rows, one split covering each row. Returns config."""
     (n_rows, n_cols), (block_m, block_n, num_warps) = x2d.shape, _core_row_config(*x2d.shape)
-    even = n_rows % block_m == 0 and n_cols % block_n == 0
-    row_sum_kernel[(triton.cdiv(n_rows, block_m),)](x2d, out, n_rows, n_cols, *x2d.stride(),
-                                                    BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
+    row_sum_kernel[(triton.cdiv(n_rows, block_m),)](x2d, out, n_rows, n_cols, *x2d.stride(), BLOCK_M=block_m, BLOCK_N=block_n,
+                                                    EVEN=n_rows % block_m == 0 and n_cols % block_n == 0, num_warps=num_warps)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": 1}
 
 # %%
-# The speed of light, the core page's read-only pass: it xors the tensor's 32-bit words into one word a
-# program (so no load can be dropped); each benchmark takes the faster of its two configurations.
+# The speed of light, the core page's read-only pass: it xors the tensor's 32-bit words into one word a program (so no
+# load can be dropped); each benchmark takes the faster of its two configurations.
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr, EVICT: tl.constexpr):
@@ -99,28 +94,22 @@ def read_pass(x, block=8192, num_warps=16, evict=""):
 # %%
 # Why a column sum needs its own layout
 # -------------------------------------
-# Memory is read fastest when neighbouring threads load neighbouring addresses (*coalesced* loads). In
-# the row kernel on ``x.T`` the neighbouring lanes walk down a column of ``x``: their elements are
-# :math:`N` elements apart, each on a different 128-byte line, and most of every line fetched is
-# thrown away (or must wait in L2 for the program that needs the rest). A column sum must keep the
-# tile's contiguous axis along the rows of ``x``: a program owns ``BLOCK_N`` columns, a strip, walks
-# down them ``BLOCK_M`` rows at a time, and ends with ``tl.sum(acc, axis=0)``: one partial sum per
-# column. With only :math:`N / \mathrm{BLOCK\_N}` strips, the rows are split into ``SPLIT`` ranges so
-# that the GPU has enough programs, and a second pass (the same kernel on the ``SPLIT x N`` matrix of
-# partials) adds them in a fixed order: the deterministic version of what layer-norm backward kernels
-# usually do with atomics. Long rows split the same way: ``split_row_sum_kernel`` is the core row kernel with a second
-# grid axis, program (i, s) summing columns ``[s * cols_per_split, (s + 1) * cols_per_split)`` of its rows into a
-# ``SPLIT x M`` matrix of partials.
+# Memory is read fastest when neighbouring threads load neighbouring addresses (*coalesced* loads). In the row kernel on
+# ``x.T`` neighbouring lanes walk down a column of ``x``, :math:`N` elements apart, each on a different 128-byte line,
+# most of which is thrown away. A column sum keeps the tile's contiguous axis along the rows of ``x``: a program owns
+# ``BLOCK_N`` columns, a strip, walks down them ``BLOCK_M`` rows at a time, and ends with ``tl.sum(acc, axis=0)``. With
+# only :math:`N / \mathrm{BLOCK\_N}` strips, the rows are split into ``SPLIT`` ranges, and a second pass (the same
+# kernel on the ``SPLIT x N`` partials) adds them in a fixed order: the deterministic version of the atomics of
+# layer-norm backward kernels. Long rows split the same way: ``split_row_sum_kernel``, the core row kernel with a second
+# grid axis, program (i, s) summing columns ``[s * cols_per_split, (s + 1) * cols_per_split)`` of its rows into ``SPLIT
+# x M`` partials.
 #
-# A plain loop waits for each tile's loads before it adds them and issues the next ones.
-# ``tl.range(..., num_stages=2)`` *pipelines* the loop: Triton copies the next tile into shared memory
-# asynchronously while the current one is added, so the memory always has a second tile's loads to
-# work on. (Triton pipelines a loop that has no matrix product only when its ``num_stages`` is given.)
+# ``tl.range(..., num_stages=2)`` *pipelines* a loop: Triton copies the next tile into shared memory asynchronously
+# while the current one is added (a loop without a matrix product is pipelined only when ``num_stages`` is given).
 
 @triton.jit
 def split_row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, cols_per_split,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):
-    # program (i, s): rows i*BLOCK_M ... , columns [s * cols_per_split, (s + 1) * cols_per_split)
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_m, pid_s = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
@@ -130,16 +119,11 @@ def split_row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, col
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for start in tl.range(col_start, col_end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        offs = row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n
-        if EVEN:  # every tile full (cols_per_split a multiple of BLOCK_N): no masks
-            x = tl.load(x_ptr + offs, eviction_policy="evict_first")
-        else:
-            x = tl.load(x_ptr + offs, mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0,
-                        eviction_policy="evict_first")
+        x = tl.load(x_ptr + row_offs[:, None] + cols.to(tl.int64)[None, :] * stride_n,
+                    mask=row_ok[:, None] & (cols < col_end)[None, :], other=0.0, eviction_policy="evict_first")
         acc += x.to(tl.float32)
-    row_sum = tl.sum(acc, axis=1)
     out = out_ptr + pid_s.to(tl.int64) * n_rows + rows  # partials: one row of n_rows per split
-    tl.store(out, row_sum.to(out_ptr.dtype.element_ty), mask=row_ok)
+    tl.store(out, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 @triton.jit
 def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_split,
@@ -165,26 +149,23 @@ def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_
 # %%
 # Choosing the block shape and the split
 # --------------------------------------
-# **Launch parameters** come from ``tile_config`` (the tile) and ``choose_split`` (the grid), with the
-# constants above them, each with its reason; the layout table below measures the strip width. Each
-# piece of a split walks at least ``MIN_STEPS`` tiles (or the partials it writes count against the
-# bytes it reads), and the grid holds up to ``WAVES`` programs per SM. The column kernel's split is
-# rounded *down*: a grid a little over ``WAVES`` programs per SM timed slower than one just under it on
-# an H100 (its last programs run on an otherwise idle GPU). The row kernel's split is rounded up,
-# which timed faster for its longest rows.
+# **Launch parameters** come from ``tile_config`` (the tile) and ``choose_split`` (the grid), with the constants above
+# them, each with its reason; the layout table below measures the strip width. Each piece of a split walks at least
+# ``MIN_STEPS`` tiles (or the partials it writes count against the bytes it reads), and the grid holds up to ``WAVES``
+# programs per SM. The column kernel's split is rounded *down*: a grid a little over ``WAVES`` programs per SM timed
+# slower than one just under it on an H100 (its last programs run on an otherwise idle GPU). The row kernel's split is
+# rounded up, which timed faster for its longest rows.
 
 TILE = 4096  # elements per tile of the row kernel, whatever the dtype
 ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
 ROW_BLOCK_N = 2048  # longest step along a row
 COL_TILE_BYTES = 16384  # bytes per tile of the column kernel, whatever the dtype
-# by element size: 16 fp32 values, or 64 fp16/bf16 ones (twice the bytes per thread, half the warps,
-# went faster for 16-bit tiles on an H100)
-COL_BYTES_PER_THREAD = {4: 64, 2: 128}
+COL_BYTES_PER_THREAD = {4: 64, 2: 128}  # 16 fp32 or 64 bf16 a thread (half the warps: faster at 16 bits on an H100)
 COL_BLOCK_BYTES = 256  # strip width: two whole 128-byte lines of each row, narrow enough to leave many strips
 MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-# The N these kernels are for, read by the site's landing page (2**40: no last): column sums, rows past the core page's
+# The N these kernels are for (the landing page reads it; 2**40: no last): column sums, rows past the core page's
 RANGE = {(k, t): range(s, 2**40) for k, s in (("row sums", 16385), ("column sums", 1)) for t in ("float32", "bfloat16")}
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
@@ -223,9 +204,8 @@ def sum_rows(x2d, out, block_n=None, tile=None):
     n_blocks = triton.cdiv(n_rows, block_m)
     split, per_split = choose_split(n_blocks, n_cols, block_n, round_up=True)
     target = out if split == 1 else torch.empty((split, n_rows), device=x2d.device, dtype=torch.float32)
-    even = n_rows % block_m == 0 and n_cols % block_n == 0  # per_split is a multiple of block_n
     split_row_sum_kernel[(n_blocks, split)](x2d, target, n_rows, n_cols, x2d.stride(0), x2d.stride(1), per_split,
-                                            BLOCK_M=block_m, BLOCK_N=block_n, EVEN=even, num_warps=num_warps)
+                                            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     if split > 1:  # second pass: column sums of the (split, n_rows) partials
         sum_cols(target, out)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps, "SPLIT": split}
@@ -259,10 +239,10 @@ pd.DataFrame(config_rows).set_index(["M x N", "sum along"])
 # The drop-in for one dimension
 # -----------------------------
 # ``sum_dim(x, dim)`` is :func:`torch.sum` along one dimension of a float tensor, a PyTorch operator that a compiled
-# model keeps in its graph (no autograd: the whole-sum page's ``reduce_sum`` shows the gradient). The tensor is
-# viewed as :math:`A \times R \times B` around the reduced dimension of length :math:`R`: when :math:`B = 1`
-# that is a row sum, when :math:`A = 1` a column sum, and otherwise the reduced dimension is moved
-# last and copied (one more pass). The row and column kernels take both strides: no copy otherwise.
+# model keeps in its graph (no autograd: the whole-sum page's ``reduce_sum`` shows the gradient). The tensor is viewed
+# as :math:`A \times R \times B` around the reduced dimension of length :math:`R`: when :math:`B = 1` that is a row sum,
+# when :math:`A = 1` a column sum, and otherwise the reduced dimension is moved last and copied (one more pass). The row
+# and column kernels take both strides: no copy otherwise.
 
 @torch.library.custom_op("sol::sum_dim_31", mutates_args=())
 def sum_dim(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -288,12 +268,12 @@ sum_dim.register_fake(lambda x, dim: x.new_empty([s for i, s in enumerate(x.shap
 # %%
 # The sum of every element: three designs
 # ---------------------------------------
-# :ref:`sphx_glr_tutorials_03_sum_of_all_elements.py` sums a whole tensor over a **persistent** grid (a program
-# walks blocks ``pid``, ``pid + num_programs``, ...); the last program to finish adds the partials in order. Here the
-# partials are added by a second, one-program launch (**persistent**), and two alternatives are a flag of
-# the kernel: **two-pass**, a program per block of 4096, and **atomic**, each program adding its sum into
-# one fp32 number with ``tl.atomic_add`` (an addition to memory no other program interleaves) as programs
-# finish: one launch, roundings in any order.
+# :ref:`sphx_glr_tutorials_03_sum_of_all_elements.py` sums a whole tensor over a **persistent** grid (a program walks
+# blocks ``pid``, ``pid + num_programs``, ...); the last program to finish adds the partials in order. Here the partials
+# are added by a second, one-program launch (**persistent**), and two alternatives are a flag of the kernel:
+# **two-pass**, a program per block of 4096, and **atomic**, each program adding its sum into one fp32 number with
+# ``tl.atomic_add`` (an addition to memory no other program interleaves) as programs finish: one launch, roundings in
+# any order.
 
 @triton.jit
 def sum_blocks_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr):
@@ -329,9 +309,9 @@ def sum_vector(x, out, design="persistent"):
 # %%
 # Correctness
 # -----------
-# Against the float64 sum: :math:`\lVert out - ref \rVert / \lVert ref \rVert`, beside
-# :func:`torch.sum`'s own error; the shapes include transposed matrices and splits (a second pass).
-# Each sum is run twice: the split and its second pass add in a fixed order, so the bits must agree.
+# Against the float64 sum: :math:`\lVert out - ref \rVert / \lVert ref \rVert`, beside :func:`torch.sum`'s own error;
+# the shapes include transposed matrices and splits (a second pass). Each sum is run twice: the split and its second
+# pass add in a fixed order, so the bits must agree.
 
 torch.manual_seed(0)
 CHECK_CASES = ([((4099, 1031), 0), ((4099, 1031), 1), ((7, 3_000_017), 1), ((3_000_017, 7), 0), ((1031, 4099), "0 of x.T"),
@@ -360,12 +340,12 @@ errors.style.format({"ours": "{:.1e}", "torch": "{:.1e}"}).hide(axis="index")
 # %%
 # Benchmark
 # ---------
-# Matrices of :math:`M \times N = 2^{27}` elements (512 MB in fp32, far past a GPU's L2), summed
-# along rows and down columns, fp32 and bf16: this page's kernels against the core design (for rows,
-# measured only where this page splits; for columns, the row kernel on ``x.T``), :func:`torch.sum` and
-# ``torch.compile``, timed by :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a CUDA
-# graph of the call. The copy (bytes read and written, timed without a graph, where CUDA may use a
-# slower copy engine) is shown for reference. GB/s counts the input, read once.
+# Matrices of :math:`M \times N = 2^{27}` elements (512 MB in fp32, far past a GPU's L2), summed along rows and down
+# columns, fp32 and bf16: this page's kernels against the core design (for rows, measured only where this page splits;
+# for columns, the row kernel on ``x.T``), :func:`torch.sum` and ``torch.compile``, timed by
+# :func:`triton.testing.do_bench` (median, L2 flushed) on replays of a CUDA graph of the call. The copy (bytes read and
+# written, timed without a graph, where CUDA may use a slower copy engine) is shown for reference. GB/s counts the
+# input, read once.
 
 SWEEP_N = [16, 256, 4096, 65536, 2**20] if ON_GPU else [16, 256, 4096]
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
@@ -486,10 +466,9 @@ if ON_GPU:
 # %%
 # The layout of a column sum, measured
 # ------------------------------------
-# The core design's column sum (the row kernel on ``x.T``) against the column kernel with strips of
-# several widths ``BLOCK_N``, on the same fp32 matrix of :math:`2^{27}` elements, :math:`N = 4096`, as a
-# percentage of the read-only pass over the same matrix (the copy, bytes read and written, in its own
-# row for reference).
+# The core design's column sum (the row kernel on ``x.T``) against the column kernel with strips of several widths
+# ``BLOCK_N``, on the same fp32 matrix of :math:`2^{27}` elements, :math:`N = 4096`, as a percentage of the read-only
+# pass over the same matrix (the copy, bytes read and written, in its own row for reference).
 
 LAYOUT_N = 4096 if ON_GPU else 256
 x = torch.randn((MATRIX_ELEMENTS // LAYOUT_N, LAYOUT_N), device=DEVICE)
@@ -518,8 +497,8 @@ layout.style.format({"GB/s": "{:.0f}", "% of speed of light": "{:.1f}%"}) if ON_
 # %%
 # The whole sum's designs, measured
 # ---------------------------------
-# Against ``torch.sum`` on vectors of fp32 and bf16, in GB/s (on the CPU, the error against float64),
-# and how many distinct results ``RUNS`` runs of the same sum gave:
+# Against ``torch.sum`` on vectors of fp32 and bf16, in GB/s (on the CPU, the error against float64), and how many
+# distinct results ``RUNS`` runs of the same sum gave:
 
 VECTOR_N, RUNS = ([2**20, 2**24, 2**28], 20) if ON_GPU else ([2**10, 2**14], 3)
 records = []
@@ -541,10 +520,10 @@ vector.pivot_table(values="GB/s" if ON_GPU else "error", **by).join(vector.pivot
 # %%
 # Why the running sums are fp32
 # -----------------------------
-# The kernels read bf16 as such, add in fp32 and round once. bf16 keeps 8 significant bits: once a
-# running sum reaches 256 the next bf16 number is 258, so adding a value below 1 rounds back to 256.
-# ``DEMO_LANES`` running sums of bf16 values in :math:`[0, 1)`, each addition rounded to the
-# accumulator's dtype (as a kernel's ``.to(tl.bfloat16)`` would), against the float64 sum:
+# The kernels read bf16 as such, add in fp32 and round once. bf16 keeps 8 significant bits: once a running sum reaches
+# 256 the next bf16 number is 258, so adding a value below 1 rounds back to 256. ``DEMO_LANES`` running sums of bf16
+# values in :math:`[0, 1)`, each addition rounded to the accumulator's dtype (as a kernel's ``.to(tl.bfloat16)`` would),
+# against the float64 sum:
 
 DEMO_LANES, DEMO_PER_LANE = (1024, [4, 64, 1024, 4096]) if ON_GPU else (16, [4, 64, 1024])
 torch.manual_seed(0)
@@ -598,19 +577,16 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # %%
 # Going further
 # -------------
-# * **What is left between the bf16 column sums and the read-only pass.** A bf16 sum takes half the
-#   time of an fp32 one of as many elements, so every fixed cost of a call weighs twice as much; the
-#   split grid's second launch is one the read-only pass does not pay. Things that did not beat the
-#   kernel above on an H100: TMA loads (``TensorDescriptor``), a persistent grid walking the strips,
-#   wider strips or tiles, more warps, bf16 pairs loaded as 32-bit words, eviction hints. The
-#   whole-sum page's single launch (its last program adds the partials) would remove the second launch.
-# * **Exercise.** Change ``TILE``, ``COL_TILE_BYTES``, ``COL_BYTES_PER_THREAD`` and
-#   ``COL_BLOCK_BYTES``: which sizes move, and why? Count the row tile in bytes: do the bf16 row sums
-#   change? Drop ``num_stages=2`` from the column kernel, or round its split up (``round_up=True``).
+# * **What is left between the bf16 column sums and the read-only pass.** A bf16 sum takes half the time of an fp32
+#   one, so every fixed cost of a call, the split's second launch among them, weighs twice as much. Not faster than
+#   the kernel above on an H100: TMA loads, a persistent grid over the strips, wider strips or tiles, more warps, bf16
+#   pairs as 32-bit words, eviction hints; the whole-sum page's single launch would remove the second launch.
+# * **Exercise.** Change ``TILE``, ``COL_TILE_BYTES``, ``COL_BYTES_PER_THREAD``, ``COL_BLOCK_BYTES``: which sizes
+#   move, and why? Drop ``num_stages=2`` from the column kernel, or round its split up (``round_up=True``).
 #
-# References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; the CUB library's device-wide
-# reductions; the layer-norm backward of the Triton tutorials, which sums weight gradients with
-# atomics and a lock (this page's split column sum is its deterministic counterpart).
+# References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; CUB's device-wide reductions; the layer-norm
+# backward of the Triton tutorials (weight gradients by atomics and a lock; the split column sum is its deterministic
+# counterpart).
 
 def environment_card():
     """Everything a reader needs to judge this page's numbers, shown collapsed."""
