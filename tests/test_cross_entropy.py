@@ -63,7 +63,7 @@ def reference(x, target, dy, **options):
         options = options | dict(weight=options["weight"].double())
     x64 = x.detach().double().requires_grad_(True)
     loss = F.cross_entropy(x64, target, **options)
-    return loss.detach(), torch.autograd.grad(loss, x64, dy.double())[0]
+    return loss.detach(), torch.autograd.grad(loss, x64, dy.double().to(x64.device))[0]
 
 
 def make(shape, dtype, seed, ignored=0.2, ignore_index=-100):
