@@ -130,7 +130,6 @@ def layer_norm_bwd_kernel(
     if HAS_W:  # loaded once per program, reused for every row it visits
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    # num_stages=STAGES: the loads of the next STAGES - 1 blocks go to shared memory while this one is computed
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok, rows = rows < n_rows, rows.to(tl.int64)
