@@ -29,9 +29,17 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# PyTorch runs it an operation at a time, each through memory (``naive_rms_norm``, in the appendix): in fp32 the
-# square, the mean and the two products move :math:`2MN + MN + 4MN = 7MN` elements. A kernel reading :math:`x` and
-# writing :math:`y` once moves :math:`2MN`: **3.5 times** faster.
+# PyTorch runs it an operation at a time, each through memory (in fp32; the comments count the elements moved):
+
+def naive_rms_norm(x, weight, eps):
+    x32 = x.float()
+    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN, write M
+    rstd = torch.rsqrt(mean_sq + eps)
+    return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
+
+# %%
+# :math:`2MN + MN + 4MN = 7MN` elements. A kernel reading :math:`x` and writing :math:`y` once moves :math:`2MN`:
+# **3.5 times** faster.
 #
 # Step 0: a row a program
 # -----------------------
@@ -124,7 +132,7 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (two pages on) runs there: the math
 # in torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates
 # to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
-# First the naive RMSNorm, one PyTorch operation a line, and step 0's launch: a program a row.
+# First step 0's launch: a program a row.
 
 import importlib.util, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
@@ -138,12 +146,6 @@ TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 if ON_GPU:  # graph capture needs a side stream
     torch.cuda.set_stream(torch.cuda.Stream())
-
-def naive_rms_norm(x, weight, eps):
-    x32 = x.float()
-    mean_sq = x32.pow(2).mean(dim=-1, keepdim=True)  # read MN, write MN; read MN, write M
-    rstd = torch.rsqrt(mean_sq + eps)
-    return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
 
 def plain_forward(x, w, y, rstd, eps):  # contiguous rows and a weight
     plain_rms_norm_fwd_kernel[(len(x),)](x, w, y, rstd, x.shape[1], eps, BLOCK_N=triton.next_power_of_2(x.shape[1]))
