@@ -31,8 +31,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # The operators
 # -------------
-# ``torch.library.custom_op`` makes a function of tensors a PyTorch operator: ``torch.compile`` keeps it in its
-# graph as one call instead of tracing into it (Triton launches are not traceable). Its type hints are its schema;
+# ``torch.library.custom_op`` makes a function of tensors a PyTorch operator: ``torch.compile`` keeps it in its graph as
+# one call instead of tracing into it (the launcher's checks and fallbacks run untraced). Its type hints are its schema;
 # it returns new tensors (``mutates_args=()``). ``register_fake`` gives the compiler the outputs' shapes and dtypes
 # without running the kernels. The forward returns each row's mean and ``rstd`` beside *y*: the backward needs them.
 
@@ -83,7 +83,9 @@ layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 # ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it as torch does (errors name the
 # argument; ``_rows_and_cols``, in the appendix) and flattens the normalized dims into rows (``_rows`` copies only
 # rows that are not contiguous). In a model, call it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s
-# ``forward``), then ``torch.compile(model, fullgraph=True)`` as before.
+# ``forward``), then ``torch.compile(model, fullgraph=True)`` as before. Inductor fuses nothing into it: a residual
+# add before it stays a pass of its own. ``torch.autocast`` leaves it alone: it runs in its input's dtype (sums in
+# fp32), where autocast would run PyTorch's layer norm in fp32.
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""
@@ -399,7 +401,8 @@ errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 # ``check_compiled`` fails at a graph break and compares the gradients with eager's.
 
 layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
-check_compiled(lambda: layer_norm(layer(h), (1000,)).square().mean(), layer.weight)
+w, b = (torch.nn.Parameter(torch.randn(1000, device=DEVICE)) for _ in range(2))  # the norm's: their gradients too
+check_compiled(lambda: layer_norm(layer(h), (1000,), w, b).square().mean(), layer.weight, w, b)
 
 # %%
 # Benchmark

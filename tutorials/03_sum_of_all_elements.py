@@ -90,8 +90,8 @@ def sum_vector(x, out):
 # --------------------
 # ``reduce_sum`` takes what :func:`torch.sum` takes and checks it as torch does (``_checked``, in the appendix). The
 # reduced dims are moved last and flattened into rows (a view where the strides allow, else one copy) for the row-sum
-# page's ``sum_rows``, carried in the appendix; all of them is one long row for step 2. ``torch.compile`` cannot trace
-# a Triton launch from Python: ``torch.library.custom_op`` makes the sum an operator that stays in a compiled graph,
+# page's ``sum_rows``, carried in the appendix; all of them is one long row for step 2. Its checks and copies need not
+# be traced: ``torch.library.custom_op`` makes the sum an operator that stays in a compiled graph,
 # ``register_fake`` gives the compiler its output's shape and dtype without running it, ``register_autograd`` its
 # backward. The gradient of a sum is the upstream one broadcast back over the reduced dims: torch ops, no kernel.
 

@@ -27,7 +27,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The drop-in
 # -----------
 # The forward page's step 1 and the backward page's step 2 do the work; the appendix carries them, letter for letter.
-# ``torch.compile`` cannot trace a Triton launch from Python. ``torch.library.custom_op`` makes each launch a PyTorch
+# The launchers' checks and fallbacks need not be traced: ``torch.library.custom_op`` makes each launch a PyTorch
 # operator that stays in a compiled graph, one forward and one backward; ``register_fake`` gives the compiler their
 # outputs' shapes and dtypes without running them; ``register_autograd`` makes the backward operator the forward's
 # gradient, ``_setup`` saving :math:`x`, :math:`w` and ``rstd`` for it. ``rms_norm`` takes what
@@ -96,6 +96,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # -------------
 # ``torch.compile(fullgraph=True)`` keeps ``rms_norm`` as one node, with its backward (checked below). Use it at the
 # N of the kernels' ``RANGE``. Inductor fuses nothing into it: a residual add before it stays a pass of its own.
+# ``torch.autocast`` leaves it alone: it runs in its input's dtype, its sums in fp32.
 
 # %%
 # Appendix: how this page measures
@@ -389,7 +390,8 @@ def environment_card():
 # backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
 
 layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
-check_compiled(lambda: rms_norm(layer(h), (1000,)).square().mean(), layer.weight)
+w = torch.nn.Parameter(1 + 0.1 * torch.randn(1000, device=DEVICE))  # the norm's weight, its gradient compiled too
+check_compiled(lambda: rms_norm(layer(h), (1000,), w).square().mean(), layer.weight, w)
 
 # %%
 # Benchmark

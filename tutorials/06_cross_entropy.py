@@ -86,14 +86,14 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ...
         x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # M * V passes 2**31
         x_t = tl.load(x_row + tl.load(target_ptr + row)).to(tl.float32)
-        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # the hint measured faster at some V
+        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # keeps the row in L2 longer: faster at some V
         tl.store(loss_ptr + row, m - x_t + log_s)
 
 # %%
 # Step 2: a grid that keeps every SM busy
 # ---------------------------------------
 # An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs). Step 2 runs programs
-# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as it has warp slots (its threads / 64) and no more: a
+# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64) and no more: a
 # *persistent* grid. Each stages as many chunks ahead in shared memory as all its SM's programs' fit.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs

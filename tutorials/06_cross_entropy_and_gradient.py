@@ -1,6 +1,6 @@
 """
-Cross-entropy and its gradient in one pass
-==========================================
+Cross-entropy and its gradient in one launch
+============================================
 
 You extend :ref:`sphx_glr_tutorials_06_cross_entropy.py`'s kernel so that one launch writes each row's loss **and its
 gradient**, with class weights and ignored rows, measured against a copy of the logits. **What you will learn**: why

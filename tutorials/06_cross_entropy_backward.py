@@ -61,10 +61,11 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets; with
 # ``label_smoothing`` it calls that function itself (deep dive 61 carries the kernel with smoothing inside). The
 # launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph (a
-# launch from Python would break it); ``register_fake`` gives the compiler their outputs' shapes without running a
-# kernel. The forward operator runs the previous page's launcher, ``cross_entropy_rows`` (carried in the appendix), and
-# returns the gradient as a second output; ``register_autograd`` saves it for the backward operator, which scales it in
-# place: an operator that writes an input says so (``mutates_args``). The argument checks are in the appendix.
+# data-dependent check in a launcher would break it); ``register_fake`` gives the compiler their outputs' shapes without
+# running a kernel. The forward operator runs the previous page's launcher, ``cross_entropy_rows`` (carried in the
+# appendix), and returns the gradient as a second output; ``register_autograd`` saves it for the backward operator,
+# which scales it in place: an operator that writes an input says so (``mutates_args``). The argument checks are in the
+# appendix.
 
 @torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
 def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
@@ -439,7 +440,9 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index"
 # backward; ``check_compiled`` (in the appendix) fails at a graph break and compares the gradients with eager's.
 
 layer, h = torch.nn.Linear(64, 1000, device=DEVICE), torch.randn(32, 64, device=DEVICE)
-check_compiled(lambda: cross_entropy(layer(h), torch.arange(32, device=DEVICE) * 31), layer.weight)
+target, class_weight = torch.arange(32, device=DEVICE) * 31, torch.rand(1000, device=DEVICE) + 0.5
+target[::5] = -100  # rows ignored, and class weights: the drop-in's options compiled too
+check_compiled(lambda: cross_entropy(layer(h), target, weight=class_weight), layer.weight)
 
 # %%
 # Benchmark
