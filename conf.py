@@ -35,6 +35,11 @@ else:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(pathlib.Path.home() / ".cache" / "speed-of-light" / "jax"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The Helion configs dev/helion_tune.py tuned for each GPU: a page that measures Helion runs each point at its stored
+# config, and autotunes only the points stored for none (a page run alone, with no such file named, autotunes them all)
+_HELION_CONFIGS = pathlib.Path(__file__).resolve().parent / "docs" / "helion_configs.json"
+if _HELION_CONFIGS.is_file():
+    os.environ.setdefault("SOL_HELION_CONFIGS", str(_HELION_CONFIGS))
 
 project = "Speed of Light"
 author = "The Speed of Light authors"

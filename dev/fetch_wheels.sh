@@ -35,7 +35,7 @@ if [ "${1:-}" = quack ]; then
     du -sh .whl-quack/1 .whl-quack/2
     exit
 fi
-if [ "${1:-}" = helion ]; then  # on the machine: pip install --no-deps --target /tmp/helion-site .whl-helion/*.whl
+if [ "${1:-}" = helion ]; then  # dev/gpu_build.sh installs it there (pip install --no-deps --target /tmp/helion-site)
     rm -rf .whl-helion && mkdir -p .whl-helion
     download .whl-helion helion==1.2.0
     ls .whl-helion

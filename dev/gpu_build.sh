@@ -20,6 +20,15 @@ fi
 if [ -d /tmp/quack-site ]; then  # quack, where dev/quack_install.sh put it (the lent GPU machine)
     export PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 fi
+if [ -d .whl-helion ]; then  # Helion, where carried (bash dev/fetch_wheels.sh helion): the pages' Helion peer
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/helion-site .whl-helion/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/helion-site${PYTHONPATH:+:$PYTHONPATH}
+    # its autotuner's benchmarks in a subprocess of their own do not run on the lent GPU machine
+    export HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0
+    # the configs dev/helion_tune.py stored per GPU (conf.py names the same file; the pages autotune where it lacks one)
+    export SOL_HELION_CONFIGS=${SOL_HELION_CONFIGS:-$PWD/docs/helion_configs.json}
+fi
 export PYTHONUNBUFFERED=1
 # Python's own cache: where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as on the lent GPU machine, whose
 # packages carry no .pyc), every process compiles every module it imports from source. There, torch and what the

@@ -150,13 +150,16 @@ def softmax_rows_forward(x2d, y2d):
 # (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a perfect kernel
 # moves: :math:`x` read and :math:`y` written. The functions below are the page's machinery (the check, peers,
 # timer, sweep, tables, plot, the sentences that read the numbers); the cells after the appendix call them.
+# Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
+# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
 
 # %%
-import importlib.util, subprocess, warnings
+import importlib.metadata, importlib.util, json, subprocess, warnings
 import matplotlib.pyplot as plt
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 
 def load_peer(peer, module, min_cc=(0, 0)):
     """A peer's module, or None where it cannot run here (no column), saying why in the page's one wording."""
@@ -172,6 +175,47 @@ def load_peer(peer, module, min_cc=(0, 0)):
 
 liger, quack = load_peer("Liger-Kernel", "liger_kernel.ops.softmax"), load_peer("quack", "quack", min_cc=(9, 0))
 inductor = load_peer("torch.compile", "torch._inductor")  # Inductor's CPU code would time a C++ compiler, not a GPU
+helion = load_peer("Helion", "helion")
+if helion:  # a tile of rows a program, as step 1; Helion picks the tile, warps and loads
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_softmax(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        for rows in hl.tile(x.size(0)):
+            x_rows = x[rows, :].to(torch.float32)
+            numerator = torch.exp(x_rows - torch.amax(x_rows, dim=1, keepdim=True))
+            y[rows, :] = (numerator / torch.sum(numerator, dim=1, keepdim=True)).to(y.dtype)
+        return y
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -208,7 +252,9 @@ def providers():  # name -> softmax along the last dim
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
-    peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax}
+    peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax,
+             "Helion": helion and helion_tuned(helion_softmax, "softmax forward",
+                                               [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])}
     return found | {name: fn for name, fn in peers.items() if fn} | {"ours": ours}
 
 def ours(x):  # step 1 on rows of up to MAX_FUSED_N, PyTorch's softmax past them
@@ -221,7 +267,7 @@ def ours(x):  # step 1 on rows of up to MAX_FUSED_N, PyTorch's softmax past them
 def sweep(fns):
     """GB/s of each provider's forward, fp32 and bf16, at each N of SWEEP_N, next to a copy."""
     records, missing = [], {}
-    for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+    for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
         out, nbytes = torch.empty_like(x), x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
@@ -246,7 +292,7 @@ def summary(results):
     """The table of GB/s by direction, dtype and N, with ours in % of light and against the best peer; written for
     the site's landing page when the build names a folder for it."""
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
-    peers = [p for p in ("torch", "torch.compile", "Liger", "quack") if p in fns]
+    peers = [p for p in ("torch", "torch.compile", "Liger", "quack", "Helion") if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
@@ -298,6 +344,11 @@ def reading(table, ladder):
                     "points: it moves the same bytes the same way as the copy (a read for each write), so the gap "
                     "is how the two timings differ (the copy is timed without a CUDA graph), not a faster way to "
                     "move bytes.")
+    if "Helion" in table:
+        helion_pct, ratio = inside.Helion / inside["speed of light"] * 100, inside.ours / inside.Helion
+        text.append(f"Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "
+                    f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-"
+                    f"{ratio.max():.3g}x its speed.")
     if len(past):
         text.append(f"Past its range ({points(past)}) the site recommends other pages: deep dive 12 for 16-bit "
                     f"rows of 16 K to 32 K (staged in shared memory), deep dive 11 for rows past {MAX_FUSED_N}.")

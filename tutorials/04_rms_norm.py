@@ -132,14 +132,17 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (two pages on) runs there: the math
 # in torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates
 # to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
+# Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
+# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
 # First step 0's launch: a program a row.
 
-import importlib.util, shutil, subprocess, timeit
+import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 SWEEP_N = [2**k for k in range(9, 17)] if ON_GPU else [256, 1024, 4096]
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 16384)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 16384)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
@@ -213,6 +216,51 @@ if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
     fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
 if quack := peer_module("quack", "quack", min_major=9):
     fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
+if helion := peer_module("Helion", "helion"):  # a tile of rows a program, as step 1; Helion picks the tile and warps
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        y, rstd = torch.empty_like(x), torch.empty(x.size(0), dtype=torch.float32, device=x.device)
+        for rows in hl.tile(x.size(0)):
+            x_rows = x[rows, :].to(torch.float32)
+            rstd_rows = torch.rsqrt(torch.mean(x_rows * x_rows, dim=1) + eps)
+            y[rows, :] = (x_rows * rstd_rows[:, None] * w[None, :].to(torch.float32)).to(y.dtype)
+            rstd[rows] = rstd_rows
+        return y, rstd
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
+if helion:
+    helion_forward = helion_tuned(helion_rms_norm, "rms_norm forward",
+                                  [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+    fns["Helion"] = lambda x, w: helion_forward(x, w, EPS)[0]
 fns["ours"] = ours
 
 LADDER = {0: ("a row a program", plain_forward),
@@ -234,7 +282,7 @@ def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
 
 def benchmark():  # the forward against its peers: (records, table)
     records = []
-    for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+    for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
         x, w, light = tensors(n_cols, dtype)
         xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
         for name, fn in fns.items():
@@ -252,7 +300,7 @@ def benchmark():  # the forward against its peers: (records, table)
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # for the landing page
         table[["ours, % of light", "ours / best peer"]].assign(
@@ -289,6 +337,11 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     text += (f"\nInside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, "
              f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward ran "
              f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).")
+    if "Helion" in table:
+        helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
+        text += (f"\nHelion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "
+                 f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-"
+                 f"{ratio.max():.3g}x its speed.")
     held = [n * (2 if t == "bfloat16" else 4) <= MAX_ROW_BYTES for _, t, n in past.index]
     points = lambda part: ", ".join(f"{t} N = {n:,} ({pct:.3g}%)" for (_, t, n), pct in part.items())
     if any(held):

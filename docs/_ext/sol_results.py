@@ -12,7 +12,7 @@ benchmark sweep, with exactly these columns (any order; an index written by pand
   of the same bytes; a read-only pass for a sum); empty where ours was not measured (a Gluon kernel
   without a GPU);
 * ``ours / best peer``: our GB/s over the fastest peer's (PyTorch, ``torch.compile``, Liger-Kernel, quack,
-  XLA: whichever ran) at the same point; empty where no peer ran;
+  Helion, XLA: whichever ran) at the same point; empty where no peer ran;
 * ``recommended``: 1 where the site recommends this page's kernel for this direction, dtype and N, else 0.
   The page reads it from one constant beside its launch parameters, ``RANGE``: {(direction, dtype): the N
   its design is for, a ``range``}. A page that compares designs the site recommends elsewhere

@@ -1,0 +1,209 @@
+"""Tune the pages' Helion kernels on this GPU and store their configs, for the pages to run without autotuning.
+
+A page that measures Helion (01, 04) defines its kernel in its appendix (``@helion.kernel``) and runs each point of its
+sweep at the config stored for this GPU and point in the JSON file that the build names in ``SOL_HELION_CONFIGS``
+(``docs/helion_configs.json``, where it exists); a point with none stored autotunes there with effort "quick". This
+tool tunes exactly the kernel the page defines: it reads the page's source, runs the kernel's definition (its lines,
+at their line numbers in the page, so that Helion reads back the page's own text), and each point is the page's own
+(its ``SWEEP_DTYPES``, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` as the page sets them on a GPU).
+
+    python3 dev/helion_tune.py                         # every op, every point not yet stored for this GPU
+    python3 dev/helion_tune.py softmax --effort quick  # ops whose name contains "softmax"
+    python3 dev/helion_tune.py --list                  # the ops and their points; tunes nothing
+    python3 dev/helion_tune.py --budget 500 --force    # retune stored points; start none after 500 s
+
+The file: {GPU name (torch.cuda.get_device_name): {"helion": version, "torch": ..., "triton": ..., "tuned": date,
+"configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ...}}}}}}. It is written after every point,
+so a run cut short keeps what it tuned, and a later run goes on from there. A GPU's configs from another Helion
+version are dropped (a config names the options of the version that made it). Each tuned config is checked against
+torch in float64 before it is stored. Helion's own autotune cache is neither read nor written (HELION_SKIP_CACHE).
+"""
+
+import argparse
+import ast
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STORE = ROOT / "docs" / "helion_configs.json"
+DEVICE = "cuda"
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative to float64: a few roundings
+
+
+def softmax_args(torch, dtype, m, n, page):
+    return (torch.randn(m, n, device=DEVICE, dtype=dtype),)
+
+
+def softmax_reference(torch, args, page):
+    return torch.softmax(args[0].double(), dim=-1)
+
+
+def rms_norm_args(torch, dtype, m, n, page):
+    w = torch.rand(n, device=DEVICE, dtype=dtype) + 0.5
+    return torch.randn(m, n, device=DEVICE, dtype=dtype), w, page["EPS"]
+
+
+def rms_norm_reference(torch, args, page):
+    x, w, eps = args
+    return torch.nn.functional.rms_norm(x.double(), x.shape[-1:], w.double(), eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    page: str  # the page that defines and measures the kernel
+    kernel: str  # the name of its @helion.kernel function
+    args: object  # (torch, dtype, M, N, the page's constants) -> the kernel's arguments, as the page passes them
+    reference: object  # (torch, args, constants) -> the float64 result the kernel's (first) output is checked against
+    constants: tuple = ()  # more of the page's constants that args needs
+
+
+# op (as the page names it in its helion_tuned call) -> where its kernel is and how to call it
+OPS = {
+    "softmax forward": Op("tutorials/01_fused_softmax.py", "helion_softmax", softmax_args, softmax_reference),
+    "rms_norm forward": Op("tutorials/04_rms_norm.py", "helion_rms_norm", rms_norm_args, rms_norm_reference, ("EPS",)),
+}
+
+
+def page_constants(op, names, on_gpu=True):
+    """The page's top-level assignments to names, run as the page runs them (ON_GPU as given): {name: value}."""
+    import torch
+
+    path = ROOT / OPS[op].page
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    scope = {"ON_GPU": on_gpu, "torch": torch}
+    for node in tree.body:
+        targets = [t for n in getattr(node, "targets", []) for t in (n.elts if isinstance(n, ast.Tuple) else [n])]
+        if isinstance(node, ast.Assign) and {getattr(t, "id", None) for t in targets} & set(names):
+            exec(compile(ast.Module([node], []), str(path), "exec"), scope)
+    missing = set(names) - set(scope)
+    assert not missing, f"{path.name} assigns no {sorted(missing)} at its top level"
+    return {name: scope[name] for name in names}
+
+
+def points(op, on_gpu=True):
+    """[(dtype name, N, M)]: the points the page measures, M x N = TOTAL_ELEMENTS."""
+    page = page_constants(op, ("SWEEP_DTYPES", "SWEEP_N", "TOTAL_ELEMENTS"), on_gpu)
+    return [(str(t)[6:], n, max(1, page["TOTAL_ELEMENTS"] // n)) for t in page["SWEEP_DTYPES"] for n in page["SWEEP_N"]]
+
+
+def page_definition(page, name, scope):
+    """Run the page's definition of name (a function, at any depth of the page: under its ``if helion:``) in scope,
+    compiled under the page's file name at the page's line numbers (Helion reads a kernel's source back from its
+    file): the page's own lines, not a copy. Returns what it defines."""
+    path = ROOT / page
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert len(found) == 1, f"{path.name} defines {name} {len(found)} times, not once"
+    exec(compile(ast.Module(found, []), str(path), "exec"), scope)
+    return scope[name]
+
+
+def load_kernel(op):
+    """The page's Helion kernel for op, as the page defines it (its decorator's settings too)."""
+    import helion
+    import torch
+
+    scope = {"torch": torch, "helion": helion, "hl": helion.language}
+    return page_definition(OPS[op].page, OPS[op].kernel, scope)
+
+
+def read_store(path):
+    return json.loads(pathlib.Path(path).read_text(encoding="utf-8")) if pathlib.Path(path).is_file() else {}
+
+
+def store_config(path, gpu, op, dtype, n, config, effort, versions):
+    """Add one point's config to the file at path (written whole, atomically): the writer the pages read."""
+    store = read_store(path)
+    entry = store.get(gpu, {})
+    if entry.get("helion") != versions["helion"]:
+        entry = {}  # another Helion's configs: dropped
+    entry.update(versions, tuned=datetime.date.today().isoformat())
+    entry.setdefault("configs", {}).setdefault(op, {}).setdefault(dtype, {})[str(n)] = {
+        "config": json.loads(config.to_json()),
+        "effort": effort,
+    }
+    store[gpu] = entry
+    tmp = pathlib.Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def stored_points(path, gpu, op, helion_version):
+    entry = read_store(path).get(gpu, {})
+    if entry.get("helion") != helion_version:
+        return set()
+    return {(t, int(n)) for t, by_n in entry.get("configs", {}).get(op, {}).items() for n in by_n}
+
+
+def autotune(kernel, args, effort):
+    """Helion's autotuner at effort, on this point's arguments: the best config it found."""
+    kernel.settings.autotune_effort = effort
+    return kernel.autotune(args, force=True)
+
+
+def relative_error(out, reference):
+    return ((out.double() - reference).norm() / reference.norm()).item()
+
+
+def check(op, kernel, args, page, dtype):
+    """The kernel at its new config against torch in float64, within a few roundings of dtype."""
+    import torch
+
+    out = kernel(*args)
+    out = out[0] if isinstance(out, tuple) else out
+    error = relative_error(out, OPS[op].reference(torch, args, page))
+    assert error <= TOLERANCE[dtype], f"{op} {dtype}: relative error {error:.2e} over {TOLERANCE[dtype]:.0e}"
+    return error
+
+
+def versions():
+    return {name: importlib.metadata.version(name) for name in ("helion", "torch", "triton")}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("ops", nargs="*", help="tune only the ops whose name contains one of these")
+    parser.add_argument("--effort", default="full", choices=("quick", "full"), help="Helion's autotune effort")
+    parser.add_argument("--store", default=str(STORE), help="the JSON file of configs (read, then written)")
+    parser.add_argument("--force", action="store_true", help="retune points already stored for this GPU")
+    parser.add_argument("--budget", type=float, default=0, help="start no point after this many seconds (0: none)")
+    parser.add_argument("--list", action="store_true", help="print the ops and their points; tune nothing")
+    options = parser.parse_args(argv)
+    ops = [op for op in OPS if not options.ops or any(word in op for word in options.ops)]
+    if options.list:
+        for op in ops:
+            print(f"{op}: {OPS[op].page}, {OPS[op].kernel}: " + ", ".join(f"{t} {m}x{n}" for t, n, m in points(op)))
+        return 0
+
+    import torch
+
+    os.environ["HELION_SKIP_CACHE"] = "1"  # the autotuner's search, not a config an earlier run left on disk
+    gpu, found, start = torch.cuda.get_device_name(), versions(), time.monotonic()
+    for op in ops:
+        kernel, page = load_kernel(op), page_constants(op, OPS[op].constants)
+        done = set() if options.force else stored_points(options.store, gpu, op, found["helion"])
+        for dtype, n, m in points(op):
+            if (dtype, n) in done:
+                continue
+            if options.budget and time.monotonic() - start > options.budget:
+                print(f"budget spent: {op} {dtype} N = {n} and after not tuned; run again to go on", flush=True)
+                return 0
+            torch.manual_seed(n)
+            args = OPS[op].args(torch, getattr(torch, dtype), m, n, page)
+            began = time.monotonic()
+            config = autotune(kernel, args, options.effort)
+            error = check(op, kernel, args, page, dtype)
+            store_config(options.store, gpu, op, dtype, n, config, options.effort, found)
+            print(f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {time.monotonic() - began:.0f} s)", flush=True)
+    print(f"{options.store}: configs for {gpu}, {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Helion, the peer of pages 01 and 04: their kernels against float64, the store of tuned configs that
+dev/helion_tune.py writes and the pages read, and that the tool tunes the very kernels the pages define.
+
+Without Helion installed the tests that run it skip and say so; the ones that read the sources run everywhere."""
+
+import ast
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, TUTORIALS
+
+sys.path.insert(0, str(ROOT / "dev"))
+import helion_tune  # noqa: E402
+
+HAS_HELION = importlib.util.find_spec("helion") is not None
+needs_helion = pytest.mark.skipif(
+    not HAS_HELION,
+    reason="Helion is not installed (pip install helion==1.2.0): its kernels, the config store and the tool's "
+    "kernels are not checked here",
+)
+OPS = list(helion_tune.OPS)
+GPU = "Test GPU"
+
+
+def helion_kernels():
+    """{(page, function name)} of every function a page decorates with helion.kernel."""
+    found = set()
+    for path in TUTORIALS:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
+            if isinstance(node, ast.FunctionDef) and any("helion.kernel" in d for d in decorators):
+                found.add((str(path.relative_to(ROOT)), node.name))
+    return found
+
+
+def test_the_tool_tunes_every_helion_kernel_of_the_pages():
+    registered = {(op.page, op.kernel) for op in helion_tune.OPS.values()}
+    assert helion_kernels() == registered, "every @helion.kernel of a page is an op of dev/helion_tune.py, and back"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_page_runs_its_kernel_under_the_tools_op_at_the_points_it_sweeps(op):
+    """The page reads the configs stored under the tool's op name for its kernel, at the points of its own sweep: the
+    points the tool tunes (its SWEEP_DTYPES and SWEEP_N, M x N = TOTAL_ELEMENTS)."""
+    spec = helion_tune.OPS[op]
+    source = (ROOT / spec.page).read_text(encoding="utf-8")
+    call = f'helion_tuned({spec.kernel}, "{op}",'
+    assert call in source, f"{spec.page} does not run {spec.kernel} through helion_tuned(..., {op!r}, ...)"
+    points = " ".join(source[source.index(call) :].split("\n", 2)[:2])
+    assert "for t in SWEEP_DTYPES for n in SWEEP_N" in points, f"{spec.page}: Helion's points are not its sweep's"
+    assert "for dtype in SWEEP_DTYPES for n in SWEEP_N" in source, f"{spec.page}: its sweep is not its SWEEP_..."
+    for on_gpu in (True, False):
+        page = helion_tune.page_constants(op, ("TOTAL_ELEMENTS", "SWEEP_N"), on_gpu)
+        tuned = helion_tune.points(op, on_gpu)
+        assert [(n, m) for _, n, m in tuned[: len(page["SWEEP_N"])]] == [
+            (n, page["TOTAL_ELEMENTS"] // n) for n in page["SWEEP_N"]
+        ]
+        assert {t for t, _, _ in tuned} == {"float32", "bfloat16"}
+
+
+@needs_helion
+@pytest.mark.parametrize("op", OPS)
+def test_the_tool_loads_the_pages_own_lines(op):
+    """The kernel the tool tunes is the page's definition, compiled from the page's file at its line numbers (Helion
+    reads a kernel's source back from there), with the page's decorator."""
+    spec = helion_tune.OPS[op]
+    kernel = helion_tune.load_kernel(op)
+    path = ROOT / spec.page
+    source = path.read_text(encoding="utf-8")
+    (node,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == spec.kernel]
+    assert kernel.fn.__code__.co_filename == str(path)
+    lines = source.splitlines(keepends=True)[node.decorator_list[0].lineno - 1 : node.end_lineno]
+    assert inspect.getsource(kernel.fn) == "".join(lines), "Helion would read another text than the page's kernel"
+    assert kernel.settings.static_shapes and kernel.settings.autotune_effort == "quick"
+
+
+def reference(op, args):
+    """float64 results: softmax's y; RMSNorm's y and rstd."""
+    x = args[0].double()
+    if op.startswith("softmax"):
+        return (torch.softmax(x, dim=-1),)
+    rstd = torch.rsqrt(x.square().mean(1) + args[2])
+    return x * rstd[:, None] * args[1].double(), rstd
+
+
+SHAPES = [(7, 1), (33, 257), (5, 1000), (3, 4096)]
+
+
+@needs_helion
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_the_pages_kernel_matches_float64(op, dtype):
+    """Each page's Helion kernel (in Helion's reference mode on the CPU, compiled at its default config on a GPU)
+    within the page's tolerance of float64, at powers of two and not."""
+    import helion
+
+    kernel = helion_tune.load_kernel(op)
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        kernel.settings.ref_mode = helion.RefMode.EAGER
+    tolerance = helion_tune.page_constants(op, ("TOLERANCE",))["TOLERANCE"][str(dtype)[6:]]
+    for m, n in SHAPES:
+        torch.manual_seed(n)
+        x = torch.randn(m, n, dtype=dtype, device="cuda" if on_gpu else "cpu").mul_(4)
+        args = (x,) if op.startswith("softmax") else (x, torch.rand(n, dtype=dtype, device=x.device) + 0.5, 1e-6)
+        if on_gpu:
+            bound = kernel.bind(args)
+            bound.set_config(bound.config_spec.default_config())
+        out = kernel(*args)
+        for got, want in zip(out if isinstance(out, tuple) else (out,), reference(op, args)):
+            error = helion_tune.relative_error(got, want)
+            assert error <= tolerance, f"{op} {str(dtype)[6:]} {m}x{n}: relative error {error:.2e} over {tolerance}"
+
+
+class Recorder:
+    """A kernel's stand-in: one bound kernel per shape, as Helion's; records the configs set on each and the calls."""
+
+    def __init__(self):
+        self.set, self.calls, self.bound = {}, [], {}
+
+    def bind(self, args):
+        recorder, shape = self, tuple(args[0].shape)
+
+        class Bound:
+            def set_config(self, config):
+                recorder.set.setdefault(shape, []).append(config)
+
+            def __call__(self, *args):
+                recorder.calls.append(shape)
+
+        return self.bound.setdefault(shape, Bound())
+
+
+def page_reader(op, where):
+    """The page's helion_tuned, its own lines, with the page's globals it reads (WHERE: this GPU's name)."""
+    import helion
+
+    scope = {"os": os, "json": json, "importlib": importlib, "helion": helion, "WHERE": where}
+    return helion_tune.page_definition(helion_tune.OPS[op].page, "helion_tuned", scope)
+
+
+def meta_args(op, dtype, n, m):
+    return helion_tune.OPS[op].args(torch, getattr(torch, dtype), m, n, {"EPS": 1e-6})
+
+
+@pytest.fixture
+def on_meta(monkeypatch):
+    """The tool's tensors on the meta device: shapes without memory (Helion compiles for them without a GPU)."""
+    monkeypatch.setattr(helion_tune, "DEVICE", "meta")
+
+
+@needs_helion
+@pytest.mark.parametrize("op", OPS)
+def test_configs_go_from_the_tool_to_the_page(op, tmp_path, monkeypatch, capsys, on_meta):
+    """The tool stores a config for every point of the page on a GPU; the page, on that GPU, runs each point at its
+    config and autotunes none; on a GPU the file has no key for it autotunes every point (the kernel's own effort);
+    the stored config is one the page's kernel compiles (to Triton, for meta tensors)."""
+    import helion
+
+    store = tmp_path / "helion_configs.json"
+    kernel, versions = helion_tune.load_kernel(op), helion_tune.versions()
+    points = helion_tune.points(op, on_gpu=False)
+    configs = {}
+    for dtype, n, m in points:
+        bound = kernel.bind(meta_args(op, dtype, n, m))
+        configs[dtype, n] = bound.config_spec.default_config()
+        helion_tune.store_config(store, GPU, op, dtype, n, configs[dtype, n], "full", versions)
+    monkeypatch.setenv("SOL_HELION_CONFIGS", str(store))
+    capsys.readouterr()
+
+    recorder = Recorder()
+    run = page_reader(op, GPU)(recorder, op, [(t, n) for t, n, _ in points])
+    assert "none autotuned here" in capsys.readouterr().out
+    for dtype, n, m in points:
+        args = meta_args(op, dtype, n, m)
+        run(*args), run(*args)
+        (config,) = recorder.set[m, n]  # set once, before the first call
+        assert config == configs[dtype, n]
+        assert "def " in kernel.bind(args).to_triton_code(helion.Config(**dict(config))), "no Triton for it"
+    assert len(recorder.calls) == 2 * len(points)
+
+    recorder = Recorder()
+    run = page_reader(op, "Another GPU")(recorder, op, [(t, n) for t, n, _ in points])
+    out = capsys.readouterr().out
+    assert "autotuned here at each point" in out and "none tuned on Another GPU" in out, out
+    run(*meta_args(op, *points[0]))
+    assert recorder.set == {} and len(recorder.calls) == 1, "a point with no stored config is left to autotune"
+
+    stored = json.loads(store.read_text())
+    stored[GPU]["helion"] = "0.0"
+    store.write_text(json.dumps(stored))
+    page_reader(op, GPU)(Recorder(), op, [(t, n) for t, n, _ in points])
+    assert "those stored are Helion 0.0's" in capsys.readouterr().out, "another Helion's configs are not used"
+
+    monkeypatch.delenv("SOL_HELION_CONFIGS")
+    page_reader(op, GPU)(Recorder(), op, [(t, n) for t, n, _ in points])
+    assert "no file of tuned configs" in capsys.readouterr().out
+
+
+@needs_helion
+def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkeypatch, on_meta):
+    """dev/helion_tune.py's run: every op's every point stored under this GPU's name, each at the config its autotuner
+    returned; a second run tunes nothing, --force all again; another Helion's configs are replaced."""
+    store, tuned = tmp_path / "configs.json", []
+
+    def autotune(kernel, args, effort):
+        tuned.append((str(args[0].dtype)[6:], args[0].shape[1]))
+        return kernel.bind(args).config_spec.default_config()
+
+    monkeypatch.setattr(helion_tune, "autotune", autotune)
+    monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
+    monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
+    assert helion_tune.main(["--store", str(store), "--effort", "quick"]) == 0
+    entry = json.loads(store.read_text())[GPU]
+    assert entry["helion"] == helion_tune.versions()["helion"]
+    assert {op: {t: sorted(by_n) for t, by_n in c.items()} for op, c in entry["configs"].items()} == {
+        op: {"float32": ["257"], "bfloat16": ["1000"]} for op in OPS
+    }
+    assert all(p["effort"] == "quick" for c in entry["configs"].values() for by_n in c.values() for p in by_n.values())
+    assert len(tuned) == 2 * len(OPS)
+    helion_tune.main(["--store", str(store)])
+    assert len(tuned) == 2 * len(OPS), "stored points were tuned again"
+    helion_tune.main(["--store", str(store), "--force", "softmax"])
+    assert len(tuned) == 2 * len(OPS) + 2
