@@ -128,6 +128,10 @@ def softmax(input, dim=-1, dtype=None):
 # mask) into it, as it would into its own softmax: each of those costs a pass over memory of its own. Its kernels
 # run up to 32 K elements forward and 16 K backward, PyTorch's softmax past them; 16-bit forward rows of 16 K to 32 K
 # run faster on deep dive 12's staged kernel, which this drop-in does not carry.
+#
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
+# recompile limit.
 
 # %%
 # Appendix: how this page measures

@@ -86,6 +86,10 @@ layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 # ``forward``), then ``torch.compile(model, fullgraph=True)`` as before. Inductor fuses nothing into it: a residual
 # add before it stays a pass of its own. ``torch.autocast`` leaves it alone: it runs in its input's dtype (sums in
 # fp32), where autocast would run PyTorch's layer norm in fp32.
+#
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
+# recompile limit.
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Drop-in for torch.nn.functional.layer_norm on float32, float16 and bfloat16, with autograd."""

@@ -94,6 +94,10 @@ def sum_vector(x, out):
 # be traced: ``torch.library.custom_op`` makes the sum an operator that stays in a compiled graph,
 # ``register_fake`` gives the compiler its output's shape and dtype without running it, ``register_autograd`` its
 # backward. The gradient of a sum is the upstream one broadcast back over the reduced dims: torch ops, no kernel.
+#
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
+# recompile limit.
 
 @torch.library.custom_op("sol::reduce_sum_03", mutates_args=())
 def sum_op(x: torch.Tensor, dims: list[int], dtype: torch.dtype) -> torch.Tensor:

@@ -97,6 +97,10 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # ``torch.compile(fullgraph=True)`` keeps ``rms_norm`` as one node, with its backward (checked below). Use it at the
 # N of the kernels' ``RANGE``. Inductor fuses nothing into it: a residual add before it stays a pass of its own.
 # ``torch.autocast`` leaves it alone: it runs in its input's dtype, its sums in fp32.
+#
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
+# recompile limit.
 
 # %%
 # Appendix: how this page measures

@@ -116,6 +116,10 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the logits'
 # dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same loss
 # (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too.
+#
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
+# recompile limit.
 
 # %%
 # Appendix: how this page measures
