@@ -26,8 +26,6 @@ if [ -d .whl-helion ]; then  # Helion, where carried (bash dev/fetch_wheels.sh h
     export PYTHONPATH=/tmp/helion-site${PYTHONPATH:+:$PYTHONPATH}
     # its autotuner's benchmarks in a subprocess of their own do not run on the lent GPU machine
     export HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0
-    # the configs dev/helion_tune.py stored per GPU (conf.py names the same file; the pages autotune where it lacks one)
-    export SOL_HELION_CONFIGS=${SOL_HELION_CONFIGS:-$PWD/docs/helion_configs.json}
 fi
 export PYTHONUNBUFFERED=1
 # Python's own cache: where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as on the lent GPU machine, whose

@@ -45,6 +45,18 @@ def test_the_tool_tunes_every_helion_kernel_of_the_pages():
     assert helion_kernels() == registered, "every @helion.kernel of a page is an op of dev/helion_tune.py, and back"
 
 
+def test_the_pages_read_the_store_with_one_reader():
+    """Each page carries its own helion_tuned (a page stands alone); they are the same lines, so that the tool's store
+    means one thing to every page."""
+    readers = set()
+    for page in sorted({spec.page for spec in helion_tune.OPS.values()}):
+        tree = ast.parse((ROOT / page).read_text(encoding="utf-8"))
+        found = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "helion_tuned"]
+        assert len(found) == 1, f"{page} defines helion_tuned {len(found)} times, not once"
+        readers.add(found[0])
+    assert len(readers) == 1, "the pages' helion_tuned differ"
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_the_page_runs_its_kernel_under_the_tools_op_at_the_points_it_sweeps(op):
     """The page reads the configs stored under the tool's op name for its kernel, at the points of its own sweep: the
