@@ -61,7 +61,7 @@ def test_carried_persistent_design_is_tutorial_02s(page):
     assert inspect.getsource(page["layer_norm_bwd_kernel"].fn) == inspect.getsource(core["layer_norm_bwd_kernel"].fn)
     for name in ("_warps", "_bwd_config"):
         assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
-    for name in ("MAX_BWD_FUSED_N", "SMEM_PER_BLOCK"):
+    for name in ("MAX_BWD_FUSED_N", "SMEM_PER_BLOCK", "SMEM_PER_SM", "IN_FLIGHT"):
         assert page[name] == core[name], name
     torch.manual_seed(2)
     for dtype in (torch.float32, torch.bfloat16):

@@ -413,8 +413,14 @@ def test_row_sums_with_and_without_masks_agree(rows, shape):
 
 @pytest.mark.parametrize("n", [1, 4096, 4097, 2**20, 2**28])
 def test_vector_config_is_a_persistent_grid_of_16_warp_programs(tut, n):
-    """_vector_config: 4096 elements a program a step, 16 warps, one program a block up to 4 programs an SM."""
-    assert tut["_vector_config"](n) == (min(-(-n // 4096), 4 * tut["NUM_SMS"]), 4096, 16), n
+    """_vector_config: 4096 elements a program a step, 16 warps, one program a block up to 4 programs an SM; loads
+    marked evict_first up to 4 times the L2's bytes, unmarked past."""
+    for element_size in (2, 4):
+        grid, meta = tut["_vector_config"](n, element_size)
+        assert grid == min(-(-n // 4096), 4 * tut["NUM_SMS"]), n
+        evict = "evict_first" if n * element_size <= 4 * tut["L2_BYTES"] else ""
+        assert meta == dict(BLOCK=4096, EVICT=evict, num_warps=16), (n, element_size)
+    assert tut["_vector_config"](2**28, 2)[1]["EVICT"] == "" and tut["_vector_config"](2**20, 4)[1]["EVICT"]
 
 
 # --- the read-only pass (the page's speed of light) reads every byte ---

@@ -65,7 +65,8 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 #
 # - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` against ``cols[None, :]``, as in
 #   torch), ``num_warps`` sized to its bytes by the config below. ``tl.minimum`` clamps rows past the end to the last:
-#   their loads stay inside *x*, their stores are masked.
+#   their loads stay inside *x*, their stores are masked. Where *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true
+#   at compile time and the column masks fold away.
 # - **The statistics for the backward**, each row's mean and ``rstd``, held by the threads that hold the row (the
 #   tile's *layout*). A plain store of a vector of rows would move it through shared memory first; a store from the
 #   tile's shape, masked to column 0, does not.
@@ -75,9 +76,10 @@ def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
     k: tl.constexpr = 2.0**-16 / BLOCK_N
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok = rows < n_rows
@@ -120,7 +122,8 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy):
     # blocks of 4096 elements or more (8 KB of bf16), 64 bytes a thread; rows of 512 (1 KB): 128, 2 warps for 8 rows
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
+                num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
     # a wide row's registers leave room for few programs an SM: under 40 KB of x in flight there, twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m

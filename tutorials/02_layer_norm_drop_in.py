@@ -107,9 +107,10 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
+    col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
     k: tl.constexpr = 2.0**-16 / BLOCK_N
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok = rows < n_rows
@@ -140,7 +141,8 @@ def _fwd_config(n_rows, n_cols, element_size, occupancy):
     # blocks of 4096 elements or more (8 KB of bf16), 64 bytes a thread; rows of 512 (1 KB): 128, 2 warps for 8 rows
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
+                num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
     # a wide row's registers leave room for few programs an SM: under 40 KB of x in flight there, twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
@@ -247,20 +249,29 @@ def layer_norm_bwd_kernel(
         tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
-SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
+PROPS = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
+SMEM_PER_BLOCK = PROPS.shared_memory_per_block_optin if ON_GPU else 232448
+SMEM_PER_SM = PROPS.shared_memory_per_multiprocessor if ON_GPU else 233472
+BANDWIDTH = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8  # B/s
+IN_FLIGHT = BANDWIDTH * 1e-6 / NUM_SMS  # Little's law: an SM's bytes in flight over a microsecond (0: unknown)
 MAX_BWD_FUSED_N = 8192  # x, dy and two accumulators held in registers
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
-    """(meta, lines): a program an SM (or ``programs``), each with a line of partials; ``stages`` replaces STAGES."""
+    """(meta, lines): one or two programs an SM (or ``programs``), each with a line of partials; ``stages`` replaces
+    STAGES."""
     # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
     # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
     # (narrow tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
+    # where one program's 4 stages hold less than 2 latencies' bytes, two programs of 3 stages share the SM: one
+    # loads while the other reduces and stores
+    two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
-                STAGES=stages or max(2, min(4, fit)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
-    lines = max(1, min(NUM_SMS if programs is None else programs, n_blocks := triton.cdiv(n_rows, block_m)))
+                STAGES=stages or (3 if two else max(2, min(4, fit))))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
+    n_blocks = triton.cdiv(n_rows, block_m)
+    lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
 def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None, programs=None, stages=None):
     """dx2d, and dw, db if given (fp32); programs caps the lines. Returns the number of lines (0: torch's path)."""

@@ -151,8 +151,12 @@ def layer_norm_bwd_kernel(
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 # The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # any will do on a CPU
-SMEM_PER_BLOCK = torch.cuda.get_device_properties(DEVICE).shared_memory_per_block_optin if ON_GPU else 232448
+PROPS = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
+SMEM_PER_BLOCK = PROPS.shared_memory_per_block_optin if ON_GPU else 232448
+SMEM_PER_SM = PROPS.shared_memory_per_multiprocessor if ON_GPU else 233472
+BANDWIDTH = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8  # B/s
+IN_FLIGHT = BANDWIDTH * 1e-6 / NUM_SMS  # Little's law: an SM's bytes in flight over a microsecond (0: unknown)
 MAX_BWD_FUSED_N = 8192  # x, dy and two fp32 accumulators of a block fit one program's registers
 # The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
 # which the landing page names at those N; design 1 is the classic design it is measured against.
@@ -161,16 +165,21 @@ RANGE = {}
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
-    """(meta, lines): a program an SM (or ``programs``), each with a line of partials; ``stages`` replaces STAGES."""
+    """(meta, lines): one or two programs an SM (or ``programs``), each with a line of partials; ``stages`` replaces
+    STAGES."""
     # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
     # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
     # (narrow tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
+    # where one program's 4 stages hold less than 2 latencies' bytes, two programs of 3 stages share the SM: one
+    # loads while the other reduces and stores
+    two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
-                STAGES=stages or max(2, min(4, fit)))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
-    lines = max(1, min(NUM_SMS if programs is None else programs, n_blocks := triton.cdiv(n_rows, block_m)))
+                STAGES=stages or (3 if two else max(2, min(4, fit))))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
+    n_blocks = triton.cdiv(n_rows, block_m)
+    lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
 
 def sum_partials(dw_partial, db_partial, dw, db):
