@@ -1,5 +1,6 @@
-"""Helion, the peer of pages 01 and 04: their kernels against float64, the store of tuned configs that
-dev/helion_tune.py writes and the pages read, and that the tool tunes the very kernels the pages define.
+"""Helion, a peer of the pages that dev/helion_tune.py lists (01 and 01_softmax_backward, 04 and 04_rms_norm_backward,
+06_cross_entropy): their kernels against float64, the store of tuned configs that the tool writes and the pages read,
+and that the tool tunes the very kernels the pages define.
 
 Without Helion installed the tests that run it skip and say so; the ones that read the sources run everywhere."""
 
@@ -9,6 +10,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -60,21 +62,24 @@ def test_the_pages_read_the_store_with_one_reader():
 @pytest.mark.parametrize("op", OPS)
 def test_the_page_runs_its_kernel_under_the_tools_op_at_the_points_it_sweeps(op):
     """The page reads the configs stored under the tool's op name for its kernel, at the points of its own sweep: the
-    points the tool tunes (its SWEEP_DTYPES and SWEEP_N, M x N = TOTAL_ELEMENTS)."""
+    points the tool tunes (its SWEEP_DTYPES and row lengths, SWEEP_N or the op's name for them, M x N its elements a
+    point, TOTAL_ELEMENTS or the op's name for them, one number or one a dtype)."""
     spec = helion_tune.OPS[op]
+    lengths, elements = spec.sweep
     source = (ROOT / spec.page).read_text(encoding="utf-8")
     call = f'helion_tuned({spec.kernel}, "{op}",'
     assert call in source, f"{spec.page} does not run {spec.kernel} through helion_tuned(..., {op!r}, ...)"
     points = " ".join(source[source.index(call) :].split("\n", 2)[:2])
-    assert "for t in SWEEP_DTYPES for n in SWEEP_N" in points, f"{spec.page}: Helion's points are not its sweep's"
-    assert "for dtype in SWEEP_DTYPES for n in SWEEP_N" in source, f"{spec.page}: its sweep is not its SWEEP_..."
+    assert f"for t in SWEEP_DTYPES for n in {lengths}]" in points, f"{spec.page}: Helion's points are not its sweep's"
+    sweep = rf"for dtype in SWEEP_DTYPES( for n in |:\s+for n_cols in ){lengths}\b"
+    assert re.search(sweep, source), f"{spec.page}: its sweep is not its SWEEP_DTYPES and {lengths}"
     for on_gpu in (True, False):
-        page = helion_tune.page_constants(op, ("TOTAL_ELEMENTS", "SWEEP_N"), on_gpu)
-        tuned = helion_tune.points(op, on_gpu)
-        assert [(n, m) for _, n, m in tuned[: len(page["SWEEP_N"])]] == [
-            (n, page["TOTAL_ELEMENTS"] // n) for n in page["SWEEP_N"]
+        page = helion_tune.page_constants(op, ("SWEEP_DTYPES", lengths, elements), on_gpu)
+        total = lambda t: page[elements][t] if isinstance(page[elements], dict) else page[elements]  # noqa: E731
+        assert helion_tune.points(op, on_gpu) == [
+            (str(t)[6:], n, total(t) // n) for t in page["SWEEP_DTYPES"] for n in page[lengths]
         ]
-        assert {t for t, _, _ in tuned} == {"float32", "bfloat16"}
+        assert {str(t)[6:] for t in page["SWEEP_DTYPES"]} == {"float32", "bfloat16"}
 
 
 @needs_helion
@@ -93,13 +98,45 @@ def test_the_tool_loads_the_pages_own_lines(op):
     assert kernel.settings.static_shapes and kernel.settings.autotune_effort == "quick"
 
 
+def arguments(op, dtype, m, n, device):
+    """The kernel's arguments as its page passes them, logits and inputs of 4 x N(0, 1)."""
+    x = torch.randn(m, n, dtype=dtype, device=device).mul_(4)
+    w, dy = torch.rand(n, dtype=dtype, device=device) + 0.5, torch.randn(m, n, dtype=dtype, device=device)
+    return {
+        "softmax forward": lambda: (x,),
+        "softmax backward": lambda: (torch.softmax(x, dim=-1), dy),  # y as the forward saves it
+        "rms_norm forward": lambda: (x, w, 1e-6),
+        "rms_norm backward": lambda: (x, w, torch.rsqrt(x.float().square().mean(1) + 1e-6), dy),
+        "cross_entropy forward": lambda: (x, torch.randint(0, n, (m,), device=device)),
+    }[op]()
+
+
 def reference(op, args):
-    """float64 results: softmax's y; RMSNorm's y and rstd."""
+    """[(float64 result, the size its error is relative to)]: softmax's y, its backward's dx; RMSNorm's y and rstd, its
+    backward's dx (against its terms' size, r * dy * w: they cancel at N = 1) and dw; each row's cross-entropy loss."""
     x = args[0].double()
-    if op.startswith("softmax"):
-        return (torch.softmax(x, dim=-1),)
-    rstd = torch.rsqrt(x.square().mean(1) + args[2])
-    return x * rstd[:, None] * args[1].double(), rstd
+    if op == "softmax forward":
+        results = [torch.softmax(x, dim=-1)]
+    elif op == "softmax backward":
+        dy = args[1].double()
+        results = [x * (dy - (x * dy).sum(1, keepdim=True))]
+    elif op == "rms_norm forward":
+        rstd = torch.rsqrt(x.square().mean(1) + args[2])
+        results = [x * rstd[:, None] * args[1].double(), rstd]
+    elif op == "rms_norm backward":
+        x64, w64, dy = x.requires_grad_(), args[1].double().requires_grad_(), args[3].double()
+        dx, dw = torch.autograd.grad(torch.nn.functional.rms_norm(x64, x.shape[-1:], w64, 1e-6), (x64, w64), dy)
+        rstd = torch.rsqrt(x.detach().square().mean(1, keepdim=True) + 1e-6)
+        return [(dx, (dy * w64.detach() * rstd).norm()), (dw, dw.norm())]
+    else:
+        results = [torch.nn.functional.cross_entropy(x, args[1], reduction="none")]
+    return [(want, want.norm()) for want in results]
+
+
+def outputs(op, out):
+    """The kernel's results, as its page uses them: RMSNorm backward's dw is its partials' sum."""
+    out = out if isinstance(out, tuple) else (out,)
+    return (out[0], out[1].sum(0)) if op == "rms_norm backward" else out
 
 
 SHAPES = [(7, 1), (33, 257), (5, 1000), (3, 4096)]
@@ -120,14 +157,15 @@ def test_the_pages_kernel_matches_float64(op, dtype):
     tolerance = helion_tune.page_constants(op, ("TOLERANCE",))["TOLERANCE"][str(dtype)[6:]]
     for m, n in SHAPES:
         torch.manual_seed(n)
-        x = torch.randn(m, n, dtype=dtype, device="cuda" if on_gpu else "cpu").mul_(4)
-        args = (x,) if op.startswith("softmax") else (x, torch.rand(n, dtype=dtype, device=x.device) + 0.5, 1e-6)
+        args = arguments(op, dtype, m, n, "cuda" if on_gpu else "cpu")
         if on_gpu:
             bound = kernel.bind(args)
             bound.set_config(bound.config_spec.default_config())
-        out = kernel(*args)
-        for got, want in zip(out if isinstance(out, tuple) else (out,), reference(op, args)):
-            error = helion_tune.relative_error(got, want)
+        got, expected = outputs(op, kernel(*args)), reference(op, args)
+        assert len(got) == len(expected), f"{op}: {len(got)} results, not {len(expected)}"
+        for out, (want, size) in zip(got, expected):
+            # relative to the result's size; where that is 0 (a softmax's dx, a loss at N = 1), absolute
+            error = ((out.double() - want).norm() / (size if size > 0 else 1)).item()
             assert error <= tolerance, f"{op} {str(dtype)[6:]} {m}x{n}: relative error {error:.2e} over {tolerance}"
 
 
@@ -241,4 +279,4 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     helion_tune.main(["--store", str(store)])
     assert len(tuned) == 2 * len(OPS), "stored points were tuned again"
     helion_tune.main(["--store", str(store), "--force", "softmax"])
-    assert len(tuned) == 2 * len(OPS) + 2
+    assert len(tuned) == 2 * len(OPS) + 2 * len([op for op in OPS if "softmax" in op])

@@ -65,21 +65,26 @@ def test_the_drop_ins_page_carries_the_backward_and_the_backward_page_its_operat
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_plain_forward_kernel(fwd, dtype):
-    """The ladder's step 0 (one row a program) against float64, rows of odd length: every element written."""
-    for n in (1, 257, 1000):
+def test_one_row_forward(fwd, dtype):
+    """The ladder's step 0 (the kernel at one row a program, 4 warps) against float64, rows of odd and even length:
+    every element of y and every row's statistics written, the same bits as step 1's launch."""
+    for n in (1, 257, 1000, 1024):
         torch.manual_seed(n)
         x, w, b = (torch.randn(s, device=DEVICE, dtype=dtype) for s in ((5, n), n, n))
-        y = torch.full_like(x, math.nan)
-        fwd["plain_forward"](x, y, w, b)
+        y, mean, rstd = torch.full_like(x, math.nan), *(torch.full((5,), math.nan, device=DEVICE) for _ in range(2))
+        fwd["one_row_forward"](x, y, w, b, mean, rstd)
         ref = ref_layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
         assert not y.isnan().any() and rel_error(y, ref) < 2 * TOL[dtype]
+        y1, mean1, rstd1 = torch.empty_like(x), torch.empty(5, device=DEVICE), torch.empty(5, device=DEVICE)
+        fwd["layer_norm_rows_forward"](x, y1, w, b, mean1, rstd1, 1e-5)
+        assert torch.equal(y, y1) and torch.equal(mean, mean1) and torch.equal(rstd, rstd1), n
 
 
 def test_forward_page_checks_passed(fwd):
     """The forward page's tables: its check ran (it asserts), each provider's forward recorded, steps 0 and 1."""
-    results = fwd["results"]
-    assert set(results.direction) == {"forward"} and len(results[results.provider == "ours"]) == 2 * len(fwd["SWEEP_N"])
+    table = fwd["table"]  # a row a point (direction, dtype, N), a column a provider
+    assert set(table.index.get_level_values("direction")) == {"forward"} and len(table) == 2 * len(fwd["SWEEP_N"])
+    assert {"speed of light", "torch", "ours", "ours, % of light"} <= set(table.columns)
     assert sorted(set(fwd["ladder"]["step"])) == [0, 1]
 
 
@@ -365,11 +370,10 @@ def test_page_checks_passed(bwd):
     errors, tol = bwd["errors"], bwd["TOLERANCE"]
     assert (errors[bwd["OURS"]].max(axis=1) <= errors.dtype.map(tol)).all()
     assert len(errors) > 0 and errors["same bits"].all(), "the backward gave different bits between runs"
-    results = bwd["results"]
-    ours = results[results.provider == "ours"]
-    assert len(ours) == 2 * len(bwd["SWEEP_N"]) and set(results.direction) == {"backward"}
+    table = bwd["table"]  # a row a point (direction, dtype, N), a column a provider
+    assert len(table) == 2 * len(bwd["SWEEP_N"]) and set(table.index.get_level_values("direction")) == {"backward"}
     # a GPU's run times every point; the interpreter's run checks values and times none (NaN, shown as no speed)
-    assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
+    assert table["ours"].gt(0).all() if DEVICE == "cuda" else table["ours"].isna().all()
 
 
 def test_drop_in_page_checks_passed(ln):

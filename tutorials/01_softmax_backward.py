@@ -143,6 +143,11 @@ def softmax(input, dim=-1, dtype=None):
 # times replays of a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the
 # same tensor, timed beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s
 # counts the bytes a perfect kernel moves: :math:`y, dy, dx`, the backward timed as in training.
+# Helion, where installed, is a peer of its own kind: a backward kernel written in PyTorch ops on a tile of rows, which
+# Helion compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). It is no
+# autograd function, so it is timed as one call on :math:`y` (torch's softmax of :math:`x`) and :math:`dy`, the call
+# autograd makes to the others' backward; a CUDA graph's replay runs only the kernels of either, and GB/s counts the
+# same :math:`y, dy, dx`.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -206,11 +211,12 @@ def _checked(input, dim, dtype):
     return x
 
 # %%
-import importlib.util, subprocess, warnings
+import importlib.metadata, importlib.util, json, subprocess, warnings
 import matplotlib.pyplot as plt
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 
 def load_peer(peer, module, min_cc=(0, 0)):
     """A peer's module, or None where it cannot run here (no column), saying why in the page's one wording."""
@@ -226,6 +232,46 @@ def load_peer(peer, module, min_cc=(0, 0)):
 
 liger, quack = load_peer("Liger-Kernel", "liger_kernel.ops.softmax"), load_peer("quack", "quack", min_cc=(9, 0))
 inductor = load_peer("torch.compile", "torch._inductor")  # Inductor's CPU code would time a C++ compiler, not a GPU
+helion = load_peer("Helion", "helion")
+if helion:  # the backward alone, a tile of rows a program; Helion picks the tile, warps and loads
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        dx = torch.empty_like(y)
+        for rows in hl.tile(y.size(0)):
+            y_rows, dy_rows = y[rows, :].to(torch.float32), dy[rows, :].to(torch.float32)
+            dx[rows, :] = (y_rows * (dy_rows - torch.sum(y_rows * dy_rows, dim=1, keepdim=True))).to(dx.dtype)
+        return dx
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
 if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
     torch.cuda.set_stream(torch.cuda.Stream())
 
@@ -252,22 +298,30 @@ def providers():  # name -> softmax along the last dim
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
-    peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax}
+    peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax,
+             "Helion": helion and helion_tuned(helion_softmax_backward, "softmax backward",  # (y, dy) -> dx
+                                               [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])}
     return found | {name: fn for name, fn in peers.items() if fn} | {"ours": softmax}
 
 def sweep(fns):
     """GB/s of each provider's backward (timed as in training), fp32 and bf16, at each N of SWEEP_N, next to a copy."""
     records, missing = [], {}
-    for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+    for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
         x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
         dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
         reference, xg = torch.softmax(x.float(), dim=-1), x.requires_grad_(True)
         for name, fn in fns.items():
             try:
-                y = fn(xg)  # one forward: the backward differentiates it
-                torch.testing.assert_close(y.float(), reference, atol=1e-2, rtol=1e-2)
-                gbs = 3 * nbytes / bench(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True)) * 1e-6
+                if name == "Helion":  # a kernel, not autograd's: called on y and dy, as autograd calls ours on them
+                    y = torch.softmax(x.detach(), dim=-1)
+                    got, want = fn(y, dy), reference * (dy.float() - (reference * dy.float()).sum(-1, keepdim=True))
+                    run = lambda: fn(y, dy)
+                else:  # one forward: the backward differentiates it
+                    y = fn(xg)
+                    got, want, run = y, reference, lambda: torch.autograd.grad(y, xg, dy, retain_graph=True)
+                torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
+                gbs = 3 * nbytes / bench(run) * 1e-6
             except Exception as err:  # a peer's limit: its point shows "-", and why is printed below
                 if name == "ours":
                     raise
@@ -284,7 +338,7 @@ def summary(results):
     """The table of GB/s by direction, dtype and N, with ours in % of light and against the best peer; written for
     the site's landing page when the build names a folder for it."""
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
-    peers = [p for p in ("torch", "torch.compile", "Liger", "quack") if p in fns]
+    peers = [p for p in ("torch", "torch.compile", "Liger", "quack", "Helion") if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
@@ -332,6 +386,11 @@ def reading(table):
                     "it writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster than a "
                     "mix that turns the bus from reading to writing, so a kernel that writes a third of its bytes can "
                     "pass the GB/s of a copy, which writes half (the copy is also timed without a CUDA graph).")
+    if "Helion" in table:
+        helion_pct, ratio = inside.Helion / inside["speed of light"] * 100, inside.ours / inside.Helion
+        text.append(f"Helion's backward kernel (PyTorch ops on a tile of rows, its launch autotuned, called on y and "
+                    f"dy without autograd) ran inside the range at {helion_pct.min():.3g}-{helion_pct.max():.3g}% of "
+                    f"the copy; ours, through autograd, ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
     if len(past):
         text.append(f"Past its range ({points(past)}) the drop-in hands the backward to PyTorch's own softmax; deep "
                     f"dive 11 streams rows past {MAX_FUSED_BWD_N}.")

@@ -5,7 +5,7 @@ Layer norm
 Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build its forward in
 Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
 will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on constant rows.
-Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`. Next: the backward, then the drop-in.
+Rows of up to 8 K (16-bit) or 16 K (fp32) elements. Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
 import importlib, importlib.util, math, os, time
@@ -15,9 +15,8 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton
 import pandas as pd, triton, triton.language as tl
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
 
 # %%
 # The bytes model
@@ -37,42 +36,17 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
 #
 # Step 0: one row a program
 # -------------------------
-# A Triton kernel runs as a grid of *programs*; ``tl.program_id(0)`` says which one this is, here the row. The
-# program holds its row as one block: ``tl.arange(0, BLOCK_N)`` is the vector of column numbers, ``BLOCK_N`` a
-# ``tl.constexpr`` (a compile-time size, a power of two). The mask ``ok`` keeps the padding out of ``tl.load`` (it
-# reads as ``other``), ``tl.where`` and ``tl.store``; ``tl.sum`` reduces the block. The mean, then the variance of
-# *x - mean* (no cancellation as in *E[x²] - mean²*), in fp32, on Triton's default 4 warps (of 32 threads).
-
-@triton.jit
-def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    ok = cols < n_cols
-    offs = row.to(tl.int64) * n_cols + cols  # int64: M * N may pass 2**31
-    x = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    xc = tl.where(ok, x - tl.sum(x, axis=0) / n_cols, 0.0)  # the padding must not count in the variance
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
-    y = xc * rstd * tl.load(w_ptr + cols, mask=ok).to(tl.float32) + tl.load(b_ptr + cols, mask=ok).to(tl.float32)
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=ok)
-def plain_forward(x, y, w, b, eps=1e-5):  # kernel[grid](arguments): one program a row
-    plain_layer_norm_fwd_kernel[(len(x),)](x, y, w, b, x.shape[1], eps, BLOCK_N=triton.next_power_of_2(x.shape[1]))
-
-# %%
-# Step 1: blocks of rows, warps sized to their bytes
-# --------------------------------------------------
-# A row of 512 bf16 is 1 KB: 8 bytes a thread of 4 warps, then a wait; an SM holds too few such programs to keep
-# memory busy. Step 1 changes three things:
+# Each program of the kernel below takes ``BLOCK_M`` rows (step 0: one, on Triton's default 4 warps, launched by
+# ``one_row_forward`` in the appendix) as a ``[BLOCK_M, BLOCK_N]`` tile: ``rows[:, None]`` against ``cols[None, :]``,
+# broadcast as in torch. New since :ref:`sphx_glr_tutorials_01_fused_softmax.py`:
 #
-# - **A block of rows a program**: a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` against ``cols[None, :]``, as in
-#   torch), ``num_warps`` sized to its bytes by the config below. ``tl.minimum`` clamps rows past the end to the last:
-#   their loads stay inside *x*, their stores are masked. Where *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true
-#   at compile time and the column masks fold away.
-# - **The statistics for the backward**, each row's mean and ``rstd``, held by the threads that hold the row (the
-#   tile's *layout*). A plain store of a vector of rows would move it through shared memory first; a store from the
-#   tile's shape, masked to column 0, does not.
-# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (step 0 leaves 0.3
-#   on rows of 12345.678), and scaled by a power of two, ``k`` (fixed at compile time), so that squares of deviations
-#   up to about 1e24 stay finite.
+# - ``tl.minimum`` clamps rows past the end to the last: their loads stay inside *x*, their stores are masked. Where
+#   *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true at compile time and the column masks fold away.
+# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (the textbook
+#   formula leaves 0.3 on rows of 12345.678), and scaled by ``k``, a power of two, so that squares of deviations up
+#   to about 1e24 stay finite. The mean, then the variance of *x - mean*, in fp32.
+# - **The statistics for the backward**, each row's mean and ``rstd``, stored from the tile's shape, masked to column
+#   0: a plain store of a vector of rows would move them through shared memory first.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -84,9 +58,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-    # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
     md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
     xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
@@ -94,7 +66,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
     y = xc * (1 / k) * rstd[:, None]
-    # w and b loaded where used: held across the row's reductions they would double a wide row's registers
+    # w and b loaded late: held across the reductions they would double a wide row's registers
     y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
     y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
@@ -104,14 +76,14 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
 
 # %%
-# Launch parameters
-# -----------------
-# Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's law: tens of KB an SM on a
-# GPU of a few TB/s). ``_fwd_config``'s figures were measured
-# (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); it asks the device how many programs of the
-# compiled kernel an SM holds (``programs_per_sm``, in the appendix). Past ``MAX_FUSED_N`` a row does not fit in
-# registers: the launcher computes with torch there. ``RANGE`` holds the N where this kernel is the site's pick (the
-# landing page reads it).
+# Step 1: blocks of rows, warps sized to their bytes
+# --------------------------------------------------
+# A row of 512 bf16 is 1 KB, 8 bytes a thread of 4 warps: an SM holds too few such programs to keep memory busy. Step 1
+# changes the launch, not the kernel: ``BLOCK_M`` rows a program, warps sized to the tile's bytes, so that each SM has
+# the bytes in flight that cover memory's latency (Little's law: tens of KB on a GPU of a few TB/s). ``_fwd_config``'s
+# figures were measured (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); ``programs_per_sm`` (appendix)
+# says how many programs of the compiled kernel an SM holds. Past ``MAX_FUSED_N`` the launcher computes with torch.
+# ``RANGE``: the N this kernel is for.
 
 MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # for these N
@@ -119,12 +91,12 @@ def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _fwd_config(n_rows, n_cols, element_size, occupancy):
     """(meta, grid): a program a block of rows; occupancy(meta): programs an SM holds (from the compiled kernel)."""
-    # blocks of 4096 elements or more (8 KB of bf16), 64 bytes a thread; rows of 512 (1 KB): 128, 2 warps for 8 rows
+    # 4096 elements or more a block, 64 bytes a thread (rows of 512: 128, 2 warps for 8 rows)
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
                 num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
-    # a wide row's registers leave room for few programs an SM: under 40 KB of x in flight there, twice the rows
+    # few programs of a wide row fit an SM: under 40 KB of x in flight, twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
@@ -148,6 +120,7 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy
 # of *x*, without a graph. GB/s counts *x* read and *y* written.
 
+BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 _occupancy = {}  # programs_per_sm's answers, by kernel, arguments' kinds and meta-parameters
 def programs_per_sm(kernel, args, meta):
     """Programs of this compiled kernel an SM holds at once, by threads, registers and shared memory."""
@@ -174,6 +147,15 @@ def torch_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):  # past MAX_FUS
     y = y if weight is None else y * weight.double()
     y2d.copy_(y if bias is None else y + bias.double())
     return "torch"
+
+def one_row_forward(x, y, w, b, mean, rstd, eps=1e-5):  # step 0: a program a row, Triton's default 4 warps
+    n_rows, n_cols = x.shape
+    layer_norm_fwd_kernel[(n_rows,)](x, y, w, b, mean, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps, HAS_W=True,
+                                     HAS_B=True, EVEN=n_cols == (block_n := triton.next_power_of_2(n_cols)), BLOCK_M=1,
+                                     BLOCK_N=block_n, num_warps=4)
+
+TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
+    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
 # %%
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), saying why in one wording
@@ -220,7 +202,8 @@ def measure(fns):  # (every provider's GB/s, step 0's ladder rows), each checked
             gbs = lambda ms: 2 * x.numel() * x.element_size() / ms * 1e-6
             light, reference = gbs(bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w.float(), b.float())
             if dtype == torch.bfloat16 and n_cols in LADDER_N:  # step 0; step 1 is ours, among the providers
-                steps.append((0, "one row a program, 4 warps", n_cols, gbs(bench(lambda: plain_forward(x, out, w, b))), light))
+                stats = [torch.empty(len(x), device=DEVICE) for _ in range(2)]
+                steps.append((0, "one row a program, 4 warps", n_cols, gbs(bench(lambda: one_row_forward(x, out, w, b, *stats))), light))
                 torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=2e-2)  # bench ran it
             for name, fn in fns.items():
                 ms = math.nan  # "-" in the table
@@ -268,9 +251,8 @@ def show_benchmark(table):  # the plot and the table, and the CSV for the landin
     ax.set_title(f"Layer norm forward, {TOTAL_ELEMENTS:,} elements, on {WHERE}")
     return table.style.format({c: "{:.0f}" for c in table} | {"ours, % of light": "{:.1f}%", "ours / best peer": "{:.2f}x"},
                               na_rep="-")
-WHY_SLOWER = ("a row that long already gives step 0 enough bytes in flight, and step 1 pays for what exactness and the "
-              "backward need beyond it: each row's first value loaded on its own (it keeps constant rows exact), the "
-              "shift and scale around it, and the stores of mean and rstd")
+WHY_SLOWER = ("the two steps run one kernel, so its launch lost: step 1's rows a program and warps, sized to the tile's "
+              "bytes, against one row on Triton's default 4 warps")
 def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]
@@ -309,10 +291,7 @@ check([(17, 1), (1000, 257), (3, 40_000)])
 # --------------------
 # Each step on bf16 rows short (few bytes a row) and wide (many values a thread):
 
-TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
-    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
-results, steps = measure(fns := providers())
-table, ladder = tables(results, steps, fns)
+table, ladder = tables(*measure(fns := providers()), fns)
 show_ladder(ladder)
 
 # %%

@@ -17,9 +17,8 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton
 import pandas as pd, triton, triton.language as tl
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
 
 # %%
 # The backward, without locks
@@ -124,6 +123,10 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x, dy, dx*.
 
+BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
+    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
+
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
@@ -134,9 +137,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-    # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
     md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
     xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
@@ -144,7 +145,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
     y = xc * (1 / k) * rstd[:, None]
-    # w and b loaded where used: held across the row's reductions they would double a wide row's registers
+    # w and b loaded late: held across the reductions they would double a wide row's registers
     y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
     y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
@@ -157,12 +158,12 @@ def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _fwd_config(n_rows, n_cols, element_size, occupancy):
     """(meta, grid): a program a block of rows; occupancy(meta): programs an SM holds (from the compiled kernel)."""
-    # blocks of 4096 elements or more (8 KB of bf16), 64 bytes a thread; rows of 512 (1 KB): 128, 2 warps for 8 rows
+    # 4096 elements or more a block, 64 bytes a thread (rows of 512: 128, 2 warps for 8 rows)
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
                 num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
-    # a wide row's registers leave room for few programs an SM: under 40 KB of x in flight there, twice the rows
+    # few programs of a wide row fit an SM: under 40 KB of x in flight, twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
@@ -417,18 +418,14 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # *y*, *dx*, *dw*, *db* through the autograd wrapper against float64, rows of mean far from 0: a few roundings;
 # three runs, the same bits. Rows of 40,000 take torch's path.
 
-errors = check([(17, 1), (1000, 257), (3, 40_000)])
-errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
+(errors := check([(17, 1), (1000, 257), (3, 40_000)])).style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
 
 # %%
 # The ladder, measured
 # --------------------
 # The backward's two steps on bf16 rows short (few bytes a row) and wide (many values a thread), dw and db included:
 
-TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
-    (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
-results, steps = measure(fns := providers())
-table, ladder = tables(results, steps, fns)
+table, ladder = tables(*measure(fns := providers()), fns)
 show_ladder(ladder)
 
 # %%

@@ -115,9 +115,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-    # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
     md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
     xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
@@ -125,7 +123,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
     y = xc * (1 / k) * rstd[:, None]
-    # w and b loaded where used: held across the row's reductions they would double a wide row's registers
+    # w and b loaded late: held across the reductions they would double a wide row's registers
     y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
     y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
@@ -138,12 +136,12 @@ def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _fwd_config(n_rows, n_cols, element_size, occupancy):
     """(meta, grid): a program a block of rows; occupancy(meta): programs an SM holds (from the compiled kernel)."""
-    # blocks of 4096 elements or more (8 KB of bf16), 64 bytes a thread; rows of 512 (1 KB): 128, 2 warps for 8 rows
+    # 4096 elements or more a block, 64 bytes a thread (rows of 512: 128, 2 warps for 8 rows)
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
                 num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
-    # a wide row's registers leave room for few programs an SM: under 40 KB of x in flight there, twice the rows
+    # few programs of a wide row fit an SM: under 40 KB of x in flight, twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])

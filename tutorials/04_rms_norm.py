@@ -9,7 +9,7 @@ against PyTorch, ``torch.compile``, Liger-Kernel and quack.
 needed beforehand. Rows of up to 16 K elements.
 """
 
-import datetime, math, os, torch, torch.nn.functional as F
+import math, os, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -17,8 +17,7 @@ import pandas as pd, triton, triton.language as tl
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · "
-      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
 
 # %%
 # RMSNorm and its bytes
@@ -29,7 +28,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# PyTorch runs it an operation at a time, each through memory (in fp32; the comments count the elements moved):
+# PyTorch runs it an op at a time, each through memory (the comments count the elements moved):
 
 def naive_rms_norm(x, weight, eps):
     x32 = x.float()
@@ -43,17 +42,15 @@ def naive_rms_norm(x, weight, eps):
 #
 # Step 0: a row a program
 # -----------------------
-# A program loads its row, sums its squares, stores :math:`y` and :math:`r` (``rstd``, for the backward). The
-# Triton it needs:
+# A program loads its row, sums its squares, stores *y* and *r* (``rstd``, for the backward):
 #
-# - ``@triton.jit`` compiles a function for the GPU; ``kernel[(M,)](...)`` runs M copies, the *programs*;
-#   ``tl.program_id(0)`` is a program's number: its row.
+# - ``@triton.jit`` compiles a function for the GPU; ``kernel[(M,)](...)`` runs M *programs*; ``tl.program_id(0)``
+#   is a program's number: its row.
 # - A tensor arrives as a pointer to its first element; ``x_ptr + offs`` is a block of addresses.
-# - ``BLOCK_N: tl.constexpr``, fixed at compile time: the row's length rounded up to a power of two;
+# - ``BLOCK_N: tl.constexpr``, fixed at compile time, is the row's length rounded up to a power of two;
 #   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks those in the row.
 # - ``tl.load(..., mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
-# - ``tl.sum(..., axis=0)`` adds the row up across the program's threads (4 warps of 32 by default).
-# - ``.to`` converts: sums in fp32, :math:`y` in its tensor's dtype.
+# - ``tl.sum(..., axis=0)`` adds the row across the program's threads (4 warps of 32 by default); ``.to`` converts.
 
 @triton.jit
 def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -68,24 +65,23 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
 # %%
 # Step 1: a tile of rows a program
 # --------------------------------
-# A row of 256 bf16 is 512 bytes a program: too few loads in flight to keep memory busy. Step 1 gives a program a
-# tile of ``BLOCK_M`` rows: ``rows[:, None]`` and ``cols[None, :]`` broadcast into it as in PyTorch, ``axis=1`` sums
-# each row, and ``tl.minimum`` keeps every load on a real row. ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent
-# weight.
+# A row of 256 bf16 is 512 bytes a program: too few loads in flight. Step 1 gives a program ``BLOCK_M`` rows:
+# ``rows[:, None]`` and ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row,
+# ``tl.minimum`` keeps every load on a real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: the indices take n_rows' type, int64 from 2**31 rows on, else the cheaper int32
+    # + 0 * n_rows: indices of n_rows' type, the cheaper int32 below 2**31 rows, else int64
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # past about 1e19, sum_sq overflows fp32: such a row, rare, sums (x / 2**80)**2 instead (exact: a power of two)
+    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 (a power of two: exact)
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
@@ -94,18 +90,18 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # + cols, masked to column 0: rstd in the tile's layout, no trip through shared memory
+    # rstd stored from the tile's layout (column 0): no trip through shared memory
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters.** Memory stays busy when each SM has enough bytes in flight to cover its latency (Little's
-# law: bandwidth x latency / SMs, 25 KB at 3.35 TB/s, 1 µs, 132 SMs). So a tile holds ``MIN_ELEMENTS``
-# values or more, and ``_warps`` a warp per 32 x 64 bytes: four 16-byte loads (the widest) a thread.
+# **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
+# 25 KB at 3.35 TB/s, 1 µs, 132 SMs). A tile holds ``MIN_ELEMENTS`` values or more; ``_warps`` gives a warp 32 x 64
+# bytes, four 16-byte loads a thread.
 #
-# **The range.** ``RANGE`` stops at 16 K: a 16-bit row past that fills an SM alone, nothing loading while it sums;
-# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages those rows in shared memory and
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams longer ones.
+# **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone, nothing loading while it sums;
+# :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` take such rows.
 
 MIN_ELEMENTS = 4096  # fewest elements in a tile
 MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
@@ -136,7 +132,7 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
 # First step 0's launch: a program a row.
 
-import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
+import datetime, importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
@@ -373,13 +369,12 @@ def environment_card():
 # --------------------
 # bf16 rows of 256 and 4096:
 
-ladder = measure_ladder()
-show_ladder(ladder)
+show_ladder(ladder := measure_ladder())
 
 # %%
 # Benchmark
 # ---------
-# Step 1 against its peers, in GB/s ("-": a peer's limit):
+# Step 1 against its peers, GB/s ("-": a peer's limit):
 
 results, table = benchmark()
 show(table)
@@ -398,7 +393,7 @@ print(reading(ladder, table))
 # Going further
 # -------------
 # **Next**: the backward, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
-# **Exercise**: give ``_warps`` 32 bytes a thread instead of 64: which rows gain, and why? Reference: Zhang, Sennrich
+# **Exercise**: give ``_warps`` 32 bytes a thread: which rows gain, and why? Reference: Zhang, Sennrich
 # (2019).
 
 environment_card()

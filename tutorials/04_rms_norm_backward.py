@@ -118,17 +118,22 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; retu
 # after their forward; ours is step 2's launch as the drop-in's backward makes it (the kernel, the partials' sum, dw's
 # cast to the weight's dtype), on ``rstd`` computed beforehand. Errors are relative to float64 (dx's against its
 # terms' size, ``r * g``: they cancel at N = 1), within a few roundings of the dtype (the interpreter truncates to
-# bf16: twice a GPU's error).
+# bf16: twice a GPU's error). Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on
+# tiles of rows, which Helion compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point:
+# ``helion_tuned``). It computes the whole backward as ours does, dx and a dw partial a program (the partials summed
+# by torch, dw cast to the weight's dtype), and, as ours, it is no autograd function: it is timed as ours is, one call
+# on the same ``rstd``.
 
 MIN_ELEMENTS = 4096  # fewest elements in a tile
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
 
-import importlib.util, shutil, subprocess, timeit
+import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 SWEEP_N = [2**k for k in range(9, 14)] if ON_GPU else [256, 1024, 4096]
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 CHECK_SHAPES = [(4096, 1), (3000, 257), (1024, 4096), (63, 8192)] if ON_GPU else \
     [(17, 1), (33, 257), (8, 1000), (3, 8192)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
@@ -200,6 +205,63 @@ if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
     fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place
 if quack := peer_module("quack", "quack", min_major=9):
     fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
+if helion := peer_module("Helion", "helion"):  # block_m rows a program, a dw partial each; Helion picks the tiles
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_rms_norm_backward(x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        block_m = hl.register_block_size(x.size(0))
+        dx = torch.empty_like(x)
+        dw_partial = torch.empty(helion.cdiv(x.size(0), block_m), x.size(1), dtype=torch.float32, device=x.device)
+        for program_rows in hl.tile(x.size(0), block_size=block_m):
+            dw_sum = torch.zeros(x.size(1), dtype=torch.float32, device=x.device)
+            for rows in hl.tile(program_rows.begin, program_rows.end):
+                x_hat, dy_rows = x[rows, :].to(torch.float32) * rstd[rows][:, None], dy[rows, :].to(torch.float32)
+                g = dy_rows * w[None, :].to(torch.float32)
+                # a sum over N, divided by N: Helion's torch.mean here divides by N padded to a power of 2
+                c = torch.sum(g * x_hat, dim=1, keepdim=True) / x.size(1)
+                dx[rows, :] = ((g - x_hat * c) * rstd[rows][:, None]).to(dx.dtype)
+                dw_sum += torch.sum(dy_rows * x_hat, dim=0)
+            dw_partial[program_rows.id, :] = dw_sum
+        return dx, dw_partial
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
+if helion:
+    helion_backward = helion_tuned(helion_rms_norm_backward, "rms_norm backward",
+                                   [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+
+    def helion_dx_dw(x, w, rstd, dy):  # the whole backward, as ours: the kernel, the partials' sum, dw in w's dtype
+        dx, dw_partial = helion_backward(x, w, rstd, dy)
+        return dx, dw_partial.sum(0).to(w.dtype)
+    fns["Helion"] = helion_dx_dw
 fns["ours"] = None  # step 2's launch, timed apart: benchmark()
 
 LADDER = {0: "a row a program, 4 warps: a dw partial per row", 1: "a tile of rows a program, warps sized to the tile",
@@ -221,7 +283,7 @@ def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
 
 def benchmark():  # step 2 against its peers' backward: (records, table)
     records = []
-    for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
+    for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
         x, w, dy, light = tensors(n_cols, dtype)
         xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
         dx, rstd = torch.empty_like(x), torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
@@ -229,6 +291,8 @@ def benchmark():  # step 2 against its peers' backward: (records, table)
             try:
                 if name == "ours":  # step 2's launch, dw cast to the weight's dtype: the drop-in's backward
                     run = lambda: rms_norm_rows_backward(x, w, rstd, dy, dx).to(w.dtype)
+                elif name == "Helion":  # its whole backward, dx and dw, on the same rstd: timed as ours
+                    run = lambda: fn(x, w, rstd, dy)
                 else:  # one forward; the backward differentiates it
                     y = fn(xg, wg)
                     run = lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
@@ -245,7 +309,7 @@ def benchmark():  # step 2 against its peers' backward: (records, table)
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # for the landing page
         table[["ours, % of light", "ours / best peer"]].assign(
@@ -291,6 +355,11 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     text += (f"\nInside its range ours ran at {light.min():.3g}-{light.max():.3g}% of the copy, "
              f"{peer.min():.3g}-{peer.max():.3g}x the best peer, {naive.min():.3g}-{naive.max():.3g}x as fast as "
              "autograd through the naive RMSNorm's operations in fp32.")
+    if "Helion" in table:
+        helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
+        text += (f"\nHelion's kernel (PyTorch ops on tiles of rows, dx and a dw partial a program, its launch "
+                 f"autotuned) ran the whole backward inside the range at {helion_pct.min():.3g}-"
+                 f"{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
     return text + (f"\nTake away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a "
                    f"partial per row (step 0), {s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} "
                    "partials in all (step 2).")

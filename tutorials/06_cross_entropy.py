@@ -127,14 +127,19 @@ def loss_rows(x2d, target, step=2):  # every row counted: no class weights, no i
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
 # tensors, timed by :func:`triton.testing.do_bench` (median, L2 flushed), CUDA graphs replayed. GB/s counts the bytes a
 # perfect kernel moves: the logits, read once. The *speed of light*, timed beside them, is a pass that only reads the
-# logits (tutorial 03's). Liger (given a copy: it overwrites its input) syncs with the host: no graph. The functions
-# below are the page's machinery (the check, the timer, the ladder, the peers, the sweep, tables, plot, the sentences
-# that read the numbers); the cells after the appendix call them.
+# logits (tutorial 03's). Liger (given a copy: it overwrites its input) syncs with the host: no graph. Helion, where
+# installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion compiles to
+# Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``); it writes each row's loss, and
+# torch takes their mean, as for ours. The functions below are the page's machinery (the check, the timer, the ladder,
+# the peers, the sweep, tables, plot, the sentences that read the numbers); the cells after the appendix call them.
 
 # %%
+import importlib.metadata, importlib.util, json
+
 NO_GPU = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
+SWEEP_DTYPES = (torch.bfloat16, torch.float32)
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]  # the shortest and the middle V
@@ -264,12 +269,65 @@ except Exception as err:  # not installed, or it does not load here
 for peer in [p for p in ("torch.compile", "Liger") if p not in fns] + (["quack"] if major < 9 else []):
     not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
                  f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
+helion = None
+if importlib.util.find_spec("helion") is None or not ON_GPU:
+    not_measured("Helion", "not installed" if importlib.util.find_spec("helion") is None else "no GPU")
+else:
+    try:
+        import helion
+    except Exception as err:  # installed, yet it does not load here
+        not_measured("Helion", " ".join(f"{type(err).__name__}: {err}".split())[:100])
+if helion:  # a tile of rows a program, each row whole, as step 0; Helion picks the tile, warps and reduction loops
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_cross_entropy(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss, x_flat = torch.empty(x.size(0), dtype=torch.float32, device=x.device), x.view(-1)
+        for rows in hl.tile(x.size(0)):
+            x_rows = x[rows, :].to(torch.float32)
+            x_t = hl.load(x_flat, [rows.index * x.size(1) + target[rows]]).to(torch.float32)  # each row's x[target]
+            x_max = torch.amax(x_rows, dim=1)
+            loss[rows] = x_max - x_t + torch.log(torch.sum(torch.exp(x_rows - x_max[:, None]), dim=1))
+        return loss
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
+if helion:
+    helion_loss = helion_tuned(helion_cross_entropy, "cross_entropy forward",
+                               [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_V])
+    fns["Helion"] = lambda x, target: helion_loss(x, target).mean().to(x.dtype)  # 'mean', as ours
 fns["ours"] = lambda x, target: loss_rows(x, target).mean().to(x.dtype)  # step 2, 'mean'
 
 def measure_providers():
     """Every provider's loss alone, bf16 and fp32, at each V of SWEEP_V, beside a read pass: one record a point."""
     records, missing = [], {}
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_V:
             x = torch.randn((TOTAL[dtype] // n_cols, n_cols), device=DEVICE, dtype=dtype)
             target = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE)
@@ -302,7 +360,7 @@ def provider_table(results):
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys).light.first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     save_results(table)
     return table
@@ -328,11 +386,17 @@ def reading(table, ladder):
         return NO_GPU
     light, peer, eager = table["ours, % of light"], table["ours / best peer"].dropna(), table["ours"] / table["torch"]
     (_, dtype, n), last = light.idxmin(), ladder[ladder.step == 2].set_index("N")["% of light"]
-    return (f"The loss alone runs at {light.min():.3g}-{light.max():.3g}% of a read pass (median "
+    text = (f"The loss alone runs at {light.min():.3g}-{light.max():.3g}% of a read pass (median "
             f"{light.median():.3g}%), {peer.min():.2f}x to {peer.max():.2f}x the fastest peer and {eager.min():.2f}x "
             f"to {eager.max():.2f}x eager PyTorch, whose forward also writes log_softmax (the bytes model: 2x). Its "
             f"slowest point is {dtype} at V = {n:,}; in the ladder, bf16, step 2 runs at {last.min():.3g}-"
             f"{last.max():.3g}% of light.")
+    if "Helion" in table:
+        helion_pct, ratio = table.Helion / table["speed of light"] * 100, table.ours / table.Helion
+        text += (f" Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran at "
+                 f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of a read pass; ours ran {ratio.min():.2f}x to "
+                 f"{ratio.max():.2f}x its speed.")
+    return text
 
 # %%
 # Correctness
