@@ -40,13 +40,12 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
 # ``one_row_forward`` in the appendix) as a ``[BLOCK_M, BLOCK_N]`` tile: ``rows[:, None]`` against ``cols[None, :]``,
 # broadcast as in torch. New since :ref:`sphx_glr_tutorials_01_fused_softmax.py`:
 #
-# - ``tl.minimum`` clamps rows past the end to the last: their loads stay inside *x*, their stores are masked. Where
-#   *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true at compile time and the column masks fold away.
-# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (the textbook
-#   formula leaves 0.3 on rows of 12345.678), and scaled by ``k``, a power of two, so that squares of deviations up
-#   to about 1e24 stay finite. The mean, then the variance of *x - mean*, in fp32.
-# - **The statistics for the backward**, each row's mean and ``rstd``, stored from the tile's shape, masked to column
-#   0: a plain store of a vector of rows would move them through shared memory first.
+# - Where *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true at compile time: the column masks fold away.
+# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (centred on its
+#   fp32 mean, rows of 12345.678 give 0.3: the mean's rounding over the square root of eps), and scaled by ``k``, a
+#   power of two under 1/N, so that N squares stay finite. Then the mean, the variance of *x - mean*, in fp32.
+# - **The statistics for the backward**, each row's mean and ``rstd``, stored as a tile masked to column 0 (the
+#   address repeats along the row): a vector of rows would go through shared memory first.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,

@@ -31,15 +31,13 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # program adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs,
 # program *p* of *P* takes the blocks of rows *p, p + P, ...*, sums its share in registers, and writes it once to its
 # own line of a ``[P, N]`` fp32 buffer. torch's ``.sum(0)`` adds the *P* lines in a fixed order: the same bits every
-# run, no lock, no atomic. The one step of this ladder: ``tl.range(..., num_stages=STAGES)`` issues the loads of the
-# next ``STAGES - 1`` blocks, through shared memory, while this one is computed (``STAGES = 1``: no staging).
+# run, no lock, no atomic. Step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues
+# the loads of the next ``STAGES - 1`` blocks, through shared memory, while this one is computed.
 
 @triton.jit
-def layer_norm_bwd_kernel(
-    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
-    n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-):
+def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, HAS_W: tl.constexpr,
+                          COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
@@ -69,24 +67,22 @@ def layer_norm_bwd_kernel(
 # Launch parameters
 # -----------------
 # As many programs as SMs, each a block of 8 KB of *x* at a time, its stages within the shared memory the device
-# gives a block. An SM needs bandwidth x latency bytes in flight (Little's law, ``IN_FLIGHT``); where one program's
-# stages hold less than twice that, as at 4.8 TB/s, two programs share each SM. Past ``MAX_BWD_FUSED_N`` a row and
-# its two accumulators do not fit in registers: the launcher computes with torch there. ``RANGE`` holds the N where this backward is the site's pick (the landing page reads it).
+# gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law, ``IN_FLIGHT``); where one
+# program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM. Past ``MAX_BWD_FUSED_N``
+# the launcher computes with torch (deep dive 23 splits such rows over programs). ``RANGE``: rows of up to 8 K.
 
 PROPS = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
 SMEM_PER_BLOCK = PROPS.shared_memory_per_block_optin if ON_GPU else 232448
 SMEM_PER_SM = PROPS.shared_memory_per_multiprocessor if ON_GPU else 233472
-BANDWIDTH = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8  # B/s
-IN_FLIGHT = BANDWIDTH * 1e-6 / NUM_SMS  # Little's law: an SM's bytes in flight over a microsecond (0: unknown)
+# Little's law: the bytes an SM keeps in flight, bandwidth (2 x memory clock x bus width) x 1 us / SMs (0: unknown)
+IN_FLIGHT = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8e6 / NUM_SMS
 MAX_BWD_FUSED_N = 8192  # x, dy and two accumulators held in registers
 RANGE = {("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # for these N
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
-    """(meta, lines): one or two programs an SM (or ``programs``), each with a line of partials; ``stages`` replaces
-    STAGES."""
-    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
-    # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
-    # (narrow tiles count 4 bytes a value; 16 KB spare)
+    """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
+    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill); a stage holds a block of x and of dy, the
+    # stages under 96 KB and within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))

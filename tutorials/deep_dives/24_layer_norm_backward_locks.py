@@ -120,11 +120,9 @@ def _classic_config(n_cols):
 # designs end with the same second pass over the buffers, top to bottom, in fp32.
 
 @triton.jit
-def layer_norm_bwd_kernel(
-    x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
-    n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-    HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-):
+def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, HAS_W: tl.constexpr,
+                          COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
@@ -155,8 +153,8 @@ PROPS = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
 SMEM_PER_BLOCK = PROPS.shared_memory_per_block_optin if ON_GPU else 232448
 SMEM_PER_SM = PROPS.shared_memory_per_multiprocessor if ON_GPU else 233472
-BANDWIDTH = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8  # B/s
-IN_FLIGHT = BANDWIDTH * 1e-6 / NUM_SMS  # Little's law: an SM's bytes in flight over a microsecond (0: unknown)
+# Little's law: the bytes an SM keeps in flight, bandwidth (2 x memory clock x bus width) x 1 us / SMs (0: unknown)
+IN_FLIGHT = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "memory_bus_width", 0) / 8e6 / NUM_SMS
 MAX_BWD_FUSED_N = 8192  # x, dy and two fp32 accumulators of a block fit one program's registers
 # The N design 2 is for, where the site's landing page recommends it: none here. It is the core page's backward,
 # which the landing page names at those N; design 1 is the classic design it is measured against.
@@ -165,11 +163,9 @@ RANGE = {}
 def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
     return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
-    """(meta, lines): one or two programs an SM (or ``programs``), each with a line of partials; ``stages`` replaces
-    STAGES."""
-    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill: one program an SM, its staged loads keep it
-    # busy); a stage holds a block of x and of dy, the stages under 96 KB and within the device's SMEM_PER_BLOCK
-    # (narrow tiles count 4 bytes a value; 16 KB spare)
+    """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
+    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill); a stage holds a block of x and of dy, the
+    # stages under 96 KB and within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
