@@ -1,11 +1,12 @@
 """Tune the pages' Helion kernels on this GPU and store their configs, for the pages to run without autotuning.
 
-A page that measures Helion (01, 04) defines its kernel in its appendix (``@helion.kernel``) and runs each point of its
-sweep at the config stored for this GPU and point in the JSON file that the build names in ``SOL_HELION_CONFIGS``
-(``docs/helion_configs.json``, where it exists); a point with none stored autotunes there with effort "quick". This
-tool tunes exactly the kernel the page defines: it reads the page's source, runs the kernel's definition (its lines,
-at their line numbers in the page, so that Helion reads back the page's own text), and each point is the page's own
-(its ``SWEEP_DTYPES``, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` as the page sets them on a GPU).
+A page that measures Helion (01 and 01_softmax_backward, 04 and 04_rms_norm_backward, 06_cross_entropy) defines its
+kernel in its appendix (``@helion.kernel``) and runs each point of its sweep at the config stored for this GPU and
+point in the JSON file that the build names in ``SOL_HELION_CONFIGS`` (``docs/helion_configs.json``, where it exists); a
+point with none stored autotunes there with effort "quick". This tool tunes exactly the kernel the page defines: it
+reads the page's source, runs the kernel's definition (its lines, at their line numbers in the page, so that Helion
+reads back the page's own text), and each point is the page's own (its ``SWEEP_DTYPES``, its row lengths and its
+elements a point, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` or as the op names them, as the page sets them on a GPU).
 
     python3 dev/helion_tune.py                         # every op, every point not yet stored for this GPU
     python3 dev/helion_tune.py softmax --effort quick  # ops whose name contains "softmax"
@@ -53,6 +54,36 @@ def rms_norm_reference(torch, args, page):
     return torch.nn.functional.rms_norm(x.double(), x.shape[-1:], w.double(), eps)
 
 
+def softmax_backward_args(torch, dtype, m, n, page):  # y (a softmax's output, as the page saves it) and dy
+    x = torch.randn(m, n, device=DEVICE, dtype=dtype)
+    return torch.softmax(x, dim=-1), torch.randn_like(x)
+
+
+def softmax_backward_reference(torch, args, page):  # dx
+    y, dy = (t.double() for t in args)
+    return y * (dy - (y * dy).sum(1, keepdim=True))
+
+
+def rms_norm_backward_args(torch, dtype, m, n, page):  # x, w, rstd (fp32, as the forward saves it), dy
+    x, w = torch.randn(m, n, device=DEVICE, dtype=dtype), torch.rand(n, device=DEVICE, dtype=dtype) + 0.5
+    return x, w, torch.rsqrt(x.float().square().mean(1) + page["EPS"]), torch.randn_like(x)
+
+
+def rms_norm_backward_reference(torch, args, page):  # dx
+    x, w, _, dy = args
+    x64 = x.double().requires_grad_()
+    y64 = torch.nn.functional.rms_norm(x64, x.shape[-1:], w.double(), page["EPS"])
+    return torch.autograd.grad(y64, x64, dy.double())[0]
+
+
+def cross_entropy_args(torch, dtype, m, n, page):  # logits and each row's target class
+    return torch.randn(m, n, device=DEVICE, dtype=dtype), torch.randint(0, n, (m,), device=DEVICE)
+
+
+def cross_entropy_reference(torch, args, page):  # each row's loss
+    return torch.nn.functional.cross_entropy(args[0].double(), args[1], reduction="none")
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
     page: str  # the page that defines and measures the kernel
@@ -60,12 +91,30 @@ class Op:
     args: object  # (torch, dtype, M, N, the page's constants) -> the kernel's arguments, as the page passes them
     reference: object  # (torch, args, constants) -> the float64 result the kernel's (first) output is checked against
     constants: tuple = ()  # more of the page's constants that args needs
+    sweep: tuple = ("SWEEP_N", "TOTAL_ELEMENTS")  # the page's row lengths and its elements a point (or {dtype: them})
 
 
 # op (as the page names it in its helion_tuned call) -> where its kernel is and how to call it
 OPS = {
     "softmax forward": Op("tutorials/01_fused_softmax.py", "helion_softmax", softmax_args, softmax_reference),
+    "softmax backward": Op(
+        "tutorials/01_softmax_backward.py", "helion_softmax_backward", softmax_backward_args, softmax_backward_reference
+    ),
     "rms_norm forward": Op("tutorials/04_rms_norm.py", "helion_rms_norm", rms_norm_args, rms_norm_reference, ("EPS",)),
+    "rms_norm backward": Op(
+        "tutorials/04_rms_norm_backward.py",
+        "helion_rms_norm_backward",
+        rms_norm_backward_args,
+        rms_norm_backward_reference,
+        ("EPS",),
+    ),
+    "cross_entropy forward": Op(
+        "tutorials/06_cross_entropy.py",
+        "helion_cross_entropy",
+        cross_entropy_args,
+        cross_entropy_reference,
+        sweep=("SWEEP_V", "TOTAL"),
+    ),
 }
 
 
@@ -86,9 +135,12 @@ def page_constants(op, names, on_gpu=True):
 
 
 def points(op, on_gpu=True):
-    """[(dtype name, N, M)]: the points the page measures, M x N = TOTAL_ELEMENTS."""
-    page = page_constants(op, ("SWEEP_DTYPES", "SWEEP_N", "TOTAL_ELEMENTS"), on_gpu)
-    return [(str(t)[6:], n, max(1, page["TOTAL_ELEMENTS"] // n)) for t in page["SWEEP_DTYPES"] for n in page["SWEEP_N"]]
+    """[(dtype name, N, M)]: the points the page measures, M x N = its elements a point (TOTAL_ELEMENTS, or the op's
+    name for them: one number, or one a dtype)."""
+    lengths, elements = OPS[op].sweep
+    page = page_constants(op, ("SWEEP_DTYPES", lengths, elements), on_gpu)
+    total = {t: page[elements][t] if isinstance(page[elements], dict) else page[elements] for t in page["SWEEP_DTYPES"]}
+    return [(str(t)[6:], n, max(1, total[t] // n)) for t in page["SWEEP_DTYPES"] for n in page[lengths]]
 
 
 def page_definition(page, name, scope):
