@@ -19,6 +19,7 @@ PAGES = {  # stem: (lines that say it, the peers it names as not measured)
     "11_softmax_long_rows": ([NO_SPEED, NO_SPEED], PEERS),
     "12_softmax_staged_gluon": ([STAGED, NO_SPEED], PEERS),
     "13_launch_heuristics": ([NO_SPEED], ()),
+    "14_autotuning_against_a_launch_model": ([NO_SPEED, NO_SPEED], ()),
     "21_layer_norm_wide_forward": ([NO_SPEED, NO_SPEED], PEERS),
     "22_layer_norm_staged_gluon": ([STAGED, NO_SPEED], PEERS),
     "23_layer_norm_wide_backward": ([NO_SPEED, NO_SPEED], PEERS),

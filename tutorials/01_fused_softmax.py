@@ -441,7 +441,8 @@ print(reading(table.data, ladder.data) if ON_GPU else NO_SPEED)
 #
 # **Deep dives**: :ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`,
 # :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`,
-# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`,
+# :ref:`sphx_glr_tutorials_deep_dives_14_autotuning_against_a_launch_model.py`.
 #
 # **Exercise.** Change ``MIN_ELEMENTS`` and ``LATENCY``: which rows move, and why?
 

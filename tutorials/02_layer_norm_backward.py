@@ -18,7 +18,8 @@ if not ON_GPU:
 import pandas as pd, triton, triton.language as tl
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
+BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
 # The backward, without locks
@@ -119,7 +120,6 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=No
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x, dy, dx*.
 
-BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
 

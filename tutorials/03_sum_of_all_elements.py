@@ -9,10 +9,10 @@ the GPU that built this page; then makes both sums a drop-in for :func:`torch.su
 
 **What you will learn**: a *persistent* grid; an atomic ticket that lets the last program add the partial sums in a
 fixed order, the same bits every run; an operator of your own with ``torch.library.custom_op``. Prerequisite: the
-row-sum page, whose Triton this page does not explain again and whose step 1 it carries in its appendix.
+row-sum page, whose step 1 this page carries in its appendix.
 """
 
-import os, torch
+import datetime, os, torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -21,8 +21,9 @@ import triton, triton.language as tl
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
 # Step 2: one long row over many programs
@@ -61,9 +62,9 @@ def sum_kernel(x_ptr, partials_ptr, ticket_ptr, out_ptr, n, BLOCK: tl.constexpr,
 # %%
 # **Launch parameters**, by Little's law as on the row-sum page: a program loads 4096 elements a step (16 KB of fp32;
 # 8 a thread with 16 warps, 16-byte loads), and 4 programs an SM make 64 warps, as many as an sm_80 or sm_90 SM holds
-# (sm_86 and sm_89 hold 48). ``EVICT``: ``"evict_first"`` tells L2 these lines, read once, may go first; measured
-# faster up to a few L2s of *x* and slower past, it is asked for up to 4 L2s. The counter is made once for each device
-# and stream, zeroed, and every launch leaves it at 0. ``RANGE``: every n.
+# (sm_86 and sm_89 hold 48). ``EVICT``: ``"evict_first"`` lets L2 drop these lines first; measured faster up to a few
+# L2s of *x*, slower past, it is asked for up to 4. The counter is made once a device and stream, zeroed; every
+# launch leaves it at 0. ``RANGE``: every n.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4: the CPU's stand-in
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 2**25
@@ -204,10 +205,9 @@ def _checked(x, dim, dtype):
     return sorted(wrapped) if dims and x.dim() else list(range(x.dim()))
 
 # %%
-import datetime, platform, subprocess, timeit
+import platform, subprocess, timeit
 import matplotlib.pyplot as plt
 import pandas as pd
-BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr, EVICT: tl.constexpr, EVEN: tl.constexpr):

@@ -2,14 +2,14 @@
 Fused RMSNorm
 =============
 
-You write RMSNorm's forward in Triton, moving each byte once, as fast as a copy (the *speed of light*), and measure it
-against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+You write RMSNorm's forward in Triton, moving each byte once, and measure it against a copy (the *speed of light*),
+PyTorch, ``torch.compile``, Liger-Kernel and quack.
 
 **What you will learn**: to count bytes; a row a program; a tile of rows a program, sized by Little's law. No Triton
 needed beforehand. Rows of up to 16 K elements.
 """
 
-import math, os, torch, torch.nn.functional as F
+import datetime, math, os, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -17,18 +17,19 @@ import pandas as pd, triton, triton.language as tl
 
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
-print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__}")  # the date: in the last cell
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · "
+      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
 
 # %%
 # RMSNorm and its bytes
 # ---------------------
-# For a row :math:`x` of length :math:`N` and a weight :math:`w`,
+# For a row *x* of length *N* and a weight *w*,
 #
 # .. math::
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# PyTorch runs it an op at a time, each through memory (the comments count the elements moved):
+# PyTorch runs it op by op, each through memory (the comments count elements moved):
 
 def naive_rms_norm(x, weight, eps):
     x32 = x.float()
@@ -37,8 +38,7 @@ def naive_rms_norm(x, weight, eps):
     return (x32 * rstd).to(x.dtype) * weight  # read MN, write MN; read MN, write MN
 
 # %%
-# :math:`2MN + MN + 4MN = 7MN` elements. A kernel reading :math:`x` and writing :math:`y` once moves :math:`2MN`:
-# **3.5 times** faster.
+# :math:`7MN` elements. A kernel reading *x* and writing *y* once moves :math:`2MN`: **3.5 times** faster.
 #
 # Step 0: a row a program
 # -----------------------
@@ -48,9 +48,9 @@ def naive_rms_norm(x, weight, eps):
 #   is a program's number: its row.
 # - A tensor arrives as a pointer to its first element; ``x_ptr + offs`` is a block of addresses.
 # - ``BLOCK_N: tl.constexpr``, fixed at compile time, is the row's length rounded up to a power of two;
-#   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks those in the row.
+#   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks the row's.
 # - ``tl.load(..., mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
-# - ``tl.sum(..., axis=0)`` adds the row across the program's threads (4 warps of 32 by default); ``.to`` converts.
+# - ``tl.sum(..., axis=0)`` adds the row across the program's threads (4 warps by default); ``.to`` converts.
 
 @triton.jit
 def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -65,7 +65,7 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
 # %%
 # Step 1: a tile of rows a program
 # --------------------------------
-# A row of 256 bf16 is 512 bytes a program: too few loads in flight. Step 1 gives a program ``BLOCK_M`` rows:
+# A row of 256 bf16 is 512 bytes: too few loads in flight. Step 1 gives a program ``BLOCK_M`` rows:
 # ``rows[:, None]`` and ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row,
 # ``tl.minimum`` keeps every load on a real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight.
 
@@ -74,14 +74,14 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: indices of n_rows' type, the cheaper int32 below 2**31 rows, else int64
+    # + 0 * n_rows: int32 indices (cheaper) below 2**31 rows
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 (a power of two: exact)
+    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
@@ -90,7 +90,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # rstd stored from the tile's layout (column 0): no trip through shared memory
+    # rstd from the tile's layout, masked to column 0
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
@@ -99,7 +99,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
 # 25 KB at 3.35 TB/s, 1 µs, 132 SMs). A tile holds ``MIN_ELEMENTS`` values or more; ``_warps`` gives a warp 32 x 64
 # bytes, four 16-byte loads a thread.
 #
-# **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone, nothing loading while it sums;
+# **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
 # :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` take such rows.
 
@@ -132,7 +132,7 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
 # First step 0's launch: a program a row.
 
-import datetime, importlib.metadata, importlib.util, json, shutil, subprocess, timeit
+import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
@@ -360,21 +360,22 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# Errors against float64 (y's, or rstd's if larger), beside torch's:
+# Errors against float64 (of y, or rstd where larger), beside torch's:
 
 (errors := check(CHECK_SHAPES)).style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="index")
 
 # %%
 # The ladder, measured
 # --------------------
-# bf16 rows of 256 and 4096:
+# bf16 rows of 256, 4096:
 
-show_ladder(ladder := measure_ladder())
+ladder = measure_ladder()
+show_ladder(ladder)
 
 # %%
 # Benchmark
 # ---------
-# Step 1 against its peers, GB/s ("-": a peer's limit):
+# Step 1 against its peers, GB/s:
 
 results, table = benchmark()
 show(table)
@@ -393,7 +394,7 @@ print(reading(ladder, table))
 # Going further
 # -------------
 # **Next**: the backward, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
-# **Exercise**: give ``_warps`` 32 bytes a thread: which rows gain, and why? Reference: Zhang, Sennrich
+# **Exercise**: ``_warps`` at 32 bytes a thread: which rows gain, and why? Reference: Zhang, Sennrich
 # (2019).
 
 environment_card()

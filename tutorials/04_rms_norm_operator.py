@@ -119,14 +119,14 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: indices of n_rows' type, the cheaper int32 below 2**31 rows, else int64
+    # + 0 * n_rows: int32 indices (cheaper) below 2**31 rows
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 (a power of two: exact)
+    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
@@ -135,7 +135,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # rstd stored from the tile's layout (column 0): no trip through shared memory
+    # rstd from the tile's layout, masked to column 0
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 

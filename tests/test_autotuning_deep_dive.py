@@ -1,0 +1,252 @@
+"""Deep dive 14 (tutorials/deep_dives/14_autotuning_against_a_launch_model.py): one kernel launched three ways, at the
+model's config, at triton.autotune's pick from the model's own space, and as Helion's kernel. It carries the core
+page's kernel, config and Helion lines letter for letter; each way matches float64; its table holds every point of
+its sweep with each way's columns; the space holds every pick the model makes; and the sentences a GPU's run prints
+read a made-up sweep as they would a measured one.
+
+Without a GPU the page runs through Triton's interpreter on the CPU (sizes stay small); Helion, where installed, in its
+reference mode.
+"""
+
+import ast
+import importlib.util
+import inspect
+import itertools
+import math
+import re
+import types
+
+import pytest
+import torch
+
+from conftest import DEVICE, ROOT, LazyTutorial
+
+PAGE = LazyTutorial("14_autotuning_against_a_launch_model")
+CORE = LazyTutorial("01_fused_softmax")
+HAS_HELION = importlib.util.find_spec("helion") is not None
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def definition(stem, name):
+    """The source text of a page's definition of name (at any depth: Helion's kernel sits under ``if helion:``),
+    decorators included."""
+    path = next((ROOT / "tutorials").rglob(f"{stem}.py"))
+    source = path.read_text(encoding="utf-8")
+    (node,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name]
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[(node.decorator_list[0] if node.decorator_list else node).lineno - 1 : node.end_lineno])
+
+
+def constant_lines(stem, names):
+    """The page's top-level lines that set names, comments included."""
+    path = next((ROOT / "tutorials").rglob(f"{stem}.py"))
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.split(" = ")[0] in names]
+
+
+def test_the_page_carries_the_core_pages_kernel_and_config_letter_for_letter():
+    for name in ("softmax_fwd_kernel",):
+        assert inspect.getsource(PAGE[name].fn) == inspect.getsource(CORE[name].fn), f"{name} is not 01's"
+    for name in ("bytes_per_thread", "_fused_config"):
+        assert inspect.getsource(PAGE[name]) == inspect.getsource(CORE[name]), f"{name} is not 01's"
+    names = ("MAX_FUSED_N", "MIN_ELEMENTS", "LATENCY")
+    lines = constant_lines("14_autotuning_against_a_launch_model", names)
+    assert len(lines) == 3 and lines == constant_lines("01_fused_softmax", names), "the model's numbers are not 01's"
+    for n in (1, 7, 256, 1000, 4096, 16384, 32768):
+        for size in (2, 4):
+            assert PAGE["_fused_config"](n, size) == CORE["_fused_config"](n, size)
+
+
+def test_the_page_carries_the_core_pages_helion_kernel_and_reader():
+    """Helion's kernel and the reader of its stored configs are the core page's lines: the configs that
+    dev/helion_tune.py tunes for the core page's kernel at its points are this page's kernel's at the same points."""
+    for name in ("helion_softmax", "helion_tuned"):
+        page, core = (definition(stem, name) for stem in ("14_autotuning_against_a_launch_model", "01_fused_softmax"))
+        assert page == core, f"{name} is not 01's, letter for letter"
+    source = (ROOT / "tutorials" / "deep_dives" / "14_autotuning_against_a_launch_model.py").read_text()
+    assert 'helion_tuned(helion_softmax, "softmax forward",' in source
+    assert "[(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])" in source, "Helion's points are not the sweep's"
+
+
+def rel_err(y, x):
+    y64 = torch.softmax(x.double(), dim=-1)
+    return ((y.double() - y64).norm() / y64.norm()).item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (9, 100), (33, 257), (3, 4096), (2, 5000)])
+def test_model_and_autotuner_match_float64(shape, dtype):
+    """The model's launch and the autotuner's (which tunes at each new row length and dtype, so its pick runs)."""
+    torch.manual_seed(shape[1])
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4)
+    tolerance = PAGE["TOLERANCE"][str(dtype)[6:]]
+    for way in ("model_softmax", "autotuned_softmax"):
+        y = PAGE[way](x)
+        assert y.shape == x.shape and y.dtype == x.dtype and not y.isnan().any(), way
+        assert rel_err(y, x) <= tolerance, f"{way} {str(dtype)[6:]} {shape}: {rel_err(y, x):.2e} over {tolerance}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_config_of_the_space_matches_float64(dtype):
+    """Whatever the autotuner picks is right: every config of the pruned space, launched directly."""
+    x = torch.randn(11, 1000, device=DEVICE, dtype=dtype)
+    block_n = 1024
+    configs = PAGE["fits"](PAGE["SPACE"], {}, BLOCK_N=block_n)
+    assert len(configs) == len(PAGE["SPACE"])  # 16 x 1024 fits MAX_FUSED_N
+    for config in configs:
+        y = torch.full_like(x, math.nan)
+        block_m = config.kwargs["BLOCK_M"]
+        PAGE["softmax_fwd_kernel"][(math.ceil(11 / block_m),)](
+            x, y, *x.shape, x.stride(0), y.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps
+        )
+        assert rel_err(y, x) <= PAGE["TOLERANCE"][str(dtype)[6:]], config
+
+
+@pytest.mark.skipif(not HAS_HELION, reason="Helion is not installed: the page shows no Helion column")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_helion_matches_float64(dtype):
+    """Helion's kernel as the page runs it here (on the CPU its reference mode: eager PyTorch on the tiles)."""
+    ways = PAGE["ways"]()
+    for shape in [(7, 1), (33, 257), (3, 4096)]:
+        x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4)
+        assert rel_err(ways["Helion"](x), x) <= PAGE["TOLERANCE"][str(dtype)[6:]], shape
+
+
+def test_the_sweep_checked_each_way_against_float64():
+    results = PAGE["results"]
+    for way in ["model", "autotuner"] + (["Helion"] if HAS_HELION else []):
+        errors = results[f"{way}: error"]
+        limits = errors.index.get_level_values("dtype").map(PAGE["TOLERANCE"])
+        assert (errors.to_numpy() <= limits.to_numpy()).all(), errors
+
+
+def test_the_table_has_every_point_and_each_ways_columns():
+    results, table = PAGE["results"], PAGE["table"].data
+    points = [(str(t)[6:], n) for t in PAGE["SWEEP_DTYPES"] for n in PAGE["SWEEP_N"]]
+    assert {str(t)[6:] for t in PAGE["SWEEP_DTYPES"]} == {"float32", "bfloat16"}
+    assert PAGE["SWEEP_N"][0] == 256 and PAGE["SWEEP_N"][-1] == 16384
+    assert list(results.index) == points and list(table.index) == points
+    ways = ["model", "autotuner"] + (["Helion"] if HAS_HELION else [])
+    for way in ways:
+        for column in ("GB/s", "% of light", "first call s", "config"):
+            assert f"{way}: {column}" in results, f"no {way!r} {column!r}"
+    assert not [c for c in results if c.startswith("Helion")] or HAS_HELION, "a Helion column without Helion"
+    assert "autotuner: configs tried" in results and "copy: GB/s" in results
+    assert ("model", "config") in table and ("autotuner", "configs tried") in table
+    if torch.cuda.is_available():
+        for way in ways:
+            assert (way, "GB/s") in table and (way, "% of light") in table and (way, "config") in table
+        assert ("autotuner", "tuning s") in table
+    else:  # the interpreter's times are no speeds, and its picks follow them: neither is shown
+        assert not [c for c in table if c[1] in ("GB/s", "% of light")] and ("autotuner", "config") not in table
+
+
+def test_the_space_holds_every_pick_of_the_model():
+    """The space is BLOCK_M from 1 to MIN_ELEMENTS / 256 by num_warps from 4 to 32, powers of two; pruned to tiles of
+    at most MAX_FUSED_N, it holds the model's pick at every row length from 256 to MAX_FUSED_N."""
+    space, fits, config = PAGE["SPACE"], PAGE["fits"], PAGE["_fused_config"]
+    pairs = {(c.kwargs["BLOCK_M"], c.num_warps) for c in space}
+    assert pairs == set(itertools.product([1, 2, 4, 8, 16], [4, 8, 16, 32])) and len(space) == len(pairs)
+    assert PAGE["BLOCK_MS"][-1] == PAGE["MIN_ELEMENTS"] // 256
+    for n in [256, 257, 1000, 4096, 5000, 16384, 20000, 32768]:
+        for size in (2, 4):
+            block_m, block_n, num_warps = config(n, size)
+            tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(space, {}, BLOCK_N=block_n)}
+            assert (block_m, num_warps) in tried, f"N = {n}, {size} bytes: the model's pick is not in the space"
+            assert all(m * block_n <= PAGE["MAX_FUSED_N"] for m, _ in tried)
+            assert PAGE["model_pick"](n, size, PAGE["MIN_ELEMENTS"], PAGE["bytes_per_thread"]()) == (block_m, num_warps)
+    assert PAGE["space"]["model's pick in the space"].all()
+
+
+def test_the_autotuner_tried_the_pruned_space_at_each_point():
+    results, tuning = PAGE["results"], PAGE["tuning"]
+    assert sorted(tuning) == sorted(results.index)
+    for (dtype, n), times in tuning.items():
+        block_n = 2 ** math.ceil(math.log2(n))
+        tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in PAGE["fits"](PAGE["SPACE"], {}, BLOCK_N=block_n)}
+        assert set(times) == tried and results.loc[(dtype, n), "autotuner: configs tried"] == len(tried)
+        pick = re.fullmatch(r"(\d+) x (\d+), (\d+) warps", results.loc[(dtype, n), "autotuner: config"])
+        assert (int(pick[1]), int(pick[3])) == min(times, key=times.get) and int(pick[2]) == block_n
+
+
+# A made-up GPU and a made-up sweep: the functions that read a GPU's run (its table, the sentences, the refit), which
+# a CPU's run never calls
+PROPS = types.SimpleNamespace(
+    name="Made-up GPU",
+    multi_processor_count=132,
+    max_threads_per_multi_processor=2048,
+    memory_clock_rate=3_200_000,
+    memory_bus_width=5120,
+    total_memory=80 * 2**30,
+)
+
+
+@pytest.fixture
+def on_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args, **kwargs: PROPS)
+    monkeypatch.setitem(PAGE["bench"].__globals__, "ON_GPU", True)
+    return PAGE["bench"].__globals__
+
+
+def made_up_sweep(page, best_pair):
+    """(results, tuning) as a GPU's sweep gives them: every config of the pruned space timed, the fastest the pick of
+    the model with (MIN_ELEMENTS, bytes a thread) = best_pair, slower the further a config's tile and warps are from
+    it; the page's timings follow the autotuner's."""
+    rows, tuning = [], {}
+    for dtype in page["SWEEP_DTYPES"]:
+        for n in page["SWEEP_N"]:
+            name, size, block_n = str(dtype)[6:], dtype.itemsize, 2 ** math.ceil(math.log2(n))
+            best = page["model_pick"](n, size, *best_pair)
+            times = {
+                (c.kwargs["BLOCK_M"], c.num_warps): 1.0
+                + 0.1 * abs(math.log2(c.kwargs["BLOCK_M"] / best[0]))
+                + 0.05 * abs(math.log2(c.num_warps / best[1]))
+                for c in page["fits"](page["SPACE"], {}, BLOCK_N=block_n)
+            }
+            tuning[name, n] = times
+            model = page["model_pick"](n, size, page["MIN_ELEMENTS"], page["bytes_per_thread"]())
+            row = {"dtype": name, "N": n, "copy: GB/s": 4000.0}
+            for way, pick, first in (("model", model, 0.5), ("autotuner", best, 9.0), ("Helion", (best[0], 8), 2.0)):
+                ms = times.get(pick, 1.2) * 0.1
+                row |= {
+                    f"{way}: ms": ms,
+                    f"{way}: GB/s": 300.0 / ms,
+                    f"{way}: first call s": first,
+                    f"{way}: error": 0.0,
+                }
+                row[f"{way}: % of light"] = 100 * row[f"{way}: GB/s"] / 4000.0
+                row[f"{way}: config"] = page["describe"](pick[0], block_n, pick[1])
+            row["autotuner: configs tried"] = len(times)
+            rows.append(row)
+    import pandas as pd
+
+    return pd.DataFrame(rows).set_index(["dtype", "N"]), tuning
+
+
+def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
+    page = on_a_gpu
+    now = (page["MIN_ELEMENTS"], page["bytes_per_thread"]())
+    assert now == (4096, 32)  # 4.1 TB/s, a microsecond, 132 SMs: 31 KB an SM over 1024 threads, 30 bytes each
+    results, tuning = made_up_sweep(page, (1024, 64))
+    table = page["summary"](results).data
+    assert ("autotuner", "tuning s") in table and ("Helion", "% of light") in table and ("copy", "GB/s") in table
+    page["plot"](results)
+    text = page["reading"](results)
+    same = (results["autotuner: config"] == results["model: config"]).sum()
+    assert f"picked the model's own config at {same} of {len(results)} points" in text, text
+    assert "tuning pays for itself after about" in text and "Helion's first call took" in text, text
+    assert "nan" not in text.lower() and "inf" not in text.lower(), text
+    fits = page["refit"](tuning)
+    assert tuple(fits.iloc[0][["MIN_ELEMENTS", "bytes a thread"]]) == (1024, 64), fits.head()
+    assert fits.iloc[0]["time / best"] == 1.0 and fits.iloc[0]["same picks"] == len(results)
+    advice = page["adjusting"](page["implied"](results, tuning), fits)
+    assert "MIN_ELEMENTS = 1024 and 64 bytes a thread" in advice and "LATENCY between" in advice, advice
+
+    results, tuning = made_up_sweep(page, now)  # the model picks the best config everywhere
+    text = page["reading"](results)
+    assert f"the model's own config at {len(results)} of {len(results)} points." in text, text
+    assert "the tuning confirmed the model and bought nothing else" in text, text
+    fits = page["refit"](tuning)
+    assert fits.iloc[0]["the model's"], fits.head()
+    assert "the model's numbers (MIN_ELEMENTS = 4096, 32 bytes a thread) stand" in page["adjusting"](
+        page["implied"](results, tuning), fits
+    )

@@ -1,0 +1,557 @@
+"""
+Autotuning against a launch model
+=================================
+
+The core softmax page (:ref:`sphx_glr_tutorials_01_fused_softmax.py`) computes its launch from a model: a few
+numbers read from the device (bandwidth, SMs, threads) and Little's law. An autotuner assumes nothing: it compiles
+every config of a search space, times each on the GPU, and keeps the fastest. This page launches the same kernel
+three ways at each row length, at the model's config, at ``triton.autotune``'s pick from the very space the model
+chooses from, and as a Helion kernel, and sets them against a copy of the same bytes, the speed of light.
+
+**What you will learn**: how to wrap a kernel in ``triton.autotune`` with a search space and a pruning rule, and
+what its tuning costs; how far a launch computed from the device falls from the best one a search finds, and where;
+and how to read an autotuner's picks back into a model's few numbers, so that the model chooses them without a
+search. Prerequisites: the core page above (its step 1 kernel and its launch parameters) and
+:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
+"""
+
+import datetime, math, os, platform, time, timeit
+
+import torch
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
+
+import matplotlib.pyplot as plt, pandas as pd, triton, triton.language as tl
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
+
+# %%
+# The kernel and its launch model
+# -------------------------------
+# Carried letter for letter from the core page: its step 1 kernel (``BLOCK_M`` whole rows of ``BLOCK_N`` columns a
+# program, in registers) and the lines that choose its launch. The model has two numbers a reader may change:
+#
+# * ``MIN_ELEMENTS``: the fewest elements a program handles. Rows shorter than it are packed, ``BLOCK_M`` of them,
+#   into a tile of ``MIN_ELEMENTS``; a longer row is a tile of its own.
+# * ``LATENCY``, through ``bytes_per_thread()``: an SM keeps bandwidth x latency / SMs bytes in flight (Little's
+#   law), loaded by half its threads; ``num_warps`` gives each thread that many bytes of the tile, 4 to 32 warps.
+#
+# So the model's choice at a row length is one point of a small space: ``BLOCK_M`` and ``num_warps``, each a power
+# of two. That space is what the autotuner below searches.
+
+@triton.jit
+def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: M * N may pass 2**31
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols[None, :] < n_cols
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
+                mask=col_ok, other=-float("inf")).to(tl.float32)
+    numerator = tl.exp(x - tl.max(x, axis=1)[:, None])
+    y = numerator * (1.0 / tl.sum(numerator, axis=1))[:, None]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok)
+
+MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
+MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+def bytes_per_thread():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 32
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+
+# (BLOCK_M, BLOCK_N, num_warps): the model's launch for rows of n_cols elements of element_size bytes
+def _fused_config(n_cols, element_size):
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, MIN_ELEMENTS // block_n)
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
+    return block_m, block_n, num_warps
+
+RANGE = {}  # the N the site recommends this page for: none (it compares ways to choose a launch, not a kernel)
+
+def model_softmax(x):
+    """softmax(x) along its rows at the model's launch (the core page's ``softmax_rows_forward``)."""
+    y = torch.empty_like(x)
+    block_m, block_n, num_warps = _fused_config(x.shape[1], x.element_size())
+    softmax_fwd_kernel[(triton.cdiv(x.shape[0], block_m),)](x, y, *x.shape, x.stride(0), y.stride(0),
+                                                            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    return y
+
+# %%
+# The autotuner's search space
+# ----------------------------
+# ``triton.autotune(configs, key)`` wraps a kernel: the first call at each new value of the ``key`` arguments (and
+# new dtypes) runs every config of ``configs`` on that call's own arguments, times each, and keeps the fastest for
+# that key; later calls launch it at once. A ``triton.Config`` holds the ``constexpr`` values it sets and launch
+# options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
+# function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
+#
+# The space is the model's own: ``BLOCK_M`` over the powers of two the model picks at rows of 256 or more (1 to
+# ``MIN_ELEMENTS`` / 256), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
+# ``MAX_FUSED_N`` elements, the largest tile the model ever launches. The autotuner may pack more rows than the model
+# or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's benchmarker (the median
+# of many runs); under the interpreter there is no GPU to time, so each config runs once on the CPU's wall clock.
+
+WARPS = [4, 8, 16, 32]  # _fused_config's clamp
+BLOCK_MS = [2**k for k in range((MIN_ELEMENTS // 256).bit_length())]  # 1 to MIN_ELEMENTS / 256
+SPACE = [triton.Config({"BLOCK_M": block_m}, num_warps=num_warps) for block_m in BLOCK_MS for num_warps in WARPS]
+
+def fits(configs, named_args, **kwargs):
+    """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements."""
+    return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N]
+
+def short_bench(fn, quantiles=None):
+    """The autotuner's timer: do_bench over 20 ms a config (its default, 100 ms, would cost the build minutes); under
+    the interpreter, one call's wall clock in ms, as [median, 20th, 80th percentile]."""
+    if not ON_GPU:
+        return [1e3 * timeit.timeit(fn, number=1)] * 3
+    return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+
+autotuned = triton.autotune(SPACE, key=["n_cols"], prune_configs_by={"early_config_prune": fits},
+                            do_bench=short_bench)(softmax_fwd_kernel)
+
+def autotuned_softmax(x):
+    """softmax(x) along its rows at the autotuner's pick for this row length and dtype (it tunes on a first call)."""
+    y = torch.empty_like(x)
+    autotuned[lambda meta: (triton.cdiv(x.shape[0], meta["BLOCK_M"]),)](
+        x, y, *x.shape, x.stride(0), y.stride(0), BLOCK_N=triton.next_power_of_2(x.shape[1]))
+    return y
+
+# %%
+# At each row length of the sweep, the configs the autotuner tries and the model's pick among them:
+
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
+SWEEP_N = [256, 1024, 4096, 16384]  # every other power of two: each point costs the build a tuning
+
+def describe(block_m, block_n, num_warps):
+    return f"{block_m} x {block_n}, {num_warps} warps"
+
+def space_row(dtype, n_cols):
+    block_m, block_n, num_warps = _fused_config(n_cols, dtype.itemsize)
+    tried = [(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(SPACE, {}, BLOCK_N=block_n)]
+    return {"dtype": str(dtype)[6:], "N": n_cols, "model's config": describe(block_m, block_n, num_warps),
+            "configs tried": len(tried), "model's pick in the space": (block_m, num_warps) in tried}
+
+space = pd.DataFrame([space_row(t, n) for t in SWEEP_DTYPES for n in SWEEP_N]).set_index(["dtype", "N"])
+assert space["model's pick in the space"].all(), space
+print(f"The space: {len(BLOCK_MS)} values of BLOCK_M x {len(WARPS)} of num_warps = {len(SPACE)} configs; "
+      f"{space['configs tried'].min()} to {space['configs tried'].max()} a row length after pruning, "
+      f"{space['configs tried'].sum()} over the sweep.")
+space
+
+# %%
+# Correctness
+# -----------
+# Both launches against float64, at rows that are not powers of two (relative errors; the autotuner tunes at each
+# shape, so every check runs its pick). Helion's kernel is checked at every point of the sweep below.
+
+CHECK_SHAPES = [(33, 257), (5, 3000)]
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (the interpreter's bf16 truncates)
+
+def relative_error(y, x):
+    y64 = torch.softmax(x.double(), dim=-1)
+    return ((y.double() - y64).norm() / y64.norm()).item()
+
+def check_row(shape, dtype):
+    torch.manual_seed(shape[1])
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).mul_(4)
+    row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
+    for way, softmax in (("model", model_softmax), ("autotuner", autotuned_softmax)):
+        row[way] = relative_error(softmax(x), x)
+    return row
+
+errors = pd.DataFrame([check_row(s, t) for t in SWEEP_DTYPES for s in CHECK_SHAPES])
+assert (errors[["model", "autotuner"]].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
+errors.style.format({"model": "{:.1e}", "autotuner": "{:.1e}"}).hide(axis="index")
+
+# %%
+# Appendix: how this page measures
+# --------------------------------
+# At each point (dtype, N; :math:`M N = 2^{26}` elements on a GPU) the page makes a tensor, times a copy of it (the
+# speed of light, timed without a CUDA graph: CUDA may make a captured copy a slower copy-engine transfer), and runs
+# each way once on a wall clock, its *first call*: the model's compiles one kernel; the autotuner's compiles and
+# times every config of its space (the model's was compiled already), its *tuning*; Helion's compiles its kernel at
+# the config stored for this GPU, or autotunes where none is stored. Each result is checked against float64; then
+# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call. GB/s counts the
+# bytes a perfect kernel moves: :math:`x` read and :math:`y` written. The autotuner keeps its own timing of every
+# config it tried (``configs_timings``, without a graph): the last section reads the model against those.
+#
+# Helion, where installed, is a kernel written in PyTorch ops on a tile of rows (the core page's ``helion_softmax``),
+# which Helion compiles to Triton. On a GPU it runs at the config that ``dev/helion_tune.py`` tuned for the core
+# page's points (the same kernel, shapes and dtypes) where the build names the file that holds them, read by the
+# core page's ``helion_tuned``, and autotunes (effort "quick") where none is stored; without a GPU, in Helion's
+# reference mode (eager PyTorch), which checks its values and times nothing.
+
+# %%
+import importlib.metadata, importlib.util, json, subprocess
+
+NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
+TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
+
+def load_helion():
+    """Helion's module, or None (no column), saying why in one line."""
+    if importlib.util.find_spec("helion") is None:
+        return print("Helion: not measured here (not installed).")
+    try:
+        import helion
+    except Exception as err:  # installed, yet it does not load here
+        return print(f"Helion: not measured here ({' '.join(f'{type(err).__name__}: {err}'.split())[:100]}).")
+    return helion
+
+helion = load_helion()
+if helion:  # a tile of rows a program, as step 1; Helion picks the tile, warps and loads
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_softmax(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        for rows in hl.tile(x.size(0)):
+            x_rows = x[rows, :].to(torch.float32)
+            numerator = torch.exp(x_rows - torch.amax(x_rows, dim=1, keepdim=True))
+            y[rows, :] = (numerator / torch.sum(numerator, dim=1, keepdim=True)).to(y.dtype)
+        return y
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
+def ways():
+    """Way -> softmax(x) along the rows: the model's launch, the autotuner's, Helion's where it runs."""
+    found = {"model": model_softmax, "autotuner": autotuned_softmax}
+    if helion and ON_GPU:
+        found["Helion"] = helion_tuned(helion_softmax, "softmax forward",
+                                       [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+    elif helion:
+        helion_softmax.settings.ref_mode = helion.RefMode.EAGER
+        print("Helion: run in its reference mode (eager PyTorch on the CPU): its values are checked; nothing is "
+              "compiled or tuned.")
+        found["Helion"] = helion_softmax
+    return found
+
+if ON_GPU:  # a CUDA graph cannot be captured on the default stream: this page runs on its own
+    torch.cuda.set_stream(torch.cuda.Stream())
+
+def bench(fn, graph=True):
+    """Median ms of one fn(), CUDA-graph replays timed by do_bench; without a GPU, NaN: one call, timed not at all."""
+    fn()  # compile and warm up outside the timing (on the CPU: the run that checks it)
+    if not ON_GPU:
+        return math.nan
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
+            fn()
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+
+def first_call(fn):
+    """(fn()'s result, its wall-clock seconds, the GPU's work included)."""
+    if ON_GPU:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    if ON_GPU:
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - start
+
+def helion_config(x, block_n):
+    """The config Helion ran x at (its rows a tile and warps), where it says; "-" in reference mode."""
+    config = getattr(helion_softmax.bind((x,)), "_config", None)
+    return describe(config.block_sizes[0], block_n, config.num_warps) if ON_GPU and config else "-"
+
+def sweep(fns):
+    """Per point: each way's config, first call, error against float64 and GB/s next to a copy's; and the
+    autotuner's timing of every config it tried, {(dtype, N): {(BLOCK_M, num_warps): ms}}."""
+    records, tuning = [], {}
+    autotuned.cache.clear()  # every point tunes here, whatever ran before
+    for dtype in SWEEP_DTYPES:
+        for n_cols in SWEEP_N:
+            x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
+            out, nbytes, block_n = torch.empty_like(x), 2 * x.numel() * x.element_size(), triton.next_power_of_2(n_cols)
+            row = {"dtype": str(dtype)[6:], "N": n_cols, "copy: GB/s": nbytes / bench(lambda: out.copy_(x), False) * 1e-6}
+            for way, fn in fns.items():
+                y, row[f"{way}: first call s"] = first_call(lambda: fn(x))
+                row[f"{way}: error"] = relative_error(y, x)
+                assert row[f"{way}: error"] <= TOLERANCE[row["dtype"]], (way, row)
+                del y
+                row[f"{way}: ms"] = bench(lambda: fn(x))
+                row[f"{way}: GB/s"] = nbytes / row[f"{way}: ms"] * 1e-6
+                row[f"{way}: % of light"] = 100 * row[f"{way}: GB/s"] / row["copy: GB/s"]
+                if way == "model":
+                    row["model: config"] = describe(*_fused_config(n_cols, x.element_size()))
+                elif way == "autotuner":
+                    pick = autotuned.best_config
+                    row["autotuner: config"] = describe(pick.kwargs["BLOCK_M"], block_n, pick.num_warps)
+                    row["autotuner: configs tried"] = len(autotuned.configs_timings)
+                    tuning[row["dtype"], n_cols] = {(c.kwargs["BLOCK_M"], c.num_warps): t[0] if isinstance(t, list)
+                                                    else t for c, t in autotuned.configs_timings.items()}
+                else:
+                    row["Helion: config"] = helion_config(x, block_n)
+            records.append(row)
+            del x, out
+    return pd.DataFrame(records).set_index(["dtype", "N"]), tuning
+
+def summary(results):
+    """The table: each way's config, GB/s and % of light, the autotuner's search and tuning (on a GPU); under the
+    interpreter, the configs the model picks and the size of the search."""
+    if not ON_GPU:  # the interpreter's times are no GPU's speeds, and its picks follow them
+        print("The autotuner ran here through Triton's interpreter, each config timed by one call on the CPU's wall "
+              "clock: its picks follow the interpreter, not a GPU, and are not shown.")
+        shown = results[["model: config", "autotuner: configs tried"]]
+    else:
+        columns = ["copy: GB/s", "model: config", "model: GB/s", "model: % of light", "autotuner: config",
+                   "autotuner: GB/s", "autotuner: % of light", "autotuner: configs tried", "autotuner: first call s"]
+        columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "first call s") if "Helion: GB/s" in results]
+        shown = results[columns].rename(columns={"autotuner: first call s": "autotuner: tuning s"})
+    shown = shown.set_axis(pd.MultiIndex.from_tuples([tuple(c.split(": ")) for c in shown.columns]), axis=1)
+    fmt = {c: "{:,.0f}" if c[1] == "GB/s" else "{:.3g}%" if c[1] == "% of light" else "{:.3g}"
+           for c in shown.columns if c[1] not in ("config", "configs tried")}
+    return shown.style.format(fmt, na_rep="-")  # the Styler: its .data is the table
+
+def plot(results):
+    """Each way in % of the copy measured beside it, one panel per dtype (on a GPU)."""
+    if not ON_GPU:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, facecolor="white")
+    for ax, (dtype, part) in zip(axes, results.groupby(level="dtype", sort=False)):
+        n = part.index.get_level_values("N")
+        for way, style in (("model", "o-"), ("autotuner", "s--"), ("Helion", "^:")):
+            if f"{way}: GB/s" in part:
+                ax.plot(n, part[f"{way}: % of light"], style, markersize=4, label=f"{way}'s launch")
+        ax.axhline(100, color="black", linewidth=1, label="speed of light (copy)")
+        ax.set_xscale("log", base=2), ax.grid(True, alpha=0.3)
+        ax.set(title=f"softmax forward, {dtype}", xlabel="row length N (elements)", ylabel="% of the copy's GB/s")
+        ax.label_outer()
+    axes[0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"One kernel, three launches, M x N = {TOTAL_ELEMENTS:,} elements, on {WHERE}")
+    fig.tight_layout()
+    plt.show()
+
+def point(key):
+    return f"{key[0]} N = {key[1]}"
+
+LABEL = {"model": "the model's launch", "autotuner": "the autotuner's", "Helion": "Helion's"}
+
+def reading(results):
+    """The sentences that read this run's table."""
+    names = [w for w in ("model", "autotuner", "Helion") if f"{w}: GB/s" in results]
+    gbs = results[[f"{w}: GB/s" for w in names]].set_axis(names, axis=1)
+    pct = results[[f"{w}: % of light" for w in names]].set_axis(names, axis=1)
+    text = ["Of the copy's speed, " + "; ".join(f"{LABEL[w]} ran at {pct[w].min():.3g}-{pct[w].max():.3g}% (median "
+                                                f"{pct[w].median():.3g}%)" for w in names) + "."]
+    winner = gbs.idxmax(axis=1)
+    lead = 100 * (gbs.max(axis=1) / gbs.apply(lambda r: r.nlargest(2).iloc[-1], axis=1) - 1)  # % over the next
+    clear = lead > 1
+    wins = [f"{LABEL[w]} at {(won := clear & (winner == w)).sum()}" + (
+        f" (by up to {lead[won].max():.2g}%, at {point(lead[won].idxmax())})" if won.any() else "") for w in names]
+    text.append(f"Fastest by more than 1% over the next, of {len(gbs)} points: {', '.join(wins)}; the fastest two "
+                f"were within 1% at {(~clear).sum()}.")
+    same = results["autotuner: config"] == results["model: config"]
+    ratio = (gbs.autotuner / gbs.model)[~same]
+    text.append(f"The autotuner picked the model's own config at {same.sum()} of {len(same)} points"
+                + (f"; elsewhere its pick ran at {ratio.min():.3g}-{ratio.max():.3g}x the model's GB/s (median "
+                   f"{ratio.median():.3g}x; the most, at {point(ratio.idxmax())})." if len(ratio) else "."))
+    extra = results["autotuner: first call s"] - results["model: first call s"]
+    saved = (results["model: ms"] - results["autotuner: ms"])[~same] / 1e3  # seconds a call, where the picks differ
+    calls = (extra[saved.index] / saved)[saved > 0]
+    text.append(f"Tuning took {extra.min():.3g}-{extra.max():.3g} s a point beyond the model's first call "
+                f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs compiled and timed). "
+                + (f"Where its pick beat the model's launch ({len(calls)} of {len(results)} points), a call saved at "
+                   f"most {1e6 * saved.max():.3g} µs, so the tuning pays for itself after about {calls.min():,.0f} "
+                   f"calls at the best point ({point(calls.idxmin())}) and {calls.max():,.0f} at the worst; at the "
+                   "other points it never does." if len(calls) else
+                   "It picked the model's own config everywhere: the tuning confirmed the model and bought nothing "
+                   "else." if same.all() else "Where its pick differed it ran no faster by this page's timings: "
+                   "the tuning bought nothing in this run."))
+    if "Helion" in names:
+        text.append(f"Helion's first call took {results['Helion: first call s'].min():.3g}-"
+                    f"{results['Helion: first call s'].max():.3g} s a point: its compile at a stored config, or its "
+                    "autotuning where none was stored (the Helion line above says which).")
+    return "\n".join(text)
+
+def model_pick(n_cols, element_size, min_elements, per_thread):
+    """(BLOCK_M, num_warps) that _fused_config gives with MIN_ELEMENTS = min_elements and per_thread bytes a thread."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min_elements // block_n)
+    return block_m, min(32, max(4, block_m * block_n * element_size // (32 * per_thread)))
+
+def implied(results, tuning):
+    """Per point, the model's config and the autotuner's pick read as the model's numbers: each one's tile and bytes
+    a thread, and the model's config by the autotuner's own timings (its time over the best, its rank)."""
+    rows = []
+    for (dtype, n_cols), times in tuning.items():
+        size, block_n = getattr(torch, dtype).itemsize, triton.next_power_of_2(n_cols)
+        best = min(times, key=times.get)
+        model = model_pick(n_cols, size, MIN_ELEMENTS, bytes_per_thread())
+        rows.append({"dtype": dtype, "N": n_cols, "model: tile": model[0] * block_n, "pick: tile": best[0] * block_n,
+                     "model: bytes a thread": model[0] * block_n * size // (32 * model[1]),
+                     "pick: bytes a thread": best[0] * block_n * size // (32 * best[1]),
+                     "model: time / best": times[model] / times[best],
+                     "model: rank": sorted(times.values()).index(times[model]) + 1, "configs tried": len(times)})
+    return pd.DataFrame(rows).set_index(["dtype", "N"])
+
+def refit(tuning):
+    """Every (MIN_ELEMENTS, bytes a thread), powers of two, whose picks lie in the space at every point, scored by the
+    autotuner's own timings: the geometric mean and the worst of its picks' time over the best, and the points where
+    it picks what the autotuner picked. Best first; a tie goes to the smaller change from the model's numbers."""
+    rows, now = [], (MIN_ELEMENTS, bytes_per_thread())
+    for min_elements in [2**k for k in range(8, MAX_FUSED_N.bit_length())]:
+        for per_thread in (16, 32, 64, 128, 256):
+            slow, same = [], 0
+            for (dtype, n_cols), times in tuning.items():
+                pick = model_pick(n_cols, getattr(torch, dtype).itemsize, min_elements, per_thread)
+                slow.append(times.get(pick, math.inf) / min(times.values()))
+                same += pick == min(times, key=times.get)
+            if math.isfinite(max(slow)):
+                change = abs(math.log2(min_elements / now[0])) + abs(math.log2(per_thread / now[1]))
+                rows.append({"MIN_ELEMENTS": min_elements, "bytes a thread": per_thread,
+                             "time / best": math.prod(slow) ** (1 / len(slow)), "worst": max(slow),
+                             "same picks": same, "change": change, "the model's": (min_elements, per_thread) == now})
+    return pd.DataFrame(rows).sort_values(["time / best", "change"]).reset_index(drop=True)
+
+def adjusting(table, fits_):
+    """The sentences that read the model against the autotuner's timings, and the numbers that would close the gap."""
+    props = torch.cuda.get_device_properties(DEVICE)
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    half, sms = props.max_threads_per_multi_processor // 2, props.multi_processor_count
+    now, best = fits_[fits_["the model's"]].iloc[0], fits_.iloc[0]
+    worst = table["model: time / best"].idxmax()
+    at = table.loc[worst]
+    text = [f"By the autotuner's own timings the model's config was the best of its space at "
+            f"{(table['model: rank'] == 1).sum()} of {len(table)} points; over all of them it took "
+            f"{now['time / best']:.3g}x the best config's time (geometric mean), {now['worst']:.3g}x at the worst"
+            + (f" ({point(worst)}, where the autotuner's tile was {int(at['pick: tile']):,} elements at "
+               f"{int(at['pick: bytes a thread'])} bytes a thread against the model's {int(at['model: tile']):,} at "
+               f"{int(at['model: bytes a thread'])})." if now["worst"] > 1 else ".")]
+    if best["the model's"]:
+        text.append(f"No other pair of MIN_ELEMENTS and bytes a thread (powers of two) does better: the model's numbers "
+                    f"(MIN_ELEMENTS = {MIN_ELEMENTS}, {bytes_per_thread()} bytes a thread) stand on this GPU.")
+    else:
+        per_thread = int(best["bytes a thread"])
+        text.append(f"The pair closest to the autotuner is MIN_ELEMENTS = {best['MIN_ELEMENTS']} and {per_thread} bytes "
+                    f"a thread: {best['time / best']:.3g}x the best time (worst {best['worst']:.3g}x), the "
+                    f"autotuner's own pick at {best['same picks']} of {len(table)} points against the model's "
+                    f"{now['same picks']}.")
+        if per_thread != bytes_per_thread() and bandwidth:  # as bytes_per_thread() reads it
+            low, high = per_thread / 2 * half * sms / bandwidth, per_thread * half * sms / bandwidth
+            text.append(f"{per_thread} bytes a thread is {per_thread * half / 1024:.3g} KB in flight an SM over half "
+                        f"its {2 * half} threads; bytes_per_thread() gives it for LATENCY between {1e6 * low:.3g} and "
+                        f"{1e6 * high:.3g} µs at this GPU's {bandwidth / 1e12:.3g} TB/s and {sms} SMs (it is "
+                        f"{1e6 * LATENCY:.3g} µs now).")
+    return "\n".join(text)
+
+def environment_card():
+    """The full environment card, shown collapsed."""
+    card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter", "torch": torch.__version__,
+            "Triton": triton.__version__, "Python": platform.python_version(), "built": BUILT,
+            "packages": os.getenv("SOL_LOCK", "not pinned")}
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(DEVICE)
+        smi = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
+        card["device"] = f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+        try:
+            driver = subprocess.run(smi.split(), capture_output=True, text=True, timeout=10, check=True).stdout
+            driver = driver.split("\n")[0]
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown"
+        card["driver / CUDA"] = f"driver {driver}, CUDA {torch.version.cuda}"
+    table = pd.DataFrame({"": list(card.values())}, index=list(card.keys())).to_html()
+    html = f"<details><summary>Full environment card</summary>{table}</details>"
+    return type("Collapsed", (), {"_repr_html_": lambda self: html})()  # shown as its HTML, collapsed
+
+# %%
+# Three launches, measured
+# ------------------------
+# Each point's GB/s and % of the copy for each way, the model's config and the autotuner's pick side by side, the
+# configs it tried and its tuning time (its first call), and Helion's config and first call:
+
+results, tuning = sweep(ways())
+table = summary(results)
+table
+
+# %%
+# Each way in % of the copy measured beside it:
+
+plot(results)
+
+# %%
+# Reading the numbers
+# -------------------
+
+print(reading(results) if ON_GPU else NO_SPEED)
+
+# %%
+# Making the model choose what the autotuner chose
+# ------------------------------------------------
+# The two picks meet in the model's terms. A config's *tile* is ``BLOCK_M`` x ``BLOCK_N`` elements: the model's is
+# ``MIN_ELEMENTS`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
+# ``MIN_ELEMENTS`` is too small there, and of a single row where the model packs several, too large. Its *bytes a
+# thread* are the tile's bytes over ``32 * num_warps`` threads: the model gives each thread ``bytes_per_thread()``,
+# so a pick with more bytes a thread says the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs, and
+# a longer ``LATENCY`` gives them. The autotuner timed every config of the space, the model's included, so it also
+# says what the model's choice costs at each point: below, its time over the best config's and its rank.
+#
+# Changing the numbers: try every pair of ``MIN_ELEMENTS`` and bytes a thread (powers of two) whose picks lie in the
+# space, score each by the autotuner's own timings of the configs it would pick, and keep the best. One pair for
+# every row length and both dtypes is the point of a model: where no pair comes close, the model lacks a term (the
+# dtype, the row's length), not a number.
+
+if ON_GPU:
+    comparison = implied(results, tuning)
+    print(adjusting(comparison, refit(tuning)))
+    comparison = comparison.style.format({"model: time / best": "{:.3g}x", "model: tile": "{:,}", "pick: tile": "{:,}"})
+else:
+    print(NO_SPEED)
+    comparison = None
+comparison
+
+# %%
+# Going further
+# -------------
+# * **Exercise.** Set ``MIN_ELEMENTS`` and ``LATENCY`` above to the pair the last section found and rerun the page:
+#   does the model now pick what the autotuner picks, and does the core page's benchmark move?
+# * **Exercise.** Widen the space (``BLOCK_M`` past ``MIN_ELEMENTS`` / 256, ``num_stages``) and watch the tuning
+#   time grow with it against what the picks gain. ``prune_configs_by`` also takes a ``perf_model`` and ``top_k``:
+#   the model itself can rank the space, so that only its few best configs are timed.
+# * Where a model and an autotuner disagree the model can also be missing a term: deep dive 13
+#   (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`) reads the compiled kernel (registers, programs an
+#   SM) that such a term would come from.
+# * Triton's ``triton.autotune`` (``key``, ``prune_configs_by``, ``cache_results``) and Helion's autotuner
+#   (``autotune_effort``) are documented with their projects.
+#
+# Where this page was made
+# ------------------------
+
+environment_card()
