@@ -110,7 +110,7 @@ def fits(configs, named_args, **kwargs):
     """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements."""
     return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N]
 
-def short_bench(fn, quantiles=None):
+def tuning_timer(fn, quantiles=None):
     """The autotuner's timer: do_bench over 20 ms a config (its default, 100 ms, would cost the build minutes); under
     the interpreter, one call's wall clock in ms, as [median, 20th, 80th percentile]."""
     if not ON_GPU:
@@ -118,7 +118,7 @@ def short_bench(fn, quantiles=None):
     return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 autotuned = triton.autotune(SPACE, key=["n_cols"], prune_configs_by={"early_config_prune": fits},
-                            do_bench=short_bench)(softmax_fwd_kernel)
+                            do_bench=tuning_timer)(softmax_fwd_kernel)
 
 def autotuned_softmax(x):
     """softmax(x) along its rows at the autotuner's pick for this row length and dtype (it tunes on a first call)."""
