@@ -15,7 +15,7 @@ search. Prerequisites: the core page above (its step 1 kernel and its launch par
 :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`.
 """
 
-import datetime, math, os, platform, time, timeit
+import datetime, functools, math, os, platform, time, timeit
 
 import torch
 if not torch.cuda.is_available():
@@ -110,15 +110,14 @@ def fits(configs, named_args, **kwargs):
     """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements."""
     return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N]
 
-def tuning_timer(fn, quantiles=None):
-    """The autotuner's timer: do_bench over 20 ms a config (its default, 100 ms, would cost the build minutes); under
-    the interpreter, one call's wall clock in ms, as [median, 20th, 80th percentile]."""
-    if not ON_GPU:
-        return [1e3 * timeit.timeit(fn, number=1)] * 3
-    return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+def wall_clock(fn, quantiles=None):
+    """The interpreter's stand-in for Triton's benchmarker: one call, in ms, as [median, 20th, 80th percentile]."""
+    return [1e3 * timeit.timeit(fn, number=1)] * 3
 
+# on a GPU, Triton's do_bench over 20 ms a config: its default, 100 ms, would cost the build minutes
 autotuned = triton.autotune(SPACE, key=["n_cols"], prune_configs_by={"early_config_prune": fits},
-                            do_bench=tuning_timer)(softmax_fwd_kernel)
+                            do_bench=functools.partial(triton.testing.do_bench, warmup=5, rep=20) if ON_GPU
+                            else wall_clock)(softmax_fwd_kernel)
 
 def autotuned_softmax(x):
     """softmax(x) along its rows at the autotuner's pick for this row length and dtype (it tunes on a first call)."""
