@@ -383,7 +383,7 @@ def test_drop_in_page_checks_passed(ln):
     assert ours["GB/s"].gt(0).all() if DEVICE == "cuda" else ours["GB/s"].isna().all()
 
 
-def test_configs_keep_todays_launch_parameters(ln):
+def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     """The launch parameters chosen by measurement (dev/DESIGN.md): forward rows of 512 at 128 bytes a thread
     (racecheck-clean at N = 512), others at 64; the backward's blocks of 8 KB in 2 to 4 stages, a program an SM. The
     occupancy given keeps the rule that doubles BLOCK_M (a GPU only) off, so the test reads the same with and without
@@ -394,35 +394,30 @@ def test_configs_keep_todays_launch_parameters(ln):
     assert cfg(1000, 1024, 2, occupancy)[0] == dict(BLOCK_M=4, BLOCK_N=1024, EVEN=True, num_warps=4)
     assert cfg(1000, 300, 4, occupancy)[0] == dict(BLOCK_M=8, BLOCK_N=512, EVEN=False, num_warps=4)
     assert cfg(64, 32768, 2, occupancy)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, num_warps=32)
-    bwd, sms, in_flight = ln["_bwd_config"], ln["NUM_SMS"], ln["IN_FLIGHT"]
-    ln.data["IN_FLIGHT"] = 0  # a bandwidth not known: one program an SM (the next test reads the device's)
-    try:
-        assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)
-        assert bwd(10_000, 8192, 2)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)
-        assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2)
-        assert bwd(10_000, 512, 2, stages=1)[0]["STAGES"] == 1
-        assert bwd(10, 512, 2, programs=5)[1] == 2  # 2 blocks of 8 rows: 2 programs, one line each
-    finally:
-        ln.data["IN_FLIGHT"] = in_flight
+    bwd, sms = ln["_bwd_config"], ln["NUM_SMS"]
+    monkeypatch.setitem(ln.data, "IN_FLIGHT", 0)  # a bandwidth not known: one program an SM (the next test: both)
+    assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)
+    assert bwd(10_000, 8192, 2)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)
+    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2)
+    assert bwd(10_000, 512, 2, stages=1)[0]["STAGES"] == 1
+    assert bwd(10, 512, 2, programs=5)[1] == 2  # 2 blocks of 8 rows: 2 programs, one line each
 
 
 @pytest.mark.parametrize("gbps, two", [(3350, False), (4800, True)])
-def test_backward_shares_an_sm_where_one_programs_stages_hold_too_few_bytes(ln, gbps, two):
+def test_backward_shares_an_sm_where_one_programs_stages_hold_too_few_bytes(ln, gbps, two, monkeypatch):
     """Two programs an SM, 3 stages each, where one program's 4 stages of 16 KB hold less than twice the SM's bytes
     in flight (Little's law: 25 KB at 3.35 TB/s on 132 SMs, 36 KB at 4.8 TB/s); wider tiles stay one an SM."""
-    scope, saved = ln.data, (ln["IN_FLIGHT"], ln["NUM_SMS"], ln["SMEM_PER_SM"], ln["SMEM_PER_BLOCK"])
-    scope.update(IN_FLIGHT=gbps * 1e9 * 1e-6 / 132, NUM_SMS=132, SMEM_PER_SM=233472, SMEM_PER_BLOCK=232448)
-    try:
-        bwd = ln["_bwd_config"]
-        for n, element_size in ((512, 2), (2048, 2), (4096, 2), (512, 4)):
-            meta, lines = bwd(264 * 64, n, element_size)  # as many blocks for each program
-            assert (meta["STAGES"], lines) == ((3, 264) if two else (4, 132)), (n, element_size)
-        assert bwd(264 * 64, 8192, 2) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3), 132)
-        assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2), 132)
-        scope["SMEM_PER_SM"] = 102400  # an SM of 100 KB of shared memory holds one program's stages
-        assert bwd(264 * 64, 512, 2)[1] == 132
-    finally:
-        scope.update(zip(("IN_FLIGHT", "NUM_SMS", "SMEM_PER_SM", "SMEM_PER_BLOCK"), saved))
+    device = dict(IN_FLIGHT=gbps * 1e9 * 1e-6 / 132, NUM_SMS=132, SMEM_PER_SM=233472, SMEM_PER_BLOCK=232448)
+    for name, value in device.items():
+        monkeypatch.setitem(ln.data, name, value)
+    bwd = ln["_bwd_config"]
+    for n, element_size in ((512, 2), (2048, 2), (4096, 2), (512, 4)):
+        meta, lines = bwd(264 * 64, n, element_size)  # as many blocks for each program
+        assert (meta["STAGES"], lines) == ((3, 264) if two else (4, 132)), (n, element_size)
+    assert bwd(264 * 64, 8192, 2) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3), 132)
+    assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2), 132)
+    monkeypatch.setitem(ln.data, "SMEM_PER_SM", 102400)  # an SM of 100 KB of shared memory holds one program's stages
+    assert bwd(264 * 64, 512, 2)[1] == 132
 
 
 def _fwd_samples():

@@ -15,8 +15,8 @@ if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton
 import pandas as pd, triton, triton.language as tl
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%

@@ -407,8 +407,8 @@ def reading(table, steps):
     text.append(f"At n = {first:,} a whole fp32 sum takes {first * 4e-3 / fp32['ours']:.3g} us, "
                 f"{fp32['ours, % of light']:.3g}% of {LIGHT}: a launch is a fixed part of so short a time.")
     peers = table.filter(items=["torch", "torch.compile"])
-    for (_, t, n), row in table[vs_peer < 1].iterrows():  # where a peer wins: which, and by how much, in time
-        best, size = peers.loc[(_, t, n)].idxmax(), n * (2 if t == "bfloat16" else 4) * 1e-3
+    for (d, t, n), row in table[vs_peer < 1].iterrows():  # where a peer wins: which, and by how much, in time
+        best, size = peers.loc[d, t, n].idxmax(), n * (2 if t == "bfloat16" else 4) * 1e-3
         text.append(f"{best} wins at {t} n = {n:,}: {size / row[best]:.3g} us against ours' {size / row['ours']:.3g}.")
     speed = steps.set_index("step")["GB/s"]
     text.append(f"On one row of {LADDER_ELEMENTS:,} elements the persistent grid (step 2) read "

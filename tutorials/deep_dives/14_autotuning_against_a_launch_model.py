@@ -299,7 +299,8 @@ def sweep(fns):
         for n_cols in SWEEP_N:
             x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
             out, nbytes, block_n = torch.empty_like(x), 2 * x.numel() * x.element_size(), triton.next_power_of_2(n_cols)
-            row = {"dtype": str(dtype)[6:], "N": n_cols, "copy: GB/s": nbytes / bench(lambda: out.copy_(x), False) * 1e-6}
+            light = nbytes / bench(lambda: out.copy_(x), False) * 1e-6
+            row = {"dtype": str(dtype)[6:], "N": n_cols, "copy: GB/s": light}
             for way, fn in fns.items():
                 y, row[f"{way}: first call s"] = first_call(lambda: fn(x))
                 row[f"{way}: error"] = relative_error(y, x)
@@ -332,7 +333,8 @@ def summary(results):
     else:
         columns = ["copy: GB/s", "model: config", "model: GB/s", "model: % of light", "autotuner: config",
                    "autotuner: GB/s", "autotuner: % of light", "autotuner: configs tried", "autotuner: first call s"]
-        columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "first call s") if "Helion: GB/s" in results]
+        if "Helion: GB/s" in results:
+            columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "first call s")]
         shown = results[columns].rename(columns={"autotuner: first call s": "autotuner: tuning s"})
     shown = shown.set_axis(pd.MultiIndex.from_tuples([tuple(c.split(": ")) for c in shown.columns]), axis=1)
     fmt = {c: "{:,.0f}" if c[1] == "GB/s" else "{:.3g}%" if c[1] == "% of light" else "{:.3g}"
@@ -386,7 +388,8 @@ def reading(results):
     saved = (results["model: ms"] - results["autotuner: ms"])[~same] / 1e3  # seconds a call, where the picks differ
     calls = (extra[saved.index] / saved)[saved > 0]
     text.append(f"Tuning took {extra.min():.3g}-{extra.max():.3g} s a point beyond the model's first call "
-                f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs compiled and timed). "
+                f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs compiled and "
+                "timed). "
                 + (f"Where its pick beat the model's launch ({len(calls)} of {len(results)} points), a call saved at "
                    f"most {1e6 * saved.max():.3g} µs, so the tuning pays for itself after about {calls.min():,.0f} "
                    f"calls at the best point ({point(calls.idxmin())}) and {calls.max():,.0f} at the worst; at the "
@@ -455,12 +458,12 @@ def adjusting(table, fits_):
                f"{int(at['pick: bytes a thread'])} bytes a thread against the model's {int(at['model: tile']):,} at "
                f"{int(at['model: bytes a thread'])})." if now["worst"] > 1 else ".")]
     if best["the model's"]:
-        text.append(f"No other pair of MIN_ELEMENTS and bytes a thread (powers of two) does better: the model's numbers "
-                    f"(MIN_ELEMENTS = {MIN_ELEMENTS}, {bytes_per_thread()} bytes a thread) stand on this GPU.")
+        text.append(f"No other pair of MIN_ELEMENTS and bytes a thread (powers of two) does better: the model's "
+                    f"numbers (MIN_ELEMENTS = {MIN_ELEMENTS}, {bytes_per_thread()} bytes a thread) stand on this GPU.")
     else:
         per_thread = int(best["bytes a thread"])
-        text.append(f"The pair closest to the autotuner is MIN_ELEMENTS = {best['MIN_ELEMENTS']} and {per_thread} bytes "
-                    f"a thread: {best['time / best']:.3g}x the best time (worst {best['worst']:.3g}x), the "
+        text.append(f"The pair closest to the autotuner is MIN_ELEMENTS = {best['MIN_ELEMENTS']} and {per_thread} "
+                    f"bytes a thread: {best['time / best']:.3g}x the best time (worst {best['worst']:.3g}x), the "
                     f"autotuner's own pick at {best['same picks']} of {len(table)} points against the model's "
                     f"{now['same picks']}.")
         if per_thread != bytes_per_thread() and bandwidth:  # as bytes_per_thread() reads it

@@ -121,8 +121,9 @@ def _classic_config(n_cols):
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
-                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, HAS_W: tl.constexpr,
-                          COMPUTE_DWDB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+                          HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, STAGES: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_W:  # loaded once per program, reused for every row it visits
@@ -173,7 +174,7 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     # loads while the other reduces and stores
     two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
-                STAGES=stages or (3 if two else max(2, min(4, fit))))  # 4 stages of 8 KB blocks, 3 of 16 KB, 2 of 32 KB
+                STAGES=stages or (3 if two else max(2, min(4, fit))))  # one an SM: 4 of 16 KB tiles, 3 of 32, 2 of 64
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
