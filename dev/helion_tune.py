@@ -168,7 +168,7 @@ def read_store(path):
     return json.loads(pathlib.Path(path).read_text(encoding="utf-8")) if pathlib.Path(path).is_file() else {}
 
 
-def store_config(path, gpu, op, dtype, n, config, effort, versions):
+def store_config(path, gpu, op, dtype, n, config, effort, versions, seconds):
     """Add one point's config to the file at path (written whole, atomically): the writer the pages read."""
     store = read_store(path)
     entry = store.get(gpu, {})
@@ -178,6 +178,7 @@ def store_config(path, gpu, op, dtype, n, config, effort, versions):
     entry.setdefault("configs", {}).setdefault(op, {}).setdefault(dtype, {})[str(n)] = {
         "config": json.loads(config.to_json()),
         "effort": effort,
+        "seconds": round(seconds, 1),  # the search's wall time
     }
     store[gpu] = entry
     tmp = pathlib.Path(f"{path}.tmp")
@@ -192,9 +193,11 @@ def stored_points(path, gpu, op, helion_version):
     return {(t, int(n)) for t, by_n in entry.get("configs", {}).get(op, {}).items() for n in by_n}
 
 
-def autotune(kernel, args, effort):
-    """Helion's autotuner at effort, on this point's arguments: the best config it found."""
+def autotune(kernel, args, effort, seconds=None):
+    """Helion's autotuner at effort, on this point's arguments (its search cut at seconds, where given): the best
+    config it found."""
     kernel.settings.autotune_effort = effort
+    kernel.settings.autotune_budget_seconds = seconds
     return kernel.autotune(args, force=True)
 
 
@@ -224,6 +227,13 @@ def main(argv=None):
     parser.add_argument("--store", default=str(STORE), help="the JSON file of configs (read, then written)")
     parser.add_argument("--force", action="store_true", help="retune points already stored for this GPU")
     parser.add_argument("--budget", type=float, default=0, help="start no point after this many seconds (0: none)")
+    parser.add_argument(
+        "--seconds",
+        type=int,
+        default=None,
+        help="cut each point's search after this many seconds, at its best so far (Helion's "
+        "autotune_budget_seconds; default: none)",
+    )
     parser.add_argument("--list", action="store_true", help="print the ops and their points; tune nothing")
     options = parser.parse_args(argv)
     ops = [op for op in OPS if not options.ops or any(word in op for word in options.ops)]
@@ -248,10 +258,12 @@ def main(argv=None):
             torch.manual_seed(n)
             args = OPS[op].args(torch, getattr(torch, dtype), m, n, page)
             began = time.monotonic()
-            config = autotune(kernel, args, options.effort)
+            config = autotune(kernel, args, options.effort, options.seconds)
+            seconds = time.monotonic() - began
             error = check(op, kernel, args, page, dtype)
-            store_config(options.store, gpu, op, dtype, n, config, options.effort, found)
-            print(f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {time.monotonic() - began:.0f} s)", flush=True)
+            effort = options.effort + (f", cut at {options.seconds} s" if options.seconds else "")
+            store_config(options.store, gpu, op, dtype, n, config, effort, found, seconds)
+            print(f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {seconds:.0f} s)", flush=True)
     print(f"{options.store}: configs for {gpu}, {time.monotonic() - start:.0f} s")
     return 0
 

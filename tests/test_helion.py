@@ -228,7 +228,7 @@ def test_configs_go_from_the_tool_to_the_page(op, tmp_path, monkeypatch, capsys,
     for dtype, n, m in points:
         bound = kernel.bind(meta_args(op, dtype, n, m))
         configs[dtype, n] = bound.config_spec.default_config()
-        helion_tune.store_config(store, GPU, op, dtype, n, configs[dtype, n], "full", versions)
+        helion_tune.store_config(store, GPU, op, dtype, n, configs[dtype, n], "full", versions, 1.0)
     monkeypatch.setenv("SOL_HELION_CONFIGS", str(store))
     capsys.readouterr()
 
@@ -267,7 +267,8 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     returned; a second run tunes nothing, --force all again; another Helion's configs are replaced."""
     store, tuned = tmp_path / "configs.json", []
 
-    def autotune(kernel, args, effort):
+    def autotune(kernel, args, effort, seconds=None):
+        assert seconds in (None, 7)
         tuned.append((str(args[0].dtype)[6:], args[0].shape[1]))
         return kernel.bind(args).config_spec.default_config()
 
@@ -275,13 +276,14 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
     monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
-    assert helion_tune.main(["--store", str(store), "--effort", "quick"]) == 0
+    assert helion_tune.main(["--store", str(store), "--effort", "quick", "--seconds", "7"]) == 0
     entry = json.loads(store.read_text())[GPU]
     assert entry["helion"] == helion_tune.versions()["helion"]
     assert {op: {t: sorted(by_n) for t, by_n in c.items()} for op, c in entry["configs"].items()} == {
         op: {"float32": ["257"], "bfloat16": ["1000"]} for op in OPS
     }
-    assert all(p["effort"] == "quick" for c in entry["configs"].values() for by_n in c.values() for p in by_n.values())
+    stored = [p for c in entry["configs"].values() for by_n in c.values() for p in by_n.values()]
+    assert all(p["effort"] == "quick, cut at 7 s" and p["seconds"] >= 0 for p in stored)
     assert len(tuned) == 2 * len(OPS)
     helion_tune.main(["--store", str(store)])
     assert len(tuned) == 2 * len(OPS), "stored points were tuned again"
