@@ -5,6 +5,7 @@
 #   bash dev/gpu_build.sh            # every page
 #   bash dev/gpu_build.sh 12         # only pages whose file name matches 12 (the others render unrun)
 #   GPU_TESTS=0 bash dev/gpu_build.sh   # the build only
+#   SOL_HELION_AUTOTUNE=0 bash dev/gpu_build.sh   # Helion only at its stored configs: no autotuning
 #
 # Writes into $OUT (or /tmp/sol-out): build.log (ending with the build's wall time), site.tar.gz (the
 # built html: tar xzf site.tar.gz, open html/index.html) and, unless GPU_TESTS=0, tests.log.

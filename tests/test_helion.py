@@ -246,9 +246,21 @@ def test_configs_go_from_the_tool_to_the_page(op, tmp_path, monkeypatch, capsys,
     recorder = Recorder()
     run = page_reader(op, "Another GPU")(recorder, op, [(t, n) for t, n, _ in points])
     out = capsys.readouterr().out
-    assert "autotuned here at each point" in out and "none tuned on Another GPU" in out, out
+    assert "autotuned here (effort quick) at each point" in out and "none tuned on Another GPU" in out, out
     run(*meta_args(op, *points[0]))
     assert recorder.set == {} and len(recorder.calls) == 1, "a point with no stored config is left to autotune"
+
+    monkeypatch.setenv("SOL_HELION_AUTOTUNE", "0")  # a build that autotunes nothing: such a point is not measured
+    recorder = Recorder()
+    run = page_reader(op, "Another GPU")(recorder, op, [(t, n) for t, n, _ in points])
+    assert "not measured here (SOL_HELION_AUTOTUNE=0) at each point" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="SOL_HELION_AUTOTUNE=0"):
+        run(*meta_args(op, *points[0]))
+    assert recorder.calls == [], "an untuned point ran"
+    run = page_reader(op, GPU)(recorder, op, [(t, n) for t, n, _ in points])
+    run(*meta_args(op, *points[0]))
+    assert len(recorder.calls) == 1, "a tuned point is measured whatever SOL_HELION_AUTOTUNE says"
+    monkeypatch.delenv("SOL_HELION_AUTOTUNE")
 
     stored = json.loads(store.read_text())
     stored[GPU]["helion"] = "0.0"

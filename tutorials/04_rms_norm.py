@@ -68,6 +68,7 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
 # A row of 256 bf16 is 512 bytes: too few loads in flight. Step 1 gives a program ``BLOCK_M`` rows:
 # ``rows[:, None]`` and ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row,
 # ``tl.minimum`` keeps every load on a real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight.
+# ``tl.where(c, a, b)`` is ``torch.where``; ``tl.broadcast_to`` spreads ``rstd`` over the tile, for column 0 to store.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -96,15 +97,14 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
 
 # %%
 # **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
-# 25 KB at 3.35 TB/s, 1 µs, 132 SMs). A tile holds ``MIN_ELEMENTS`` values or more; ``_warps`` gives a warp 32 x 64
-# bytes, four 16-byte loads a thread.
+# 25 KB at 3.35 TB/s, 1 µs, 132 SMs). A tile holds ``MIN_ELEMENTS`` values or more; ``_warps`` gives each thread 64
+# bytes, four 16-byte loads.
 #
 # **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
 # :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` take such rows.
 
 MIN_ELEMENTS = 4096  # fewest elements in a tile
-MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
 RANGE = {("forward", dtype): range(1, 16385) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
@@ -136,6 +136,7 @@ import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
+MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
 BUILT = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 SWEEP_N = [2**k for k in range(9, 17)] if ON_GPU else [256, 1024, 4096]
 SWEEP_DTYPES = (torch.float32, torch.bfloat16)
@@ -228,7 +229,7 @@ if helion := peer_module("Helion", "helion"):  # a tile of rows a program, as st
 def helion_tuned(kernel, op, points):
     """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
     file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
-    kept for this run. One line says which."""
+    kept for this run, or where SOL_HELION_AUTOTUNE=0 is not measured. One line says which."""
     path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
     if os.path.isfile(path):
         with open(path) as f:
@@ -238,15 +239,19 @@ def helion_tuned(kernel, op, points):
     missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
     why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
            f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    off = os.environ.get("SOL_HELION_AUTOTUNE") == "0"  # a build without autotuning: untuned points not measured
+    how = "not measured here (SOL_HELION_AUTOTUNE=0)" if off else "autotuned here (effort quick)"
     print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
-          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if not missing else f"Helion: {how} at each point: {why or 'none stored'}."
           if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
-          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+          f"{len(points)} points; {how}: {', '.join(missing)}.")
     configured = set()
 
     def run(*args):
         bound = kernel.bind(args)  # one per shape and dtype
         point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if off and not point:
+            raise RuntimeError(f"no config tuned on {WHERE} for this point, and SOL_HELION_AUTOTUNE=0")
         if point and id(bound) not in configured:
             bound.set_config(helion.Config(**point["config"]))
             configured.add(id(bound))

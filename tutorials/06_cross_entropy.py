@@ -293,7 +293,7 @@ if helion:  # a tile of rows a program, each row whole, as step 0; Helion picks 
 def helion_tuned(kernel, op, points):
     """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
     file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
-    kept for this run. One line says which."""
+    kept for this run, or where SOL_HELION_AUTOTUNE=0 is not measured. One line says which."""
     path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
     if os.path.isfile(path):
         with open(path) as f:
@@ -303,15 +303,19 @@ def helion_tuned(kernel, op, points):
     missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
     why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
            f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    off = os.environ.get("SOL_HELION_AUTOTUNE") == "0"  # a build without autotuning: untuned points not measured
+    how = "not measured here (SOL_HELION_AUTOTUNE=0)" if off else "autotuned here (effort quick)"
     print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
-          if not missing else f"Helion: autotuned here at each point (effort quick): {why or 'none stored'}."
+          if not missing else f"Helion: {how} at each point: {why or 'none stored'}."
           if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
-          f"{len(points)} points; autotuned here (effort quick): {', '.join(missing)}.")
+          f"{len(points)} points; {how}: {', '.join(missing)}.")
     configured = set()
 
     def run(*args):
         bound = kernel.bind(args)  # one per shape and dtype
         point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if off and not point:
+            raise RuntimeError(f"no config tuned on {WHERE} for this point, and SOL_HELION_AUTOTUNE=0")
         if point and id(bound) not in configured:
             bound.set_config(helion.Config(**point["config"]))
             configured.add(id(bound))
