@@ -59,8 +59,7 @@ def test_carried_persistent_design_is_tutorial_02s(page):
     """The page measures tutorial 02's backward: the same kernels, launch parameters and bits."""
     core = load_tutorial("02_layer_norm_backward")
     assert inspect.getsource(page["layer_norm_bwd_kernel"].fn) == inspect.getsource(core["layer_norm_bwd_kernel"].fn)
-    for name in ("_warps", "_bwd_config"):
-        assert inspect.getsource(page[name]) == inspect.getsource(core[name]), name
+    assert inspect.getsource(page["_bwd_config"]) == inspect.getsource(core["_bwd_config"])
     for name in ("MAX_BWD_FUSED_N", "SMEM_PER_BLOCK", "SMEM_PER_SM", "IN_FLIGHT"):
         assert page[name] == core[name], name
     torch.manual_seed(2)

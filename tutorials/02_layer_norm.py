@@ -2,29 +2,26 @@
 Layer norm
 ==========
 
-Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You build its forward in
+Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You write its forward in
 Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
-will learn**: a forward in two steps, a row a program then blocks of rows, with statistics exact on constant rows.
-Rows of up to 8 K (16-bit) or 16 K (fp32) elements. Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
+will learn**: a row a program, then blocks of rows, with exact statistics; rows of up to 8 K (16-bit) or 16 K (fp32).
+Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
-import importlib, importlib.util, math, os, time
-import torch, torch.nn.functional as F, torch.utils.collect_env as collect_env
+import os, time, torch
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton
-import pandas as pd, triton, triton.language as tl
-DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+import triton, triton.language as tl
 BUILT = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-WHERE = torch.cuda.get_device_name(DEVICE) if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
+WHERE = torch.cuda.get_device_name() if ON_GPU else "CPU only, Triton's interpreter (timings are NOT GPU timings)"
 print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__version__} · {BUILT}")
 
 # %%
 # The bytes model
 # ---------------
-# A row *x* of *N* values becomes :math:`y = (x - \mu) \, r \odot w + b`, with mean :math:`\mu` and
-# :math:`r = 1 / \sqrt{\sigma^2 + \epsilon}` (``rstd``). Each PyTorch op reads its inputs from memory and writes its
-# output there; the comments count the elements moved over *M* rows:
+# A row *x* becomes ``y = (x - mean) * rstd * w + b``, ``rstd`` one over its standard deviation. Each
+# PyTorch op goes through memory; the comments count elements moved over *M* rows of *N*:
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
@@ -32,14 +29,14 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     return xc * torch.rsqrt(var + eps) * weight + bias  # three ops, each reads MN and writes MN: 6MN
 
 # %%
-# *12MN* elements in all. A kernel that keeps each row on chip reads *x* and writes *y* once, *2MN*: a copy's bytes,
-# so about **6 times faster**, at the speed of a copy at best.
+# *12MN* in all. Keeping each row on chip moves *2MN*, a copy's bytes: about **6 times faster**.
 #
 # Step 0: one row a program
 # -------------------------
-# The plain kernel: a program a row (``tl.program_id(0)``), held as one block of ``BLOCK_N`` columns, the mask ``ok``
-# keeping the padding out of the loads, the sums and the store, on Triton's default 4 warps. The mean, then the
-# variance of *x - mean* (no cancellation as in *E[x²] - mean²*), in fp32.
+# Program ``tl.program_id(0)`` holds its row as ``BLOCK_N`` columns (``tl.constexpr``: fixed at compile time), on the
+# default 4 warps; the mask ``ok`` keeps the padding out of loads, sums and store; ``tl.where`` is ``torch.where``.
+# The variance is that of *x - mean* (no cancellation as in *E[x²] - mean²*), in fp32; ``tl.store`` converts to *y*'s
+# dtype.
 
 @triton.jit
 def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -49,32 +46,28 @@ def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N
     xc = tl.where(ok, x - tl.sum(x, axis=0) / n_cols, 0.0)  # the padding must not count in the variance
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
     y = xc * rstd * tl.load(w_ptr + cols, mask=ok).to(tl.float32) + tl.load(b_ptr + cols, mask=ok).to(tl.float32)
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(y_ptr + offs, y, mask=ok)
 
 # %%
-# Step 1: blocks of rows, and what the backward needs
-# ---------------------------------------------------
-# Each program now takes ``BLOCK_M`` rows as a ``[BLOCK_M, BLOCK_N]`` tile (``rows[:, None]`` against
-# ``cols[None, :]``, broadcast as in torch); ``tl.minimum`` clamps rows past the end to the last, so their loads stay
-# inside *x* (their stores are masked). And:
+# Step 1: blocks of rows
+# ----------------------
+# A row of 512 bf16 gives 4 warps 8 bytes a thread, too few in flight: a program takes ``BLOCK_M`` rows as a tile
+# (``rows[:, None]``, ``cols[None, :]``: broadcast as in torch); ``tl.minimum`` clamps rows past the end to the last,
+# their stores masked.
 #
-# - Where *N* is ``BLOCK_N``, ``EVEN`` makes ``col_ok`` true at compile time: the column masks fold away.
-# - **Exact statistics**: each row is centred on its first value, so a constant row gives exactly 0 (step 0 gives 0.3
-#   on rows of 12345.678: the fp32 mean's rounding over the square root of eps), and scaled by ``k``, a power of two
-#   under 1/N, so that N squares stay finite.
-# - **The statistics for the backward**, each row's mean and ``rstd``, stored as a tile masked to column 0 (the
-#   address repeats along the row): a vector of rows would go through shared memory first.
+# - **Exact statistics**: centred on its first value, a constant row gives exactly 0 (step 0: 0.3 on rows of
+#   12345.678); scaled by ``k``, a power of two under 1/N, N squares stay finite.
+# - **For the backward**: each row's mean and ``rstd``, stored by column 0 in the tile's layout (``+ cols``), not
+#   through shared memory.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          EVEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
     k: tl.constexpr = 2.0**-16 / BLOCK_N
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
-    row_ok = rows < n_rows
-    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+    row_ok, rows = rows < n_rows, tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
     md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
@@ -82,49 +75,41 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
     rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
     mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
-    y = xc * (1 / k) * rstd[:, None]
-    # w and b loaded late: held across the reductions they would double a wide row's registers
-    y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
-    y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
-    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok[None, :])
-    first = row_ok[:, None] & (cols == 0)[None, :]  # column 0's thread stores; + cols keeps the tile's layout
-    tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-    tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+    # w and b loaded late: fewer registers held through the reductions
+    y = xc * (1 / k) * rstd[:, None] * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y, mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(mean_ptr + rows[:, None] + cols[None, :], mean[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters.** A row of 512 bf16 is 1 KB, 8 bytes a thread of 4 warps: an SM holds too few such programs to
-# keep memory busy. ``_fwd_config`` gives each program ``BLOCK_M`` rows and warps sized to the tile's bytes, so that
-# each SM has the bytes in flight that cover memory's latency (Little's law: tens of KB on a GPU of a few TB/s). Its
-# figures were measured (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`); ``programs_per_sm``
-# (appendix) says how many programs of the compiled kernel an SM holds. Past ``MAX_FUSED_N`` the launcher computes
-# with torch. ``RANGE``: the N this kernel is for.
+# **Launch parameters.** ``_fwd_config`` sizes ``BLOCK_M`` and the warps to the tile, so that each SM keeps the bytes
+# in flight that cover memory's latency (Little's law; measured in
+# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`).
+# ``occupancy``: the compiled kernel's programs an SM holds. Past ``MAX_FUSED_N`` torch computes; without *w* or *b*
+# the launcher passes ones or zeros.
 
 MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
-RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # for these N
-def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
-    return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _fwd_config(n_rows, n_cols, element_size, occupancy):
-    """(meta, grid): a program a block of rows; occupancy(meta): programs an SM holds (from the compiled kernel)."""
-    # 4096 elements or more a block, 64 bytes a thread (rows of 512: 128, 2 warps for 8 rows)
+    # blocks of 4096 elements or more, 64 bytes a thread (512 columns: 128, 2 warps or more)
     block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
     bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
-                num_warps=_warps(block_m * block_n, element_size, bytes_per_thread, least))
-    # few programs of a wide row fit an SM: under 40 KB of x in flight, twice the rows
+                num_warps=min(32, max(least, block_m * block_n * element_size // (32 * bytes_per_thread))))
+    # few programs fit an SM, under 40 KB in flight: twice the rows
     if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
         meta["BLOCK_M"] = 2 * block_m
     return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
-def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):
+def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
     """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel, or "torch" past MAX_FUSED_N."""
     if x2d.shape[1] > MAX_FUSED_N:
-        return torch_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps)
-    (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, HAS_B=bias is not None)
-    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
+        return torch_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
+    n_rows, n_cols = x2d.shape
+    args = (x2d, y2d, x2d.new_ones(n_cols) if w is None else w, x2d.new_zeros(n_cols) if b is None else b, mean, rstd,
             n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    occupancy = lambda meta: programs_per_sm(layer_norm_fwd_kernel, args, meta | flags)  # (the appendix)
+    occupancy = lambda meta: programs_per_sm(layer_norm_fwd_kernel, args, meta)  # (the appendix)
     meta, grid = _fwd_config(n_rows, n_cols, x2d.element_size(), occupancy)
-    layer_norm_fwd_kernel[(grid,)](*args, **meta, **flags)
+    layer_norm_fwd_kernel[(grid,)](*args, **meta)
     return layer_norm_fwd_kernel
 
 # %%
@@ -135,6 +120,10 @@ def layer_norm_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy
 # of *x*, without a graph. GB/s counts *x* read and *y* written.
 
+import importlib, importlib.util, math
+import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # this kernel's N
 _occupancy = {}  # programs_per_sm's answers, by kernel, arguments' kinds and meta-parameters
 def programs_per_sm(kernel, args, meta):
     """Programs of this compiled kernel an SM holds at once, by threads, registers and shared memory."""
@@ -292,15 +281,14 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # %%
 # Correctness
 # -----------
-# Errors of *y*, the mean and ``rstd`` against float64, rows of mean far from 0: a few roundings. Rows of 40,000
-# take torch's path.
+# *y*, mean and ``rstd`` against float64, rows of mean far from 0: a few roundings (rows of 40,000: torch's path).
 
 check([(17, 1), (1000, 257), (3, 40_000)])
 
 # %%
 # The ladder, measured
 # --------------------
-# Each step on bf16 rows short (few bytes a row) and wide (many values a thread):
+# Both steps on bf16 rows, short (few bytes a row) and wide:
 
 table, ladder = tables(*measure(fns := providers()), fns)
 show_ladder(ladder)
@@ -319,11 +307,11 @@ print(reading(table, ladder) if ON_GPU else NO_SPEED)
 # Going further
 # -------------
 # **Next**: :ref:`sphx_glr_tutorials_02_layer_norm_backward.py`, then
-# :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`. **Past RANGE**:
+# :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`. **Wider rows**:
 # :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, or a row split),
-# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory); backward:
-# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`,
+# :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory), backward
+# :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`. Spin locks:
 # :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: at which N does ``_fwd_config``
-# double ``BLOCK_M``, and why there? Reference: Ba et al. (2016).
+# double ``BLOCK_M``, and why? Reference: Ba et al. (2016).
 
 environment_card()

@@ -121,13 +121,11 @@ def _classic_config(n_cols):
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
-                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-                          HAS_W: tl.constexpr, COMPUTE_DWDB: tl.constexpr, STAGES: tl.constexpr,
+                          n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, STAGES: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    if HAS_W:  # loaded once per program, reused for every row it visits
-        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)  # loaded once, for every row the program takes
     dw_acc, db_acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32), tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -137,17 +135,15 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
         dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         mean, rstd = tl.load(mean_ptr + rows, mask=row_ok, other=0.0), tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         x_hat = tl.where(col_ok[None, :], (x - mean[:, None]) * rstd[:, None], 0.0)
-        g = dy * w[None, :] if HAS_W else dy
+        g = dy * w[None, :]
         c1, c2 = tl.sum(x_hat * g, axis=1) / n_cols, tl.sum(g, axis=1) / n_cols
         dx = (g - (x_hat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
-        if COMPUTE_DWDB:
-            dw_acc += dy * x_hat
-            db_acc += dy
-    if COMPUTE_DWDB:  # every program writes its whole line, zeros included: nothing needs clearing
-        offs = tl.cast(pid, tl.int64) * n_cols + cols
-        tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
-        tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx, mask=ok)
+        dw_acc += dy * x_hat
+        db_acc += dy
+    offs = pid.to(tl.int64) * n_cols + cols  # every program writes its whole line, zeros included: no clearing
+    tl.store(dw_partial_ptr + offs, tl.sum(dw_acc, axis=0), mask=col_ok)
+    tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 # The core page's launch parameters for rows that fit in one program (this page's sweep stops there).
 PROPS = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
@@ -161,8 +157,6 @@ MAX_BWD_FUSED_N = 8192  # x, dy and two fp32 accumulators of a block fit one pro
 # which the landing page names at those N; design 1 is the classic design it is measured against.
 RANGE = {}
 
-def _warps(n_elements, element_size, bytes_per_thread, least=4):  # about bytes_per_thread bytes a thread, 32 at most
-    return min(32, max(least, n_elements * element_size // (32 * bytes_per_thread)))
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
     # blocks of 8 KB of x, 32 fp32 values a thread (more would spill); a stage holds a block of x and of dy, the
@@ -173,7 +167,7 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     # where one program's 4 stages hold less than 2 latencies' bytes, two programs of 3 stages share the SM: one
     # loads while the other reduces and stores
     two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, 4, 4 * 32),
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=min(32, max(4, block_m * block_n // 1024)),
                 STAGES=stages or (3 if two else max(2, min(4, fit))))  # one an SM: 4 of 16 KB tiles, 3 of 32, 2 of 64
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
@@ -206,14 +200,13 @@ def backward_classic(x2d, dy2d, dx2d, weight, mean, rstd, dw, db):
 def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dw, db, programs=None):
     """Design 2, as the core page launches it for rows that fit in one program."""
     n_rows, n_cols = x2d.shape
-    flags = dict(HAS_W=True, COMPUTE_DWDB=True)
     if n_cols > MAX_BWD_FUSED_N:
         raise ValueError(f"rows of {n_cols} columns take deep dive 23's kernels, not carried here")
     meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs)
     # one line per program, every line written: nothing needs clearing
     dw_partial, db_partial = (torch.empty((lines, n_cols), device=x2d.device, dtype=torch.float32) for _ in range(2))
     layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, n_rows, n_cols,
-                                    x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta, **flags)
+                                    x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
     sum_partials(dw_partial, db_partial, dw, db)
 
 DESIGNS = {"1: spin locks": backward_classic, "2: persistent": backward_persistent}
