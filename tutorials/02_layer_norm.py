@@ -83,9 +83,8 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters.** ``_fwd_config`` sizes ``BLOCK_M`` and the warps to the tile, so that each SM keeps the bytes
-# in flight that cover memory's latency (Little's law; measured in
-# :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`).
+# **Launch parameters.** ``_fwd_config`` picks ``BLOCK_M`` and the warps so that each SM keeps the bytes in flight
+# that cover memory's latency (Little's law; measured in :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`).
 # ``occupancy``: the compiled kernel's programs an SM holds. Past ``MAX_FUSED_N`` torch computes; without *w* or *b*
 # the launcher passes ones or zeros.
 
@@ -115,10 +114,11 @@ def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# What the page runs but does not teach: the occupancy query the config makes (the compiled kernel's registers,
-# threads and shared memory against the device's; under the interpreter, 1), torch's path past the kernel's widths,
-# and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy
-# of *x*, without a graph. GB/s counts *x* read and *y* written.
+# What the page runs but does not teach: ``RANGE``, the N this kernel is for (the landing page reads it), the
+# occupancy query the config makes (the compiled kernel's registers, threads and shared memory against the device's;
+# under the interpreter, 1), torch's path past the kernel's widths, and the machinery.
+# :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
+# graph. GB/s counts *x* read and *y* written.
 
 import importlib, importlib.util, math
 import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
@@ -288,7 +288,7 @@ check([(17, 1), (1000, 257), (3, 40_000)])
 # %%
 # The ladder, measured
 # --------------------
-# Both steps on bf16 rows, short (few bytes a row) and wide:
+# Both steps, on short and wide bf16 rows:
 
 table, ladder = tables(*measure(fns := providers()), fns)
 show_ladder(ladder)

@@ -28,11 +28,11 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # The weight gradients are sums over all rows, :math:`dw = \sum dy \, \hat{x}` and :math:`db = \sum dy`: every
 # program adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs,
-# program *p* of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...*, sums its share in fp32
-# registers (``tl.zeros``) and writes it once to its own line of a ``[P, N]`` buffer. torch's ``.sum(0)`` adds the
-# *P* lines in a fixed order: the same bits every run, no lock, no atomic. Step 0 stages nothing (``STAGES = 1``);
-# step 1: ``tl.range(..., num_stages=STAGES)`` issues the loads of the next ``STAGES - 1`` blocks, through shared
-# memory, while this one is computed.
+# program *p* of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...* (``tl.cdiv``: division rounded
+# up), sums its share in fp32 registers (``tl.zeros``) and writes it once to its own line of a ``[P, N]`` buffer.
+# torch's ``.sum(0)`` adds the *P* lines in a fixed order: the same bits every run, no lock, no atomic. Step 0 stages
+# nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the loads of the next ``STAGES - 1``
+# blocks, through shared memory, while this one is computed.
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
@@ -65,9 +65,9 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
 # -----------------
 # As many programs as SMs, each a block of 8 KB of *x* at a time, its stages within the shared memory the device
 # gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law, ``IN_FLIGHT``); where one
-# program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM. Past ``MAX_BWD_FUSED_N``
-# the launcher computes with torch (deep dive 23 splits such rows over programs). Without a weight it passes ones;
-# without ``dw`` it leaves the lines unsummed.
+# program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM. Rows of up to 8 K; past
+# ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over programs). Without a
+# weight it passes ones; without ``dw`` it leaves the lines unsummed.
 
 PROPS = torch.cuda.get_device_properties() if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
@@ -114,7 +114,7 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw=None, db=None, p
 # torch's checks of the arguments, and the operators with autograd, letter for letter as
 # :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py` explains them. Then the machinery.
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
-# graph. GB/s counts *x, dy, dx*.
+# graph. GB/s counts *x, dy, dx*. ``RANGE``: the N this kernel is for (the landing page reads it).
 
 import importlib, importlib.util, math, typing
 import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
