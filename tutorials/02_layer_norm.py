@@ -257,11 +257,15 @@ def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]
     speed = ladder.set_index(["step", "N"])["GB/s"]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, ours {table.ours[i]:,.0f})"
+            for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""
     return "".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0"
                    + (f": slower, as {WHY_SLOWER}. " if speed[1, n] < speed[0, n] else ". ") for n in LADDER_N) + (
         f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
         f"{table['ours / best peer'][inside].min():.2g}x the fastest peer, {(fwd.ours / fwd.naive).median():.2g}x "
-        f"the naive (median; bytes predict 6x). Past RANGE it fell to {past.min():.3g}%: a wide row leaves room for few "
+        f"the naive (median; bytes predict 6x){won}. Past RANGE it fell to {past.min():.3g}%: a wide row leaves room for few "
         "programs an SM, and past the kernel's widths torch computes; deep dives 21 and 22 take over there." + (
         f" Where ours read above 100% ({', '.join(f'{t} N = {n:,}' for _, t, n in mine[mine > 100].index)}), the copy "
         "was timed without a CUDA graph and ours from one: the same bytes, timed two ways." if (mine > 100).any() else ""))

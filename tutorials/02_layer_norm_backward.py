@@ -294,6 +294,7 @@ def providers():  # name -> fn(x, w, b), ours last
     found = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
     if load_peer("torch.compile", "torch._inductor"):  # on a CPU, Inductor would time a C++ compiler
         torch._dynamo.config.recompile_limit = torch._dynamo.config.accumulated_recompile_limit = 1024
+        torch._functorch.config.donated_buffer = False  # its backward is timed again and again (retain_graph=True)
         found["torch.compile"] = torch.compile(found["torch"], dynamic=False)
     if liger := load_peer("Liger-Kernel", "liger_kernel.ops.layer_norm"):
         found["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
@@ -378,11 +379,15 @@ def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, bwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["backward"]
     speed = ladder.set_index(["step", "N"])["GB/s"]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, ours {table.ours[i]:,.0f})"
+            for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""
     return "".join(f"At N = {n:,} step 1 ran {speed[1, n] / speed[0, n]:.3g}x as fast as step 0"
                    + (f": slower, as {WHY_SLOWER}. " if speed[1, n] < speed[0, n] else ". ") for n in LADDER_N) + (
         f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
         f"{table['ours / best peer'][inside].min():.2g}x the fastest peer, {(bwd.ours / bwd.naive).median():.2g}x "
-        f"autograd through the naive layer norm (median). Past RANGE it fell to {past.min():.3g}%: past the kernel's "
+        f"autograd through the naive layer norm (median){won}. Past RANGE it fell to {past.min():.3g}%: past the kernel's "
         "widths torch computes, and deep dive 23 takes over there." + (
         f" Where ours read above 100% ({', '.join(f'{t} N = {n:,}' for _, t, n in mine[mine > 100].index)}), it moved "
         "its bytes faster than the copy: the backward reads two elements for each it writes, and reads stream faster "

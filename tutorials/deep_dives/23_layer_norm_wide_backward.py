@@ -485,6 +485,7 @@ if inductor:
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):  # one compilation per shape and dtype
             setattr(torch._dynamo.config, knob, 1024)
+    torch._functorch.config.donated_buffer = False  # its backward is timed again and again (retain_graph=True)
     fns["torch.compile"] = torch.compile(fns["torch"], dynamic=False)
 fns |= {"Liger": lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)} if liger else {}
 if quack:  # its layer norm: a pair of functions taking fp32 w and b, joined here by an autograd function

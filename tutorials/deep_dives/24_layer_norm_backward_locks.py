@@ -338,6 +338,7 @@ if inductor:
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+    torch._functorch.config.donated_buffer = False  # its backward is timed again and again (retain_graph=True)
     peers["torch.compile"] = torch.compile(peers["torch"], dynamic=False)
 if liger:
     peers["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
