@@ -383,6 +383,11 @@ def reading(table):
     (_, t, n), n_mid = pct.idxmin(), SWEEP_N[len(SWEEP_N) // 2]
     text = [f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
             f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {t} at N = {n}."]
+    peers = inside.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {inside.ours[i]:,.0f})" for i in peers.index if inside.ours[i] < peers.loc[i].max()]
+    if lost:
+        text.append(f"A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + ".")
     points = lambda column: ", ".join(f"{t} N = {n}: {v:.4g}%" for (_, t, n), v in column.items())  # noqa: E731
     over = table["ours, % of light"][table["ours, % of light"] > 100]
     if len(over):  # more than a copy's GB/s: the copy reads one byte for each it writes, the backward two

@@ -371,10 +371,14 @@ def show_benchmark(table):  # the plot and the table
 def reading(table):  # the sentences that read this run's numbers
     inside = table.index.get_level_values("N") <= MAX_BWD_FUSED_N
     mine, ratio = table.loc[inside, "ours, % of light"], table.loc[inside, "ours / best peer"]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""
     return (f"Where both kernels run (N up to {MAX_BWD_FUSED_N:,}), the drop-in's training step ran at "
             f"{mine.min():.3g}-{mine.max():.3g}% of the copy, {ratio.min():.2g}-{ratio.max():.2g}x the fastest peer, "
-            f"{(table.ours / table.torch).median():.2g}x torch (median). Past that width the backward computes with "
-            "torch, and the wide deep dives take over.")
+            f"{(table.ours / table.torch)[inside].median():.2g}x torch (median){won}. Past that width the backward "
+            "computes with torch, and the wide deep dives take over.")
 def environment_card():  # everything needed to judge this page's numbers, collapsed
     card = {"device": WHERE, "driver / CUDA": f"{collect_env.get_nvidia_driver_version(collect_env.run)} / "
             f"{torch.version.cuda}" if ON_GPU else "none", "torch": torch.__version__, "Triton": triton.__version__,

@@ -331,6 +331,11 @@ def reading(table, ladder):
     _, t, n = pct.idxmin()
     text = [f"Inside its range ours reads at {pct.min():.3g}-{pct.max():.3g}% of {LIGHT} (median {pct.median():.3g}%), "
             f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the faster peer; its slowest point is {t} at N = {n:,}."]
+    peers = inside.filter(items=["torch", "torch.compile"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {inside.ours[i]:,.0f})" for i in peers.index if inside.ours[i] < peers.loc[i].max()]
+    if lost:
+        text.append(f"A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + ".")
     past, m = table.drop(inside.index)["ours, % of light"], ROWS_ELEMENTS // SWEEP_N[-1]
     if len(past):
         text.append("Past it (" + ", ".join(f"{t} N = {n:,}: {v:.3g}%" for (_, t, n), v in past.items()) + f"): at "

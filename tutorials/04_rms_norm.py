@@ -334,10 +334,14 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
             f"its warps {meta['num_warps']}, as step 0's.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"], table["ours / best peer"][inside]
-    naive, past = (table.ours / table.naive)["forward", "float32"], light[[not i for i in inside]]
+    naive, past = (table.ours / table.naive)[inside]["forward", "float32"], light[[not i for i in inside]]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""
     text += (f"\nInside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, "
-             f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward ran "
-             f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).")
+             f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward there ran "
+             f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).{won}")
     if "Helion" in table:
         helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
         text += (f"\nHelion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "

@@ -355,10 +355,19 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
             "and fewer partials did not pay for it.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
-    naive = (table.ours / table.naive)["backward", "float32"]
+    naive = (table.ours / table.naive)[inside]["backward", "float32"]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""
     text += (f"\nInside its range ours ran at {light.min():.3g}-{light.max():.3g}% of the copy, "
              f"{peer.min():.3g}-{peer.max():.3g}x the best peer, {naive.min():.3g}-{naive.max():.3g}x as fast as "
-             "autograd through the naive RMSNorm's operations in fp32.")
+             f"autograd through the naive RMSNorm's operations in fp32.{won}")
+    over = light[light > 100]
+    if len(over):  # more than a copy's GB/s: the copy reads one byte for each it writes, the backward two
+        where = ", ".join(f"{t} N = {n:,}: {v:.1f}%" for (_, t, n), v in over.items())
+        text += (f" Where ours read above 100% of the copy ({where}), it moved its bytes faster than the copy: it reads "
+                 "x and dy for each dx it writes, and reads stream faster than the copy's even mix of reads and writes.")
     if "Helion" in table:
         helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
         text += (f"\nHelion's kernel (PyTorch ops on tiles of rows, dx and a dw partial a program, its launch "

@@ -355,10 +355,15 @@ def reading(table):  # three to five sentences computed from this run's table
         return NO_SPEED
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
-    naive = (table.ours / table.naive)["forward+backward", "float32"]
+    naive = (table.ours / table.naive)[inside]["forward+backward", "float32"]
+    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""
     text = (f"Forward and backward as training runs them, the drop-in ran at {light.min():.3g}-{light.max():.3g}% of "
             f"the copy inside its range, {peer.min():.3g}-{peer.max():.3g}x the best peer, "
-            f"{naive.min():.3g}-{naive.max():.3g}x as fast as autograd through the naive RMSNorm's operations in fp32.")
+            f"{naive.min():.3g}-{naive.max():.3g}x as fast as autograd through the naive RMSNorm's operations in fp32."
+            f"{won}")
     if "torch.compile" in table:
         vs = (table.ours / table["torch.compile"])[inside]
         text += (f"\nAgainst Inductor's own kernels for F.rms_norm, what a compiled model runs without it, it ran "

@@ -343,6 +343,11 @@ def reading(table):  # the sentences under "Reading the numbers", from this run'
             f"{light[inside].max():.3g}% of the copy and {xla[inside].min():.2f}x to {xla[inside].max():.2f}x XLA's "
             f"fusion of the gradient, which ran at {xla_light[inside].min():.3g}-{xla_light[inside].max():.3g}% of "
             "the copy."]
+    peers, ours = table[inside].filter(items=["XLA (jnp, jit)"]), table["Pallas (ours)"]
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {ours[i]:,.0f})" for i in peers.index if ours[i] < peers.loc[i].max()]
+    if lost:
+        text.append(f"A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + ".")
     if len(past):
         text.append(f"Past it, {past['ours / XLA'].min():.2f}x to {past['ours / XLA'].max():.2f}x XLA's: rows past "
                     f"{WHOLE_ROW_N} are XLA's formulas inside our op.")

@@ -400,7 +400,11 @@ def reading(table, ladder):
         text += (f" Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran at "
                  f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of a read pass; ours ran {ratio.min():.2f}x to "
                  f"{ratio.max():.2f}x its speed.")
-    return text
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} V = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    return text + (f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "."
+                   if lost else "")
 
 # %%
 # Correctness

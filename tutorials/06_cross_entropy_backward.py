@@ -419,6 +419,11 @@ def reading(table):
           f"{peer.max():.2f}x the fastest peer and {eager.min():.2f}x to {eager.max():.2f}x eager PyTorch (the bytes "
           f"model: 3x). The slowest point is {dtype} at V = {n:,}: each row is read twice, the second time from L2 at "
           "best.")
+    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    lost = [f"{peers.loc[i].idxmax()} at {i[1]} V = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
+            f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
+    if lost:
+        print(f"A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + ".")
     x, memory = torch.randn((TOTAL[torch.bfloat16] // middle, middle), device=DEVICE, dtype=torch.bfloat16), {}
     target = torch.randint(0, middle, (x.shape[0],), device=DEVICE)
     for name, fn in fns.items():
