@@ -20,8 +20,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The bytes model
 # ---------------
-# A row *x* becomes ``y = (x - mean) * rstd * w + b``, ``rstd`` one over its standard deviation. Each
-# PyTorch op goes through memory; the comments count elements moved over *M* rows of *N*:
+# A row *x* becomes :math:`y = (x - \mu) \, r \odot w + b`, :math:`\mu` its mean, :math:`r` (``rstd``) its inverse
+# standard deviation. Each PyTorch op goes through memory (comments: elements moved, *M* rows of *N*):
 
 def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
