@@ -304,7 +304,7 @@ def benchmark():  # step 2 against its peers' backward: (records, table)
             except Exception as err:  # a peer's limit
                 if name == "ours":
                     raise
-                print(f"{name}: no backward {dtype} N = {n_cols}: {type(err).__name__}")
+                print(f"{name}: no backward {dtype} N = {n_cols}: {type(err).__name__}: {' '.join(str(err).split())[:100]}")
                 speed = math.nan
             records.append({"direction": "backward", "dtype": str(dtype)[6:], "N": n_cols, "provider": name,
                             "GB/s": speed, "speed of light GB/s": light})
