@@ -338,11 +338,12 @@ def sweep(fns):
         print(f"Not measured at N = {points}: {why}")
     return pd.DataFrame(records)
 
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def summary(results):
     """The table of GB/s by direction, dtype and N, with ours in % of light and against the best peer; written for
     the site's landing page when the build names a folder for it."""
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
-    peers = [p for p in ("torch", "torch.compile", "Liger", "quack", "Helion") if p in fns]
+    peers = [p for p in PEERS if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
@@ -383,7 +384,7 @@ def reading(table):
     (_, t, n), n_mid = pct.idxmin(), SWEEP_N[len(SWEEP_N) // 2]
     text = [f"Inside its range ours runs at {pct.min():.3g}-{pct.max():.3g}% of the copy (median {pct.median():.3g}%), "
             f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the best peer; its slowest point is {t} at N = {n}."]
-    peers = inside.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    peers = inside.filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {inside.ours[i]:,.0f})" for i in peers.index if inside.ours[i] < peers.loc[i].max()]
     if lost:

@@ -229,11 +229,12 @@ def check(shapes):  # the errors' table, asserted within a few roundings of each
     errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
     assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
     return errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
+PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+    table["ours / best peer"] = table["ours"] / table.filter(items=PEERS).max(axis=1)
     steps = steps + [(1, "a block of rows a program, warps sized to its bytes", n,
                       *table.loc["forward", "bfloat16", n][["ours", "speed of light"]]) for n in LADDER_N]
     ladder = pd.DataFrame(steps, columns=["step", "idea", "N", "GB/s", "light"]).sort_values(["step", "N"], ignore_index=True)
@@ -257,7 +258,7 @@ def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, fwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["forward"]
     speed = ladder.set_index(["step", "N"])["GB/s"]
-    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, ours {table.ours[i]:,.0f})"
             for i in peers.index if table.ours[i] < peers.loc[i].max()]
     won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""

@@ -354,11 +354,12 @@ def check(shapes):  # the errors' table, asserted within a few roundings of each
     errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in shapes])
     assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
     return errors
+PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+    table["ours / best peer"] = table["ours"] / table.filter(items=PEERS).max(axis=1)
     ladder = pd.DataFrame(steps, columns=["step", "idea", "N", "GB/s", "light"]).sort_values(["step", "N"], ignore_index=True)
     ladder["% of light"] = 100 * ladder["GB/s"] / ladder.pop("light")
     return table, ladder
@@ -379,7 +380,7 @@ def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
     mine, past, bwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["backward"]
     speed = ladder.set_index(["step", "N"])["GB/s"]
-    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, ours {table.ours[i]:,.0f})"
             for i in peers.index if table.ours[i] < peers.loc[i].max()]
     won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""

@@ -355,11 +355,12 @@ def check_compiled(loss, *params):
     torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
     return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
 
+PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
 def table_of(results, fns):  # the benchmark's table: GB/s a provider, ours as % of the light and against the best peer
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile", "Liger", "quack"]).max(axis=1)
+    table["ours / best peer"] = table["ours"] / table.filter(items=PEERS).max(axis=1)
     return table
 def show_benchmark(table):  # the plot and the table
     if not ON_GPU:
@@ -371,7 +372,7 @@ def show_benchmark(table):  # the plot and the table
 def reading(table):  # the sentences that read this run's numbers
     inside = table.index.get_level_values("N") <= MAX_BWD_FUSED_N
     mine, ratio = table.loc[inside, "ours, % of light"], table.loc[inside, "ours / best peer"]
-    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
     won = f". A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) if lost else ""

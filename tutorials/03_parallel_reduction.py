@@ -281,6 +281,7 @@ def measure_sweep():
             torch.cuda.empty_cache()
     return pd.DataFrame(records)
 
+PEERS = ["torch", "torch.compile"]  # what "ours / best peer" and the reading compare with
 def summary(results):
     """GB/s of every provider (ours as % of light and against the faster peer) on a GPU, each one's error on the CPU;
     written for the site's landing page when the build names a folder for it."""
@@ -290,7 +291,7 @@ def summary(results):
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table.insert(1, "copy (reference)", results.groupby(index)["copy GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile"]).max(axis=1)
+    table["ours / best peer"] = table["ours"] / table.filter(items=PEERS).max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # the summary the site's landing page reads
         table[["ours, % of light", "ours / best peer"]].assign(
             recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
@@ -331,7 +332,7 @@ def reading(table, ladder):
     _, t, n = pct.idxmin()
     text = [f"Inside its range ours reads at {pct.min():.3g}-{pct.max():.3g}% of {LIGHT} (median {pct.median():.3g}%), "
             f"{vs_peer.min():.3g}-{vs_peer.max():.3g}x the faster peer; its slowest point is {t} at N = {n:,}."]
-    peers = inside.filter(items=["torch", "torch.compile"])
+    peers = inside.filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {inside.ours[i]:,.0f})" for i in peers.index if inside.ours[i] < peers.loc[i].max()]
     if lost:

@@ -353,6 +353,7 @@ def measure_sweep():
             torch.cuda.empty_cache()
     return pd.DataFrame(records)
 
+PEERS = ["torch", "torch.compile"]  # what "ours / best peer" and the reading compare with
 def summary(results):
     """GB/s of every provider (ours as % of light and against the faster peer) on a GPU, each one's error on the CPU;
     written for the site's landing page when the build names a folder for it."""
@@ -362,7 +363,7 @@ def summary(results):
     table.insert(0, "speed of light", results.groupby(index)["speed of light GB/s"].first())
     table.insert(1, "copy (reference)", results.groupby(index)["copy GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    table["ours / best peer"] = table["ours"] / table.filter(items=["torch", "torch.compile"]).max(axis=1)
+    table["ours / best peer"] = table["ours"] / table.filter(items=PEERS).max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # the summary the site's landing page reads
         table[["ours, % of light", "ours / best peer"]].assign(
             recommended=[int(n in RANGE.get((d, t), ())) for d, t, n in table.index]
@@ -406,7 +407,7 @@ def reading(table, steps):
     fp32 = table.loc[at("float32", first)]
     text.append(f"At n = {first:,} a whole fp32 sum takes {first * 4e-3 / fp32['ours']:.3g} us, "
                 f"{fp32['ours, % of light']:.3g}% of {LIGHT}: a launch is a fixed part of so short a time.")
-    peers = table.filter(items=["torch", "torch.compile"])
+    peers = table.filter(items=PEERS)
     for (d, t, n), row in table[vs_peer < 1].iterrows():  # where a peer wins: which, and by how much, in time
         best, size = peers.loc[d, t, n].idxmax(), n * (2 if t == "bfloat16" else 4) * 1e-3
         text.append(f"{best} wins at {t} n = {n:,}: {size / row[best]:.3g} us against ours' {size / row['ours']:.3g}.")

@@ -281,6 +281,7 @@ def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
     shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
 
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def benchmark():  # the forward against its peers: (records, table)
     records = []
     for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
@@ -301,7 +302,7 @@ def benchmark():  # the forward against its peers: (records, table)
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    peers = table.filter(items=PEERS)
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # for the landing page
         table[["ours, % of light", "ours / best peer"]].assign(
@@ -335,7 +336,7 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"], table["ours / best peer"][inside]
     naive, past = (table.ours / table.naive)[inside]["forward", "float32"], light[[not i for i in inside]]
-    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
     won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""

@@ -306,6 +306,7 @@ if quack := peer_module("quack", "quack", min_major=9):
     fns["quack"] = lambda x, w: quack.rmsnorm(x, w, eps=EPS)
 fns["ours"] = lambda x, w: rms_norm(x, x.shape[-1:], w, EPS)
 
+PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
 def benchmark():  # the drop-in's forward and backward against its peers': (records, table)
     records = []
     for dtype, n_cols in [(dtype, n) for dtype in (torch.float32, torch.bfloat16) for n in SWEEP_N]:
@@ -326,7 +327,7 @@ def benchmark():  # the drop-in's forward and backward against its peers': (reco
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys)["speed of light GB/s"].first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=PEERS)
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     if os.environ.get("SOL_RESULTS"):  # for the landing page
         table[["ours, % of light", "ours / best peer"]].assign(
@@ -356,7 +357,7 @@ def reading(table):  # three to five sentences computed from this run's table
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
     naive = (table.ours / table.naive)[inside]["forward+backward", "float32"]
-    peers = table[inside].filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
     won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""

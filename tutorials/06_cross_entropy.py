@@ -358,13 +358,14 @@ def measure_providers():
     results["% of speed of light"] = 100 * results["GB/s"] / results.light
     return results, provider_table(results)
 
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def provider_table(results):
     """GB/s (higher is better); ours as % of light and against the fastest peer."""
     keys = ["direction", "dtype", "N"]
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys).light.first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    peers = table.filter(items=PEERS)
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     save_results(table)
     return table
@@ -400,7 +401,7 @@ def reading(table, ladder):
         text += (f" Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran at "
                  f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of a read pass; ours ran {ratio.min():.2f}x to "
                  f"{ratio.max():.2f}x its speed.")
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack", "Helion"])
+    peers = table.filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} V = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
     return text + (f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "."

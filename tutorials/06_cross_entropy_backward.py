@@ -383,13 +383,14 @@ def measure_providers():
     results["% of speed of light"] = 100 * results["GB/s"] / results.light
     return results, provider_table(results)
 
+PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
 def provider_table(results):
     """GB/s (higher is better); ours as % of light and against the fastest peer."""
     keys = ["direction", "dtype", "N"]
     table = results.pivot(index=keys, columns="provider", values="GB/s")[list(fns)]
     table.insert(0, "speed of light", results.groupby(keys).light.first())
     table["ours, % of light"] = table["ours"] / table["speed of light"] * 100
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=PEERS)
     table["ours / best peer"] = table["ours"] / peers.max(axis=1)
     save_results(table)
     return table
@@ -419,7 +420,7 @@ def reading(table):
           f"{peer.max():.2f}x the fastest peer and {eager.min():.2f}x to {eager.max():.2f}x eager PyTorch (the bytes "
           f"model: 3x). The slowest point is {dtype} at V = {n:,}: each row is read twice, the second time from L2 at "
           "best.")
-    peers = table.filter(items=["torch", "torch.compile", "Liger", "quack"])
+    peers = table.filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} V = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, "
             f"ours {table.ours[i]:,.0f})" for i in peers.index if table.ours[i] < peers.loc[i].max()]
     if lost:
