@@ -55,8 +55,8 @@ def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N
 # (``rows[:, None]``, ``cols[None, :]``: broadcast as in torch); ``tl.minimum`` clamps rows past the end to the last,
 # their stores masked.
 #
-# - **Exact statistics**: centred on its first value, a constant row gives exactly 0 (step 0: 0.3 on rows of
-#   12345.678); scaled by ``k``, a power of two under 1/N, N squares stay finite.
+# - **Exact statistics**: centred on its first value, a constant row gives exactly 0 (step 0 gives y = 0.3 on
+#   rows of 12345.678); scaled by ``k``, a power of two under 1/N, N squares stay finite.
 # - **For the backward**: each row's mean and ``rstd``, stored by column 0 in the tile's layout (``+ cols``), not
 #   through shared memory.
 

@@ -63,11 +63,11 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
 # %%
 # Launch parameters
 # -----------------
-# As many programs as SMs, each a block of 8 KB of *x* at a time, its stages within the shared memory the device
-# gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law, ``IN_FLIGHT``); where one
-# program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM. Rows of up to 8 K; past
-# ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over programs). Without a
-# weight it passes ones; without ``dw`` it leaves the lines unsummed.
+# As many programs as SMs, each a block of 8 KB of *x* (or one longer row) at a time, its stages within the shared
+# memory the device gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law,
+# ``IN_FLIGHT``); where one program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM.
+# Rows of up to 8 K; past ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over
+# programs). Without a weight it passes ones; without ``dw`` it leaves the lines unsummed.
 
 PROPS = torch.cuda.get_device_properties() if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
@@ -78,8 +78,9 @@ IN_FLIGHT = 2 * getattr(PROPS, "memory_clock_rate", 0) * 1e3 * getattr(PROPS, "m
 MAX_BWD_FUSED_N = 8192  # x, dy and two accumulators held in registers
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
-    # blocks of 8 KB of x, 32 fp32 values a thread (more would spill); a stage holds a block of x and of dy, the
-    # stages under 96 KB and within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
+    # blocks of 8 KB of x (a row, where one is longer), 32 fp32 values a thread (more would spill); a stage holds a
+    # block of x and of dy, the stages under 96 KB (two at least) and within SMEM_PER_BLOCK (16-bit tiles count 4
+    # bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
