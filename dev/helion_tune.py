@@ -242,6 +242,7 @@ def main(argv=None):
             print(f"{op}: {OPS[op].page}, {OPS[op].kernel}: " + ", ".join(f"{t} {m}x{n}" for t, n, m in points(op)))
         return 0
 
+    import helion
     import torch
 
     os.environ["HELION_SKIP_CACHE"] = "1"  # the autotuner's search, not a config an earlier run left on disk
@@ -258,7 +259,11 @@ def main(argv=None):
             torch.manual_seed(n)
             args = OPS[op].args(torch, getattr(torch, dtype), m, n, page)
             began = time.monotonic()
-            config = autotune(kernel, args, options.effort, options.seconds)
+            try:
+                config = autotune(kernel, args, options.effort, options.seconds)
+            except helion.exc.NoConfigFound:  # every config it tried failed to compile or to run
+                print(f"{op} {dtype} {m}x{n}: Helion's search found no working config; not stored", flush=True)
+                continue
             seconds = time.monotonic() - began
             error = check(op, kernel, args, page, dtype)
             effort = options.effort + (f", cut at {options.seconds} s" if options.seconds else "")

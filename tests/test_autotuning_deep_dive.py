@@ -46,9 +46,9 @@ def constant_lines(stem, names):
 def test_the_page_carries_the_core_pages_kernel_and_config_letter_for_letter():
     for name in ("softmax_fwd_kernel",):
         assert inspect.getsource(PAGE[name].fn) == inspect.getsource(CORE[name].fn), f"{name} is not 01's"
-    for name in ("bytes_per_thread", "_fused_config"):
+    for name in ("min_tile_bytes", "_fused_config"):
         assert inspect.getsource(PAGE[name]) == inspect.getsource(CORE[name]), f"{name} is not 01's"
-    names = ("MAX_FUSED_N", "MIN_ELEMENTS", "LATENCY")
+    names = ("MAX_FUSED_N", "BYTES_PER_THREAD", "LATENCY")
     lines = constant_lines("14_autotuning_against_a_launch_model", names)
     assert len(lines) == 3 and lines == constant_lines("01_fused_softmax", names), "the model's numbers are not 01's"
     for n in (1, 7, 256, 1000, 4096, 16384, 32768):
@@ -141,19 +141,21 @@ def test_the_table_has_every_point_and_each_ways_columns():
 
 
 def test_the_space_holds_every_pick_of_the_model():
-    """The space is BLOCK_M from 1 to MIN_ELEMENTS / 256 by num_warps from 4 to 32, powers of two; pruned to tiles of
+    """The space is BLOCK_M from 1 to 16 by num_warps from 4 to 32, powers of two; pruned to tiles of
     at most MAX_FUSED_N, it holds the model's pick at every row length from 256 to MAX_FUSED_N."""
     space, fits, config = PAGE["SPACE"], PAGE["fits"], PAGE["_fused_config"]
     pairs = {(c.kwargs["BLOCK_M"], c.num_warps) for c in space}
     assert pairs == set(itertools.product([1, 2, 4, 8, 16], [4, 8, 16, 32])) and len(space) == len(pairs)
-    assert PAGE["BLOCK_MS"][-1] == PAGE["MIN_ELEMENTS"] // 256
     for n in [256, 257, 1000, 4096, 5000, 16384, 20000, 32768]:
         for size in (2, 4):
             block_m, block_n, num_warps = config(n, size)
             tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(space, {}, BLOCK_N=block_n)}
             assert (block_m, num_warps) in tried, f"N = {n}, {size} bytes: the model's pick is not in the space"
             assert all(m * block_n <= PAGE["MAX_FUSED_N"] for m, _ in tried)
-            assert PAGE["model_pick"](n, size, PAGE["MIN_ELEMENTS"], PAGE["bytes_per_thread"]()) == (block_m, num_warps)
+            assert PAGE["model_pick"](n, size, PAGE["min_tile_bytes"](), PAGE["BYTES_PER_THREAD"]) == (
+                block_m,
+                num_warps,
+            )
     assert PAGE["space"]["model's pick in the space"].all()
 
 
@@ -182,14 +184,18 @@ PROPS = types.SimpleNamespace(
 
 @pytest.fixture
 def on_a_gpu(monkeypatch):
+    if torch.cuda.is_available():
+        torch.cuda.init()  # CUDA's first use reads the real device's properties, not the made-up ones below
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args, **kwargs: PROPS)
     monkeypatch.setitem(PAGE["bench"].__globals__, "ON_GPU", True)
-    return PAGE["bench"].__globals__
+    PAGE["min_tile_bytes"].cache_clear()  # it reads the device once
+    yield PAGE["bench"].__globals__
+    PAGE["min_tile_bytes"].cache_clear()
 
 
 def made_up_sweep(page, best_pair):
     """(results, tuning) as a GPU's sweep gives them: every config of the pruned space timed, the fastest the pick of
-    the model with (MIN_ELEMENTS, bytes a thread) = best_pair, slower the further a config's tile and warps are from
+    the model with (tile bytes, bytes a thread) = best_pair, slower the further a config's tile and warps are from
     it; the page's timings follow the autotuner's."""
     rows, tuning = [], {}
     for dtype in page["SWEEP_DTYPES"]:
@@ -203,7 +209,7 @@ def made_up_sweep(page, best_pair):
                 for c in page["fits"](page["SPACE"], {}, BLOCK_N=block_n)
             }
             tuning[name, n] = times
-            model = page["model_pick"](n, size, page["MIN_ELEMENTS"], page["bytes_per_thread"]())
+            model = page["model_pick"](n, size, page["min_tile_bytes"](), page["BYTES_PER_THREAD"])
             row = {"dtype": name, "N": n, "copy: GB/s": 4000.0}
             for way, pick, first in (("model", model, 0.5), ("autotuner", best, 9.0), ("Helion", (best[0], 8), 2.0)):
                 ms = times.get(pick, 1.2) * 0.1
@@ -224,9 +230,9 @@ def made_up_sweep(page, best_pair):
 
 def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
     page = on_a_gpu
-    now = (page["MIN_ELEMENTS"], page["bytes_per_thread"]())
-    assert now == (4096, 32)  # 4.1 TB/s, a microsecond, 132 SMs: 31 KB an SM over 1024 threads, 30 bytes each
-    results, tuning = made_up_sweep(page, (1024, 64))
+    now = (page["min_tile_bytes"](), page["BYTES_PER_THREAD"])
+    assert now == (2048, 128)  # 4.1 TB/s, a microsecond, 132 SMs: 31 KB an SM over 16 programs, 1.9 KB each
+    results, tuning = made_up_sweep(page, (8192, 64))
     table = page["summary"](results).data
     assert ("autotuner", "tuning s") in table and ("Helion", "% of light") in table and ("copy", "GB/s") in table
     page["plot"](results)
@@ -236,10 +242,10 @@ def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
     assert "tuning pays for itself after about" in text and "Helion's first call took" in text, text
     assert "nan" not in text.lower() and "inf" not in text.lower(), text
     fits = page["refit"](tuning)
-    assert tuple(fits.iloc[0][["MIN_ELEMENTS", "bytes a thread"]]) == (1024, 64), fits.head()
+    assert tuple(fits.iloc[0][["tile bytes", "bytes a thread"]]) == (8192, 64), fits.head()
     assert fits.iloc[0]["time / best"] == 1.0 and fits.iloc[0]["same picks"] == len(results)
     advice = page["adjusting"](page["implied"](results, tuning), fits)
-    assert "MIN_ELEMENTS = 1024 and 64 bytes a thread" in advice and "LATENCY between" in advice, advice
+    assert "tiles of 8,192 bytes or more and 64 bytes a thread" in advice and "LATENCY between" in advice, advice
 
     results, tuning = made_up_sweep(page, now)  # the model picks the best config everywhere
     text = page["reading"](results)
@@ -247,6 +253,6 @@ def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
     assert "the tuning confirmed the model and bought nothing else" in text, text
     fits = page["refit"](tuning)
     assert fits.iloc[0]["the model's"], fits.head()
-    assert "the model's numbers (MIN_ELEMENTS = 4096, 32 bytes a thread) stand" in page["adjusting"](
+    assert "the model's numbers (tiles of 2,048 bytes or more, 128 bytes a thread) stand" in page["adjusting"](
         page["implied"](results, tuning), fits
     )

@@ -209,8 +209,9 @@ def meta_args(op, dtype, n, m):
 
 @pytest.fixture
 def on_meta(monkeypatch):
-    """The tool's tensors on the meta device: shapes without memory (Helion compiles for them without a GPU)."""
-    monkeypatch.setattr(helion_tune, "DEVICE", "meta")
+    """The tool's tensors on the meta device without a GPU: shapes without memory, which Helion compiles for there;
+    on a GPU, on the GPU (Helion's lowering for a GPU refuses meta tensors' unknown sizes)."""
+    monkeypatch.setattr(helion_tune, "DEVICE", "cuda" if torch.cuda.is_available() else "meta")
 
 
 @needs_helion
@@ -301,3 +302,25 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     assert len(tuned) == 2 * len(OPS), "stored points were tuned again"
     helion_tune.main(["--store", str(store), "--force", "softmax"])
     assert len(tuned) == 2 * len(OPS) + 2 * len([op for op in OPS if "softmax" in op])
+
+
+@needs_helion
+def test_a_point_whose_search_finds_nothing_is_left_untuned_and_the_run_goes_on(tmp_path, monkeypatch, on_meta):
+    """Helion's search can end with no working config (every one it tried failed to compile in time): the tool
+    stores nothing for that point, says so, and tunes the next."""
+    import helion
+
+    store = tmp_path / "configs.json"
+
+    def autotune(kernel, args, effort, seconds=None):
+        if args[0].shape[1] == 257:
+            raise helion.exc.NoConfigFound()
+        return kernel.bind(args).config_spec.default_config()
+
+    monkeypatch.setattr(helion_tune, "autotune", autotune)
+    monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
+    monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
+    assert helion_tune.main(["--store", str(store), "rms_norm backward"]) == 0
+    configs = json.loads(store.read_text())[GPU]["configs"]["rms_norm backward"]
+    assert configs.keys() == {"bfloat16"} and list(configs["bfloat16"]) == ["1000"]

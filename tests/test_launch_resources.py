@@ -547,13 +547,18 @@ def as_if_on(page, gpu, recorder):
                 for name in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}:
                     mp.setitem(scope, name, scratch[name])
         recorder.gpu = gpu
+        cached = [f for f in scope.values() if callable(getattr(f, "cache_clear", None))]  # what reads the device once
         try:
+            for f in cached:
+                f.cache_clear()
             for kernel in kernels:
                 vars(kernel)["run"] = recorder.run_for(kernel)
             yield
         finally:
             for kernel in kernels:
                 vars(kernel).pop("run", None)
+            for f in cached:
+                f.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -154,47 +154,60 @@ def test_operators_pick_by_row_length(monkeypatch):
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the launch a device that names no bandwidth gets")
 def test_fused_config_is_todays():
-    """Where the device gives no bandwidth (here: no GPU), 32 bytes a thread, the launch measured on an H100
+    """Where the device gives no bandwidth (here: no GPU), tiles of 4 KB or more at 128 bytes a thread, 4 to 32 warps
     (BLOCK_M, BLOCK_N, num_warps); a GPU's launches are pinned in tests/test_launch_resources.py."""
     cfg = F["_fused_config"]
-    assert cfg(256, 4) == (16, 256, 16) and cfg(256, 2) == (16, 256, 8)
-    assert cfg(1000, 4) == (4, 1024, 16) and cfg(4096, 2) == (1, 4096, 8)
-    assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 32) and cfg(16384, 4) == (1, 16384, 32)
-    assert (F["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], F["MIN_ELEMENTS"], F["bytes_per_thread"]()) == (
+    assert cfg(256, 4) == (4, 256, 4) and cfg(256, 2) == (8, 256, 4) and cfg(1, 4) == (1024, 1, 4)
+    assert cfg(1000, 4) == (1, 1024, 4) and cfg(4096, 2) == (1, 4096, 4) and cfg(8192, 4) == (1, 8192, 8)
+    assert cfg(32768, 4) == (1, 32768, 32) and cfg(32768, 2) == (1, 32768, 16) and cfg(16384, 4) == (1, 16384, 16)
+    assert (F["MAX_FUSED_N"], T["MAX_FUSED_BWD_N"], F["BYTES_PER_THREAD"], F["min_tile_bytes"]()) == (
         32768,
         16384,
+        128,
         4096,
-        32,
     )
 
 
 @pytest.mark.parametrize(
-    "clock_khz,bus_bits,sms,expected",
-    [(2619_000, 5120, 132, 32), (3201_000, 6016, 132, 64), (1593_000, 5120, 108, 32), (10501_000, 384, 128, 16)],
+    "clock_khz,bus_bits,sms,threads,expected",
+    [
+        (2619_000, 5120, 132, 2048, 2048),
+        (3201_000, 6016, 132, 2048, 4096),
+        (1593_000, 5120, 108, 2048, 2048),
+        (10501_000, 384, 128, 1536, 2048),
+        (3906_000, 8192, 148, 2048, 4096),
+    ],
 )
-def test_bytes_a_thread_follow_littles_law(monkeypatch, clock_khz, bus_bits, sms, expected):
-    """An SM's share of bandwidth x LATENCY over half its threads, rounded up to a power of two, 16 at least: an
-    H100 SXM (3.35 TB/s) 32, an H200 (4.8 TB/s) 64, an A100 (2.04 TB/s, 108 SMs) 32, an RTX 4090 (1 TB/s) 16."""
+def test_tiles_follow_littles_law(monkeypatch, clock_khz, bus_bits, sms, threads, expected):
+    """An SM's share of bandwidth x LATENCY over its programs of 4 warps, rounded up to a power of two, 2 KB at least:
+    an H100 SXM (3.35 TB/s) 2 KB, an H200 (4.8 TB/s) 4 KB, an A100 (2.04 TB/s, 108 SMs) 2 KB, an RTX 4090 (1 TB/s,
+    1536 threads an SM) 2 KB, a B200 (8 TB/s, 148 SMs) 4 KB."""
     props = types.SimpleNamespace(
         memory_clock_rate=clock_khz,
         memory_bus_width=bus_bits,
         multi_processor_count=sms,
-        max_threads_per_multi_processor=2048 if sms != 128 else 1536,
+        max_threads_per_multi_processor=threads,
     )
-    page = F["bytes_per_thread"].__globals__
+    page = F["min_tile_bytes"].__wrapped__.__globals__
     monkeypatch.setitem(page, "ON_GPU", True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args: props)
-    assert F["bytes_per_thread"]() == expected
-    props.memory_bus_width = 0  # a device that does not say
-    assert F["bytes_per_thread"]() == 32
+    F["min_tile_bytes"].cache_clear()  # it reads the device once
+    try:
+        assert F["min_tile_bytes"]() == expected
+        props.memory_bus_width = 0  # a device that does not say
+        assert F["min_tile_bytes"]() == expected, "read again"
+        F["min_tile_bytes"].cache_clear()
+        assert F["min_tile_bytes"]() == 4096
+    finally:
+        F["min_tile_bytes"].cache_clear()
 
 
 def test_the_drop_ins_page_carries_the_forward_letter_for_letter():
     """01_softmax_backward runs the forward that 01_fused_softmax teaches: the same kernel, config and constants."""
     assert inspect.getsource(T["softmax_fwd_kernel"].fn) == inspect.getsource(F["softmax_fwd_kernel"].fn)
-    for name in ("bytes_per_thread", "_fused_config", "softmax_rows_forward"):
+    for name in ("min_tile_bytes", "_fused_config", "softmax_rows_forward"):
         assert inspect.getsource(T[name]) == inspect.getsource(F[name]), name
-    for name in ("MAX_FUSED_N", "MIN_ELEMENTS", "LATENCY"):
+    for name in ("MAX_FUSED_N", "BYTES_PER_THREAD", "LATENCY"):
         assert T[name] == F[name], name
 
 

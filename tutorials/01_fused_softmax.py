@@ -10,7 +10,7 @@ Triton and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack
 law). No Triton needed beforehand. Rows of up to 32 K elements in fp32, 16 K in 16 bits.
 """
 
-import datetime, math, os, pandas as pd, torch
+import datetime, functools, math, os, pandas as pd, torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -106,25 +106,28 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 
 # %%
 # **Launch parameters** come from the device. An SM keeps memory busy with bandwidth x latency / SMs bytes in
-# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). While one program reduces, another loads, so
-# ``bytes_per_thread`` gives those bytes to half an SM's threads: 32 bytes a thread at 3.35 TB/s, 64 at 4.8 TB/s.
-# ``_fused_config`` packs rows into a tile of at least ``MIN_ELEMENTS`` and gives it a warp per 32 x that many
-# bytes, 4 to 32 warps.
+# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s). An SM's 2048 threads are 16
+# programs of 4 warps, so ``min_tile_bytes`` gives each a 16th, rounded up to a power of two: 2 KB at 3.35 TB/s, 4 KB at 4.8.
+# ``_fused_config`` packs rows into a tile of at least that and gives it a warp per 32 x ``BYTES_PER_THREAD``
+# bytes, 4 to 32 warps: few warps a row keep its two reductions, which cross warps, cheap (deep dive 14's
+# autotuner picks these launches). ``functools.cache`` keeps the first answer: reading the memory clock is slow.
 #
 # **The range.** ``RANGE`` holds the rows these kernels are for. Past 16 K a program runs alone on its SM, one
 # phase after another; deep dive 12 overlaps those phases for 16-bit rows.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
-MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
+BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-def bytes_per_thread():
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return 32
+        return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 # (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
 RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
@@ -132,8 +135,8 @@ RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat1
 # (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes (backward: 4, y and dy in fp32)
 def _fused_config(n_cols, element_size):
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return block_m, block_n, num_warps
 
 def softmax_rows_forward(x2d, y2d):
@@ -454,6 +457,6 @@ print(reading(table.data, ladder.data) if ON_GPU else NO_SPEED)
 # :ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`,
 # :ref:`sphx_glr_tutorials_deep_dives_14_autotuning_against_a_launch_model.py`.
 #
-# **Exercise.** Change ``MIN_ELEMENTS`` and ``LATENCY``: which rows move, and why?
+# **Exercise.** Change ``BYTES_PER_THREAD`` and ``LATENCY``: which rows move, and why?
 
 environment_card()

@@ -13,7 +13,7 @@ check against float64. Prerequisite: the fused softmax page, whose forward this 
 backward kernel is for rows of up to 16 K elements; longer rows have a deep dive.
 """
 
-import datetime, math, os
+import datetime, functools, math, os
 
 import pandas as pd, torch
 
@@ -165,22 +165,24 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
-MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
+BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-def bytes_per_thread():
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return 32
+        return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 # (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes (backward: 4, y and dy in fp32)
 def _fused_config(n_cols, element_size):
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return block_m, block_n, num_warps
 
 def softmax_rows_forward(x2d, y2d):
@@ -301,6 +303,7 @@ def providers():  # name -> softmax along the last dim
         for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, 1024)  # one compilation per shape and dtype
+        torch._functorch.config.donated_buffer = False  # its backward is timed again and again (retain_graph=True)
         found["torch.compile"] = torch.compile(lambda t: torch.softmax(t, dim=-1), dynamic=False)
     peers = {"Liger": liger and liger.LigerSoftmaxFunction.apply, "quack": quack and quack.softmax,
              "Helion": helion and helion_tuned(helion_softmax_backward, "softmax backward",  # (y, dy) -> dx

@@ -200,6 +200,7 @@ def naive_rms_norm(x, weight, eps):  # the forward page's, one PyTorch operation
 fns = {"naive": lambda x, w: naive_rms_norm(x, w, EPS), "torch": lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)}
 if peer_module("torch.compile", "torch"):  # on the CPU, Inductor would time a C++ compiler
     torch._dynamo.config.recompile_limit = 1024  # one compilation per shape and dtype
+    torch._functorch.config.donated_buffer = False  # its backward is timed again and again (retain_graph=True)
     fns["torch.compile"] = torch.compile(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), dynamic=False)
 if liger := peer_module("Liger-Kernel", "liger_kernel.ops.rms_norm"):
     fns["Liger"] = lambda x, w: liger.LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)  # not in place

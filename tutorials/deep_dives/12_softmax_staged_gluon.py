@@ -13,7 +13,7 @@ copies; and where it is chosen (``_staged_config``). Gluon kernels compile only 
 this page still runs, with the core kernel, and says that nothing was staged.
 """
 
-import datetime, importlib.util, os, platform, subprocess, timeit
+import datetime, functools, importlib.util, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -64,22 +64,26 @@ def softmax_fwd_kernel(
 
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-def bytes_per_thread():
-    """Bytes of the tile a thread loads: an SM's share of bandwidth x LATENCY over half its threads, a power of two
-    from 16 (one 16-byte load); 32 where the device does not say (its bus width, its memory clock in kHz)."""
+BYTES_PER_THREAD = 128  # most of a tile one thread loads
+
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    """The fewest bytes a program's tile holds: an SM's share of bandwidth x LATENCY over the 4-warp programs it
+    holds, a power of two from 2 KB (a 16-byte load a thread); 4 KB where the device does not say."""
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return 32
+        return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))
 
 
 def _core_meta(n_cols, element_size):
-    """The core page's _fused_config: BLOCK_M rows of BLOCK_N columns a program, bytes_per_thread() a thread."""
+    """The core page's _fused_config: BLOCK_M rows of BLOCK_N columns a program, BYTES_PER_THREAD a thread."""
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, 4096 // block_n)  # at least 4096 elements a program
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))  # a tile of at least min_tile_bytes()
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 
 

@@ -12,7 +12,7 @@ function; how to ask the compiled kernel how many programs share an SM, and what
 once, beats one program per block of rows. The same questions apply to every kernel on this site.
 """
 
-import datetime, os, platform, subprocess, timeit
+import datetime, functools, os, platform, subprocess, timeit
 import torch
 
 if not torch.cuda.is_available():
@@ -124,42 +124,41 @@ def softmax_fwd_online_kernel(
 #   ``MAX_FUSED_N`` = 32 K fp32 values uses half of them. The backward holds two rows (:math:`y` and
 #   :math:`dy`), so it stays fused only to ``MAX_FUSED_BWD_N``: past that an fp32 row spills registers
 #   to local memory, and even in bf16 the online kernel measured faster. Longer rows are streamed.
-# * ``BLOCK_M`` packs several short rows into one program so that each moves at least
-#   ``MIN_ELEMENTS`` elements: a program that loads 256 values cannot keep enough bytes in flight to
-#   hide the memory's latency, and every program pays a start-up.
-# * ``num_warps`` gives each thread about ``BYTES_PER_THREAD`` bytes of the block, from Little's law: to
-#   draw its share of the bandwidth an SM keeps bandwidth x latency / SMs bytes in flight (``LATENCY``, a
-#   loaded DRAM access, about a microsecond), and half its threads load them, leaving the register file
-#   room for a second program an SM. At 3.35 TB/s and 132 SMs that is 25 KB an SM, 32 bytes a thread (two
-#   16-byte loads, 8 fp32 or 16 bf16 values); at 4.8 TB/s 36 KB, rounded up to 64 bytes. The backward
-#   widens :math:`y` and :math:`dy` to fp32, so it is sized as fp32.
+# * ``BLOCK_M`` packs several short rows into one program so that its tile holds at least ``min_tile_bytes()``:
+#   to draw its share of the bandwidth an SM keeps bandwidth x latency / SMs bytes in flight (``LATENCY``, a
+#   loaded DRAM access, about a microsecond), and its 2048 threads make 16 programs of 4 warps, each loading a
+#   16th. At 3.35 TB/s and 132 SMs that is 25 KB an SM, a tile of 2 KB (a power of two, rounded up); at 4.8 TB/s
+#   36 KB, 4 KB. A smaller tile cannot hide the memory's latency, and every program pays a start-up.
+# * ``num_warps`` gives each thread at most ``BYTES_PER_THREAD`` bytes of the tile, 4 to 32 warps: the fewer the
+#   warps of a row, the cheaper its two reductions (a maximum and a sum), which cross warps through shared memory.
+#   The backward widens :math:`y` and :math:`dy` to fp32, so it is sized as fp32.
 #
-# ``MIN_ELEMENTS`` and ``LATENCY`` were chosen by sweeps (the design record, dev/DESIGN.md in the
-# repository); the measurements below check them on the GPU that built this page.
+# ``BYTES_PER_THREAD`` and ``LATENCY`` were chosen by measurement (deep dive 14's autotuner and the design record,
+# dev/DESIGN.md in the repository); the measurements below check them on the GPU that built this page.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers
 MAX_FUSED_BWD_N = 16384  # backward: two rows held
-MIN_ELEMENTS = 4096  # fewest elements one program handles
+BYTES_PER_THREAD = 128  # most of the tile one thread loads: 32 fp32 values, 64 of 16 bits
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-def bytes_per_thread():
-    """Bytes of the tile a thread loads: an SM's share of bandwidth x LATENCY over half its threads, a power of two
-    from 16 (one 16-byte load); 32 where the device does not say (its bus width, its memory clock in kHz)."""
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    """The fewest bytes a program's tile holds: an SM's share of bandwidth x LATENCY over the 4-warp programs it
+    holds, a power of two from 2 KB (a 16-byte load a thread); 4 KB where the device does not say (its bus width,
+    its memory clock in kHz)."""
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return 32
+        return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
-
-
-BYTES_PER_THREAD = bytes_per_thread()  # of the block, per thread
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))
 
 
 def _fused_config(n_cols, element_size):
     """(BLOCK_M, BLOCK_N, num_warps) of the fused kernels (the backward passes element_size 4)."""
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
     num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return block_m, block_n, num_warps
 
@@ -371,7 +370,7 @@ else:
 # %%
 # Going further
 # -------------
-# * **Exercise.** Change ``MIN_ELEMENTS`` and ``BYTES_PER_THREAD`` in the block above ``_fused_config``
+# * **Exercise.** Change ``LATENCY`` and ``BYTES_PER_THREAD`` in the block above ``_fused_config``
 #   and rerun the core page's benchmark (or this page's tables): which row lengths move, and why? Watch
 #   the programs per SM and what limits them.
 # * **Exercise.** On your GPU, does the persistent grid win anywhere? A GPU with fewer SMs, or a kernel

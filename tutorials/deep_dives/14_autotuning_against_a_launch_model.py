@@ -35,10 +35,10 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # Carried letter for letter from the core page: its step 1 kernel (``BLOCK_M`` whole rows of ``BLOCK_N`` columns a
 # program, in registers) and the lines that choose its launch. The model has two numbers a reader may change:
 #
-# * ``MIN_ELEMENTS``: the fewest elements a program handles. Rows shorter than it are packed, ``BLOCK_M`` of them,
-#   into a tile of ``MIN_ELEMENTS``; a longer row is a tile of its own.
-# * ``LATENCY``, through ``bytes_per_thread()``: an SM keeps bandwidth x latency / SMs bytes in flight (Little's
-#   law), loaded by half its threads; ``num_warps`` gives each thread that many bytes of the tile, 4 to 32 warps.
+# * ``LATENCY``, through ``min_tile_bytes()``: an SM keeps bandwidth x latency / SMs bytes in flight (Little's
+#   law), shared by the 16 programs of 4 warps its 2048 threads make: the fewest bytes of a tile. Rows shorter than
+#   that are packed, ``BLOCK_M`` of them, into such a tile; a longer row is a tile of its own.
+# * ``BYTES_PER_THREAD``: ``num_warps`` gives each thread that many bytes of the tile, 4 to 32 warps.
 #
 # So the model's choice at a row length is one point of a small space: ``BLOCK_M`` and ``num_warps``, each a power
 # of two. That space is what the autotuner below searches.
@@ -59,22 +59,24 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
-MIN_ELEMENTS = 4096  # fewest elements a program handles: fewer cannot keep enough bytes in flight
+BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-def bytes_per_thread():
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return 32
+        return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
-    return max(16, triton.next_power_of_2(int(in_flight / (props.max_threads_per_multi_processor // 2))))
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 # (BLOCK_M, BLOCK_N, num_warps): the model's launch for rows of n_cols elements of element_size bytes
 def _fused_config(n_cols, element_size):
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread())))
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
+    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
     return block_m, block_n, num_warps
 
 RANGE = {}  # the N the site recommends this page for: none (it compares ways to choose a launch, not a kernel)
@@ -97,13 +99,13 @@ def model_softmax(x):
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
 # The space is the model's own: ``BLOCK_M`` over the powers of two the model picks at rows of 256 or more (1 to
-# ``MIN_ELEMENTS`` / 256), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
+# 16, tiles to 8 KB of fp32), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
 # ``MAX_FUSED_N`` elements, the largest tile the model ever launches. The autotuner may pack more rows than the model
 # or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's benchmarker (the median
 # of many runs); under the interpreter there is no GPU to time, so each config runs once on the CPU's wall clock.
 
 WARPS = [4, 8, 16, 32]  # _fused_config's clamp
-BLOCK_MS = [2**k for k in range((MIN_ELEMENTS // 256).bit_length())]  # 1 to MIN_ELEMENTS / 256
+BLOCK_MS = [1, 2, 4, 8, 16]  # rows of 256 or more in a tile
 SPACE = [triton.Config({"BLOCK_M": block_m}, num_warps=num_warps) for block_m in BLOCK_MS for num_warps in WARPS]
 
 def fits(configs, named_args, **kwargs):
@@ -407,10 +409,10 @@ def reading(results):
                     "autotuning where none was stored (the Helion line above says which).")
     return "\n".join(text)
 
-def model_pick(n_cols, element_size, min_elements, per_thread):
-    """(BLOCK_M, num_warps) that _fused_config gives with MIN_ELEMENTS = min_elements and per_thread bytes a thread."""
+def model_pick(n_cols, element_size, tile_bytes, per_thread):
+    """(BLOCK_M, num_warps) that _fused_config gives with tiles of at least tile_bytes, per_thread bytes a thread."""
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, min_elements // block_n)
+    block_m = max(1, tile_bytes // (block_n * element_size))
     return block_m, min(32, max(4, block_m * block_n * element_size // (32 * per_thread)))
 
 def implied(results, tuning):
@@ -420,7 +422,7 @@ def implied(results, tuning):
     for (dtype, n_cols), times in tuning.items():
         size, block_n = getattr(torch, dtype).itemsize, triton.next_power_of_2(n_cols)
         best = min(times, key=times.get)
-        model = model_pick(n_cols, size, MIN_ELEMENTS, bytes_per_thread())
+        model = model_pick(n_cols, size, min_tile_bytes(), BYTES_PER_THREAD)
         rows.append({"dtype": dtype, "N": n_cols, "model: tile": model[0] * block_n, "pick: tile": best[0] * block_n,
                      "model: bytes a thread": model[0] * block_n * size // (32 * model[1]),
                      "pick: bytes a thread": best[0] * block_n * size // (32 * best[1]),
@@ -429,29 +431,29 @@ def implied(results, tuning):
     return pd.DataFrame(rows).set_index(["dtype", "N"])
 
 def refit(tuning):
-    """Every (MIN_ELEMENTS, bytes a thread), powers of two, whose picks lie in the space at every point, scored by the
+    """Every (tile bytes, bytes a thread), powers of two, whose picks lie in the space at every point, scored by the
     autotuner's own timings: the geometric mean and the worst of its picks' time over the best, and the points where
     it picks what the autotuner picked. Best first; a tie goes to the smaller change from the model's numbers."""
-    rows, now = [], (MIN_ELEMENTS, bytes_per_thread())
-    for min_elements in [2**k for k in range(8, MAX_FUSED_N.bit_length())]:
+    rows, now = [], (min_tile_bytes(), BYTES_PER_THREAD)
+    for tile_bytes in [2**k for k in range(10, 18)]:  # 1 KB to 128 KB
         for per_thread in (16, 32, 64, 128, 256):
             slow, same = [], 0
             for (dtype, n_cols), times in tuning.items():
-                pick = model_pick(n_cols, getattr(torch, dtype).itemsize, min_elements, per_thread)
+                pick = model_pick(n_cols, getattr(torch, dtype).itemsize, tile_bytes, per_thread)
                 slow.append(times.get(pick, math.inf) / min(times.values()))
                 same += pick == min(times, key=times.get)
             if math.isfinite(max(slow)):
-                change = abs(math.log2(min_elements / now[0])) + abs(math.log2(per_thread / now[1]))
-                rows.append({"MIN_ELEMENTS": min_elements, "bytes a thread": per_thread,
+                change = abs(math.log2(tile_bytes / now[0])) + abs(math.log2(per_thread / now[1]))
+                rows.append({"tile bytes": tile_bytes, "bytes a thread": per_thread,
                              "time / best": math.prod(slow) ** (1 / len(slow)), "worst": max(slow),
-                             "same picks": same, "change": change, "the model's": (min_elements, per_thread) == now})
+                             "same picks": same, "change": change, "the model's": (tile_bytes, per_thread) == now})
     return pd.DataFrame(rows).sort_values(["time / best", "change"]).reset_index(drop=True)
 
 def adjusting(table, fits_):
     """The sentences that read the model against the autotuner's timings, and the numbers that would close the gap."""
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
-    half, sms = props.max_threads_per_multi_processor // 2, props.multi_processor_count
+    programs, sms = props.max_threads_per_multi_processor // (4 * 32), props.multi_processor_count
     now, best = fits_[fits_["the model's"]].iloc[0], fits_.iloc[0]
     worst = table["model: time / best"].idxmax()
     at = table.loc[worst]
@@ -462,20 +464,21 @@ def adjusting(table, fits_):
                f"{int(at['pick: bytes a thread'])} bytes a thread against the model's {int(at['model: tile']):,} at "
                f"{int(at['model: bytes a thread'])})." if now["worst"] > 1 else ".")]
     if best["the model's"]:
-        text.append(f"No other pair of MIN_ELEMENTS and bytes a thread (powers of two) does better: the model's "
-                    f"numbers (MIN_ELEMENTS = {MIN_ELEMENTS}, {bytes_per_thread()} bytes a thread) stand on this GPU.")
+        text.append(f"No other pair of tile bytes and bytes a thread (powers of two) does better: the model's "
+                    f"numbers (tiles of {min_tile_bytes():,} bytes or more, {BYTES_PER_THREAD} bytes a thread) stand "
+                    "on this GPU.")
     else:
-        per_thread = int(best["bytes a thread"])
-        text.append(f"The pair closest to the autotuner is MIN_ELEMENTS = {best['MIN_ELEMENTS']} and {per_thread} "
-                    f"bytes a thread: {best['time / best']:.3g}x the best time (worst {best['worst']:.3g}x), the "
-                    f"autotuner's own pick at {best['same picks']} of {len(table)} points against the model's "
+        tile, per_thread = int(best["tile bytes"]), int(best["bytes a thread"])
+        text.append(f"The pair closest to the autotuner is tiles of {tile:,} bytes or more and {per_thread} bytes a "
+                    f"thread: {best['time / best']:.3g}x the best time (worst {best['worst']:.3g}x), the autotuner's "
+                    f"own pick at {best['same picks']} of {len(table)} points against the model's "
                     f"{now['same picks']}.")
-        if per_thread != bytes_per_thread() and bandwidth:  # as bytes_per_thread() reads it
-            low, high = per_thread / 2 * half * sms / bandwidth, per_thread * half * sms / bandwidth
-            text.append(f"{per_thread} bytes a thread is {per_thread * half / 1024:.3g} KB in flight an SM over half "
-                        f"its {2 * half} threads; bytes_per_thread() gives it for LATENCY between {1e6 * low:.3g} and "
-                        f"{1e6 * high:.3g} µs at this GPU's {bandwidth / 1e12:.3g} TB/s and {sms} SMs (it is "
-                        f"{1e6 * LATENCY:.3g} µs now).")
+        if tile != min_tile_bytes() and tile > 2048 and bandwidth:  # as min_tile_bytes() reads it
+            low, high = tile / 2 * programs * sms / bandwidth, tile * programs * sms / bandwidth
+            text.append(f"A tile of {tile:,} bytes is {tile * programs / 1024:.3g} KB in flight an SM over its "
+                        f"{programs} programs of 4 warps; min_tile_bytes() gives it for LATENCY between "
+                        f"{1e6 * low:.3g} and {1e6 * high:.3g} µs at this GPU's {bandwidth / 1e12:.3g} TB/s and {sms} "
+                        f"SMs (it is {1e6 * LATENCY:.3g} µs now).")
     return "\n".join(text)
 
 def environment_card():
@@ -522,14 +525,14 @@ print(reading(results) if ON_GPU else NO_SPEED)
 # Making the model choose what the autotuner chose
 # ------------------------------------------------
 # The two picks meet in the model's terms. A config's *tile* is ``BLOCK_M`` x ``BLOCK_N`` elements: the model's is
-# ``MIN_ELEMENTS`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
-# ``MIN_ELEMENTS`` is too small there, and of a single row where the model packs several, too large. Its *bytes a
-# thread* are the tile's bytes over ``32 * num_warps`` threads: the model gives each thread ``bytes_per_thread()``,
-# so a pick with more bytes a thread says the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs, and
-# a longer ``LATENCY`` gives them. The autotuner timed every config of the space, the model's included, so it also
-# says what the model's choice costs at each point: below, its time over the best config's and its rank.
+# ``min_tile_bytes()`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
+# the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them), and of a
+# single row where the model packs several, fewer. Its *bytes a thread* are the tile's bytes over ``32 * num_warps``
+# threads: the model gives each thread ``BYTES_PER_THREAD``. The autotuner timed every config of the space, the
+# model's included, so it also says what the model's choice costs at each point: below, its time over the best
+# config's and its rank.
 #
-# Changing the numbers: try every pair of ``MIN_ELEMENTS`` and bytes a thread (powers of two) whose picks lie in the
+# Changing the numbers: try every pair of tile bytes and bytes a thread (powers of two) whose picks lie in the
 # space, score each by the autotuner's own timings of the configs it would pick, and keep the best. One pair for
 # every row length and both dtypes is the point of a model: where no pair comes close, the model lacks a term (the
 # dtype, the row's length), not a number.
@@ -546,9 +549,9 @@ comparison
 # %%
 # Going further
 # -------------
-# * **Exercise.** Set ``MIN_ELEMENTS`` and ``LATENCY`` above to the pair the last section found and rerun the page:
+# * **Exercise.** Set ``LATENCY`` and ``BYTES_PER_THREAD`` above to the pair the last section found and rerun the page:
 #   does the model now pick what the autotuner picks, and does the core page's benchmark move?
-# * **Exercise.** Widen the space (``BLOCK_M`` past ``MIN_ELEMENTS`` / 256, ``num_stages``) and watch the tuning
+# * **Exercise.** Widen the space (``BLOCK_M`` past 16, ``num_stages``) and watch the tuning
 #   time grow with it against what the picks gain. ``prune_configs_by`` also takes a ``perf_model`` and ``top_k``:
 #   the model itself can rank the space, so that only its few best configs are timed.
 # * Where a model and an autotuner disagree the model can also be missing a term: deep dive 13
