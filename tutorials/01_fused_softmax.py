@@ -105,15 +105,14 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 # %%
-# **Launch parameters** come from the device. An SM keeps memory busy with bandwidth x latency / SMs bytes in
-# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s). An SM's 2048 threads are 16
-# programs of 4 warps, so ``min_tile_bytes`` gives each a 16th, rounded up to a power of two: 2 KB at 3.35 TB/s, 4 KB at 4.8.
-# ``_fused_config`` packs rows into a tile of at least that and gives it a warp per 32 x ``BYTES_PER_THREAD``
-# bytes, 4 to 32 warps: few warps a row keep its two reductions, which cross warps, cheap (deep dive 14's
-# autotuner picks these launches). ``functools.cache`` keeps the first answer: reading the memory clock is slow.
+# **Launch parameters** come from the device. An SM keeps bandwidth x latency / SMs bytes in flight (Little's law:
+# 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s), shared by its 16 programs of 4 warps (2048
+# threads): ``min_tile_bytes``, a 16th rounded up to a power of two, is 2 or 4 KB. ``_fused_config`` packs rows into
+# such a tile, a warp per 32 x ``BYTES_PER_THREAD`` bytes: few warps keep a row's reductions, which cross warps, cheap.
+# ``functools.cache`` reads the device once.
 #
-# **The range.** ``RANGE`` holds the rows these kernels are for. Past 16 K a program runs alone on its SM, one
-# phase after another; deep dive 12 overlaps those phases for 16-bit rows.
+# **The range.** ``RANGE``, in the appendix, holds the rows these kernels are for. Past 16 K a program runs alone on its
+# SM; deep dive 12 overlaps its phases for 16-bit rows.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
 BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
@@ -128,9 +127,6 @@ def min_tile_bytes():
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
     programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
     return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
-
-# (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
-RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
 
 # (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes (backward: 4, y and dy in fp32)
 def _fused_config(n_cols, element_size):
@@ -159,6 +155,9 @@ def softmax_rows_forward(x2d, y2d):
 # %%
 import importlib.metadata, importlib.util, json, subprocess, warnings
 import matplotlib.pyplot as plt
+
+# (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
+RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])

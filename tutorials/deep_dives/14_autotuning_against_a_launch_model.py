@@ -98,11 +98,11 @@ def model_softmax(x):
 # options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
-# The space is the model's own: ``BLOCK_M`` over the powers of two the model picks at rows of 256 or more (1 to
-# 16, tiles to 8 KB of fp32), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
-# ``MAX_FUSED_N`` elements, the largest tile the model ever launches. The autotuner may pack more rows than the model
-# or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's benchmarker (the median
-# of many runs); under the interpreter there is no GPU to time, so each config runs once on the CPU's wall clock.
+# The space is the model's own: ``BLOCK_M`` over the powers of two the model picks at rows of 256 or more (1 to 16,
+# tiles to 8 KB of fp32), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
+# ``MAX_FUSED_N`` elements, the largest tile the model ever launches. The autotuner may pack more rows than the model or
+# fewer, and give them more warps or fewer. On a GPU it times each config with Triton's benchmarker (the median of many
+# runs); under the interpreter there is no GPU to time, so each config runs once on the CPU's wall clock.
 
 WARPS = [4, 8, 16, 32]  # _fused_config's clamp
 BLOCK_MS = [1, 2, 4, 8, 16]  # rows of 256 or more in a tile
