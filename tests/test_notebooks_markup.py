@@ -81,7 +81,7 @@ def test_the_first_cell_installs_what_its_page_imports_and_speaks_of_it_only(ste
     cell = sol_notebooks.install_cell(
         path, ROOT / "requirements.txt", ROOT / "requirements-gpu.lock", sol_build.JAX_NEEDED.get(stem)
     )
-    imports = _top_level_imports(path)
+    imports, first_cell = _top_level_imports(path), cell
     assert _installed(cell) == imports, f"{stem}: the %pip line installs {_installed(cell)}, the page imports {imports}"
     assert "%pip install -q " in cell
     jax_page = "jax" in imports
@@ -108,10 +108,18 @@ def test_the_first_cell_installs_what_its_page_imports_and_speaks_of_it_only(ste
             else _floors()[name]
         )
         assert f'"{name}>={floor}"' in line.split(), f"{stem}: {name} not at least {floor}: {line}"
-    optional = {"liger_kernel": "liger-kernel", "quack": "quack-kernels"}
+    optional = {"liger_kernel": "liger-kernel", "quack": "quack-kernels", "helion": "helion"}
+    text = path.read_text(encoding="utf-8")
+    optional_line = re.search(r"^# %pip install -q (.*)$", first_cell, re.M)
+    optional_names = (
+        {re.split(r"[<>=\[]", t.strip('"'))[0] for t in optional_line[1].split()} if optional_line else set()
+    )
     for module, name in optional.items():
-        imported = re.search(rf"^\s+(import|from) {module}\b", path.read_text(encoding="utf-8"), re.M)
-        assert (name in cell) == bool(imported), f"{stem}: the optional peer {name} named where the page imports it"
+        imported = re.search(rf"^\s+(import|from) {module}\b", text, re.M) or re.search(
+            rf"\b(load_peer|peer_module)\(\"[^\"]+\", \"{module}[.\"]", text
+        )
+        named = name in optional_names  # the commented install line's packages
+        assert named == bool(imported), f"{stem}: the optional peer {name} named where the page loads it"
 
 
 def test_the_reader_requirements_are_the_versions_the_site_is_built_with():

@@ -92,12 +92,29 @@ def imported_modules(path):
     return found
 
 
+# A page's functions that import a peer by name, its module the second argument: load_peer("quack", "quack")
+PEER_LOADERS = ("load_peer", "peer_module")
+
+
+def loaded_peers(path):
+    """The modules a script imports through its peer loaders (``PEER_LOADERS``), only where the peer is installed."""
+    return [
+        node.args[1].value
+        for node in ast.walk(ast.parse(pathlib.Path(path).read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) in PEER_LOADERS
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ]
+
+
 def page_imports(path):
     """(required, optional): the pip names of the packages a script imports at its top level, unconditionally, and
-    of those it imports only inside a ``try``, an ``if``, a function or a ``with`` (the peers it skips when absent).
-    The standard library is left out."""
+    of those it imports only inside a ``try``, an ``if``, a function or a ``with``, or through its peer loaders (the
+    peers it skips when absent). The standard library is left out."""
     required, optional = set(), set()
-    for module, guarded in imported_modules(path):
+    for module, guarded in imported_modules(path) + [(m, True) for m in loaded_peers(path)]:
         top = module.split(".")[0]
         if top not in sys.stdlib_module_names:
             (optional if guarded else required).add(PIP_NAMES.get(top, top))
