@@ -1,6 +1,6 @@
 """What a drop-in costs the host per call. A page times its kernels as CUDA-graph replays, which hide the Python
 around a launch; a model run eagerly pays it on every call. On small tensors the GPU finishes each kernel in a few
-microseconds, so the wall time of many back-to-back calls is the host's time per call.
+microseconds, so the CPU time of many back-to-back calls is the host's time per call.
 
 The bounds are loose: a call through a torch.library operator and autograd costs the host tens to hundreds of
 microseconds, several times one of torch's own operators. They catch gross slowness; the second test catches the
@@ -35,14 +35,16 @@ CALLS = _calls()
 
 
 def host_us_a_call(fn, calls=200):
+    """Microseconds of this process's CPU time a call: the host's work, which other processes on the machine (the
+    other test workers) do not stretch as they stretch the wall clock."""
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(calls):
         fn()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    return (time.process_time() - start) / calls * 1e6
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
