@@ -4,7 +4,7 @@ Fused softmax
 
 Softmax does a few operations per element, so memory alone sets its speed: the best kernel reads the input once,
 writes the output once, and runs as fast as a copy of the same bytes, the *speed of light*. You write its forward in
-Triton and measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+Triton and measure it against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
 **What you will learn**: to count bytes; your first Triton kernel; launch parameters from the device (Little's
 law). No Triton needed beforehand. Rows of up to 32 K elements in fp32, 16 K in 16 bits.
@@ -86,8 +86,8 @@ def plain_softmax_rows(x2d, y2d):
 # In rows of 256, step 0 runs :math:`2^{18}` programs on :math:`2^{26}` elements, each paying its start with too
 # few loads in flight to hide memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows:
 # ``rows[:, None] * stride + cols[None, :]`` broadcasts, as in PyTorch, into a ``BLOCK_M`` x ``BLOCK_N`` tile of
-# addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps the rows past the last one onto it, so
-# that every load reads a real row; the store's mask drops them.
+# addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps rows past the last onto it, so every
+# load reads a real row; the store's mask drops them.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -105,14 +105,14 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
              mask=row_ok[:, None] & col_ok)
 
 # %%
-# **Launch parameters** come from the device. An SM keeps bandwidth x latency / SMs bytes in flight (Little's law:
-# 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s), shared by its 16 programs of 4 warps (2048
-# threads): ``min_tile_bytes``, a 16th rounded up to a power of two, is 2 or 4 KB. ``_fused_config`` packs rows into
-# such a tile, a warp per 32 x ``BYTES_PER_THREAD`` bytes: few warps keep a row's reductions, which cross warps, cheap.
+# **Launch parameters** come from the device. To hide memory's latency an SM needs bandwidth x latency / SMs bytes in
+# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s). A program loads its whole
+# tile at once and an SM holds 16 programs of 4 warps, so ``min_tile_bytes`` is a 16th, rounded up to a power of
+# two: 2 or 4 KB. ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more
+# only where a thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
 # ``functools.cache`` reads the device once.
 #
-# **The range.** ``RANGE``, in the appendix, holds the rows these kernels are for. Past 16 K a program runs alone on its
-# SM; deep dive 12 overlaps its phases for 16-bit rows.
+# **The range.** ``RANGE`` (in the appendix) holds the rows these kernels are for.
 
 MAX_FUSED_N = 32768  # forward: longest row held whole in registers (1024 threads, 32 fp32 values each)
 BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
@@ -128,7 +128,7 @@ def min_tile_bytes():
     programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
     return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
-# (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes (backward: 4, y and dy in fp32)
+# (BLOCK_M, BLOCK_N, num_warps) for rows of n_cols elements of element_size bytes
 def _fused_config(n_cols, element_size):
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min_tile_bytes() // (block_n * element_size))
@@ -366,7 +366,7 @@ def reading(table, ladder):
                     f"rows of 16 K to 32 K (staged in shared memory), deep dive 11 for rows past {MAX_FUSED_N}.")
     text.append(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as the naive "
                 f"softmax (the bytes model said 4x). In the ladder, packing short rows ran rows of 256 at "
-                f"{packing[256]:.3g}x step 0's speed (rows of 4096, launched alike: {packing[4096]:.3g}x): a "
+                f"{packing[256]:.3g}x step 0's speed (rows of 4096, a row a program in both: {packing[4096]:.3g}x): a "
                 "memory-bound kernel reaches a copy's speed by moving each byte once with enough bytes in flight "
                 "per program.")
     return "\n".join(text)
