@@ -5,7 +5,7 @@ Softmax backward and the drop-in
 :ref:`sphx_glr_tutorials_01_fused_softmax.py` built the forward at the speed of a copy. This page adds the
 backward pass, one more kernel of the same shape, and makes the two a drop-in for :func:`torch.softmax`: a PyTorch
 operator with autograd that ``torch.compile(fullgraph=True)`` keeps in its graph. The backward is measured as
-training runs it, against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+training runs it, against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
 **What you will learn**: the softmax's backward from its Jacobian, and its bytes; a kernel of two inputs; an
 operator of your own with ``torch.library.custom_op``, ``register_fake`` and ``register_autograd``; a drop-in's

@@ -3,7 +3,7 @@ Fused RMSNorm
 =============
 
 You write RMSNorm's forward in Triton, moving each byte once, and measure it against a copy (the *speed of light*),
-PyTorch, ``torch.compile``, Liger-Kernel and quack.
+PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
 **What you will learn**: to count bytes; a row a program; a tile of rows a program, sized by Little's law. No Triton
 needed beforehand. Rows of up to 16 K elements.

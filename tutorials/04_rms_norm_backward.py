@@ -3,7 +3,7 @@ RMSNorm backward
 ================
 
 :ref:`sphx_glr_tutorials_04_rms_norm.py` built RMSNorm's forward. This page writes its backward, whose weight gradient
-sums down every column, and measures it against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+sums down every column, and measures it against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
 **What you will learn**: one backward kernel on three grids, from a row a program to a persistent grid that sums the
 weight gradient in registers, in a fixed order. Prerequisite: the forward page. Rows of up to 8 K elements.

@@ -4,8 +4,8 @@ Cross-entropy over a large vocabulary
 
 A language model ends in logits, :math:`M` tokens by a vocabulary of :math:`V` = 32 K to 256 K: the largest
 memory-bound tensor of training. You write a kernel that computes each row's loss **reading each logit once**, and
-measure it against PyTorch, ``torch.compile``, Liger-Kernel and quack. **What you will learn**: the bytes a loss must
-move; a row longer than a program's registers; a grid that keeps every SM busy. Its Triton is introduced on
+measure it against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion. **What you will learn**: the bytes a
+loss must move; a row longer than a program's registers; a grid that keeps every SM busy. Its Triton is introduced on
 :ref:`sphx_glr_tutorials_01_fused_softmax.py`. The next page,
 :ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`, writes the gradient in the same launch; the one after
 makes it a drop-in for :func:`torch.nn.functional.cross_entropy`.
