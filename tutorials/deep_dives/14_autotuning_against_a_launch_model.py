@@ -38,7 +38,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # * ``LATENCY``, through ``min_tile_bytes()``: an SM keeps bandwidth x latency / SMs bytes in flight (Little's
 #   law), shared by the 16 programs of 4 warps its 2048 threads make: the fewest bytes of a tile. Rows shorter than
 #   that are packed, ``BLOCK_M`` of them, into such a tile; a longer row is a tile of its own.
-# * ``BYTES_PER_THREAD``: ``num_warps`` gives each thread that many bytes of the tile, 4 to 32 warps.
+# * ``BYTES_PER_THREAD``: ``num_warps`` gives each thread at most that many bytes of the tile, 4 to 32 warps.
 #
 # So the model's choice at a row length is one point of a small space: ``BLOCK_M`` and ``num_warps``, each a power
 # of two. That space is what the autotuner below searches.
@@ -528,9 +528,9 @@ print(reading(results) if ON_GPU else NO_SPEED)
 # ``min_tile_bytes()`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
 # the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them), and of a
 # single row where the model packs several, fewer. Its *bytes a thread* are the tile's bytes over ``32 * num_warps``
-# threads: the model gives each thread ``BYTES_PER_THREAD``. The autotuner timed every config of the space, the
-# model's included, so it also says what the model's choice costs at each point: below, its time over the best
-# config's and its rank.
+# threads: the model gives each thread at most ``BYTES_PER_THREAD``. The autotuner timed every config of the space, the
+# model's included, so it also says what the model's choice costs at each point: below, its time over the best config's
+# and its rank.
 #
 # Changing the numbers: try every pair of tile bytes and bytes a thread (powers of two) whose picks lie in the
 # space, score each by the autotuner's own timings of the configs it would pick, and keep the best. One pair for
