@@ -152,12 +152,12 @@ def softmax_rows_forward(x2d, y2d):
 # Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
 # compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
 
+# (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
+RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
+
 # %%
 import importlib.metadata, importlib.util, json, subprocess, warnings
 import matplotlib.pyplot as plt
-
-# (direction, dtype) -> the N these kernels are for (fp16: as bf16); the deep dives take the other N
-RANGE = {("forward", "float32"): range(1, MAX_FUSED_N + 1), ("forward", "bfloat16"): range(1, 16384 + 1)}
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS, SWEEP_N = (2**26, [2**k for k in range(8, 16)]) if ON_GPU else (2**15, [256, 1024, 4096, 16384, 32768])
