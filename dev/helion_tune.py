@@ -265,6 +265,13 @@ def main(argv=None):
                 print(f"{op} {dtype} {m}x{n}: Helion's search found no working config; not stored", flush=True)
                 continue
             seconds = time.monotonic() - began
+            if options.seconds and dict(config) == dict(kernel.bind(args).config_spec.default_config()):
+                print(
+                    f"{op} {dtype} {m}x{n}: the search, cut at {options.seconds} s, kept Helion's default config; "
+                    "not stored (a tuned figure it is not: give it more --seconds)",
+                    flush=True,
+                )
+                continue
             error = check(op, kernel, args, page, dtype)
             effort = options.effort + (f", cut at {options.seconds} s" if options.seconds else "")
             store_config(options.store, gpu, op, dtype, n, config, effort, found, seconds)

@@ -274,6 +274,14 @@ def test_configs_go_from_the_tool_to_the_page(op, tmp_path, monkeypatch, capsys,
     assert "no file of tuned configs" in capsys.readouterr().out
 
 
+def not_the_default(kernel, args):
+    """A config a search could return: Helion's default for these arguments with other warps."""
+    import helion
+
+    default = dict(kernel.bind(args).config_spec.default_config())
+    return helion.Config(**{**default, "num_warps": 2 if default["num_warps"] != 2 else 4})
+
+
 @needs_helion
 def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkeypatch, on_meta):
     """dev/helion_tune.py's run: every op's every point stored under this GPU's name, each at the config its autotuner
@@ -283,7 +291,7 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     def autotune(kernel, args, effort, seconds=None):
         assert seconds in (None, 7)
         tuned.append((str(args[0].dtype)[6:], args[0].shape[1]))
-        return kernel.bind(args).config_spec.default_config()
+        return not_the_default(kernel, args)
 
     monkeypatch.setattr(helion_tune, "autotune", autotune)
     monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
@@ -324,3 +332,43 @@ def test_a_point_whose_search_finds_nothing_is_left_untuned_and_the_run_goes_on(
     assert helion_tune.main(["--store", str(store), "rms_norm backward"]) == 0
     configs = json.loads(store.read_text())[GPU]["configs"]["rms_norm backward"]
     assert configs.keys() == {"bfloat16"} and list(configs["bfloat16"]) == ["1000"]
+
+
+@needs_helion
+def test_a_cut_search_that_kept_the_default_config_stores_nothing(tmp_path, monkeypatch, on_meta, capsys):
+    """A search cut short (--seconds) that returns Helion's default config found nothing better in its time: the tool
+    stores it for no point (a page would show an untuned kernel as Helion's), says so, and tunes the next; a full
+    search's default is stored."""
+    store = tmp_path / "configs.json"
+
+    def autotune(kernel, args, effort, seconds=None):
+        default = kernel.bind(args).config_spec.default_config()
+        return default if args[0].shape[1] == 257 else not_the_default(kernel, args)
+
+    monkeypatch.setattr(helion_tune, "autotune", autotune)
+    monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
+    monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
+    assert helion_tune.main(["--store", str(store), "--seconds", "5", "rms_norm forward"]) == 0
+    assert "kept Helion's default config; not stored" in capsys.readouterr().out
+    configs = json.loads(store.read_text())[GPU]["configs"]["rms_norm forward"]
+    assert configs.keys() == {"bfloat16"}
+    assert helion_tune.main(["--store", str(store), "rms_norm forward"]) == 0  # no cut: the default is its pick
+    assert set(json.loads(store.read_text())[GPU]["configs"]["rms_norm forward"]) == {"bfloat16", "float32"}
+
+
+@needs_helion
+def test_no_stored_config_is_helions_default_for_its_point(on_meta):
+    """A stored config is the pick of a search: one that equals Helion's default for its point is a search that
+    found nothing better in its time, and a page would time an untuned kernel as Helion's."""
+    store = json.loads(helion_tune.STORE.read_text(encoding="utf-8")) if helion_tune.STORE.exists() else {}
+    defaults = []
+    for gpu, entry in store.items():
+        for op, by_dtype in entry.get("configs", {}).items():
+            kernel, rows = helion_tune.load_kernel(op), {(t, n): m for t, n, m in helion_tune.points(op, on_gpu=True)}
+            for dtype, by_n in by_dtype.items():
+                for n, stored in by_n.items():
+                    args = meta_args(op, dtype, int(n), rows[dtype, int(n)])
+                    if stored["config"] == dict(kernel.bind(args).config_spec.default_config()):
+                        defaults.append(f"{gpu}: {op} {dtype} N = {n} ({stored['effort']})")
+    assert not defaults, "Helion's default configs stored as tuned:\n" + "\n".join(defaults)
