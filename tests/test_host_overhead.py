@@ -34,6 +34,13 @@ def _calls():
 CALLS = _calls()
 
 
+def arguments(n, dtype):
+    """x (8 rows of n, requiring its gradient) and the extras the calls take: a weight, a bias, the targets."""
+    x = torch.randn(8, n, device=DEVICE, dtype=dtype, requires_grad=True)
+    extra = [torch.randn(n, device=DEVICE, dtype=dtype) for _ in range(2)] + [torch.randint(0, n, (8,), device=DEVICE)]
+    return x, extra
+
+
 def host_us_a_call(fn, calls=200):
     """Microseconds of this process's CPU time a call: the host's work, which other processes on the machine (the
     other test workers) do not stretch as they stretch the wall clock."""
@@ -52,12 +59,7 @@ def host_us_a_call(fn, calls=200):
 def test_a_drop_in_costs_the_host_little_a_call(name, dtype):
     page, call, n = CALLS[name]
     f = load_tutorial(page)
-    x = torch.randn(8, n, device=DEVICE, dtype=dtype, requires_grad=True)
-    extra = [
-        torch.randn(n, device=DEVICE, dtype=dtype),
-        torch.randn(n, device=DEVICE, dtype=dtype),
-        torch.randint(0, n, (8,), device=DEVICE),
-    ]
+    x, extra = arguments(n, dtype)
     with torch.no_grad():
         forward = host_us_a_call(lambda: call(f, x, extra))
     out = call(f, x, extra)
@@ -84,8 +86,7 @@ class _CountingProperties:
 def test_a_drop_in_reads_the_memory_clock_once_not_each_call(name, monkeypatch):
     page, call, n = CALLS[name]
     f = load_tutorial(page)
-    x = torch.randn(8, n, device=DEVICE, requires_grad=True)
-    extra = [torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE), torch.randint(0, n, (8,), device=DEVICE)]
+    x, extra = arguments(n, torch.float32)
     dy = torch.randn_like(call(f, x, extra))
     reads, real = [], torch.cuda.get_device_properties
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: _CountingProperties(real(*a, **k), reads))

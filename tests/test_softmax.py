@@ -384,6 +384,8 @@ H = LazyTutorial("13_launch_heuristics")
 
 def test_launch_heuristics_page_carries_the_core_config():
     """Deep dive 13 explains and measures the core page's launch parameters: they must be the same."""
+    assert inspect.getsource(H["min_tile_bytes"]) == inspect.getsource(F["min_tile_bytes"])
+    assert (H["BYTES_PER_THREAD"], H["LATENCY"]) == (F["BYTES_PER_THREAD"], F["LATENCY"])
     for n in (1, 7, 256, 1000, 4096, 16384, 32768):
         for size in (2, 4):
             assert H["_fused_config"](n, size) == F["_fused_config"](n, size)

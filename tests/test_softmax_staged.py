@@ -7,6 +7,7 @@ under the launcher's cap with nothing spilled. With a GPU they also run the kern
 (The softmax part of tests/test_staged.py.)
 """
 
+import inspect
 import json
 import math
 import os
@@ -140,6 +141,8 @@ def test_staged_config_and_meta():
 def test_core_launch_is_todays():
     """The carried core kernel's launch parameters are the core page's (_fused_config)."""
     page, core = load_tutorial("12_softmax_staged_gluon"), load_tutorial("01_fused_softmax")
+    assert inspect.getsource(page["min_tile_bytes"]) == inspect.getsource(core["min_tile_bytes"])
+    assert (page["BYTES_PER_THREAD"], page["LATENCY"]) == (core["BYTES_PER_THREAD"], core["LATENCY"])
     for n in (1, 300, 4096, 16384, 24576, 32768):
         for size in (2, 4):
             meta = page["_core_meta"](n, size)

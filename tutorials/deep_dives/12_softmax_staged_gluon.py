@@ -68,15 +68,13 @@ BYTES_PER_THREAD = 128  # most of a tile one thread loads
 
 @functools.cache  # reads the device once: its memory clock costs the host more than a launch
 def min_tile_bytes():
-    """The fewest bytes a program's tile holds: an SM's share of bandwidth x LATENCY over the 4-warp programs it
-    holds, a power of two from 2 KB (a 16-byte load a thread); 4 KB where the device does not say."""
     props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
         return 4096
     in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
     programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
-    return max(2048, triton.next_power_of_2(int(in_flight / programs)))
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 
 def _core_meta(n_cols, element_size):
