@@ -179,6 +179,8 @@ PROPS = types.SimpleNamespace(
     memory_clock_rate=3_200_000,
     memory_bus_width=5120,
     total_memory=80 * 2**30,
+    major=9,  # Triton reads the capability through these properties to pick its target: the real one's on a GPU
+    minor=0,
 )
 
 
@@ -186,6 +188,8 @@ PROPS = types.SimpleNamespace(
 def on_a_gpu(monkeypatch):
     if torch.cuda.is_available():
         torch.cuda.init()  # CUDA's first use reads the real device's properties, not the made-up ones below
+        monkeypatch.setattr(PROPS, "major", torch.cuda.get_device_capability()[0])
+        monkeypatch.setattr(PROPS, "minor", torch.cuda.get_device_capability()[1])
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args, **kwargs: PROPS)
     monkeypatch.setitem(PAGE["bench"].__globals__, "ON_GPU", True)
     PAGE["min_tile_bytes"].cache_clear()  # it reads the device once

@@ -200,12 +200,15 @@ def test_steps_agree(bwd):
 
 
 def test_configs_keep_todays_launch_parameters(bwd, fwd):
-    """The launch parameters the config functions choose: 16-bit as tuned on an H100; the fp32 backward's blocks of
-    8192 values, 16 warps, one program an SM, as measured fastest on an H200."""
+    """The launch parameters the config functions choose: the forward's tiles of min_tile_bytes() (4 KB with no device
+    to read) at 128 bytes a thread; the backward's 16-bit as tuned on an H100, its fp32 blocks of 8192 values, 16
+    warps, one program an SM, as measured fastest on an H200."""
+    tile_bytes = fwd["min_tile_bytes"]()
     fwd, bwd, sms = fwd["_fwd_config"], bwd["_bwd_config"], bwd["NUM_SMS"]
-    assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4), 125)
-    assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=32)
-    assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=32)
+    rows = tile_bytes // (512 * 2)
+    assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=rows, BLOCK_N=512, num_warps=4), -(-1000 // rows))
+    assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=16)
+    assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=16)
     assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=8), 2 * sms)
     assert bwd(2**17, 512, 4)[1:] == (dict(BLOCK_M=16, BLOCK_N=512, num_warps=16), sms)
     assert bwd(2**14, 4096, 4)[1:] == (dict(BLOCK_M=2, BLOCK_N=4096, num_warps=16), sms)
@@ -275,19 +278,26 @@ def test_bad_inputs_raise(tut):
             rms_norm(meta, (8,))
 
 
+def test_the_forward_launches_by_the_fused_softmax_pages_model(fwd):
+    """04 sizes its tiles as 01 does: 01's min_tile_bytes letter for letter, its constants."""
+    core = load_tutorial("01_fused_softmax")
+    assert inspect.getsource(fwd["min_tile_bytes"]) == inspect.getsource(core["min_tile_bytes"])
+    for name in ("BYTES_PER_THREAD", "LATENCY"):
+        assert fwd[name] == core[name], name
+
+
 def test_the_drop_ins_page_carries_the_kernels_letter_for_letter(tut, fwd, bwd):
     """04_rms_norm_operator runs the forward that 04_rms_norm teaches and the backward that 04_rms_norm_backward
     teaches: the same kernels, configs, launchers and constants; the backward page's constants are the forward's."""
     for name, page in (("rms_norm_fwd_kernel", fwd), ("rms_norm_bwd_kernel", bwd)):
         assert inspect.getsource(tut[name].fn) == inspect.getsource(page[name].fn), name
-    for name, page in [(n, fwd) for n in ("_warps", "_fwd_config", "rms_norm_rows_forward")] + [
+    for name, page in [(n, fwd) for n in ("min_tile_bytes", "_fwd_config", "rms_norm_rows_forward")] + [
         (n, bwd) for n in ("_warps", "_bwd_config", "rms_norm_rows_backward")
     ]:
         assert inspect.getsource(tut[name]) == inspect.getsource(page[name]), name
-    assert inspect.getsource(bwd["_warps"]) == inspect.getsource(fwd["_warps"])
-    for name in ("MIN_ELEMENTS", "MAX_ROW_BYTES"):
+    for name in ("BYTES_PER_THREAD", "LATENCY", "MAX_ROW_BYTES"):
         assert tut[name] == fwd[name], name
-    assert bwd["MIN_ELEMENTS"] == fwd["MIN_ELEMENTS"] and tut["NUM_SMS"] == bwd["NUM_SMS"]
+    assert tut["MIN_ELEMENTS"] == bwd["MIN_ELEMENTS"] and tut["NUM_SMS"] == bwd["NUM_SMS"]
     for n, size in ((16384, 4), (16385, 4), (32768, 2), (32769, 2)):  # the drop-in's forward: the rows step 1 holds
         assert tut["fused"]("forward", n, size) == (n * size <= fwd["MAX_ROW_BYTES"]), (n, size)
 

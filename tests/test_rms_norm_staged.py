@@ -78,13 +78,15 @@ def test_core_kernel_is_tutorial_04s(page):
     """The core column runs tutorial 04's fused kernel and the launch parameters tutorial 04 gives it."""
     core = load_tutorial("04_rms_norm")
     assert inspect.getsource(page["rms_norm_fwd_kernel"].fn) == inspect.getsource(core["rms_norm_fwd_kernel"].fn)
-    assert page["MIN_ELEMENTS"] == core["MIN_ELEMENTS"]
+    assert inspect.getsource(page["min_tile_bytes"]) == inspect.getsource(core["min_tile_bytes"])
+    assert (page["BYTES_PER_THREAD"], page["LATENCY"]) == (core["BYTES_PER_THREAD"], core["LATENCY"])
     for n in (1, 300, 4096, 16384, 20000, 32768):
         kernel, meta, grid = core["_fwd_config"](1000, n, 2)
         assert kernel is core["rms_norm_fwd_kernel"], n  # 16-bit rows to 32 K are held whole in 04
         block_n = 1 << (n - 1).bit_length()
-        block_m = max(1, page["MIN_ELEMENTS"] // block_n)
-        assert meta == dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=page["_warps"](block_m * block_n, 2, 64)), n
+        block_m = max(1, page["min_tile_bytes"]() // (block_n * 2))
+        warps = min(32, max(4, block_m * block_n * 2 // (32 * page["BYTES_PER_THREAD"])))
+        assert meta == dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), n
 
 
 @pytest.mark.skipif(ON_GPU, reason="checks the interpreter's fallback")

@@ -87,7 +87,8 @@ def plain_softmax_rows(x2d, y2d):
 # few loads in flight to hide memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows:
 # ``rows[:, None] * stride + cols[None, :]`` broadcasts, as in PyTorch, into a ``BLOCK_M`` x ``BLOCK_N`` tile of
 # addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps rows past the last onto it, so every
-# load reads a real row; the store's mask drops them.
+# load reads a real row; the store's mask drops them. ``eviction_policy="evict_last"`` has L2 evict :math:`x`'s lines
+# last: measured, a few percent faster.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -97,8 +98,8 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
     rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols[None, :] < n_cols
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                mask=col_ok, other=-float("inf")).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok, other=-float("inf"),
+                eviction_policy="evict_last").to(tl.float32)
     numerator = tl.exp(x - tl.max(x, axis=1)[:, None])
     y = numerator * (1.0 / tl.sum(numerator, axis=1))[:, None]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
@@ -106,11 +107,10 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 
 # %%
 # **Launch parameters** come from the device. To hide memory's latency an SM needs bandwidth x latency / SMs bytes in
-# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs; 36 KB at 4.8 TB/s). A program loads its whole
-# tile at once and an SM holds 16 programs of 4 warps, so ``min_tile_bytes`` is a 16th, rounded up to a power of
-# two: 2 or 4 KB. ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more
-# only where a thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
-# ``functools.cache`` reads the device once.
+# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). A program loads its whole tile at once and an SM
+# holds 16 programs of 4 warps, so ``min_tile_bytes`` is a 16th, rounded up to a power of two: 2 or 4 KB.
+# ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more only where a
+# thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
 #
 # **The range.** ``RANGE`` (in the appendix) holds the rows these kernels are for.
 

@@ -29,7 +29,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# PyTorch runs it op by op, each through memory (the comments count elements moved):
+# PyTorch runs it op by op, each through memory (comments count elements moved):
 
 def naive_rms_norm(x, weight, eps):
     x32 = x.float()
@@ -79,7 +79,8 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
     # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
@@ -96,23 +97,21 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
-# 25 KB at 3.35 TB/s, 1 µs, 132 SMs). A tile holds ``MIN_ELEMENTS`` values or more; ``_warps`` gives each thread 64
-# bytes, four 16-byte loads.
+# **Launch parameters** follow the fused softmax page's model (``min_tile_bytes``, in the appendix).
+# ``eviction_policy="evict_last"`` has L2 evict x's lines last: measured, a few percent faster.
 #
 # **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
 # :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` take such rows.
 
-MIN_ELEMENTS = 4096  # fewest elements in a tile
-_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
+BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
 RANGE = {("forward", dtype): range(1, 16385) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
 def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64))
-    return rms_norm_fwd_kernel, meta, triton.cdiv(n_rows, block_m)
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
+    warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
+    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), triton.cdiv(n_rows, block_m)
 
 def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride along the row; w: None, or contiguous
     kernel, meta, grid = _fwd_config(*x.shape, x.element_size())
@@ -130,10 +129,22 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
 # Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
 # compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
-# First step 0's launch: a program a row.
+# First the fused softmax page's ``min_tile_bytes``, letter for letter; then step 0's launch: a program a row.
 
-import importlib.metadata, importlib.util, json, shutil, subprocess, timeit
+import functools, importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
+
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 EPS, TOTAL_ELEMENTS = 1e-6, 2**26 if ON_GPU else 2**13
 MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
@@ -379,8 +390,7 @@ def environment_card():
 # --------------------
 # bf16 rows of 256, 4096:
 
-ladder = measure_ladder()
-show_ladder(ladder)
+show_ladder(ladder := measure_ladder())
 
 # %%
 # Benchmark
@@ -404,7 +414,6 @@ print(reading(ladder, table))
 # Going further
 # -------------
 # **Next**: the backward, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
-# **Exercise**: ``_warps`` at 32 bytes a thread: which rows gain, and why? Reference: Zhang, Sennrich
-# (2019).
+# **Exercise**: ``BYTES_PER_THREAD`` at 32: which rows gain, and why? Reference: Zhang, Sennrich (2019).
 
 environment_card()

@@ -75,9 +75,8 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
     tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
 
 # %%
-# **Launch parameters** follow the forward page's Little's law, with its ``MIN_ELEMENTS`` and ``_warps`` (the
-# appendix carries them): 16-bit tiles of ``MIN_ELEMENTS`` values at 32 bytes a thread, 16 on rows of 16 KB or more
-# (more loads in flight). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's
+# **Launch parameters** (``MIN_ELEMENTS`` and ``_warps`` are in the appendix): 16-bit tiles of ``MIN_ELEMENTS``
+# values at 32 bytes a thread, 16 on rows of 16 KB or more (more loads in flight). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's
 # 65,536 registers), times the SMs.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU

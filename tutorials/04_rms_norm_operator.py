@@ -12,7 +12,7 @@ drop-in right for every shape; a check in a compiled model. Prerequisite: the tw
 page carries. Rows of up to 8 K elements.
 """
 
-import datetime, math, os, typing, torch, torch.nn.functional as F
+import datetime, functools, math, os, typing, torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -123,7 +123,8 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
     # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
@@ -139,15 +140,27 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
-MIN_ELEMENTS = 4096  # fewest elements in a tile
+MIN_ELEMENTS = 4096  # fewest elements in a tile (the backward's)
+BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 MAX_ROW_BYTES = 65536  # the longest row held whole in registers: 1024 threads, 16 or 32 fp32 values each
 _warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
 
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
+
 def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=_warps(block_m * block_n, element_size, 64))
-    return rms_norm_fwd_kernel, meta, triton.cdiv(n_rows, block_m)
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
+    warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
+    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), triton.cdiv(n_rows, block_m)
 
 def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride along the row; w: None, or contiguous
     kernel, meta, grid = _fwd_config(*x.shape, x.element_size())

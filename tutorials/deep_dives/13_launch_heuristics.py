@@ -49,8 +49,8 @@ def softmax_fwd_kernel(
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=-float("inf")).to(tl.float32)
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=-float("inf"),
+                    eviction_policy="evict_last").to(tl.float32)
         x_max = tl.max(x, axis=1)
         numerator = tl.exp(x - x_max[:, None])
         inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, not per element
@@ -70,10 +70,10 @@ def softmax_bwd_kernel(
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
-        y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :],
-                     mask=col_ok[None, :], other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                     eviction_policy="evict_last").to(tl.float32)
         dot = tl.sum(y * dy, axis=1)
         dx = y * (dy - dot[:, None])
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),

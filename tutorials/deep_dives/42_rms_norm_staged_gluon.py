@@ -15,6 +15,7 @@ kernels are compiled only for GPUs): the core kernel takes every row, and the pa
 
 import contextlib
 import datetime
+import functools
 import importlib.util
 import os
 import platform
@@ -47,7 +48,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # RMSNorm reads :math:`x` and writes :math:`y = r\,x \odot w` with :math:`r = 1/\sqrt{\frac{1}{N}\sum_j
 # x_j^2 + \varepsilon}`: :math:`2MN` elements, a copy's bytes, the speed of light. Carried from tutorial 04
 # unchanged: its fused kernel and the launch parameters it gets for rows held whole (``BLOCK_M`` rows of
-# ``BLOCK_N`` columns a program, about 64 bytes of :math:`x` a thread, 4 to 32 warps).
+# ``BLOCK_N`` columns a program, at most 128 bytes of :math:`x` a thread, 4 to 32 warps).
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -58,7 +59,8 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
     # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
@@ -74,19 +76,28 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
-MIN_ELEMENTS = 4096  # tutorial 04: fewest elements a program moves per step
-# warps such that each thread handles about bytes_per_thread bytes of a tile of n elements (4 to 32 warps)
-_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
+BYTES_PER_THREAD = 128  # tutorial 04: most of a tile one thread loads
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 def core_forward(x2d, w, y2d, rstd, eps):
     """Tutorial 04's launch of its fused forward, for the rows it holds whole (16-bit rows up to 32 K)."""
-    n_rows, n_cols = x2d.shape
+    (n_rows, n_cols), element_size = x2d.shape, x2d.element_size()
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, MIN_ELEMENTS // block_n)
+    block_m = max(1, min_tile_bytes() // (block_n * element_size))
     rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](
         x2d, x2d if w is None else w, y2d, rstd, n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps,
         HAS_WEIGHT=w is not None, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=_warps(block_m * block_n, x2d.element_size(), 64))
+        num_warps=min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD))))
     return "fused (core)"
 
 # %%
