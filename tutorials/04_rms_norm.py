@@ -29,7 +29,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 #    r = \frac{1}{\sqrt{\frac{1}{N} \sum_j x_j^2 + \varepsilon}}, \qquad y = r \, x \odot w .
 #
-# PyTorch runs it op by op, each through memory (comments count elements moved):
+# PyTorch runs it op by op, each through memory (comments count elements):
 
 def naive_rms_norm(x, weight, eps):
     x32 = x.float()
@@ -65,10 +65,11 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
 # %%
 # Step 1: a tile of rows a program
 # --------------------------------
-# A row of 256 bf16 is 512 bytes: too few loads in flight. Step 1 gives a program ``BLOCK_M`` rows:
-# ``rows[:, None]`` and ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row,
-# ``tl.minimum`` keeps every load on a real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight.
-# ``tl.where(c, a, b)`` is ``torch.where``; ``tl.broadcast_to`` spreads ``rstd`` over the tile, for column 0 to store.
+# A row of 256 bf16 is 512 bytes; to hide memory's latency an SM needs bandwidth x latency / SMs in flight (Little's
+# law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs). Step 1 gives a program ``BLOCK_M`` rows: ``rows[:, None]`` and
+# ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row, ``tl.minimum`` keeps every load on a
+# real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight. ``tl.where(c, a, b)`` is
+# ``torch.where``; ``tl.broadcast_to`` spreads ``rstd`` over the tile, for column 0 to store.
 
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -92,20 +93,19 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
-    # rstd from the tile's layout, masked to column 0
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape),
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters** follow the fused softmax page's model (``min_tile_bytes``, in the appendix).
-# ``eviction_policy="evict_last"`` has L2 evict x's lines last: measured, a few percent faster.
+# **Launch parameters**: the 16 programs of 4 warps an SM holds share those bytes, so a tile holds ``min_tile_bytes()``
+# or more (appendix), a thread at most ``BYTES_PER_THREAD``. ``eviction_policy="evict_last"`` has L2 evict x's lines
+# last: measured, a few percent faster.
 #
 # **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
 # :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` take such rows.
 
 BYTES_PER_THREAD = 128  # most of a tile one thread loads: 32 fp32 values, 64 of 16 bits
-RANGE = {("forward", dtype): range(1, 16385) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
 def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
@@ -122,17 +122,19 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # Appendix: how this page measures
 # --------------------------------
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA
-# graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of :math:`x`, timed beside it
-# without a graph. GB/s counts :math:`x` read and :math:`y` written. The forward is timed as training runs it, on
-# inputs that require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (two pages on) runs there: the math
-# in torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates
-# to bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
+# graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of :math:`x`, timed beside it without
+# a graph. GB/s counts :math:`x` read and :math:`y` written. The forward is timed as training runs it, on inputs that
+# require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (the operator page) runs there: the math in
+# torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates to
+# bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
 # Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
-# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``).
-# First the fused softmax page's ``min_tile_bytes``, letter for letter; then step 0's launch: a program a row.
+# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). First the fused
+# softmax page's ``min_tile_bytes``, letter for letter; then step 0's launch: a program a row.
 
 import functools, importlib.metadata, importlib.util, json, shutil, subprocess, timeit
 import matplotlib.pyplot as plt
+
+RANGE = {("forward", dtype): range(1, 16385) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
 LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
@@ -353,7 +355,8 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     won = f" A peer was faster at {len(lost)} of {len(peers)} points: " + "; ".join(lost) + "." if lost else ""
     text += (f"\nInside its range ours ran at {light[inside].min():.3g}-{light[inside].max():.3g}% of the copy, "
              f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward there ran "
-             f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x).{won}")
+             f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x, were each naive operation "
+             f"as fast as a copy{'; they ran slower' if naive.min() > 3.5 else ''}).{won}")
     if "Helion" in table:
         helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
         text += (f"\nHelion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "
@@ -381,7 +384,7 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# Errors against float64 (of y, or rstd where larger), beside torch's:
+# Errors against float64, beside torch's:
 
 (errors := check(CHECK_SHAPES)).style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="index")
 
