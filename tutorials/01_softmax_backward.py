@@ -46,10 +46,10 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows, the last rows clamped onto the last
 # one, ``y`` and ``dy`` loaded as tiles, one reduction along each row (``tl.sum(..., axis=1)``), one store. Masked lanes
-# load 0, which adds nothing to the dot product. Both loads carry the forward's ``evict_last`` hint, measured faster
-# here too. Its launch is the forward's config function ``_fused_config`` (carried in the appendix), sized as fp32:
-# :math:`y` and :math:`dy` are held in fp32, whatever their dtype. Two fp32 rows of 16 K fill the registers a program
-# has; past ``MAX_FUSED_BWD_N`` an fp32 row would spill to local memory, so ``RANGE`` stops there.
+# load 0, which adds nothing to the dot product. Both loads carry the forward's ``evict_last`` hint, measured faster in
+# the backward too. Its launch is the forward's config function ``_fused_config`` (carried in the appendix), sized as
+# fp32: :math:`y` and :math:`dy` are held in fp32, whatever their dtype. Two fp32 rows of 16 K fill the registers a
+# program has; past ``MAX_FUSED_BWD_N`` an fp32 row would spill to local memory, so ``RANGE`` stops there.
 
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 RANGE = {("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}  # fp16: as bf16

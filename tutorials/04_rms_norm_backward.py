@@ -75,9 +75,10 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
     tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
 
 # %%
-# **Launch parameters** (``MIN_ELEMENTS`` and ``_warps`` are in the appendix): 16-bit tiles of ``MIN_ELEMENTS``
-# values at 32 bytes a thread, 16 on rows of 16 KB or more (more loads in flight). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's
-# 65,536 registers), times the SMs.
+# **Launch parameters**: tiles of ``MIN_ELEMENTS`` (4096) values or more, twice that in fp32; ``_warps`` gives a thread
+# 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64 of an fp32 tile (both in the
+# appendix). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
+# registers), times the SMs.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 
@@ -110,8 +111,8 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; retu
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# What the page runs but does not teach. First the forward page's constants that ``_bwd_config`` uses, letter for
-# letter (a test keeps the two the same); then the machinery. :math:`MN = 2^{26}` elements on a GPU;
+# What the page runs but does not teach. First the constants ``_bwd_config`` uses (the operator page carries them, a
+# test keeps the two the same); then the machinery. :math:`MN = 2^{26}` elements on a GPU;
 # :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays; the *speed of light*: a copy of x,
 # without a graph. GB/s counts :math:`x, dy, dx`. The peers' backward is timed as training runs it, through autograd
 # after their forward; ours is step 2's launch as the drop-in's backward makes it (the kernel, the partials' sum, dw's
