@@ -388,8 +388,8 @@ def reading(results):
     same = results["autotuner: config"] == results["model: config"]
     ratio = (gbs.autotuner / gbs.model)[~same]
     text.append(f"The autotuner picked the model's own config at {same.sum()} of {len(same)} points"
-                + (f"; elsewhere its pick ran at {ratio.min():.3g}-{ratio.max():.3g}x the model's GB/s (median "
-                   f"{ratio.median():.3g}x; the most, at {point(ratio.idxmax())})." if len(ratio) else "."))
+                + (f"; elsewhere its pick ran at {ratio.min():.4g}-{ratio.max():.4g}x the model's GB/s (median "
+                   f"{ratio.median():.4g}x; the most, at {point(ratio.idxmax())})." if len(ratio) else "."))
     extra = results["autotuner: first call s"] - results["model: first call s"]
     saved = (results["model: ms"] - results["autotuner: ms"])[~same] / 1e3  # seconds a call, where the picks differ
     calls = (extra[saved.index] / saved)[saved > 0]
@@ -459,7 +459,7 @@ def adjusting(table, fits_):
     at = table.loc[worst]
     text = [f"By the autotuner's own timings the model's config was the best of its space at "
             f"{(table['model: rank'] == 1).sum()} of {len(table)} points; over all of them it took "
-            f"{now['time / best']:.3g}x the best config's time (geometric mean), {now['worst']:.3g}x at the worst"
+            f"{now['time / best']:.4g}x the best config's time (geometric mean), {now['worst']:.4g}x at the worst"
             + (f" ({point(worst)}, where the autotuner's tile was {int(at['pick: tile']):,} elements at "
                f"{int(at['pick: bytes a thread'])} bytes a thread against the model's {int(at['model: tile']):,} at "
                f"{int(at['model: bytes a thread'])})." if now["worst"] > 1 else ".")]
