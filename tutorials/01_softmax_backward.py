@@ -104,7 +104,7 @@ softmax_fwd_op.register_fake(lambda x2d: x2d.new_empty(x2d.shape))
 @torch.library.custom_op("sol::softmax_bwd_01", mutates_args=())
 def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
     if y2d.shape[1] > MAX_FUSED_BWD_N:
-        return torch._softmax_backward_data(dy2d.to(y2d.dtype), y2d, 1, y2d.dtype).contiguous()
+        return torch._softmax_backward_data(dy2d.to(y2d.dtype), y2d, 1, y2d.dtype).contiguous()  # (dy, y, dim, dtype)
     return _rows_op(softmax_rows_backward, y2d, dy2d)  # the kernels read dy in any float dtype
 softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
 
@@ -125,11 +125,11 @@ def softmax(input, dim=-1, dtype=None):
     return y.reshape(x.shape).contiguous() if x.is_contiguous() else y
 
 # %%
-# **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node
-# of the graph, with no graph break. Inductor does not fuse the elementwise operations beside it (a scale, a
-# mask) into it, as it would into its own softmax: each of those costs a pass over memory of its own. Its kernels
-# run up to 32 K elements forward and 16 K backward, PyTorch's softmax past them; 16-bit forward rows of 16 K to 32 K
-# run faster on deep dive 12's staged kernel, which this drop-in does not carry.
+# **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node of the
+# graph, with no graph break. Inductor does not fuse the elementwise operations beside it (a scale, a mask) into it, as
+# it would into its own softmax: each of those costs a pass over memory of its own. Its kernels run up to 32 K elements
+# forward and 16 K backward, PyTorch's softmax past them; 16-bit forward rows of 16 K to 32 K run faster staged in
+# shared memory (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`), which this drop-in does not carry.
 #
 # To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
 # leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
