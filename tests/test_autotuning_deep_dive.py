@@ -188,8 +188,9 @@ PROPS = types.SimpleNamespace(
 def on_a_gpu(monkeypatch):
     if torch.cuda.is_available():
         torch.cuda.init()  # CUDA's first use reads the real device's properties, not the made-up ones below
-        monkeypatch.setattr(PROPS, "major", torch.cuda.get_device_capability()[0])
-        monkeypatch.setattr(PROPS, "minor", torch.cuda.get_device_capability()[1])
+        major, minor = torch.cuda.get_device_capability()
+        monkeypatch.setattr(PROPS, "major", major)
+        monkeypatch.setattr(PROPS, "minor", minor)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args, **kwargs: PROPS)
     monkeypatch.setitem(PAGE["bench"].__globals__, "ON_GPU", True)
     PAGE["min_tile_bytes"].cache_clear()  # it reads the device once

@@ -116,7 +116,7 @@ def test_the_first_cell_installs_what_its_page_imports_and_speaks_of_it_only(ste
     )
     for module, name in optional.items():
         imported = re.search(rf"^\s+(import|from) {module}\b", text, re.M) or re.search(
-            rf"\b(load_peer|peer_module)\(\"[^\"]+\", \"{module}[.\"]", text
+            rf"\b({'|'.join(sol_notebooks.PEER_LOADERS)})\(\"[^\"]+\", \"{module}[.\"]", text
         )
         named = name in optional_names  # the commented install line's packages
         assert named == bool(imported), f"{stem}: the optional peer {name} named where the page loads it"

@@ -79,6 +79,7 @@ def test_core_kernel_is_tutorial_04s(page):
     core = load_tutorial("04_rms_norm")
     assert inspect.getsource(page["rms_norm_fwd_kernel"].fn) == inspect.getsource(core["rms_norm_fwd_kernel"].fn)
     assert inspect.getsource(page["min_tile_bytes"]) == inspect.getsource(core["min_tile_bytes"])
+    assert inspect.getsource(page["_fwd_config"]) == inspect.getsource(core["_fwd_config"])
     assert (page["BYTES_PER_THREAD"], page["LATENCY"]) == (core["BYTES_PER_THREAD"], core["LATENCY"])
     for n in (1, 300, 4096, 16384, 20000, 32768):
         kernel, meta, grid = core["_fwd_config"](1000, n, 2)

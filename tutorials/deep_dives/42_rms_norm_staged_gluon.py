@@ -88,15 +88,17 @@ def min_tile_bytes():
     programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
     return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
-def core_forward(x2d, w, y2d, rstd, eps):
-    """Tutorial 04's launch of its fused forward, for the rows it holds whole (16-bit rows up to 32 K)."""
-    (n_rows, n_cols), element_size = x2d.shape, x2d.element_size()
+def _fwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid)
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min_tile_bytes() // (block_n * element_size))
-    rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](
-        x2d, x2d if w is None else w, y2d, rstd, n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps,
-        HAS_WEIGHT=w is not None, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD))))
+    warps = min(32, max(4, block_m * block_n * element_size // (32 * BYTES_PER_THREAD)))
+    return rms_norm_fwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), triton.cdiv(n_rows, block_m)
+
+def core_forward(x2d, w, y2d, rstd, eps):
+    """Tutorial 04's launch of its fused forward, for the rows it holds whole (16-bit rows up to 32 K)."""
+    kernel, meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
+    kernel[(grid,)](x2d, x2d if w is None else w, y2d, rstd, *x2d.shape, x2d.stride(0), y2d.stride(0), eps,
+                    HAS_WEIGHT=w is not None, **meta)
     return "fused (core)"
 
 # %%
