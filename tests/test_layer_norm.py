@@ -44,9 +44,17 @@ def test_the_later_pages_carry_the_forward_letter_for_letter(carrier, fwd):
     launcher."""
     page = load_tutorial(carrier)
     assert inspect.getsource(page["layer_norm_fwd_kernel"].fn) == inspect.getsource(fwd["layer_norm_fwd_kernel"].fn)
-    for name in ("_fwd_config", "layer_norm_rows_forward", "programs_per_sm", "torch_rows_forward"):
+    for name in ("_fwd_config", "layer_norm_rows_forward", "min_tile_bytes", "torch_rows_forward"):
         assert inspect.getsource(page[name]) == inspect.getsource(fwd[name]), name
-    assert page["MAX_FUSED_N"] == fwd["MAX_FUSED_N"]
+    for name in ("MAX_FUSED_N", "LATENCY"):
+        assert page[name] == fwd[name], name
+
+
+def test_the_forward_sizes_its_tiles_as_the_softmax_page_does(fwd):
+    """02's min_tile_bytes is the fused softmax page's, letter for letter, with the same latency."""
+    core = load_tutorial("01_fused_softmax")
+    assert inspect.getsource(fwd["min_tile_bytes"]) == inspect.getsource(core["min_tile_bytes"])
+    assert fwd["LATENCY"] == core["LATENCY"]
 
 
 def test_the_drop_ins_page_carries_the_backward_and_the_backward_page_its_operators(ln, bwd):
@@ -384,16 +392,19 @@ def test_drop_in_page_checks_passed(ln):
 
 
 def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
-    """The launch parameters chosen by measurement (dev/DESIGN.md): forward rows of 512 at 128 bytes a thread
-    (racecheck-clean at N = 512), others at 64; the backward's blocks of 8 KB in 2 to 4 stages, a program an SM. The
-    occupancy given keeps the rule that doubles BLOCK_M (a GPU only) off, so the test reads the same with and without
-    a GPU."""
-    cfg, occupancy = ln["_fwd_config"], lambda meta: 64
-    assert cfg(1000, 512, 2, occupancy) == (dict(BLOCK_M=8, BLOCK_N=512, EVEN=True, num_warps=2), 125)
-    assert cfg(1000, 512, 4, occupancy)[0] == dict(BLOCK_M=8, BLOCK_N=512, EVEN=True, num_warps=4)
-    assert cfg(1000, 1024, 2, occupancy)[0] == dict(BLOCK_M=4, BLOCK_N=1024, EVEN=True, num_warps=4)
-    assert cfg(1000, 300, 4, occupancy)[0] == dict(BLOCK_M=8, BLOCK_N=512, EVEN=False, num_warps=4)
-    assert cfg(64, 32768, 2, occupancy)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, num_warps=32)
+    """The launch parameters chosen by measurement (dev/DESIGN.md): forward tiles of min_tile_bytes() of x (4 KB with
+    no device), 32 fp32 values a thread on 2 warps or more, evict_last on x; rows of 64 KB or more 64 values a thread,
+    no hint. The backward's blocks of 8 KB in 2 to 4 stages, a program an SM."""
+    monkeypatch.setitem(ln.data, "min_tile_bytes", lambda: 4096)
+    cfg, last = ln["_fwd_config"], "evict_last"
+    assert cfg(1000, 512, 2) == (dict(BLOCK_M=4, BLOCK_N=512, EVEN=True, EVICT=last, num_warps=2), 250)
+    assert cfg(1000, 512, 4)[0] == dict(BLOCK_M=2, BLOCK_N=512, EVEN=True, EVICT=last, num_warps=2)
+    assert cfg(1000, 1024, 2)[0] == dict(BLOCK_M=2, BLOCK_N=1024, EVEN=True, EVICT=last, num_warps=2)
+    assert cfg(1000, 300, 4)[0] == dict(BLOCK_M=2, BLOCK_N=512, EVEN=False, EVICT=last, num_warps=2)
+    assert cfg(1000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, EVEN=True, EVICT=last, num_warps=8)
+    assert cfg(1000, 16384, 2)[0] == dict(BLOCK_M=1, BLOCK_N=16384, EVEN=True, EVICT=last, num_warps=16)
+    assert cfg(1000, 16384, 4)[0] == dict(BLOCK_M=1, BLOCK_N=16384, EVEN=True, EVICT="", num_warps=8)
+    assert cfg(64, 32768, 4)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, EVICT="", num_warps=16)
     bwd, sms = ln["_bwd_config"], ln["NUM_SMS"]
     monkeypatch.setitem(ln.data, "IN_FLIGHT", 0)  # a bandwidth not known: one program an SM (the next test: both)
     assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)

@@ -91,11 +91,8 @@ def _cases(page, stem):
     cases = []
     for dtype, element_size in (("fp32", 4), ("bf16", 2)):
         for n in KERNELS[stem][2]:
-            if stem == "02_layer_norm":  # (meta, grid), given the programs an SM holds
-                kernel, (meta, _) = (
-                    page["layer_norm_fwd_kernel"],
-                    page["_fwd_config"](4096, n, element_size, lambda m: 1),
-                )
+            if stem == "02_layer_norm":  # (meta, grid)
+                kernel, (meta, _) = page["layer_norm_fwd_kernel"], page["_fwd_config"](4096, n, element_size)
             else:  # (kernel, meta, grid)
                 kernel, meta, _ = page["_fwd_config"](4096, n, element_size)
             if kernel.__name__ != KERNELS[stem][0]:

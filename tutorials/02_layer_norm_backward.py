@@ -110,14 +110,14 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw=None, db=None, p
 # Appendix: how this page measures
 # --------------------------------
 # First, the forward: the layer norm page's kernel, its config and launcher, letter for letter as that page writes and
-# explains them (a test keeps the two the same), with the occupancy query its config makes and torch's path past its
+# explains them (a test keeps the two the same), with the tile size its config reads and torch's path past its
 # widths. Then torch's backward past the kernel's widths and the drop-in that the benchmark times as training runs it:
 # torch's checks of the arguments, and the operators with autograd, letter for letter as
 # :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py` explains them. Then the machinery.
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x, dy, dx*. ``RANGE``: the N this kernel is for (the landing page reads it).
 
-import importlib, importlib.util, math, typing
+import functools, importlib, importlib.util, math, typing
 import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 RANGE = {("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # this kernel's N
@@ -126,13 +126,14 @@ TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          EVEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                          EVEN: tl.constexpr, EVICT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
     k: tl.constexpr = 2.0**-16 / BLOCK_N
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
     row_ok, rows = rows < n_rows, tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy=EVICT).to(tl.float32)
     x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
     md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
     xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
@@ -145,45 +146,33 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y, mask=row_ok[:, None] & col_ok[None, :])
     tl.store(mean_ptr + rows[:, None] + cols[None, :], mean[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
-MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
-def _fwd_config(n_rows, n_cols, element_size, occupancy):
-    # blocks of 4096 elements or more, 64 bytes a thread (512 columns: 128, 2 warps or more)
-    block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
-    bytes_per_thread, least = (128, 2) if block_n == 512 else (64, 4)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n,
-                num_warps=min(32, max(least, block_m * block_n * element_size // (32 * bytes_per_thread))))
-    # few programs fit an SM, under 40 KB in flight: twice the rows
-    if ON_GPU and n_rows > block_m and occupancy(meta) * block_m * block_n * element_size < 40960:
-        meta["BLOCK_M"] = 2 * block_m
-    return meta, triton.cdiv(n_rows, meta["BLOCK_M"])
+MAX_FUSED_N = 32768  # the longest row held in registers: 64 fp32 a thread of 16 warps
+def _fwd_config(n_rows, n_cols, element_size):
+    block_m = max(1, min_tile_bytes() // ((block_n := triton.next_power_of_2(n_cols)) * element_size))
+    wide = block_n * element_size >= 65536  # a row of 64 KB or more: 64 fp32 values a thread, no L2 hint
+    warps = min(32, max(2, block_m * block_n // (32 * (64 if wide else 32))))  # a thread 32 values in fp32
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if wide else "evict_last",
+                num_warps=warps), triton.cdiv(n_rows, block_m)
 def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
     """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel, or "torch" past MAX_FUSED_N."""
     if x2d.shape[1] > MAX_FUSED_N:
         return torch_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
-    n_rows, n_cols = x2d.shape
-    args = (x2d, y2d, x2d.new_ones(n_cols) if w is None else w, x2d.new_zeros(n_cols) if b is None else b, mean, rstd,
-            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    occupancy = lambda meta: programs_per_sm(layer_norm_fwd_kernel, args, meta)  # (the appendix)
-    meta, grid = _fwd_config(n_rows, n_cols, x2d.element_size(), occupancy)
-    layer_norm_fwd_kernel[(grid,)](*args, **meta)
+    meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
+    layer_norm_fwd_kernel[(grid,)](x2d, y2d, x2d.new_ones(x2d.shape[1]) if w is None else w,
+                                   x2d.new_zeros(x2d.shape[1]) if b is None else b, mean, rstd, *x2d.shape,
+                                   x2d.stride(0), y2d.stride(0), eps, **meta)
     return layer_norm_fwd_kernel
-_occupancy = {}  # programs_per_sm's answers, by kernel, arguments' kinds and meta-parameters
-def programs_per_sm(kernel, args, meta):
-    """Programs of this compiled kernel an SM holds at once, by threads, registers and shared memory."""
-    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
-                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
-           tuple(sorted(meta.items())))
-    if key not in _occupancy and not ON_GPU:  # the interpreter runs programs one by one
-        _occupancy[key] = 1
-    elif key not in _occupancy:
-        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
-        compiled = kernel.warmup(*args, grid=(1,), **meta)
-        compiled._init_handles()  # loads it: n_regs is known after
-        smem = compiled.metadata.shared
-        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,
-                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
-                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
-    return _occupancy[key]
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 def torch_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):  # past MAX_FUSED_N: deep dive 21's kernels
     x = x2d.double()  # float64, shifted by each row's first value: exact statistics, a constant row's y exactly 0
