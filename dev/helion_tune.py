@@ -1,11 +1,11 @@
 """Tune the pages' Helion kernels on this GPU and store their configs, for the pages to run without autotuning.
 
-A page that measures Helion (01 and 01_softmax_backward, 04 and 04_rms_norm_backward, 06_cross_entropy) defines its
-kernel in its appendix (``@helion.kernel``) and runs each point of its sweep at the config stored for this GPU and
-point in the JSON file that the build names in ``SOL_HELION_CONFIGS`` (``docs/helion_configs.json``, where it exists); a
-point with none stored autotunes there with effort "quick". This tool tunes exactly the kernel the page defines: it
-reads the page's source, runs the kernel's definition (its lines, at their line numbers in the page, so that Helion
-reads back the page's own text), and each point is the page's own (its ``SWEEP_DTYPES``, its row lengths and its
+A page that measures Helion (01 and 01_softmax_backward, 02_layer_norm, 04 and 04_rms_norm_backward, 06_cross_entropy)
+defines its kernel in its appendix (``@helion.kernel``) and runs each point of its sweep at the config stored for this
+GPU and point in the JSON file that the build names in ``SOL_HELION_CONFIGS`` (``docs/helion_configs.json``, where it
+exists); a point with none stored autotunes there with effort "quick". This tool tunes exactly the kernel the page
+defines: it reads the page's source, runs the kernel's definition (its lines, at their line numbers in the page, so that
+Helion reads back the page's own text), and each point is the page's own (its ``SWEEP_DTYPES``, its row lengths and its
 elements a point, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` or as the op names them, as the page sets them on a GPU).
 
     python3 dev/helion_tune.py                         # every op, every point not yet stored for this GPU
@@ -54,6 +54,16 @@ def rms_norm_reference(torch, args, page):
     return torch.nn.functional.rms_norm(x.double(), x.shape[-1:], w.double(), eps)
 
 
+def layer_norm_args(torch, dtype, m, n, page):
+    w, b = torch.rand(n, device=DEVICE, dtype=dtype) + 0.5, torch.randn(n, device=DEVICE, dtype=dtype)
+    return torch.randn(m, n, device=DEVICE, dtype=dtype), w, b, 1e-5
+
+
+def layer_norm_reference(torch, args, page):
+    x, w, b, eps = args
+    return torch.nn.functional.layer_norm(x.double(), x.shape[-1:], w.double(), b.double(), eps)
+
+
 def softmax_backward_args(torch, dtype, m, n, page):  # y (a softmax's output, as the page saves it) and dy
     x = torch.randn(m, n, device=DEVICE, dtype=dtype)
     return torch.softmax(x, dim=-1), torch.randn_like(x)
@@ -100,6 +110,7 @@ OPS = {
     "softmax backward": Op(
         "tutorials/01_softmax_backward.py", "helion_softmax_backward", softmax_backward_args, softmax_backward_reference
     ),
+    "layer_norm forward": Op("tutorials/02_layer_norm.py", "helion_layer_norm", layer_norm_args, layer_norm_reference),
     "rms_norm forward": Op("tutorials/04_rms_norm.py", "helion_rms_norm", rms_norm_args, rms_norm_reference, ("EPS",)),
     "rms_norm backward": Op(
         "tutorials/04_rms_norm_backward.py",

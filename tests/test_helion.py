@@ -1,6 +1,6 @@
-"""Helion, a peer of the pages that dev/helion_tune.py lists (01 and 01_softmax_backward, 04 and 04_rms_norm_backward,
-06_cross_entropy): their kernels against float64, the store of tuned configs that the tool writes and the pages read,
-and that the tool tunes the very kernels the pages define.
+"""Helion, a peer of the pages that dev/helion_tune.py lists (01 and 01_softmax_backward, 02_layer_norm, 04 and
+04_rms_norm_backward, 06_cross_entropy): their kernels against float64, the store of tuned configs that the tool
+writes and the pages read, and that the tool tunes the very kernels the pages define.
 
 Without Helion installed the tests that run it skip and say so; the ones that read the sources run everywhere."""
 
@@ -84,7 +84,7 @@ def test_the_page_runs_its_kernel_under_the_tools_op_at_the_points_it_sweeps(op)
         page = helion_tune.page_constants(op, ("SWEEP_DTYPES", lengths, elements), on_gpu)
         total = lambda t: page[elements][t] if isinstance(page[elements], dict) else page[elements]  # noqa: E731
         assert helion_tune.points(op, on_gpu) == [
-            (str(t)[6:], n, total(t) // n) for t in page["SWEEP_DTYPES"] for n in page[lengths]
+            (str(t)[6:], n, max(1, total(t) // n)) for t in page["SWEEP_DTYPES"] for n in page[lengths]
         ]
         assert {str(t)[6:] for t in page["SWEEP_DTYPES"]} == {"float32", "bfloat16"}
 

@@ -3,8 +3,9 @@ Layer norm
 ==========
 
 Layer norm brings each row to zero mean and unit variance, then scales and shifts it. You write its forward in
-Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack and a copy (the *speed of light*). **What you
-will learn**: a row a program, then blocks of rows, with exact statistics; rows of up to 8 K (16-bit) or 16 K (fp32).
+Triton, timed against PyTorch, ``torch.compile``, Liger-Kernel, quack, Helion and a copy (the *speed of light*).
+**What you will learn**: a row a program, then blocks of rows, exact statistics; rows of up to 8 K (16-bit) or 16 K
+(fp32).
 Triton basics: :ref:`sphx_glr_tutorials_01_fused_softmax.py`.
 """
 
@@ -55,10 +56,10 @@ def plain_layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_cols, eps, BLOCK_N
 # (``rows[:, None]``, ``cols[None, :]``: broadcast as in torch); ``tl.minimum`` clamps rows past the end to the last,
 # their stores masked.
 #
-# - **Exact statistics**: centred on its first value, a constant row gives exactly 0 (step 0 gives y = 0.3 on
+# - **Exact statistics**: centred on its first value, a constant row's x - mean is exactly 0 (step 0's is not, on
 #   rows of 12345.678); scaled by ``k``, a power of two under 1/N, N squares stay finite.
-# - **For the backward**: each row's mean and ``rstd``, stored by column 0 in the tile's layout (``+ cols``), not
-#   through shared memory.
+# - **For the backward**: each row's mean and ``rstd``, stored as a tile masked to column 0 (``+ cols``): no
+#   shuffle through shared memory.
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -84,11 +85,11 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters.** To hide memory's latency an SM keeps bandwidth x latency / SMs bytes in flight (Little's
-# law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs), shared by the 16 programs of 4 warps it holds: a tile holds
-# ``min_tile_bytes()`` of x or more (appendix), a thread 32 values, 2 warps or more. ``evict_last``: L2 evicts x's
-# lines last (measured, a few percent faster), but not on rows of 64 KB, fastest measured at 64 values a thread.
-# Past ``MAX_FUSED_N``, torch; no *w* or *b*: ones or zeros.
+# **Launch parameters.** To hide memory's latency an SM needs bandwidth x latency / SMs bytes in flight (Little's
+# law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs), shared by the 16 programs of 4 warps it holds: a tile holds a 16th or
+# more, ``min_tile_bytes()`` (appendix), a thread at most 32 values, on 2 warps or more. ``EVICT="evict_last"``: L2
+# evicts x's lines last (measured: a few percent faster); rows of 64 KB or more take 64 values a thread and ``""``, no
+# hint (measured fastest).
 
 MAX_FUSED_N = 32768  # the longest row held in registers: 64 fp32 a thread of 16 warps
 def _fwd_config(n_rows, n_cols, element_size):
@@ -115,8 +116,11 @@ def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
 # and the machinery.
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x* read and *y* written.
+# Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
+# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). It computes what
+# ours does: y, and each row's mean and ``rstd`` in fp32.
 
-import functools, importlib, importlib.util, math
+import functools, importlib, importlib.metadata, importlib.util, json, math
 import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 RANGE = {("forward", "float32"): range(1, 16384 + 1), ("forward", "bfloat16"): range(1, 8192 + 1)}  # this kernel's N
@@ -158,6 +162,53 @@ def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), 
         except Exception as err:  # installed, yet it does not load here
             why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
     print(f"{peer}: not measured here ({why}).")
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
+if helion := load_peer("Helion", "helion"):  # a tile of rows a program, as step 1; Helion picks the tile and warps
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+        y, mean, rstd = torch.empty_like(x), *(torch.empty(x.size(0), dtype=torch.float32, device=x.device) for _ in "mr")
+        for rows in hl.tile(x.size(0)):
+            x_rows = x[rows, :].to(torch.float32)
+            mean_rows = torch.mean(x_rows, dim=1)
+            x_c = x_rows - mean_rows[:, None]
+            rstd_rows = torch.rsqrt(torch.mean(x_c * x_c, dim=1) + eps)
+            y[rows, :] = (x_c * rstd_rows[:, None] * w[None, :].to(torch.float32) + b[None, :].to(torch.float32)).to(y.dtype)
+            mean[rows], rstd[rows] = mean_rows, rstd_rows
+        return y, mean, rstd
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run, or where SOL_HELION_AUTOTUNE=0 is not measured. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    off = os.environ.get("SOL_HELION_AUTOTUNE") == "0"  # a build without autotuning: untuned points not measured
+    how = "not measured here (SOL_HELION_AUTOTUNE=0)" if off else "autotuned here (effort quick)"
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: {how} at each point: {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; {how}: {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if off and not point:
+            raise RuntimeError(f"no config tuned on {WHERE} for this point, and SOL_HELION_AUTOTUNE=0")
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
 if ON_GPU:  # graphs are not captured on the default stream
     torch.cuda.set_stream(torch.cuda.Stream())
 def bench(fn, graph=True):  # median ms of fn(); without a GPU, NaN: one call, timed not at all
@@ -177,6 +228,9 @@ def providers():  # name -> fn(x, w, b), ours last
         found["Liger"] = lambda x, w, b: liger.LigerLayerNormFunction.apply(x, w, b, 1e-5)
     if quack := load_peer("quack", "quack.rmsnorm", min_cc=(9, 0)):  # quack takes fp32 w and b
         found["quack"] = lambda x, w, b: quack.layernorm_fwd(x, w.float(), b.float(), 1e-5)
+    if helion:
+        forward = helion_tuned(helion_layer_norm, "layer_norm forward", [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+        found["Helion"] = lambda x, w, b: forward(x, w, b, 1e-5)[0]
     return found | {"ours": ours}
 def ours(x, w, b):  # step 1 (torch past MAX_FUSED_N), its statistics in fp32 buffers of their own
     y, mean, rstd = torch.empty_like(x), *(torch.empty(len(x), device=x.device) for _ in range(2))
@@ -184,7 +238,7 @@ def ours(x, w, b):  # step 1 (torch past MAX_FUSED_N), its statistics in fp32 bu
     return y
 def measure(fns):  # (every provider's GB/s, step 0's ladder rows), each checked before it is timed
     records, steps = [], []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_N:
             x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
             w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
@@ -219,7 +273,7 @@ def check(shapes):  # the errors' table, asserted within a few roundings of each
     errors = pd.DataFrame([check_row(s, d) for d in (torch.float32, torch.float16, torch.bfloat16) for s in shapes])
     assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all(), errors
     return errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
-PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
@@ -306,7 +360,7 @@ print(reading(table, ladder) if ON_GPU else NO_SPEED)
 # :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` (*x* read twice, or a row split),
 # :ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py` (16-bit rows in shared memory), backward
 # :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`. Spin locks:
-# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: at which N does ``_fwd_config``
-# double ``BLOCK_M``, and why? Reference: Ba et al. (2016).
+# :ref:`sphx_glr_tutorials_deep_dives_24_layer_norm_backward_locks.py`. **Exercise**: time 16 K fp32 with
+# ``EVICT="evict_last"`` and 32 values a thread: why slower? Reference: Ba et al. (2016).
 
 environment_card()
