@@ -1,12 +1,13 @@
 """Tune the pages' Helion kernels on this GPU and store their configs, for the pages to run without autotuning.
 
-A page that measures Helion (01 and 01_softmax_backward, 02_layer_norm, 04 and 04_rms_norm_backward, 06_cross_entropy)
-defines its kernel in its appendix (``@helion.kernel``) and runs each point of its sweep at the config stored for this
-GPU and point in the JSON file that the build names in ``SOL_HELION_CONFIGS`` (``docs/helion_configs.json``, where it
-exists); a point with none stored autotunes there with effort "quick". This tool tunes exactly the kernel the page
-defines: it reads the page's source, runs the kernel's definition (its lines, at their line numbers in the page, so that
-Helion reads back the page's own text), and each point is the page's own (its ``SWEEP_DTYPES``, its row lengths and its
-elements a point, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` or as the op names them, as the page sets them on a GPU).
+A page that measures Helion (01 and 01_softmax_backward, 02 and 02_layer_norm_backward, 04 and 04_rms_norm_backward,
+06_cross_entropy) defines its kernel in its appendix (``@helion.kernel``) and runs each point of its sweep at the config
+stored for this GPU and point in the JSON file that the build names in ``SOL_HELION_CONFIGS``
+(``docs/helion_configs.json``, where it exists); a point with none stored autotunes there with effort "quick". This tool
+tunes exactly the kernel the page defines: it reads the page's source, runs the kernel's definition (its lines, at their
+line numbers in the page, so that Helion reads back the page's own text), and each point is the page's own (its
+``SWEEP_DTYPES``, its row lengths and its elements a point, ``SWEEP_N`` and ``TOTAL_ELEMENTS`` or as the op names them,
+as the page sets them on a GPU).
 
     python3 dev/helion_tune.py                         # every op, every point not yet stored for this GPU
     python3 dev/helion_tune.py softmax --effort quick  # ops whose name contains "softmax"
@@ -86,6 +87,19 @@ def rms_norm_backward_reference(torch, args, page):  # dx
     return torch.autograd.grad(y64, x64, dy.double())[0]
 
 
+def layer_norm_backward_args(torch, dtype, m, n, page):  # x, w, mean, rstd (fp32, as the forward saves them), dy
+    x, w = torch.randn(m, n, device=DEVICE, dtype=dtype), torch.rand(n, device=DEVICE, dtype=dtype) + 0.5
+    var, mean = torch.var_mean(x.float(), dim=1, correction=0)
+    return x, w, mean, torch.rsqrt(var + 1e-5), torch.randn_like(x)
+
+
+def layer_norm_backward_reference(torch, args, page):  # dx
+    x, w, _, _, dy = args
+    x64 = x.double().requires_grad_()
+    y64 = torch.nn.functional.layer_norm(x64, x.shape[-1:], w.double(), None, 1e-5)
+    return torch.autograd.grad(y64, x64, dy.double())[0]
+
+
 def cross_entropy_args(torch, dtype, m, n, page):  # logits and each row's target class
     return torch.randn(m, n, device=DEVICE, dtype=dtype), torch.randint(0, n, (m,), device=DEVICE)
 
@@ -111,6 +125,12 @@ OPS = {
         "tutorials/01_softmax_backward.py", "helion_softmax_backward", softmax_backward_args, softmax_backward_reference
     ),
     "layer_norm forward": Op("tutorials/02_layer_norm.py", "helion_layer_norm", layer_norm_args, layer_norm_reference),
+    "layer_norm backward": Op(
+        "tutorials/02_layer_norm_backward.py",
+        "helion_layer_norm_backward",
+        layer_norm_backward_args,
+        layer_norm_backward_reference,
+    ),
     "rms_norm forward": Op("tutorials/04_rms_norm.py", "helion_rms_norm", rms_norm_args, rms_norm_reference, ("EPS",)),
     "rms_norm backward": Op(
         "tutorials/04_rms_norm_backward.py",

@@ -1,6 +1,6 @@
-"""Helion, a peer of the pages that dev/helion_tune.py lists (01 and 01_softmax_backward, 02_layer_norm, 04 and
-04_rms_norm_backward, 06_cross_entropy): their kernels against float64, the store of tuned configs that the tool
-writes and the pages read, and that the tool tunes the very kernels the pages define.
+"""Helion, a peer of the pages that dev/helion_tune.py lists (01 and 01_softmax_backward, 02 and 02_layer_norm_backward,
+04 and 04_rms_norm_backward, 06_cross_entropy): their kernels against float64, the store of tuned configs that the
+tool writes and the pages read, and that the tool tunes the very kernels the pages define.
 
 Without Helion installed the tests that run it skip and say so; the ones that read the sources run everywhere."""
 

@@ -4,9 +4,9 @@ Layer norm backward without locks
 
 :ref:`sphx_glr_tutorials_02_layer_norm.py` built the forward at the speed of a copy. This page adds the backward,
 whose weight gradients are sums over all rows, without a lock, timed as training runs it against PyTorch,
-``torch.compile``, Liger-Kernel, quack and a copy. **What you will learn**: a persistent grid, each program with its
-own line of partial sums; loads staged ahead through shared memory; gradients checked against float64, the same bits
-on every run. Prerequisite: the forward page, whose kernel this page carries in its appendix. Next:
+``torch.compile``, Liger-Kernel, quack, Helion and a copy. **What you will learn**: a persistent grid, each program
+with its own line of partial sums; loads staged ahead through shared memory; gradients checked against float64, the
+same bits on every run. Prerequisite: the forward page, whose kernel this page carries in its appendix. Next:
 :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py`.
 """
 
@@ -116,8 +116,11 @@ def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw=None, db=None, p
 # :ref:`sphx_glr_tutorials_02_layer_norm_drop_in.py` explains them. Then the machinery.
 # :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays; the light, a copy of *x*, without a
 # graph. GB/s counts *x, dy, dx*. ``RANGE``: the N this kernel is for (the landing page reads it).
+# Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on tiles of rows, which Helion
+# compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). Its backward
+# computes what ours does, dx and a dw and db partial a program (summed by torch), after torch's forward.
 
-import functools, importlib, importlib.util, math, typing
+import functools, importlib, importlib.metadata, importlib.util, json, math, typing
 import pandas as pd, torch.nn.functional as F, torch.utils.collect_env as collect_env
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 RANGE = {("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # this kernel's N
@@ -270,6 +273,65 @@ def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), 
         except Exception as err:  # installed, yet it does not load here
             why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
     print(f"{peer}: not measured here ({why}).")
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
+if helion := load_peer("Helion", "helion"):  # block_m rows a program, a dw and db partial each; Helion picks the tiles
+    hl = helion.language
+
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_layer_norm_backward(x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                                   dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        block_m = hl.register_block_size(x.size(0))
+        dx = torch.empty_like(x)
+        dw_partial = torch.empty(helion.cdiv(x.size(0), block_m), x.size(1), dtype=torch.float32, device=x.device)
+        db_partial = torch.empty_like(dw_partial)
+        for program_rows in hl.tile(x.size(0), block_size=block_m):
+            dw_sum = torch.zeros(x.size(1), dtype=torch.float32, device=x.device)
+            db_sum = torch.zeros(x.size(1), dtype=torch.float32, device=x.device)
+            for rows in hl.tile(program_rows.begin, program_rows.end):
+                x_hat = (x[rows, :].to(torch.float32) - mean[rows][:, None]) * rstd[rows][:, None]
+                dy_rows = dy[rows, :].to(torch.float32)
+                g = dy_rows * w[None, :].to(torch.float32)
+                # sums over N, divided by N: Helion's torch.mean in a nested tile divides by N padded to a power of 2
+                c_1 = torch.sum(g, dim=1, keepdim=True) / x.size(1)
+                c_2 = torch.sum(g * x_hat, dim=1, keepdim=True) / x.size(1)
+                dx[rows, :] = ((g - c_1 - x_hat * c_2) * rstd[rows][:, None]).to(dx.dtype)
+                dw_sum += torch.sum(dy_rows * x_hat, dim=0)
+                db_sum += torch.sum(dy_rows, dim=0)
+            dw_partial[program_rows.id, :] = dw_sum
+            db_partial[program_rows.id, :] = db_sum
+        return dx, dw_partial, db_partial
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run, or where SOL_HELION_AUTOTUNE=0 is not measured. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    off = os.environ.get("SOL_HELION_AUTOTUNE") == "0"  # a build without autotuning: untuned points not measured
+    how = "not measured here (SOL_HELION_AUTOTUNE=0)" if off else "autotuned here (effort quick)"
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: {how} at each point: {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; {how}: {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if off and not point:
+            raise RuntimeError(f"no config tuned on {WHERE} for this point, and SOL_HELION_AUTOTUNE=0")
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
 if ON_GPU:  # graphs are not captured on the default stream
     torch.cuda.set_stream(torch.cuda.Stream())
 def bench(fn, graph=True):  # median ms of fn(); without a GPU, NaN: one call, timed not at all
@@ -300,11 +362,25 @@ def providers():  # name -> fn(x, w, b), ours last
                 dx, dw, db = quack.layernorm_bwd(ctx.saved_tensors[0], w32, dy.contiguous(), *ctx.saved_tensors[1:], True)
                 return dx, dw.to(dy.dtype), db.to(dy.dtype)
         found["quack"] = QuackLayerNorm.apply
+    if helion:  # torch's forward (mean and rstd saved in fp32), Helion's backward: the partials summed by torch
+        backward = helion_tuned(helion_layer_norm_backward, "layer_norm backward",
+                                [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+        class HelionLayerNorm(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w, b):
+                var, mean = torch.var_mean(x.float(), dim=1, correction=0)
+                ctx.save_for_backward(x, w, mean, torch.rsqrt(var + 1e-5))
+                return F.layer_norm(x, x.shape[-1:], w, b, 1e-5)
+            @staticmethod
+            def backward(ctx, dy):
+                dx, dw_partial, db_partial = backward(*ctx.saved_tensors, dy.contiguous())
+                return dx, dw_partial.sum(0).to(dy.dtype), db_partial.sum(0).to(dy.dtype)
+        found["Helion"] = HelionLayerNorm.apply
     return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
 def measure(fns):  # (every provider's backward GB/s, the ladder's rows), each checked before it is timed
     global w32, b32
     records, steps = [], []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_N:
             x = torch.randn((max(1, TOTAL_ELEMENTS // n_cols), n_cols), device=DEVICE, dtype=dtype)
             w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
@@ -344,7 +420,7 @@ def check(shapes):  # the errors' table, asserted within a few roundings of each
     errors = pd.DataFrame([check_row(s, d) for d in SUPPORTED_DTYPES for s in shapes])
     assert (errors[OURS].max(axis=1) <= errors.dtype.map(TOLERANCE)).all() and errors["same bits"].all(), errors
     return errors
-PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     table = results.pivot(index=["direction", "dtype", "N", "speed of light"], columns="provider", values="GB/s")
     table = table.reset_index("speed of light")[["speed of light", *fns]]
