@@ -393,8 +393,8 @@ def test_drop_in_page_checks_passed(ln):
 
 def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     """The launch parameters chosen by measurement (dev/DESIGN.md): forward tiles of min_tile_bytes() of x (4 KB with
-    no device), 32 fp32 values a thread on 2 warps or more, evict_last on x; rows of 64 KB or more 64 values a thread,
-    no hint. The backward's blocks of 8 KB in 2 to 4 stages, a program an SM."""
+    no device), 32 fp32 values a thread on 2 warps or more, evict_last on x; rows of 64 KB or more no hint, those of
+    64 KB 64 values a thread. The backward's blocks of 8 KB in 2 to 4 stages, a program an SM."""
     monkeypatch.setitem(ln.data, "min_tile_bytes", lambda: 4096)
     cfg, last = ln["_fwd_config"], "evict_last"
     assert cfg(1000, 512, 2) == (dict(BLOCK_M=4, BLOCK_N=512, EVEN=True, EVICT=last, num_warps=2), 250)
@@ -404,7 +404,8 @@ def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     assert cfg(1000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, EVEN=True, EVICT=last, num_warps=8)
     assert cfg(1000, 16384, 2)[0] == dict(BLOCK_M=1, BLOCK_N=16384, EVEN=True, EVICT=last, num_warps=16)
     assert cfg(1000, 16384, 4)[0] == dict(BLOCK_M=1, BLOCK_N=16384, EVEN=True, EVICT="", num_warps=8)
-    assert cfg(64, 32768, 4)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, EVICT="", num_warps=16)
+    assert cfg(64, 32768, 2)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, EVICT="", num_warps=16)
+    assert cfg(64, 32768, 4)[0] == dict(BLOCK_M=1, BLOCK_N=32768, EVEN=True, EVICT="", num_warps=32)
     bwd, sms = ln["_bwd_config"], ln["NUM_SMS"]
     monkeypatch.setitem(ln.data, "IN_FLIGHT", 0)  # a bandwidth not known: one program an SM (the next test: both)
     assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)

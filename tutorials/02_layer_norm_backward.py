@@ -149,12 +149,12 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y, mask=row_ok[:, None] & col_ok[None, :])
     tl.store(mean_ptr + rows[:, None] + cols[None, :], mean[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
     tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
-MAX_FUSED_N = 32768  # the longest row held in registers: 64 fp32 a thread of 16 warps
+MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
 def _fwd_config(n_rows, n_cols, element_size):
     block_m = max(1, min_tile_bytes() // ((block_n := triton.next_power_of_2(n_cols)) * element_size))
-    wide = block_n * element_size >= 65536  # a row of 64 KB or more: 64 fp32 values a thread, no L2 hint
-    warps = min(32, max(2, block_m * block_n // (32 * (64 if wide else 32))))  # a thread 32 values in fp32
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if wide else "evict_last",
+    big = (row := block_n * element_size) >= 65536  # rows of 64 KB or more: no L2 hint; of 64 KB, 64 values a thread
+    warps = min(32, max(2, block_m * block_n // (32 * (64 if row == 65536 else 32))))  # a thread 32 values in fp32
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if big else "evict_last",
                 num_warps=warps), triton.cdiv(n_rows, block_m)
 def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
     """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel, or "torch" past MAX_FUSED_N."""
