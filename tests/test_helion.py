@@ -109,9 +109,12 @@ def arguments(op, dtype, m, n, device):
     """The kernel's arguments as its page passes them, logits and inputs of 4 x N(0, 1)."""
     x = torch.randn(m, n, dtype=dtype, device=device).mul_(4)
     w, dy = torch.rand(n, dtype=dtype, device=device) + 0.5, torch.randn(m, n, dtype=dtype, device=device)
+    var, mean = torch.var_mean(x.float(), dim=1, correction=0)  # as layer norm's forward saves them, in fp32
     return {
         "softmax forward": lambda: (x,),
         "softmax backward": lambda: (torch.softmax(x, dim=-1), dy),  # y as the forward saves it
+        "layer_norm forward": lambda: (x, w, torch.randn(n, dtype=dtype, device=device), 1e-5),
+        "layer_norm backward": lambda: (x, w, mean, torch.rsqrt(var + 1e-5), dy),
         "rms_norm forward": lambda: (x, w, 1e-6),
         "rms_norm backward": lambda: (x, w, torch.rsqrt(x.float().square().mean(1) + 1e-6), dy),
         "cross_entropy forward": lambda: (x, torch.randint(0, n, (m,), device=device)),
@@ -119,10 +122,24 @@ def arguments(op, dtype, m, n, device):
 
 
 def reference(op, args):
-    """[(float64 result, the size its error is relative to)]: softmax's y, its backward's dx; RMSNorm's y and rstd, its
-    backward's dx (against its terms' size, r * dy * w: they cancel at N = 1) and dw; each row's cross-entropy loss."""
+    """[(float64 result, the size its error is relative to)]: softmax's y, its backward's dx; layer norm's y, mean and
+    rstd, its backward's dx (against its terms' size, r * dy * w: they cancel at N = 1), dw and db; RMSNorm's y and
+    rstd, its backward's dx (as layer norm's) and dw; each row's cross-entropy loss."""
     x = args[0].double()
-    if op == "softmax forward":
+    if op == "layer_norm forward":
+        var, mean = torch.var_mean(x, dim=1, correction=0)
+        rstd = torch.rsqrt(var + args[3])
+        results = [(x - mean[:, None]) * rstd[:, None] * args[1].double() + args[2].double(), mean, rstd]
+    elif op == "layer_norm backward":
+        x64, w64, dy = x.requires_grad_(), args[1].double().requires_grad_(), args[4].double()
+        b64 = torch.zeros_like(w64, requires_grad=True)
+        y64 = torch.nn.functional.layer_norm(x64, x.shape[-1:], w64, b64, 1e-5)
+        dx, _, db = torch.autograd.grad(y64, (x64, w64, b64), dy)
+        var, mean = torch.var_mean(x.detach(), dim=1, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + 1e-5)
+        dw = (dy * (x.detach() - mean) * rstd).sum(0)  # its definition: exactly 0 at N = 1, where autograd's is 1e-14
+        return [(dx, (dy * w64.detach() * rstd).norm()), (dw, dw.norm()), (db, db.norm())]
+    elif op == "softmax forward":
         results = [torch.softmax(x, dim=-1)]
     elif op == "softmax backward":
         dy = args[1].double()
@@ -141,9 +158,9 @@ def reference(op, args):
 
 
 def outputs(op, out):
-    """The kernel's results, as its page uses them: RMSNorm backward's dw is its partials' sum."""
+    """The kernel's results, as its page uses them: the backwards' dw (and layer norm's db) are their partials' sums."""
     out = out if isinstance(out, tuple) else (out,)
-    return (out[0], out[1].sum(0)) if op == "rms_norm backward" else out
+    return (out[0], *(partial.sum(0) for partial in out[1:])) if op.endswith("norm backward") else out
 
 
 SHAPES = [(7, 1), (33, 257), (5, 1000), (3, 4096)]

@@ -168,13 +168,15 @@ if helion := load_peer("Helion", "helion"):  # a tile of rows a program, as step
 
     @helion.kernel(static_shapes=True, autotune_effort="quick")
     def helion_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
-        y, mean, rstd = torch.empty_like(x), *(torch.empty(x.size(0), dtype=torch.float32, device=x.device) for _ in "mr")
+        y, mean = torch.empty_like(x), torch.empty(x.size(0), dtype=torch.float32, device=x.device)
+        rstd = torch.empty_like(mean)
         for rows in hl.tile(x.size(0)):
-            x_rows = x[rows, :].to(torch.float32)
-            mean_rows = torch.mean(x_rows, dim=1)
-            x_c = x_rows - mean_rows[:, None]
-            rstd_rows = torch.rsqrt(torch.mean(x_c * x_c, dim=1) + eps)
-            y[rows, :] = (x_c * rstd_rows[:, None] * w[None, :].to(torch.float32) + b[None, :].to(torch.float32)).to(y.dtype)
+            x_rows = x[rows, :].to(torch.float32)  # sums, divided by N: columns past N load as 0 and add nothing
+            mean_rows = torch.sum(x_rows, dim=1) / x.size(1)
+            var_rows = torch.sum(x_rows * x_rows, dim=1) / x.size(1) - mean_rows * mean_rows
+            rstd_rows = torch.rsqrt(var_rows + eps)
+            y_rows = (x_rows - mean_rows[:, None]) * rstd_rows[:, None] * w[None, :].to(torch.float32)
+            y[rows, :] = (y_rows + b[None, :].to(torch.float32)).to(y.dtype)
             mean[rows], rstd[rows] = mean_rows, rstd_rows
         return y, mean, rstd
 
