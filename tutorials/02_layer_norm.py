@@ -88,8 +88,8 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 # **Launch parameters.** To hide memory's latency an SM needs bandwidth x latency / SMs bytes in flight (Little's
 # law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs), shared by the 16 programs of 4 warps it holds: a tile holds a 16th or
 # more, ``min_tile_bytes()`` (appendix), a thread at most 32 values, on 2 warps or more. ``EVICT="evict_last"``: L2
-# evicts x's lines last (measured: a few percent faster), ``""`` none: rows of 64 KB or more; 64 KB rows take 64
-# values a thread (measured fastest).
+# evicts x's lines last (a few percent faster); ``""``, no hint, on rows of 64 KB or more; 64 KB rows hold 64 values
+# a thread (both measured).
 
 MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
 def _fwd_config(n_rows, n_cols, element_size):
