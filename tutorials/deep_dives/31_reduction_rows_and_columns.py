@@ -168,7 +168,7 @@ MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 # The N these kernels are for (the landing page reads it; 2**40: no last): column sums, rows past the core page's
-RANGE = {(k, t): range(s, 2**40) for k, s in (("row sums", 16385), ("column sums", 1)) for t in ("float32", "bfloat16")}
+RANGE = {(k, t): range(s, 2**40) for k, s in (("row sums", 65537), ("column sums", 1)) for t in ("float32", "bfloat16")}
 
 def tile_config(n_rows, n_cols, dtype, along, block_n=None, tile=None):
     """(BLOCK_M, BLOCK_N, num_warps) for a sum along 'rows' (dim=1) or 'cols' (dim=0); ``tile``
