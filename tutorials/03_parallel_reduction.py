@@ -65,7 +65,7 @@ def plain_sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides)
     if n_cols > PLAIN_MAX_N:
         raise ValueError(f"plain_sum_rows: rows of {n_cols} elements; at most {PLAIN_MAX_N} fit in registers")
     block_n = triton.next_power_of_2(n_cols)
-    num_warps = min(16, max(1, block_n // 256))  # 8 elements a thread (two 16-byte loads), at most 16 warps
+    num_warps = min(16, max(1, block_n // 256))  # 8 elements a thread to 16 warps (rows of 4096), then more
     plain_row_sum_kernel[(n_rows,)](x2d, out, n_cols, *x2d.stride(), BLOCK_N=block_n, num_warps=num_warps)
 
 # %%
@@ -74,12 +74,12 @@ def plain_sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides)
 #
 # Step 1: a tile of fixed size
 # ----------------------------
-# A tile of 8192 elements, ``BLOCK_M`` rows of ``BLOCK_N``: ``rows[:, None]`` and ``cols[None, :]`` broadcast, as in
-# torch, into its addresses. ``tl.range`` loops in the kernel: a long row is walked ``BLOCK_N`` columns a step into a
-# ``tl.zeros`` fp32 tile, summed along ``axis=1`` at the end. Short rows share a tile: 128 rows of 64, 32 KB of fp32
-# to read instead of 256 bytes. ``if EVEN:`` tests a ``tl.constexpr``, settled when the kernel compiles: where every tile is
-# full, no masks, an instruction or two an element that short 16-bit rows feel. ``evict_first`` marks the lines as
-# read once: L2 drops them before lines that may be read again.
+# A tile of 8192 elements (32 KB of fp32), ``BLOCK_M`` rows of ``BLOCK_N``: ``rows[:, None]`` and ``cols[None, :]``
+# broadcast, as in torch, into its addresses. ``tl.range`` loops in the kernel: a long row is walked ``BLOCK_N`` columns
+# a step into a ``tl.zeros`` fp32 tile, summed along ``axis=1`` at the end. Short rows share a tile: 128 rows of 64, 32
+# KB of fp32 to read instead of 256 bytes. ``if EVEN:`` tests a ``tl.constexpr``, settled when the kernel compiles:
+# where every tile is full, no masks: an instruction or two less an element, which short 16-bit rows show.
+# ``evict_first`` marks the lines as read once: L2 drops them before lines that may be read again.
 
 @triton.jit
 def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
@@ -101,16 +101,16 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
 
 # %%
 # **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
-# about 25 KB at 3.35 TB/s, a microsecond, 132 SMs): a tile of 8192 elements, 16 a thread, several programs an SM
-# (measured: 2-6% faster than 4096 on rows of 4 K to 64 K).
+# about 25 KB at 3.35 TB/s, a microsecond, 132 SMs): a tile of 8192 elements, 16 warps of 16 a thread (four 16-byte
+# loads in fp32), several programs an SM (measured: 2-6% faster than 4096 on rows of 4 K to 64 K).
 #
 # **The range.** ``RANGE``: rows of up to 64 K elements. The benchmark's 2**26 elements in rows that long make 1024
 # programs; in rows of 2**20, 64, and most SMs wait.
 
 def _row_config(n_rows, n_cols):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
-    block_n = min(triton.next_power_of_2(n_cols), 8192)  # long rows are walked 8192 columns a step
+    block_n = min(triton.next_power_of_2(n_cols), 8192)  # a long row fills the tile alone: 8192 columns a step
     block_m = max(1, min(8192 // block_n, triton.next_power_of_2(n_rows)))  # short rows: many a tile
-    num_warps = min(32, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 32 warps
+    num_warps = min(16, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 16 warps
     return block_m, block_n, num_warps
 
 def sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides), one program per BLOCK_M rows

@@ -167,9 +167,9 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 def _row_config(n_rows, n_cols):  # (BLOCK_M, BLOCK_N, num_warps) of row_sum_kernel
-    block_n = min(triton.next_power_of_2(n_cols), 8192)  # long rows are walked 8192 columns a step
+    block_n = min(triton.next_power_of_2(n_cols), 8192)  # a long row fills the tile alone: 8192 columns a step
     block_m = max(1, min(8192 // block_n, triton.next_power_of_2(n_rows)))  # short rows: many a tile
-    num_warps = min(32, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 32 warps
+    num_warps = min(16, max(4, block_m * block_n // (32 * 16)))  # 16 elements a thread, 4 to 16 warps
     return block_m, block_n, num_warps
 
 def sum_rows(x2d, out):  # out[i] = sum of row i of x2d (any strides), one program per BLOCK_M rows
