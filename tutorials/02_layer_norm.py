@@ -150,6 +150,7 @@ def plain_forward(x, y, w, b, eps=1e-5):  # step 0: kernel[grid](arguments), a p
 
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 # %%
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), saying why in one wording
@@ -162,7 +163,6 @@ def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), 
         except Exception as err:  # installed, yet it does not load here
             why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
     print(f"{peer}: not measured here ({why}).")
-SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 if helion := load_peer("Helion", "helion"):  # a tile of rows a program, as step 1; Helion picks the tile and warps
     hl = helion.language
 
@@ -231,8 +231,9 @@ def providers():  # name -> fn(x, w, b), ours last
     if quack := load_peer("quack", "quack.rmsnorm", min_cc=(9, 0)):  # quack takes fp32 w and b
         found["quack"] = lambda x, w, b: quack.layernorm_fwd(x, w.float(), b.float(), 1e-5)
     if helion:
-        forward = helion_tuned(helion_layer_norm, "layer_norm forward", [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
-        found["Helion"] = lambda x, w, b: forward(x, w, b, 1e-5)[0]
+        helion_forward = helion_tuned(helion_layer_norm, "layer_norm forward",
+                                      [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+        found["Helion"] = lambda x, w, b: helion_forward(x, w, b, 1e-5)[0]
     return found | {"ours": ours}
 def ours(x, w, b):  # step 1 (torch past MAX_FUSED_N), its statistics in fp32 buffers of their own
     y, mean, rstd = torch.empty_like(x), *(torch.empty(len(x), device=x.device) for _ in range(2))

@@ -126,6 +126,7 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 RANGE = {("backward", "float32"): range(1, 8192 + 1), ("backward", "bfloat16"): range(1, 8192 + 1)}  # this kernel's N
 TOTAL_ELEMENTS, SWEEP_N, LADDER_N = (2**26, [2**k for k in range(9, 17)], [512, 8192]) if ON_GPU else \
     (2**14, [256, 2048, 16384, 65536], [256, 2048])  # 2**26: past the L2 of today's GPUs
+SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -273,7 +274,6 @@ def load_peer(peer, module, min_cc=(0, 0)):  # its module, or None (no column), 
         except Exception as err:  # installed, yet it does not load here
             why = " ".join(f"{type(err).__name__}: {err}".split())[:100]
     print(f"{peer}: not measured here ({why}).")
-SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 if helion := load_peer("Helion", "helion"):  # block_m rows a program, a dw and db partial each; Helion picks the tiles
     hl = helion.language
 
@@ -363,17 +363,17 @@ def providers():  # name -> fn(x, w, b), ours last
                 return dx, dw.to(dy.dtype), db.to(dy.dtype)
         found["quack"] = QuackLayerNorm.apply
     if helion:  # torch's forward (mean and rstd saved in fp32), Helion's backward: the partials summed by torch
-        backward = helion_tuned(helion_layer_norm_backward, "layer_norm backward",
-                                [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
+        helion_backward = helion_tuned(helion_layer_norm_backward, "layer_norm backward",
+                                       [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_N])
         class HelionLayerNorm(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, x, w, b):
-                var, mean = torch.var_mean(x.float(), dim=1, correction=0)
-                ctx.save_for_backward(x, w, mean, torch.rsqrt(var + 1e-5))
-                return F.layer_norm(x, x.shape[-1:], w, b, 1e-5)
+            def forward(ctx, x, w, b):  # torch's own op, which returns the statistics it computed
+                y, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], w, b, 1e-5)
+                ctx.save_for_backward(x, w, mean.flatten().float(), rstd.flatten().float())
+                return y
             @staticmethod
             def backward(ctx, dy):
-                dx, dw_partial, db_partial = backward(*ctx.saved_tensors, dy.contiguous())
+                dx, dw_partial, db_partial = helion_backward(*ctx.saved_tensors, dy.contiguous())
                 return dx, dw_partial.sum(0).to(dy.dtype), db_partial.sum(0).to(dy.dtype)
         found["Helion"] = HelionLayerNorm.apply
     return found | {"ours": lambda x, w, b: layer_norm(x, x.shape[-1:], w, b)}
