@@ -265,6 +265,7 @@ def main(argv=None):
         help="cut each point's search after this many seconds, at its best so far (Helion's "
         "autotune_budget_seconds; default: none)",
     )
+    parser.add_argument("--dtypes", nargs="+", default=None, help="tune only the points of these dtypes (float32 ...)")
     parser.add_argument("--list", action="store_true", help="print the ops and their points; tune nothing")
     options = parser.parse_args(argv)
     ops = [op for op in OPS if not options.ops or any(word in op for word in options.ops)]
@@ -282,7 +283,7 @@ def main(argv=None):
         kernel, page = load_kernel(op), page_constants(op, OPS[op].constants + ("TOLERANCE",))
         done = set() if options.force else stored_points(options.store, gpu, op, found["helion"])
         for dtype, n, m in points(op):
-            if (dtype, n) in done:
+            if (dtype, n) in done or (options.dtypes and dtype not in options.dtypes):
                 continue
             if options.budget and time.monotonic() - start > options.budget:
                 print(f"budget spent: {op} {dtype} N = {n} and after not tuned; run again to go on", flush=True)
