@@ -189,3 +189,16 @@ def test_bad_input_is_refused_by_every_rank_and_the_references_are_right(page):
     alone = [answer["one rank's integer logits"] for answer in answers]  # rank 1's logits are int64
     assert alone[1][0] == "ValueError" and "dtype" in alone[1][1], alone[1]
     assert alone[0][0] == "ValueError" and "rank 1 refused" in alone[0][1], alone[0]
+
+
+@pytest.mark.parametrize("sms, l2_bytes", [(132, 60 * 2**20), (108, 40 * 2**20), (128, 72 * 2**20), (4, 2**14)])
+def test_blocks_of_rows(page, monkeypatch, sms, l2_bytes):
+    """A block is a multiple of the SMs, never smaller than the block that stays in L2 (two of them in 70% of L2), and
+    the rows go in at most four blocks, several wherever a quarter of the rows is larger than that."""
+    monkeypatch.setitem(page, "device_facts", lambda device: (sms, l2_bytes, 232448))
+    block_rows = page["block_rows"]
+    for n_rows, n_cols, size in [(16384, 128256, 2), (8192, 262144, 2), (37, 300, 4), (5, 300, 4), (40000, 32000, 4)]:
+        in_l2, rows = block_rows(n_rows, n_cols, size, "cpu", fit_l2=True), block_rows(n_rows, n_cols, size, "cpu")
+        assert in_l2 % sms == 0 and rows % sms == 0 and rows >= in_l2
+        assert in_l2 == sms or 2 * in_l2 * n_cols * size <= 0.7 * l2_bytes
+        assert -(-n_rows // rows) <= 4 and (rows == in_l2 or -(-n_rows // rows) >= 3)
