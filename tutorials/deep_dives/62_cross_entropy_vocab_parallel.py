@@ -8,9 +8,8 @@ drop-in for :func:`torch.nn.functional.cross_entropy` on those slices: each GPU 
 a few floats a row (never the logits), and each writes the gradient of its slice. **What you will learn**: which
 statistics a slice must share and the log-sum-exp algebra that merges them (deep dive
 :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` does it between programs; here between GPUs);
-one collective a block of rows, overlapped with the next block's reading, and why blocks small enough to stay in L2
-for the gradient lose on a GPU; measured against Megatron-style all-reduces and against gathering the logits. The
-kernel is :ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`'s.
+one collective a block of rows, overlapped with the next block's reading, and why blocks that stay in L2 lose; measured
+against Megatron-style all-reduces and gathered logits. The kernel: :ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`.
 """
 
 import datetime, hashlib, importlib, inspect, json, linecache, operator, os, pathlib, shutil, statistics, subprocess, sys
@@ -59,15 +58,13 @@ for_ranks = lambda obj: RANK_CODE.append(obj) or obj  # a decorator: obj, kept i
 # The kernel: 06's, split where the slices merge
 # ----------------------------------------------
 # Core page 06's kernel, carried: pass 1 (a running maximum and sum over chunks) and pass 2 (the gradient, rereading
-# the row backwards). Here ``PASS=1`` writes a row's statistics of this slice; ``PASS=2`` merges the gathered
-# statistics of every slice, then writes the row's loss and this slice's gradient; ``PASS=3`` is 06's one-pass kernel
-# on one slice, the one-GPU yardstick. ``col0`` places the slice in the vocabulary: the target, its weight, and the
-# weights smoothing reads are the whole vocabulary's. 06's launch parameters come with it, its constants as defaults.
+# the row backwards). ``PASS=1`` writes a row's statistics of this slice; ``PASS=2`` merges every slice's, then writes
+# the row's loss and this slice's gradient; ``PASS=3`` is 06's one-pass kernel on one slice, the one-GPU yardstick.
+# ``col0`` places the slice in the vocabulary (the target and weights are the whole vocabulary's); 06's launch comes too.
 
 @for_ranks
 def device_facts(device):
-    """(SMs, L2 bytes, shared memory a block); on the CPU 4 SMs, an H100's shared memory and 16 KB of L2 (tiny shapes
-    still go in several blocks of rows)."""
+    """(SMs, L2 bytes, shared memory a block); on the CPU 4 SMs, 227 KB and 16 KB of L2 (tiny rows in several blocks)."""
     props = torch.cuda.get_device_properties(device) if ON_GPU else None
     return (props.multi_processor_count, props.L2_cache_size, props.shared_memory_per_block_optin) if props else (4, 2**14, 232448)
 
@@ -176,20 +173,16 @@ def launch_pass(PASS, x2d, target, weight, consts, stats, losses, dx, col0, voca
 # %%
 # Blocks of rows, one all-gather a block
 # --------------------------------------
-# Pass 2 rereads a block's logits after its gather. Blocks whose pass 2 finds them in L2 (two blocks in 06's share of
-# L2) would move 06's bytes, but a row of a large vocabulary is hundreds of KB: such a block is about one row an SM,
-# read in microseconds, less than its three launches and its collective cost, and one row an SM keeps too few bytes in
-# flight. So the rows go in four blocks (a multiple of the SMs, and never smaller than the L2 block), and pass 2 rereads
-# them from memory: 3 passes over the logits where 06 makes 2, at best 2/3 of its speed. The appendix measures the L2
-# blocks too. For each block: pass 1, then its all-gather, started (``async_op=True``), not awaited; then the *previous*
-# block's gather is awaited and its pass 2 runs: each gather travels while the next block is read. NCCL runs it on its
-# own stream, and ``wait()`` orders pass 2 after it without stopping the CPU; gloo runs it on a thread. The appendix
-# also times ``overlap=False`` (each gather awaited at once) and ``exchange=False`` (no gathers).
+# Blocks that pass 2 finds in L2 would move 06's bytes, but a row of a large vocabulary is hundreds of KB: such a block
+# is about a row an SM, read in microseconds, less than its three launches and its gather cost. So the rows go in four
+# blocks (a multiple of the SMs, never under the L2 block) and pass 2 rereads them from memory: 3 passes where 06 makes
+# 2. For each block: pass 1, then its all-gather, started (``async_op=True``); then the *previous* block's gather is
+# awaited and its pass 2 runs, each gather travelling while the next block is read (NCCL on its own stream; gloo on a
+# thread). The appendix times the L2 blocks, ``overlap=False`` (each gather awaited at once) and ``exchange=False``.
 
 @for_ranks
 def block_rows(n_rows, n_cols, element_size, device, fit_l2=False, l2_share=0.7, blocks=4):
-    """Rows a block, a multiple of the SMs: a quarter of the rows (blocks: enough for each gather to overlap the next
-    block's reading), or (fit_l2) two blocks in l2_share of L2."""
+    """Rows a block, a multiple of the SMs: a quarter of the rows, or (fit_l2) two blocks in l2_share of L2."""
     sms, l2_bytes, _ = device_facts(device)
     in_l2 = sms * max(1, int(l2_share * l2_bytes / 2) // (sms * n_cols * element_size))
     return in_l2 if fit_l2 else max(in_l2, sms * triton.cdiv(n_rows, blocks * sms))
@@ -201,8 +194,7 @@ def all_gather(out, tensor, group):
     return gather(out, tensor, group=group, async_op=True)
 
 @for_ranks
-def shard_losses(x2d, target, weight, ignore_index, mean, smoothing, group, dx, overlap=True, exchange=True,
-                 fit_l2=False):
+def shard_losses(x2d, target, weight, ignore_index, mean, smoothing, group, dx, overlap=True, exchange=True, fit_l2=False):
     """(per-row fp32 losses, the same bits on every rank; the mean's factor); this slice's gradient into dx (None: none)."""
     (n_rows, width), ranks, rank = x2d.shape, dist.get_world_size(group), dist.get_rank(group)
     vocab, k, device = ranks * width, 3 + (smoothing > 0), x2d.device
@@ -211,8 +203,7 @@ def shard_losses(x2d, target, weight, ignore_index, mean, smoothing, group, dx, 
     scale = 1.0 / counted.float() if mean else torch.ones((), device=device)  # every row ignored: inf, a NaN mean
     w_slices = torch.full((ranks,), float(width), device=device) if weight is None else weight.float().view(ranks, width).sum(1)
     consts = torch.cat([scale.reshape(1), w_slices.sum().reshape(1), w_slices])  # the kernel's: [scale, W, W_0, W_1, ...]
-    pending, rows = [], block_rows(n_rows, width, x2d.element_size(), device, fit_l2)
-    losses = torch.empty(n_rows, device=device)
+    pending, rows, losses = [], block_rows(n_rows, width, x2d.element_size(), device, fit_l2), torch.empty(n_rows, device=device)
     for start in range(0, n_rows, rows):
         block = slice(start, min(n_rows, start + rows))
         stats = torch.empty(block.stop - start, k, device=device)
@@ -559,9 +550,8 @@ def environment_card():
 # Does the split pay?
 # -------------------
 # Per number of ranks, :math:`M` and :math:`V`: a GPU's GB/s on its slice in a training step (``ours``: the drop-in
-# with its checks and autograd) against one GPU running 06's one-pass kernel on a slice of the same size (ours makes 3
-# passes where it makes 2: at most 0.67x); what the gathers cost; whether overlapping them pays; blocks in L2, and the
-# two references, as their time over ours.
+# with its checks and autograd) against 06's one-pass kernel on a slice as large (3 passes for its 2: at most 0.67x);
+# the gathers' cost; whether overlapping pays; blocks in L2 and the two references, as their time over ours.
 
 if ON_GPU:
     measured = pd.DataFrame([row for world in WORLDS for row in launch(world, "bench_task", SWEEP)[0]]).set_index(["ranks", "M", "V"])
@@ -596,8 +586,7 @@ shown.style.format(formats) if ON_GPU else print(NO_GPU)
 print(NO_GPU) if not ON_GPU else None
 for world, part in table.groupby(level="ranks") if ON_GPU else ():
     ratio, share, overlap = part["ours / one GPU"], part["gathers' share of the step"], part["overlap: awaited at once / overlapped"]
-    mega, gather = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"]
-    in_l2 = part["blocks in L2 / ours"]
+    mega, gather, in_l2 = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"], part["blocks in L2 / ours"]
     pays = "pays" if overlap.min() > 1.02 else "does not pay here" if overlap.max() < 1.02 else "pays at some sizes only"
     print(f"{world} rank{'s' * (world > 1)}: a GPU at {ratio.min():.2f}x to {ratio.max():.2f}x one GPU's one-pass kernel "
           f"on a slice of the same size; the gathers add {share.min():.1f}% to {share.max():.1f}% to the step, and "
@@ -608,11 +597,9 @@ for world, part in table.groupby(level="ranks") if ON_GPU else ():
 # %%
 # Going further
 # -------------
-# **Blocks in L2, graphed**: captured in a CUDA graph (NCCL's collectives can be), the L2 blocks lose their launches'
-# host time; what stays is each collective's latency: measure whether 06's 2 passes then win. **Fused linear
-# cross-entropy** never writes the logits: each GPU's slice of the LM head computes a block of logits and its statistics
-# at once. **Exercise**: every rank computes the mean's denominator from the whole target: measure what that costs at
-# :math:`M = 16{,}384`. References: Shoeybi et al. (2019), Megatron-LM; torchtitan's loss-parallel; core page 06 and
-# deep dive 61.
+# **Blocks in L2, graphed**: in a CUDA graph (NCCL's collectives can be captured) the L2 blocks lose their host time:
+# do 06's 2 passes then win? **Fused linear cross-entropy** never writes the logits. **Exercise**: what does the mean's
+# denominator from the whole target cost at :math:`M = 16{,}384`? References: Megatron-LM (Shoeybi et al., 2019);
+# torchtitan's loss-parallel; core page 06 and deep dive 61.
 
 environment_card()
