@@ -442,6 +442,29 @@ def test_build_shows_what_ran_keeps_what_was_not_rerun_and_drops_what_went_stale
     assert not (tmp_path / "docs" / "_generated" / "results" / "01_demo.csv").exists()
 
 
+def test_a_build_cut_short_and_run_again_keeps_the_pages_that_ran(tmp_path, clean_env):
+    """A build stopped before its end (a time limit) wrote no landing page and kept nothing; the next build, which
+    sphinx-gallery lets skip the pages that ran, still shows their numbers. A page stopped in its run (results
+    written, its .rst not made after them) is not kept."""
+    app, rst = fake_build(tmp_path)
+    sol_results._ask_for_results(app)  # the build cut short: the page ran and its .rst was made, then no end
+    page_table()[[*COLUMNS, "recommended"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_demo.csv"))
+    fresh = tmp_path / "build" / "results" / "01_demo.csv"
+    rst.write_text("the page\n")
+    ran, made = fresh.stat().st_mtime_ns - 3 * 10**9, fresh.stat().st_mtime_ns - 2 * 10**9  # the results, then the page
+    os.utime(fresh, ns=(ran, ran))
+    os.utime(rst, ns=(made, made))
+    text = run_build(app, rst, writes=None)
+    assert "forward, float32" in text and "Not rerun by this build" in text, text
+    # cut short again, inside the page's run this time: its results are newer than its .rst
+    sol_results._ask_for_results(app)
+    page_table()[[*COLUMNS, "recommended"]].to_csv(os.path.join(os.environ["SOL_RESULTS"], "01_demo.csv"))
+    os.utime(rst, ns=(ran, ran))
+    (tmp_path / "docs" / "_generated" / "results" / "01_demo.csv").unlink()
+    text = run_build(app, rst, writes=None)
+    assert text.startswith("No results were measured in this build"), text
+
+
 def test_kept_results_of_an_older_contract_are_dropped_not_fatal(tmp_path, clean_env, caplog):
     """A page not rerun whose kept results lack a column the contract now asks for: dropped, and said in the log
     (not a Sphinx warning: -W would fail the build over a file that no page will write again)."""

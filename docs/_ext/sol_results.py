@@ -51,9 +51,11 @@ keeps that page as it was, numbers and all. So that the landing page agrees with
 page's results are also kept in ``docs/_generated/results/`` and stay valid exactly as long as
 sphinx-gallery leaves that page's generated ``.rst`` untouched (a newer ``.rst``: the page was made again,
 by a run that wrote no results or by a build that did not run it, and the kept results are dropped; so are
-kept results that break this contract, written under an older one). The landing page says which rows come
-from such an earlier run. A build that runs no tutorial at all (``make html-noplot``) shows one line saying
-that no results were measured in this build, and nothing else.
+kept results that break this contract, written under an older one). A build cut short before its end
+leaves its pages' results in ``<build>/results``: the next build keeps those whose page's ``.rst`` was made
+after them. The landing page says which rows come from such an earlier run. A build that runs no tutorial
+at all (``make html-noplot``) shows one line saying that no results were measured in this build, and
+nothing else.
 """
 
 import math
@@ -508,8 +510,18 @@ def _folders(app):
 
 
 def _ask_for_results(app):
-    """Before sphinx-gallery runs the tutorials: an empty folder for their results, named in SOL_RESULTS."""
-    fresh, _, _ = _folders(app)
+    """Before sphinx-gallery runs the tutorials: an empty folder for their results, named in SOL_RESULTS. What an
+    earlier build left there is kept first, for each page whose .rst was made after its results (its run ended), as
+    that build's end would have kept it: a build cut short (a time limit) and run again loses no page's numbers."""
+    fresh, kept_dir, tutorials = _folders(app)
+    pages = _pages(tutorials) if fresh.is_dir() else {}
+    for path in sorted(fresh.glob("*.csv")) if pages else ():
+        page_rst = pathlib.Path(app.srcdir) / f"{pages[path.stem][0]}.rst" if path.stem in pages else None
+        made, old = path.stat().st_mtime_ns, kept_dir / path.name
+        ended = page_rst is not None and page_rst.exists() and page_rst.stat().st_mtime_ns > made
+        if ended and not (old.exists() and old.stat().st_mtime_ns >= made):  # not kept yet by that build's end
+            kept_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, old)  # copied now: newer than its .rst, as a build's end copies
     shutil.rmtree(fresh, ignore_errors=True)
     os.environ.pop("SOL_RESULTS", None)
     if app.config.sphinx_gallery_conf.get("plot_gallery"):
