@@ -85,7 +85,7 @@ NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_G
 def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 2
     block_n = triton.next_power_of_2(n_cols)
     # fp32: blocks of 2 x MIN_ELEMENTS (32 KB of x, of dy), 64 bytes a thread: 16 warps, one program an SM (a single
-    # row: 32 warps). Measured on an H200: 2-25% faster than the 16-bit rule below would be on fp32
+    # row: 32 warps). Measured on Hopper: 2-25% faster than the 16-bit rule below would be on fp32
     block_m = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n)
     if element_size == 4:
         bytes_per_thread = 64 if block_m > 1 else 32

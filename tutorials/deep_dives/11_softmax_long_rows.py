@@ -292,7 +292,7 @@ def softmax_fwd_lookahead_kernel(x_ptr, y_ptr, flags_ptr, n_rows, n_cols, x_row_
 # %%
 # Launch parameters, and a grid that fits at once
 # -----------------------------------------------
-# ``_split_config`` is the one place to change. Small programs won the sweep on an H100 (dev/DESIGN.md):
+# ``_split_config`` is the one place to change. Small programs won the sweep on Hopper (dev/DESIGN.md):
 # 2 to 4 warps, 32 to 64 values of a row per thread, as many per SM as registers allow, so while one
 # waits others load and store; for bf16 from 32 K on, where the core's one 32-warp program per SM cannot
 # overlap its phases (at 32 K a staged kernel is faster where it runs:
@@ -582,7 +582,7 @@ else:
 # One wait per row remains; a cluster (quack, in CuTe-DSL) waits on a hardware barrier instead, and keeps
 # the row in its blocks' shared memory. **Gaps, and what was tried** (this build's are the points named
 # above). The bf16 forward's slices of 8192 columns, 4 warps, run 4 to an SM, capped by registers; tried on
-# an H100 (``dev/DESIGN.md``): a lookahead, 16-bit values packed in words, streaming hints, 32 values a
+# Hopper (``dev/DESIGN.md``): a lookahead, 16-bit values packed in words, streaming hints, 32 values a
 # thread, a counter per row in place of flag words, 16-32-warp programs; none faster. Backward rows of
 # 16 K-64 K take the online kernel, which beat the split up to 32 K; chunk sizes, warps and grids changed
 # nothing at 64 K. Triton 3.6 cannot compile a reduction across a cluster's blocks (Gluon in Triton 3.9 can).

@@ -96,7 +96,7 @@ def core_forward(x2d, y2d):
 # %%
 # Stage the row in shared memory
 # ------------------------------
-# Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three 64 KB rows. So
+# Shared memory holds the row in its own dtype, and a Hopper SM's 228 KB hold three 64 KB rows. So
 # the kernel below gives each program one row and no more registers than it needs: it copies the row
 # from global into shared memory with asynchronous copies (``cp.async``, which do not go through
 # registers), then reads it back three times in ``CHUNK``-column pieces: the maximum, the sum of
@@ -173,7 +173,7 @@ def _staged_config(element_size):
 
     16-bit rows of MIN_N to MAX_N columns (at 16 K the core kernel, two programs per SM, keeps up; past
     32 K a row is over 64 KB and one program per SM again), copied in pieces of CHUNK_N columns, 8 warps
-    a program (measured fastest on an H100; the design record, dev/DESIGN.md in the repository), and
+    a program (measured fastest on Hopper; the design record, dev/DESIGN.md in the repository), and
     registers capped so that PER_SM = 3 programs share an SM (three 64 KB rows in 228 KB)."""
     return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=8, PER_SM=3)}.get(element_size)
 
@@ -476,7 +476,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 #   65536 columns (128 KB) would leave one program per SM again; the split kernels of
 #   :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` share such rows among SMs through L2
 #   (and take the 32 K rows this kernel cannot: unaligned, or no GPU for Gluon). Before the staged
-#   kernel, other designs for bf16 rows of 32 K measured slower than the split kernel on an H100 (the
+#   kernel, other designs for bf16 rows of 32 K measured slower than the split kernel on Hopper (the
 #   design record, dev/DESIGN.md in the repository): a persistent Gluon program that copies the next
 #   row into shared memory while it works on this one, two reads of the row in small programs as
 #   torch.compile does, and one block-wide reduction instead of two.

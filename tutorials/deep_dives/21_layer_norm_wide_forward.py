@@ -168,7 +168,7 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # the statistics, asking L2 to keep the row (``evict_last``), then for :math:`y`, letting it go
 # (``evict_first``; :math:`y` goes out with ``.cs`` streaming stores). The second read costs L2
 # bandwidth, not DRAM's, while the rows in flight fit in L2 (``torch.compile`` does the same). One row
-# per program, no loop: a looping version measured far slower on an H100, and so did :math:`w` and
+# per program, no loop: a looping version measured far slower on Hopper, and so did :math:`w` and
 # :math:`b` read with ``evict_last`` too (fp32 rows of 32 K). ``_twice_config`` says where.
 
 @triton.jit
@@ -194,7 +194,7 @@ def layer_norm_fwd_twice_kernel(
     tl.store(rstd_ptr + row + tl.zeros([1], tl.int32), rstd)
 
 def _twice_config(n_cols, element_size):
-    """(BLOCK_N, num_warps) of the twice-reading kernel, or None where it does not pay: on an H100 it
+    """(BLOCK_N, num_warps) of the twice-reading kernel, or None where it does not pay: on Hopper it
     beat one read for fp32 rows of 8192 to 32768 columns and 16-bit rows of 8192 and 16384 (16-bit rows
     of 32768 measured slower). Change the ranges here. Warps: as the fused kernel's."""
     low, high = {2: (8192, 16384), 4: (8192, 32768)}.get(min(element_size, 4), (0, -1))
@@ -362,7 +362,7 @@ def layer_norm_fwd_split_kernel(
 
 def _split_config(n_cols, element_size, split=None):
     """Meta-parameters of the split forward, or None: fp32 rows past MAX_FUSED_N up to 131072 columns
-    (16-bit rows measured no faster split than chunked on an H100); ``split`` replaces the table.
+    (16-bit rows measured no faster split than chunked on Hopper); ``split`` replaces the table.
     Slices of <= SLICE_N columns (>= MIN_SLICES), blocks of ~TILE elements, BYTES_PER_THREAD of x per
     thread, flag words read as a tile of >= MIN_SLOTS."""
     cfg = ({4: dict(MIN_N=MAX_FUSED_N + 1, SLICE_N=4096, MIN_SLICES=2, TILE=4096, BYTES_PER_THREAD=64,
@@ -581,11 +581,11 @@ else:
 # -------------
 # The twice-reading kernel holds a whole row per program; past 32 K columns the split takes over. The
 # split pays an exchange per block whatever its bytes, so a 16-bit slice (half an fp32 one's bytes) ran
-# slower than the chunked kernel on an H100. 16-bit rows of 16 K to 32 K are staged in shared memory
+# slower than the chunked kernel on Hopper. 16-bit rows of 16 K to 32 K are staged in shared memory
 # instead (:ref:`sphx_glr_tutorials_deep_dives_22_layer_norm_staged_gluon.py`); the backward splits wide
 # rows too (:ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`).
 # **Gaps, and what was tried** (this build's are named above): 16-bit rows of 64 K take the chunked
-# kernel, x read twice. Tried on an H100 (``dev/DESIGN.md``), none faster: chunks of 4-16 K columns at 8-32
+# kernel, x read twice. Tried on Hopper (``dev/DESIGN.md``), none faster: chunks of 4-16 K columns at 8-32
 # warps, persistent grids, per-chunk scalar sums (fewer registers), hints on w and b. quack's design, a row
 # in the shared memory of a cluster of SMs, does not compile with Triton 3.6 (Gluon in Triton 3.9 compiles it).
 # Exercise: widen ``_twice_config``'s 16-bit range to 32768, and rerun the benchmark.

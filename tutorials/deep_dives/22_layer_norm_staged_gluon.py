@@ -139,7 +139,7 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # %%
 # Stage the row in shared memory
 # ------------------------------
-# Shared memory holds the row in its own dtype, and an H100's 228 KB per SM hold three 64 KB rows. The
+# Shared memory holds the row in its own dtype, and a Hopper SM's 228 KB hold three 64 KB rows. The
 # kernel below gives each program one row and few registers: it copies the row into shared memory with
 # asynchronous copies (``cp.async``, which do not go through registers), then reads it back in
 # ``CHUNK``-column pieces, three times: the mean (of the deviations from the first value, as the fused
@@ -248,7 +248,7 @@ def _staged_config(element_size):
 
     16-bit rows of MIN_N to MAX_N columns (below 16 K the core kernel keeps up; past 32 K a row is over
     64 KB and one program per SM again), copied in pieces of CHUNK_N columns, 16 warps (measured fastest
-    on an H100; the design record, dev/DESIGN.md in the repository), PER_SM = 3 programs per SM (three
+    on Hopper; the design record, dev/DESIGN.md in the repository), PER_SM = 3 programs per SM (three
     64 KB rows in 228 KB)."""
     return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=16, PER_SM=3)}.get(element_size)
 
@@ -504,7 +504,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # Going further
 # -------------
 # Past 64 KB a row leaves one program per SM again: fp32 rows of 32 K, or 16-bit rows of 64 K (the core
-# page streams those in chunks). Before staging, every design tried for bf16 rows of 32 K on an H100
+# page streams those in chunks). Before staging, every design tried for bf16 rows of 32 K on Hopper
 # stayed a few points under the copy (loads of :math:`w`, :math:`b` moved, eviction hints, a persistent
 # grid, Welford, a split row, smaller chunks, :math:`x` read twice); Nsight Compute showed one 1024-thread
 # program per SM, held there by its registers. Exercise: give ``_staged_config`` an entry for fp32 rows

@@ -310,7 +310,7 @@ def layer_norm_bwd_split_kernel(
         tl.store(db_partial_ptr + offs, tl.sum(db_acc, axis=0), mask=col_ok)
 
 def _split_config(n_cols, element_size, tensors=(), split=None):
-    """Meta-parameters of the split backward, as measured fastest on an H100 (``split`` replaces the table):
+    """Meta-parameters of the split backward, as measured fastest on Hopper (``split`` replaces the table):
     slices of <= SLICE_N columns (>= MIN_SLICES), blocks of ~TILE elements, BYTES_PER_THREAD of each tile
     per thread, flag words read as a tile of >= MIN_SLOTS (8 or 16 made the 4-warp program spill)."""
     cfg = (split or {2: dict(SLICE_N=2048, MIN_SLICES=2, TILE=2048, BYTES_PER_THREAD=32, MIN_SLOTS=32),
@@ -585,7 +585,7 @@ else:
 # Going further
 # -------------
 # **Gaps, and what was tried** (this build's are named above). Wide bf16 rows are limited by the programs an SM holds
-# without spilling (four of 4 warps, 128 registers). Tried on an H100 (``dev/DESIGN.md``), none faster: 8-warp programs,
+# without spilling (four of 4 warps, 128 registers). Tried on Hopper (``dev/DESIGN.md``), none faster: 8-warp programs,
 # 4096- or 1024-column slices, more flag-word slots, a third block in flight, ``tl.range`` pipelining; quack's clusters
 # do not compile with Triton 3.6. Exercise: change ``SLICE_N``. The forward: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py`.
 #

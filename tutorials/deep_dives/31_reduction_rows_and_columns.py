@@ -155,14 +155,14 @@ def col_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n, rows_per_
 # them, each with its reason; the layout table below measures the strip width. Each piece of a split walks at least
 # ``MIN_STEPS`` tiles (or the partials it writes count against the bytes it reads), and the grid holds up to ``WAVES``
 # programs per SM. The column kernel's split is rounded *down*: a grid a little over ``WAVES`` programs per SM timed
-# slower than one just under it on an H100 (its last programs run on an otherwise idle GPU). The row kernel's split is
+# slower than one just under it on Hopper (its last programs run on an otherwise idle GPU). The row kernel's split is
 # rounded up, which timed faster for its longest rows.
 
 TILE = 4096  # elements per tile of the row kernel, whatever the dtype
 ELEMENTS_PER_THREAD = 16  # of the row kernel's tile
 ROW_BLOCK_N = 2048  # longest step along a row
 COL_TILE_BYTES = 16384  # bytes per tile of the column kernel, whatever the dtype
-COL_BYTES_PER_THREAD = {4: 64, 2: 128}  # 16 fp32 or 64 bf16 a thread (half the warps: faster at 16 bits on an H100)
+COL_BYTES_PER_THREAD = {4: 64, 2: 128}  # 16 fp32 or 64 bf16 a thread (half the warps: faster at 16 bits on Hopper)
 COL_BLOCK_BYTES = 256  # strip width: two whole 128-byte lines of each row, narrow enough to leave many strips
 MIN_STEPS = 4  # tiles each piece of a split walks at least
 WAVES = 4  # programs per SM in a split grid
@@ -581,7 +581,7 @@ if os.environ.get("SOL_RESULTS"):  # the site's build gathers each page's summar
 # -------------
 # * **What is left between the bf16 column sums and the read-only pass.** A bf16 sum takes half the time of an fp32
 #   one, so every fixed cost of a call, the split's second launch among them, weighs twice as much. Not faster than
-#   the kernel above on an H100: TMA loads, a persistent grid over the strips, wider strips or tiles, more warps, bf16
+#   the kernel above on Hopper: TMA loads, a persistent grid over the strips, wider strips or tiles, more warps, bf16
 #   pairs as 32-bit words, eviction hints; the whole-sum page's single launch would remove the second launch.
 # * **Exercise.** Change ``TILE``, ``COL_TILE_BYTES``, ``COL_BYTES_PER_THREAD``, ``COL_BLOCK_BYTES``: which sizes
 #   move, and why? Drop ``num_stages=2`` from the column kernel, or round its split up (``round_up=True``).

@@ -181,7 +181,7 @@ def _chunked_config(n_rows, n_cols, element_size):  # (meta, grid) of the chunke
 # length, even strides and 4-byte aligned tensors, else ``PACK`` is off. The launcher also caps each thread's registers
 # (``maxnreg``) at the share that lets ``WARPS_PER_SM`` warps live on an SM: two bf16 programs of 8 warps an SM, not one.
 #
-# **Two ways to wait**, both measured on an H100. **Flag words** (``FLAG_WORDS=True``): a share is a 64-bit word, a
+# **Two ways to wait**, both measured on Hopper. **Flag words** (``FLAG_WORDS=True``): a share is a 64-bit word, a
 # "written" bit above the value's fp32 bits, in a buffer cleared before the launch; a program reads its rows' words until
 # every bit is set, one round trip once the others are done: faster up to 16 warps a program, as every split
 # configuration here has. **A counter** per block of rows: plain stores, a barrier (every thread's store issued before
@@ -336,7 +336,7 @@ def rms_norm_bwd_split_kernel(
 # Launch parameters: ``_split_config`` chooses the slices, the block and the warps; the grid is whole groups, all on the
 # GPU at once, from the compiled kernel's occupancy.
 MAX_FUSED_N, MAX_SPLIT_N = 8192, 131072  # split past the core's fused kernel, up to 32 slices of SLICE_N
-SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on an H100
+SLICE_N = 4096  # columns per slice at most: one row of 4096 per block, measured fastest on Hopper
 WARPS_PER_SM = 16  # two bf16 programs (8 warps) or one fp32 program (16) per SM, each with its maxnreg share
 SPLIT = dict(TILE=4096, BYTES_PER_THREAD=32)  # elements per block, bytes of each tile per thread (any dtype)
 RANGE = {("backward", t): range(MAX_FUSED_N + 1, 2**31) for t in ("float32", "bfloat16")}  # the N the site
@@ -587,7 +587,7 @@ else:
 # up to 32 K in shared memory and reads them once. The backward's exchange goes through L2; quack spreads a row over a
 # *cluster* of thread blocks that read each other's shared memory (Hopper's), a shorter trip, which Triton 3.6 cannot
 # compile (Gluon in Triton 3.9 can). **Gaps** (this build's are named above): 16-bit slices run at most 4 programs an SM;
-# unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, and no lookahead measured slower on an H100. A row just past a
+# unpacked rows, tiles of 2 x 2048, 1 x 8192 or 1 x 2048, and no lookahead measured slower on Hopper. A row just past a
 # power of two of ``SLICE_N`` leaves its last slices nearly empty. **Exercise**: 64 bytes a thread in ``SPLIT``: what spills?
 #
 # Where this page was made

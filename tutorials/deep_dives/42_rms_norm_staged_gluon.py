@@ -104,7 +104,7 @@ def core_forward(x2d, w, y2d, rstd, eps):
 # %%
 # The row in shared memory
 # ------------------------
-# An H100 SM has 228 KB of shared memory: three bf16 rows of 32 K (64 KB each) with room to spare. The
+# A Hopper SM has 228 KB of shared memory: three bf16 rows of 32 K (64 KB each) with room to spare. The
 # staged kernel gives each program one row and few registers. It issues asynchronous copies of the whole
 # row into shared memory (``cp.async``: global memory to shared memory without passing through registers),
 # one *commit group* per ``CHUNK`` columns, then walks the row twice from shared memory: the sum of
@@ -171,7 +171,7 @@ def rms_norm_fwd_staged_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, x_row_stri
 def _staged_config(element_size):
     """16-bit rows of MIN_N to MAX_N columns (the core kernel keeps up to 16 K; past 32 K a row is over 64 KB),
     copied in chunks of CHUNK_N columns by 8 warps, PER_SM = 3 programs an SM (three 64 KB rows in 228 KB);
-    measured fastest of 4 K-16 K chunks, 8-32 warps, 2-3 programs an SM on an H100 (dev/DESIGN.md). fp32: none."""
+    measured fastest of 4 K-16 K chunks, 8-32 warps, 2-3 programs an SM on Hopper (dev/DESIGN.md). fp32: none."""
     return {2: dict(MIN_N=16385, MAX_N=32768, CHUNK_N=8192, num_warps=8, PER_SM=3)}.get(element_size)
 
 
