@@ -353,7 +353,8 @@ def landing_rst(results, pages, device, kept=(), ran=True):
         "fastest there, and says so. **ours, % of light**: that kernel's GB/s as a percentage of the speed of light "
         "measured beside it at the same *N* (a copy of the same bytes; for a sum, a pass that only reads them), the "
         "lowest to the highest over the row's *N*. **ours / best peer**: its GB/s over the fastest peer's at the same "
-        "*N* (PyTorch, ``torch.compile``, Liger-Kernel, quack; for JAX, XLA: whichever ran there), at the worst *N* "
+        "*N* (PyTorch, ``torch.compile``, Liger-Kernel, quack, an autotuned Helion kernel; for JAX, XLA: whichever ran "
+        "there), at the worst *N* "
         "and the median over the *N* where a peer ran; above 1, ours is faster.",
         "",
         *_list_table(
