@@ -173,12 +173,12 @@ def launch_pass(PASS, x2d, target, weight, consts, stats, losses, dx, col0, voca
 # %%
 # Blocks of rows, one all-gather a block
 # --------------------------------------
-# Blocks that pass 2 finds in L2 would move 06's bytes, but a row of a large vocabulary is hundreds of KB: such a block
-# is about a row an SM, read in microseconds, less than its three launches and its gather cost. So the rows go in four
-# blocks (a multiple of the SMs, never under the L2 block) and pass 2 rereads them from memory: 3 passes where 06 makes
-# 2. For each block: pass 1, then its all-gather, started (``async_op=True``); then the *previous* block's gather is
-# awaited and its pass 2 runs, each gather travelling while the next block is read (NCCL on its own stream; gloo on a
-# thread). The appendix times the L2 blocks, ``overlap=False`` (each gather awaited at once) and ``exchange=False``.
+# Blocks that pass 2 finds in L2 would move 06's bytes, but a row of a large vocabulary is hundreds of KB: two blocks in
+# L2 (pass 1 reading one, pass 2 rereading the other) hold about a row an SM, read in microseconds, less than a block's
+# two launches and its gather cost. So the rows go in four blocks (rows a multiple of the SMs, never fewer than an L2
+# block's) and pass 2 rereads them from memory: 3 passes where a copy makes 2, at most 67% of light. Per block: pass 1,
+# its all-gather started (``async_op=True``), then the *previous* block's gather awaited (NCCL's stream, gloo's thread)
+# and its pass 2. The appendix also times the L2 blocks, ``overlap=False`` and ``exchange=False``.
 
 @for_ranks
 def block_rows(n_rows, n_cols, element_size, device, fit_l2=False, l2_share=0.7, blocks=4):
@@ -549,9 +549,9 @@ def environment_card():
 # %%
 # Does the split pay?
 # -------------------
-# Per number of ranks, :math:`M` and :math:`V`: a GPU's GB/s on its slice in a training step (``ours``: the drop-in
-# with its checks and autograd) against 06's one-pass kernel on a slice as large (3 passes for its 2: at most 0.67x);
-# the gathers' cost; whether overlapping pays; blocks in L2 and the two references, as their time over ours.
+# Per number of ranks, :math:`M` and :math:`V`: a GPU's GB/s on its slice in a training step (``ours``: the drop-in with
+# its checks and autograd) against 06's one-pass kernel on a slice as large; % of light (a copy of the slice's time over
+# ours: at most 67%); the gathers' cost; overlap; blocks in L2 and the references, their time over ours.
 
 if ON_GPU:
     measured = pd.DataFrame([row for world in WORLDS for row in launch(world, "bench_task", SWEEP)[0]]).set_index(["ranks", "M", "V"])
@@ -587,19 +587,19 @@ print(NO_GPU) if not ON_GPU else None
 for world, part in table.groupby(level="ranks") if ON_GPU else ():
     ratio, share, overlap = part["ours / one GPU"], part["gathers' share of the step"], part["overlap: awaited at once / overlapped"]
     mega, gather, in_l2 = part["Megatron-style / ours"], part["gather + F.cross_entropy / ours"], part["blocks in L2 / ours"]
+    steps = world * part["GB/s a GPU"].droplevel("ranks") / table.xs(1, level="ranks")["GB/s a GPU"] if 1 in WORLDS else None
     pays = "pays" if overlap.min() > 1.02 else "does not pay here" if overlap.max() < 1.02 else "pays at some sizes only"
     print(f"{world} rank{'s' * (world > 1)}: a GPU at {ratio.min():.2f}x to {ratio.max():.2f}x one GPU's one-pass kernel "
           f"on a slice of the same size; the gathers add {share.min():.1f}% to {share.max():.1f}% to the step, and "
           f"overlapping them {pays} ({overlap.min():.2f}x to {overlap.max():.2f}x); blocks in L2 take "
           f"{in_l2.min():.2f}x to {in_l2.max():.2f}x our pipeline's time, Megatron-style {mega.min():.2f}x to "
-          f"{mega.max():.2f}x our step's, gathering the logits {gather.min():.2f}x to {gather.max():.2f}x.")
+          f"{mega.max():.2f}x our step's, gathering the logits {gather.min():.2f}x to {gather.max():.2f}x." + (f" The whole step ran {steps.min():.2f}x to {steps.max():.2f}x as fast as on one GPU." if world > 1 and steps is not None else ""))
 
 # %%
 # Going further
 # -------------
-# **Blocks in L2, graphed**: in a CUDA graph (NCCL's collectives can be captured) the L2 blocks lose their host time:
-# do 06's 2 passes then win? **Fused linear cross-entropy** never writes the logits. **Exercise**: what does the mean's
-# denominator from the whole target cost at :math:`M = 16{,}384`? References: Megatron-LM (Shoeybi et al., 2019);
-# torchtitan's loss-parallel; core page 06 and deep dive 61.
+# **Blocks in L2, graphed**: in a CUDA graph (NCCL's collectives can be captured) the L2 blocks lose their host time: do
+# 06's 2 passes then win? **Fused linear cross-entropy** never writes the logits. **Exercise**: what does the mean's
+# denominator from the whole target cost at :math:`M = 16{,}384`? See Megatron-LM and torchtitan's loss-parallel.
 
 environment_card()
