@@ -510,16 +510,21 @@ def _folders(app):
     )
 
 
+def _page_rst(app, pages, stem):
+    """The .rst that sphinx-gallery makes of a page (its mtime: when the page was last made)."""
+    return pathlib.Path(app.srcdir) / f"{pages[stem][0]}.rst"
+
+
 def _ask_for_results(app):
     """Before sphinx-gallery runs the tutorials: an empty folder for their results, named in SOL_RESULTS. What an
     earlier build left there is kept first, for each page whose .rst was made after its results (its run ended), as
     that build's end would have kept it: a build cut short (a time limit) and run again loses no page's numbers."""
     fresh, kept_dir, tutorials = _folders(app)
-    pages = _pages(tutorials) if fresh.is_dir() else {}
-    for path in sorted(fresh.glob("*.csv")) if pages else ():
-        page_rst = pathlib.Path(app.srcdir) / f"{pages[path.stem][0]}.rst" if path.stem in pages else None
-        made, old = path.stat().st_mtime_ns, kept_dir / path.name
-        ended = page_rst is not None and page_rst.exists() and page_rst.stat().st_mtime_ns > made
+    left = sorted(fresh.glob("*.csv"))
+    pages = _pages(tutorials) if left else {}
+    for path in [p for p in left if p.stem in pages]:
+        page_rst, made, old = _page_rst(app, pages, path.stem), path.stat().st_mtime_ns, kept_dir / path.name
+        ended = page_rst.exists() and page_rst.stat().st_mtime_ns > made
         if ended and not (old.exists() and old.stat().st_mtime_ns >= made):  # not kept yet by that build's end
             kept_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, old)  # copied now: newer than its .rst, as a build's end copies
@@ -550,7 +555,7 @@ def _write_landing_results(app):
             del found[stem]
         kept_dir.mkdir(parents=True, exist_ok=True)
         for stem in pages:
-            page_rst = pathlib.Path(app.srcdir) / f"{pages[stem][0]}.rst"
+            page_rst = _page_rst(app, pages, stem)
             old = kept_dir / f"{stem}.csv"
             if stem in found:  # copied after sphinx-gallery wrote the page: newer than its .rst
                 shutil.copyfile(fresh / f"{stem}.csv", old)
