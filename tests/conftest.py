@@ -15,8 +15,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# as the site's build (conf.py): a page that measures Helion on a GPU runs each point at the config stored for it
+os.environ.setdefault("SOL_HELION_CONFIGS", str(ROOT / "docs" / "helion_configs.json"))
+
 # core pages in tutorials/, deep dives in tutorials/deep_dives/
 TUTORIALS = sorted((ROOT / "tutorials").rglob("[0-9][0-9]_*.py"), key=lambda p: p.stem)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,7 +54,7 @@ class _Page(collections.UserDict):
 
     def __init__(self, path, scope, rest):
         super().__init__()
-        self.data, self.path, self.rest = scope, path, rest
+        self.data, self.path, self.rest, self.failed = scope, path, rest, None
 
     def __missing__(self, name):
         if UNTIMED:
@@ -60,10 +62,16 @@ class _Page(collections.UserDict):
                 f"{name!r} is defined in a timed cell of the page, not run with SOL_TESTS_UNTIMED=1",
                 allow_module_level=True,
             )
+        if self.failed is not None:  # the timed cells stopped: every later test says where, not a bare KeyError
+            raise RuntimeError(f"{self.path.name}'s timed cells failed before defining {name!r}") from self.failed
         if self.rest is None:  # the whole page has run: the name is nowhere
             raise KeyError(name)
         rest, self.rest = self.rest, None
-        exec(compile(rest, str(self.path), "exec"), self.data)  # padded: the file's own line numbers
+        try:
+            exec(compile(rest, str(self.path), "exec"), self.data)  # padded: the file's own line numbers
+        except BaseException as err:
+            self.failed = err
+            raise
         return self.data[name]
 
 

@@ -171,11 +171,11 @@ if helion := load_peer("Helion", "helion"):  # a tile of rows a program, as step
         y, mean = torch.empty_like(x), torch.empty(x.size(0), dtype=torch.float32, device=x.device)
         rstd = torch.empty_like(mean)
         for rows in hl.tile(x.size(0)):
-            x_rows = x[rows, :].to(torch.float32)  # sums, divided by N: columns past N load as 0 and add nothing
+            x_rows = x[rows, :].to(torch.float32)  # sums, divided by N: Helion masks the columns past N
             mean_rows = torch.sum(x_rows, dim=1) / x.size(1)
-            var_rows = torch.sum(x_rows * x_rows, dim=1) / x.size(1) - mean_rows * mean_rows
-            rstd_rows = torch.rsqrt(var_rows + eps)
-            y_rows = (x_rows - mean_rows[:, None]) * rstd_rows[:, None] * w[None, :].to(torch.float32)
+            xc_rows = x_rows - mean_rows[:, None]  # the variance of x - mean: no cancellation, a constant row's is 0
+            rstd_rows = torch.rsqrt(torch.sum(xc_rows * xc_rows, dim=1) / x.size(1) + eps)
+            y_rows = xc_rows * rstd_rows[:, None] * w[None, :].to(torch.float32)
             y[rows, :] = (y_rows + b[None, :].to(torch.float32)).to(y.dtype)
             mean[rows], rstd[rows] = mean_rows, rstd_rows
         return y, mean, rstd

@@ -308,7 +308,12 @@ def sweep(fns):
             light = nbytes / bench(lambda: out.copy_(x), False) * 1e-6
             row = {"dtype": str(dtype)[6:], "N": n_cols, "copy: GB/s": light}
             for way, fn in fns.items():
-                y, row[f"{way}: first call s"] = first_call(lambda: fn(x))
+                try:
+                    y, row[f"{way}: first call s"] = first_call(lambda: fn(x))
+                except RuntimeError as err:  # Helion at a point with no stored config, in a build that tunes none
+                    if "SOL_HELION_AUTOTUNE=0" not in str(err):
+                        raise
+                    continue
                 row[f"{way}: error"] = relative_error(y, x)
                 assert row[f"{way}: error"] <= TOLERANCE[row["dtype"]], (way, row)
                 del y
