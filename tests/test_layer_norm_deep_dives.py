@@ -267,8 +267,9 @@ def test_backward_page_checks_passed(bwd):
 
 
 def test_carried_core_kernels_are_the_core_pages():
-    """21, 22 and 23 are measured against the core page's kernels and limits; the copies 21 and 22 carry (so that
-    each runs alone as a notebook) are one and the same, and 21's launcher gives tutorial 02's bits (below)."""
+    """21, 22 and 23 are measured against the core page's kernels and limits; the forward 21 and 22 carry (so that
+    each runs alone as a notebook) is tutorial 02's, letter for letter: its kernel, config and tile size; their
+    launchers give tutorial 02's bits (below)."""
     import inspect
 
     core = load_tutorial("02_layer_norm_backward")
@@ -276,26 +277,31 @@ def test_carried_core_kernels_are_the_core_pages():
         load_tutorial(f"2{i}_layer_norm_{name}")
         for i, name in enumerate(["wide_forward", "staged_gluon", "wide_backward"], 1)
     )
-    for name in ("layer_norm_fwd_kernel", "row_stats"):
-        assert inspect.getsource(fwd[name].fn) == inspect.getsource(staged[name].fn), (
-            f"21 and 22 carry different {name}"
-        )
-    assert fwd["MAX_FUSED_N"] == core["MAX_FUSED_N"]
+    assert inspect.getsource(fwd["row_stats"].fn) == inspect.getsource(staged["row_stats"].fn), (
+        "21 and 22 carry different row_stats"
+    )
+    for page, number in ((fwd, 21), (staged, 22)):
+        for name in ("layer_norm_fwd_kernel", "_fwd_config", "min_tile_bytes"):  # a kernel's source: its .fn's
+            ours, theirs = (inspect.getsource(getattr(p[name], "fn", p[name])) for p in (page, core))
+            assert ours == theirs, f"{number} carries a {name} that is not tutorial 02's"
+        for name in ("MAX_FUSED_N", "LATENCY"):
+            assert page[name] == core[name], f"{number}'s {name} is not tutorial 02's"
     assert set(bwd["MAX_BWD_FUSED_N"].values()) == {core["MAX_BWD_FUSED_N"]}
 
 
 @pytest.mark.parametrize("n", [100, 4096], ids=["short", "fused"])
 def test_carried_core_forward_is_the_core_pages(fwd, n):
-    """Deep dive 21's core_forward launches what tutorial 02's forward launcher does: the same bits."""
-    core = load_tutorial("02_layer_norm_backward")
+    """Deep dives 21's and 22's core_forward launch what tutorial 02's forward launcher does: the same bits."""
+    core, staged = load_tutorial("02_layer_norm_backward"), load_tutorial("22_layer_norm_staged_gluon")
     torch.manual_seed(12)
     m = 3 if n > 10_000 else 9
     x = torch.randn(m, n, device=DEVICE) * 2 + 5
     w, b = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
     outs = []
-    for launch in (fwd["core_forward"], core["layer_norm_rows_forward"]):
+    for launch in (core["layer_norm_rows_forward"], fwd["core_forward"], staged["core_forward"]):
         y, mean, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
         launch(x, y, w, b, mean, rstd, 1e-5)
         outs.append((y, mean, rstd))
-    for name, a, b_ in zip(("y", "mean", "rstd"), *outs):
-        assert torch.equal(a, b_), f"N = {n}: {name} differs between deep dive 21's core_forward and tutorial 02"
+    for page, out in zip((21, 22), outs[1:]):
+        for name, a, b_ in zip(("y", "mean", "rstd"), out, outs[0]):
+            assert torch.equal(a, b_), f"N = {n}: {name} differs between {page}'s core_forward and tutorial 02"

@@ -10,7 +10,7 @@ read once; and where each is chosen (``_twice_config``, ``_split_config``). Both
 kernel and the peers where they run.
 """
 
-import datetime, importlib.util, os, platform, timeit
+import datetime, functools, importlib.util, os, platform, timeit
 import torch, torch.utils.collect_env as collect_env
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
@@ -27,9 +27,10 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # --------------------------------------------
 # A forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements, a copy's bytes. Reading
 # :math:`x` twice moves :math:`3MN`, but if L2 serves the second read, memory still sees :math:`2MN`.
-# The core page's fused forward (``BLOCK_M`` whole rows per program, one read), carried so this page runs
-# alone, and past ``MAX_FUSED_N`` columns, where the core page computes with torch, the chunked kernel (the row
-# streamed twice; the last chunks first the second time, ``eviction_policy`` asking L2 to keep or drop a load).
+# ``row_stats``, the core kernel's statistics as this page's kernels call them; the core page's fused forward (a
+# program ``BLOCK_M`` whole rows, one read), its config and launch, letter for letter so this page runs alone; past
+# ``MAX_FUSED_N`` columns, where the core page computes with torch, the chunked kernel (the row streamed twice; the
+# last chunks first the second time, ``eviction_policy`` asking L2 to keep or drop a load).
 
 @triton.jit
 def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -45,32 +46,43 @@ def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
     return xc * (1 / k), (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: constant, as torch
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        x0 = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)  # each row's first value, in the tile's layout
-        xc, mean, rstd = row_stats(x, x0, col_ok[None, :], n_cols, eps, BLOCK_N)
-        y = xc * rstd[:, None]
-        # w and b loaded where used: held across the row's reductions they would double a wide row's registers
-        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
-        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
-        if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-            tl.store(mean_ptr + rows, mean, mask=row_ok)
-            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-        else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
-            first = row_ok[:, None] & (cols == 0)[None, :]
-            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-            tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
-
+                          EVEN: tl.constexpr, EVICT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
+    k: tl.constexpr = 2.0**-16 / BLOCK_N
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
+    row_ok, rows = rows < n_rows, tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy=EVICT).to(tl.float32)
+    x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
+    md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
+    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
+    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
+    mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
+    # w and b loaded late: fewer registers held through the reductions
+    y = xc * (1 / k) * rstd[:, None] * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y, mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(mean_ptr + rows[:, None] + cols[None, :], mean[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
+MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
+def _fwd_config(n_rows, n_cols, element_size):
+    block_m = max(1, min_tile_bytes() // ((block_n := triton.next_power_of_2(n_cols)) * element_size))
+    big = (row := block_n * element_size) >= 65536  # rows of 64 KB or more: no L2 hint; of 64 KB, 64 values a thread
+    warps = min(32, max(2, block_m * block_n // (32 * (64 if row == 65536 else 32))))  # a thread 32 values in fp32
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if big else "evict_last",
+                num_warps=warps), triton.cdiv(n_rows, block_m)
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 @triton.jit
 def layer_norm_fwd_chunked_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride,
                                   y_row_stride, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr):
@@ -113,7 +125,6 @@ def layer_norm_fwd_chunked_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
 
-MAX_FUSED_N = 32768  # the core page: longest row kept whole in registers; longer rows are chunked here
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
 _occupancy = {}
 
@@ -135,30 +146,18 @@ def programs_per_sm(kernel, args, meta):
                                      getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
     return _occupancy[key]
 
-def _fused_config(n_cols, element_size, bytes_per_thread=64, min_elements=4096):
-    """The core page's fused forward: (BLOCK_M, BLOCK_N, num_warps). BLOCK_N: the row rounded up to a
-    power of two; BLOCK_M: blocks of at least ``min_elements`` elements; about ``bytes_per_thread``
-    bytes of x per thread, 4 to 32 warps (the launcher doubles BLOCK_M where an SM holds < 40 KB of x)."""
-    block_m = max(1, min_elements // (block_n := triton.next_power_of_2(n_cols)))
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread)))
-    return block_m, block_n, num_warps
-
 def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
-    """The core page's fused kernel, one read, up to MAX_FUSED_N columns; the chunked kernel past them."""
-    (n_rows, n_cols), flags = x2d.shape, dict(HAS_W=weight is not None, HAS_B=bias is not None)
-    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
-            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    if n_cols > MAX_FUSED_N:  # one program per row, chunks of 16384 columns, 32 warps
-        layer_norm_fwd_chunked_kernel[(n_rows,)](*args, **flags, CHUNK_N=16384, num_warps=32)
-        return "chunked (core)", n_rows
-    block_m, block_n, num_warps = _fused_config(n_cols, x2d.element_size())
-    meta = dict(flags, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    # too few bytes on their way to an SM when few programs fit on it: each program takes twice the rows
-    if ON_GPU and n_rows > block_m and \
-            programs_per_sm(layer_norm_fwd_kernel, args, meta) * block_m * block_n * x2d.element_size() < 40960:
-        meta["BLOCK_M"] = block_m = 2 * block_m
-    layer_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](*args, **meta)
-    return "fused, one read (core)", triton.cdiv(n_rows, block_m)
+    """The core page's launch (its layer_norm_rows_forward) up to MAX_FUSED_N columns; the chunked kernel past."""
+    if x2d.shape[1] > MAX_FUSED_N:  # one program per row, chunks of 16384 columns, 32 warps
+        layer_norm_fwd_chunked_kernel[(len(x2d),)](
+            x2d, y2d, *(x2d if t is None else t for t in (weight, bias)), mean, rstd, *x2d.shape, x2d.stride(0),
+            y2d.stride(0), eps, HAS_W=weight is not None, HAS_B=bias is not None, CHUNK_N=16384, num_warps=32)
+        return "chunked (core)", len(x2d)
+    meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
+    layer_norm_fwd_kernel[(grid,)](x2d, y2d, x2d.new_ones(x2d.shape[1]) if weight is None else weight,
+                                   x2d.new_zeros(x2d.shape[1]) if bias is None else bias, mean, rstd, *x2d.shape,
+                                   x2d.stride(0), y2d.stride(0), eps, **meta)
+    return "fused, one read (core)", grid
 
 # %%
 # Reading x twice
@@ -193,14 +192,15 @@ def layer_norm_fwd_twice_kernel(
     tl.store(mean_ptr + row + tl.zeros([1], tl.int32), mean)
     tl.store(rstd_ptr + row + tl.zeros([1], tl.int32), rstd)
 
-def _twice_config(n_cols, element_size):
-    """(BLOCK_N, num_warps) of the twice-reading kernel, or None where it does not pay: on Hopper it
-    beat one read for fp32 rows of 8192 to 32768 columns and 16-bit rows of 8192 and 16384 (16-bit rows
-    of 32768 measured slower). Change the ranges here. Warps: as the fused kernel's."""
+def _twice_config(n_cols, element_size, force=False):
+    """(BLOCK_N, num_warps) of the twice-reading kernel, or None where it does not pay (``force``: any row): on Hopper
+    it beat one read for fp32 rows of 8192 to 32768 columns and 16-bit rows of 8192 and 16384 (16-bit rows of 32768
+    measured slower). Change the ranges here. Warps: 64 bytes of x a thread, blocks of >= 4096 elements, 4 to 32."""
     low, high = {2: (8192, 16384), 4: (8192, 32768)}.get(min(element_size, 4), (0, -1))
-    if not low <= n_cols <= high:
+    if not (force or low <= n_cols <= high):
         return None
-    return _fused_config(n_cols, element_size)[1:]  # (BLOCK_N, num_warps)
+    block_m = max(1, 4096 // (block_n := triton.next_power_of_2(n_cols)))
+    return block_n, min(32, max(4, block_m * block_n * element_size // (32 * 64)))
 
 # %%
 # The same split for the forward
@@ -410,9 +410,9 @@ def layer_norm_wide_forward(x2d, y2d, weight, bias, mean, rstd, eps, reload=None
             shares = torch.full((n_rows * meta["SLICES"],), -1, device=x2d.device, dtype=torch.int64)
             layer_norm_fwd_split_kernel[(groups * meta["SLICES"],)](*args[:6], shares, *args[6:], **meta)
             return "split", groups * meta["SLICES"]
-    twice = _twice_config(n_cols, x2d.element_size()) if reload is None else None
-    if n_cols <= MAX_FUSED_N and (reload or twice is not None):
-        block_n, num_warps = twice or _fused_config(n_cols, x2d.element_size())[1:]
+    twice = _twice_config(n_cols, x2d.element_size(), force=reload) if reload is not False else None
+    if n_cols <= MAX_FUSED_N and twice is not None:
+        block_n, num_warps = twice
         layer_norm_fwd_twice_kernel[(n_rows,)](*args, **flags, BLOCK_N=block_n, num_warps=num_warps)
         return "x read twice", n_rows
     return core_forward(x2d, y2d, weight, bias, mean, rstd, eps)

@@ -13,6 +13,7 @@ GPU: without one this page still runs, with the core kernel, and says that nothi
 """
 
 import datetime
+import functools
 import importlib.util
 import os
 import platform
@@ -43,10 +44,11 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The core kernel we start from
 # -----------------------------
 # The forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements: the bytes of a copy, the speed
-# of light. Carried from the core page: its fused kernel (``BLOCK_M`` whole rows per program, the
-# statistics from registers, :math:`x` read once) and its launch, which gives a program twice the rows
-# when the programs one SM holds carry less than 40 KB of :math:`x` (the compiled kernel's occupancy
-# decides).
+# of light. Carried from the core page, letter for letter: its fused kernel (``BLOCK_M`` whole rows per
+# program, the statistics from registers, :math:`x` read once), its config (tiles of at least
+# ``min_tile_bytes()``, from the device's bandwidth and ``LATENCY``) and its launch; and ``row_stats``, the same
+# statistics as a function, as deep dive 21's kernels call them (the staged kernel below centres each row on its
+# first value as they do).
 
 @triton.jit
 def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
@@ -62,77 +64,53 @@ def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
     return xc * (1 / k), (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: constant, as torch
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid, cols = tl.program_id(0), tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
-        rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
-        # x is read once: loaded past L1 (".cg", L2 only), it leaves L1 to w and b, read by every row
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :],
-                    mask=col_ok[None, :], other=0.0, cache_modifier=".cg").to(tl.float32)
-        x0 = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)  # each row's first value, in the tile's layout
-        xc, mean, rstd = row_stats(x, x0, col_ok[None, :], n_cols, eps, BLOCK_N)
-        y = xc * rstd[:, None]
-        # w and b loaded where used: held across the row's reductions they would double a wide row's registers
-        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_W else y
-        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :] if HAS_B else y
-        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & col_ok[None, :])
-        if BLOCK_N >= 512:  # a row over whole warps: its statistics stored plainly
-            tl.store(mean_ptr + rows, mean, mask=row_ok)
-            tl.store(rstd_ptr + rows, rstd, mask=row_ok)
-        else:  # several rows a warp: column 0's thread stores; + cols keeps the tile's layout (no shared memory)
-            first = row_ok[:, None] & (cols == 0)[None, :]
-            tl.store(mean_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(mean[:, None], x.shape), mask=first)
-            tl.store(rstd_ptr + rows[:, None] + cols[None, :], tl.broadcast_to(rstd[:, None], x.shape), mask=first)
+                          EVEN: tl.constexpr, EVICT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < (BLOCK_N if EVEN else n_cols)  # EVEN (N is BLOCK_N): all true, the masks fold away
+    k: tl.constexpr = 2.0**-16 / BLOCK_N
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # a program a block of rows
+    row_ok, rows = rows < n_rows, tl.minimum(rows, n_rows - 1).to(tl.int64)  # int64: M * N may pass 2**31
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=col_ok[None, :], other=0.0,
+                eviction_policy=EVICT).to(tl.float32)
+    x0 = tl.load(x_ptr + rows * x_row_stride).to(tl.float32) * k  # each row's first value (an L2 hit), times k
+    md = tl.sum(tl.where(col_ok[None, :], x * k - x0[:, None], 0.0), axis=1) / n_cols
+    xc = tl.where(col_ok[None, :], x * k - x0[:, None] - md[:, None], 0.0)
+    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2; past fp32's range, NaN (as torch's)
+    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
+    mean, rstd = (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: a constant row, as torch
+    # w and b loaded late: fewer registers held through the reductions
+    y = xc * (1 / k) * rstd[:, None] * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y, mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(mean_ptr + rows[:, None] + cols[None, :], mean[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
+    tl.store(rstd_ptr + rows[:, None] + cols[None, :], rstd[:, None], mask=row_ok[:, None] & (cols == 0)[None, :])
+MAX_FUSED_N = 32768  # the longest row held in registers: 32 fp32 a thread of 32 warps
+def _fwd_config(n_rows, n_cols, element_size):
+    block_m = max(1, min_tile_bytes() // ((block_n := triton.next_power_of_2(n_cols)) * element_size))
+    big = (row := block_n * element_size) >= 65536  # rows of 64 KB or more: no L2 hint; of 64 KB, 64 values a thread
+    warps = min(32, max(2, block_m * block_n // (32 * (64 if row == 65536 else 32))))  # a thread 32 values in fp32
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if big else "evict_last",
+                num_warps=warps), triton.cdiv(n_rows, block_m)
+LATENCY = 1e-6  # seconds: a load from DRAM under load, about a microsecond
 
-NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-_occupancy = {}
-
-
-def programs_per_sm(kernel, args, meta):
-    """How many programs of this compiled kernel fit on one SM at once (1 under the interpreter)."""
-    # one compiled version per dtype, 16-byte alignment of pointers, integers equal to 1 or multiples of 16
-    key = (kernel, tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
-                         else (a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args),
-           tuple(sorted(meta.items())))
-    if key not in _occupancy and not ON_GPU:
-        _occupancy[key] = 1  # the interpreter runs programs one after another: any small grid will do
-    if key not in _occupancy:
-        props, threads = torch.cuda.get_device_properties(DEVICE), 32 * meta["num_warps"]
-        compiled = kernel.warmup(*args, grid=(1,), **meta)
-        compiled._init_handles()
-        smem = compiled.metadata.shared
-        _occupancy[key] = max(1, min(props.max_threads_per_multi_processor // threads,  # threads, registers, smem
-                                     getattr(props, "regs_per_multiprocessor", 65536) // (max(compiled.n_regs, 1) * threads),
-                                     getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32))
-    return _occupancy[key]
-
-
-def _fused_config(n_cols, element_size, bytes_per_thread=64, min_elements=4096):
-    """The core page's fused forward: (BLOCK_M, BLOCK_N, num_warps). BLOCK_N: the row rounded up to a
-    power of two; BLOCK_M: blocks of at least ``min_elements`` elements; about ``bytes_per_thread``
-    bytes of x per thread, 4 to 32 warps."""
-    block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, min_elements // block_n)
-    num_warps = min(32, max(4, block_m * block_n * element_size // (32 * bytes_per_thread)))
-    return block_m, block_n, num_warps
+@functools.cache  # reads the device once: its memory clock costs the host more than a launch
+def min_tile_bytes():
+    props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return 4096
+    in_flight = bandwidth * LATENCY / props.multi_processor_count  # bytes an SM keeps in flight
+    programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
+    return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
 
 def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
-    """The core page's launch of the fused forward (rows of up to 32768 columns)."""
-    n_rows, n_cols = x2d.shape
-    args = (x2d, y2d, x2d if weight is None else weight, x2d if bias is None else bias, mean, rstd,
-            n_rows, n_cols, x2d.stride(0), y2d.stride(0), eps)
-    block_m, block_n, num_warps = _fused_config(n_cols, x2d.element_size())
-    meta = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-    # too few bytes on their way to an SM when few programs fit on it: each program takes twice the rows
-    if ON_GPU and n_rows > block_m and \
-            programs_per_sm(layer_norm_fwd_kernel, args, meta) * block_m * block_n * x2d.element_size() < 40960:
-        meta["BLOCK_M"] = block_m = 2 * block_m
-    layer_norm_fwd_kernel[(triton.cdiv(n_rows, block_m),)](*args, **meta)
+    """The core page's launch (its layer_norm_rows_forward) up to MAX_FUSED_N columns; past them, where the core
+    page computes with torch, this page (which times no such rows) runs the same kernel."""
+    meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
+    layer_norm_fwd_kernel[(grid,)](x2d, y2d, x2d.new_ones(x2d.shape[1]) if weight is None else weight,
+                                   x2d.new_zeros(x2d.shape[1]) if bias is None else bias, mean, rstd, *x2d.shape,
+                                   x2d.stride(0), y2d.stride(0), eps, **meta)
     return "fused (core)"
 
 
@@ -142,10 +120,10 @@ def core_forward(x2d, y2d, weight, bias, mean, rstd, eps):
 # Shared memory holds the row in its own dtype, and a Hopper SM's 228 KB hold three 64 KB rows. The
 # kernel below gives each program one row and few registers: it copies the row into shared memory with
 # asynchronous copies (``cp.async``, which do not go through registers), then reads it back in
-# ``CHUNK``-column pieces, three times: the mean (of the deviations from the first value, as the fused
-# kernel's ``row_stats``: a constant row stays exactly 0), the squared deviations (where their squares pass
+# ``CHUNK``-column pieces, three times: the mean (of the deviations from the first value, as the core
+# kernel's statistics: a constant row stays exactly 0), the squared deviations (where their squares pass
 # fp32's range, the largest :math:`|x|` scales the row by a power of two and both run again), and :math:`y`
-# (with :math:`w` and :math:`b` loaded piece by piece as in the fused kernel). Three programs share an SM,
+# (with :math:`w` and :math:`b` loaded piece by piece, late as in the core kernel). Three programs share an SM,
 # and while one reduces, the others load or store; :math:`x` is still read from DRAM once:
 #
 # .. math::
@@ -189,7 +167,7 @@ def layer_norm_fwd_staged_kernel(
     for c in gl.static_range(CHUNKS):  # issue every copy at once, one commit group per chunk
         async_load(x_smem.index(c), x_row + c * CHUNK + cols, mask=cols < n_cols - c * CHUNK)
         async_copy.commit_group()
-    x0 = gl.load(x_row).to(gl.float32)  # as the core kernel's row_stats: the deviations from the first value
+    x0 = gl.load(x_row).to(gl.float32)  # as the core kernel's statistics: the deviations from the first value
     acc = gl.zeros([CHUNK], gl.float32, layout)
     for c in gl.static_range(CHUNKS):
         async_copy.wait_group(CHUNKS - 1 - c)  # chunk c has landed; later ones may still be in flight
