@@ -545,3 +545,26 @@ def test_compiled_block_matches_eager(tut, dim):
     torch._dynamo.reset()
     for got, want in zip(run(torch.compile(block, fullgraph=True, backend="aot_eager")), run(block)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_reading_measures_the_fixed_cost_of_a_short_sum(tut, monkeypatch):
+    """At the smallest n the reading sets ours beside a launch that reads nothing, timed in the same run; the figures
+    are the table's (a GPU's table, made up here) and fixed_cost's, which times the kernel on one empty program."""
+    import pandas as pd
+
+    assert tut["fixed_cost"]() >= 0  # the launch runs (through the interpreter on a CPU)
+    first, last = tut["SWEEP_VECTOR"][0], tut["SWEEP_VECTOR"][-1]
+    index = pd.MultiIndex.from_tuples(
+        [("sum of all elements", t, n) for t in ("float32", "bfloat16") for n in (first, last)],
+        names=["direction", "dtype", "N"],
+    )
+    ours = first * 4e-3 / 8.0  # 8 us for the fp32 sum at the smallest n
+    table = pd.DataFrame(
+        {"speed of light": 2 * ours, "torch": ours / 2, "torch.compile": ours, "ours": ours}, index=index
+    )
+    table["ours, % of light"], table["ours / best peer"] = 50.0, 1.0
+    steps = pd.DataFrame({"step": [1, 2], "GB/s": [1.0, 2.0]})
+    monkeypatch.setitem(tut["reading"].__globals__, "ON_GPU", True)
+    text = tut["reading"](table.style, steps, 0.006)  # 6 us, in ms
+    assert f"At n = {first:,} a whole fp32 sum takes 8 us" in text, text
+    assert "which itself takes 4 us" in text and "reads nothing took 6 us in this run, 75% of ours" in text, text

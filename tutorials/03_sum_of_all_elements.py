@@ -393,9 +393,16 @@ def plot(table):
     fig.tight_layout()
     plt.show()
 
-def reading(table, steps):
-    """Where ours stands at the largest and the smallest n, what step 2 gained over step 1, and any point that read
-    above the speed of light."""
+def fixed_cost():
+    """ms of ``sum_kernel`` launched as one program that reads nothing (n = 0), timed as every provider is: the part
+    of a short sum's time that no byte pays for (the launch, the ticket, the timer's own events)."""
+    x, out, partials = (torch.zeros(1, device=DEVICE) for _ in range(3))
+    ticket = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    return bench(lambda: sum_kernel[(1,)](x, partials, ticket, out, 0, BLOCK=4096, PARTIALS=1, EVICT="", num_warps=16))
+
+def reading(table, steps, fixed):
+    """Where ours stands at the largest and the smallest n (there beside ``fixed``, the ms of a launch that reads
+    nothing), what step 2 gained over step 1, and any point that read above the speed of light."""
     if not ON_GPU:
         return NO_SPEED
     table, (first, last) = table.data, (SWEEP_VECTOR[0], SWEEP_VECTOR[-1])  # the summary's Styler holds the table
@@ -405,8 +412,11 @@ def reading(table, steps):
         f"{pct[at(t, last)]:.3g}% of {LIGHT} in {t} ({vs_peer[at(t, last)]:.3g}x the faster peer)"
         for t in ("float32", "bfloat16")) + "."]
     fp32 = table.loc[at("float32", first)]
-    text.append(f"At n = {first:,} a whole fp32 sum takes {first * 4e-3 / fp32['ours']:.3g} us, "
-                f"{fp32['ours, % of light']:.3g}% of {LIGHT}: a launch is a fixed part of so short a time.")
+    ours_us, light_us = first * 4e-3 / fp32["ours"], first * 4e-3 / fp32["speed of light"]
+    text.append(f"At n = {first:,} a whole fp32 sum takes {ours_us:.3g} us, {fp32['ours, % of light']:.3g}% of "
+                f"{LIGHT}, which itself takes {light_us:.3g} us. The same kernel launched as one program that reads "
+                f"nothing took {fixed * 1e3:.3g} us in this run, {100 * fixed * 1e3 / ours_us:.0f}% of ours: at so "
+                "short a time the launch, not the bytes, sets the pace.")
     peers = table.filter(items=PEERS)
     for (d, t, n), row in table[vs_peer < 1].iterrows():  # where a peer wins: which, and by how much, in time
         best, size = peers.loc[d, t, n].idxmax(), n * (2 if t == "bfloat16" else 4) * 1e-3
@@ -486,7 +496,7 @@ plot(table)
 # Reading the numbers
 # -------------------
 
-print(reading(table, steps))
+print(reading(table, steps, fixed_cost()))
 
 # %%
 # Going further
