@@ -273,7 +273,8 @@ def test_extreme_values_fused_kernels(rms_norm, case, dtype):
     ],
 )
 def test_extreme_values_past_the_kernels_of_the_drop_in(rms_norm, page, case):
-    """fp32 rows of 16400: past 64 KB the forward, past 8 K values the backward, are computed in torch (fp64)."""
+    """fp32 rows of 16400: past 64 KB the forward streams each row in chunks (deep dive 41's kernel), past 8 K values
+    the backward computes in torch (fp64)."""
     assert not page["fused"]("forward", 16400, 4) and not page["fused"]("backward", 16400, 4)
     x = edge_rows(case, torch.float32, 16400)
     check(rms_norm, Input(x.shape, values=x), (16400,), Input((16400,), seed=2, shift=1.0))

@@ -122,9 +122,9 @@ def test_default_eps_matches_torch(tut):
 
 
 @pytest.mark.parametrize("weight", [True, False])
-def test_rows_past_the_kernels_computed_by_torch(tut, weight):
-    """Past the fused rows (a forward row over 64 KB, a backward row over 8 K values) the operators compute in torch,
-    in fp64: y, dx and dw against float64, with and without a weight."""
+def test_rows_past_the_kernels_streamed_or_computed_by_torch(tut, weight):
+    """Past the fused rows a forward row over 64 KB streams in chunks (deep dive 41's kernel), a backward row over 8 K
+    values is computed in torch, in fp64: y, dx and dw against float64, with and without a weight."""
     fused = tut["fused"]
     assert fused("forward", 16384, 4) and not fused("forward", 16385, 4) and fused("forward", 32768, 2)
     assert not fused("forward", 32769, 2) and fused("backward", 8192, 2) and not fused("backward", 8193, 4)
@@ -330,14 +330,31 @@ def test_forward_steps_match_float64(fwd, dtype):
             assert rel(rstd, r64) <= 1e-6, f"{where}: rstd's error {rel(rstd, r64):.2e}"
 
 
-def test_forward_page_measures_past_its_rows_as_the_drop_in_computes(fwd):
-    """The forward page's "ours" in its benchmark: step 1 on the rows it holds whole, past MAX_ROW_BYTES the math in
-    torch, in fp64, as the drop-in computes them."""
+def test_forward_page_measures_past_its_rows_as_the_drop_in_computes(fwd, tut):
+    """The forward page's "ours" in its benchmark: step 1 on the rows it holds whole, past MAX_ROW_BYTES deep dive 41's
+    chunked forward, the drop-in's own there: the same bits."""
     for n in (300, fwd["MAX_ROW_BYTES"] // 4 + 16):
         x = 3 * torch.randn(3, n, device=DEVICE)
         w = torch.rand(n, device=DEVICE) + 0.5
         y64 = F.rms_norm(x.double(), (n,), w.double(), fwd["EPS"])
-        assert rel(fwd["ours"](x, w), y64) <= 1e-6, f"N = {n}"
+        y = fwd["ours"](x, w)
+        assert rel(y, y64) <= 1e-6, f"N = {n}"
+        if n * 4 > fwd["MAX_ROW_BYTES"]:
+            assert torch.equal(y, tut["rms_norm"](x, (n,), w, fwd["EPS"])), f"N = {n}: not the drop-in's bits"
+
+
+def test_the_forward_pages_carry_deep_dive_41s_chunked_forward_letter_for_letter(fwd, tut):
+    """Rows past MAX_ROW_BYTES: the forward page and the drop-in run deep dive 41's kernel at its launch."""
+    import inspect
+
+    dive = load_tutorial("41_rms_norm_wide_backward")
+    kernel = inspect.getsource(dive["rms_norm_fwd_chunked_kernel"].fn)
+    config = inspect.getsource(dive["_fwd_config"]).split("\n", 1)[1]  # its body: the pages name it _fwd_config_chunked
+    for page in (fwd, tut):
+        assert inspect.getsource(page["rms_norm_fwd_chunked_kernel"].fn) == kernel
+        assert inspect.getsource(page["_fwd_config_chunked"]).split("\n", 1)[1] == config
+        assert inspect.getsource(page["_warps"]) == inspect.getsource(dive["_warps"])
+    assert inspect.getsource(fwd["chunked_forward"]) == inspect.getsource(tut["chunked_forward"])
 
 
 @pytest.mark.parametrize("n", [1, 7, 256, 300, 4096])

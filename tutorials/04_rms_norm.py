@@ -124,9 +124,10 @@ def rms_norm_rows_forward(x, w, y, rstd, eps):  # x, y: rows of unit stride alon
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA
 # graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of :math:`x`, timed beside it without
 # a graph. GB/s counts :math:`x` read and :math:`y` written. The forward is timed as training runs it, on inputs that
-# require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (the operator page) runs there: the math in
-# torch, in fp64. Errors are relative to float64, within a few roundings of the dtype (the interpreter truncates to
-# bf16: twice a GPU's error). The functions below are the page's machinery; the cells after the appendix call them.
+# require a gradient. Past ``MAX_ROW_BYTES`` "ours" is what the drop-in (the operator page) runs there: deep dive 41's
+# forward, a row streamed in chunks, carried below. Errors are relative to float64, within a few roundings of the
+# dtype (the interpreter truncates to bf16: twice a GPU's error). The functions below are the page's machinery; the
+# cells after the appendix call them.
 # Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on a tile of rows, which Helion
 # compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). First the fused
 # softmax page's ``min_tile_bytes``, letter for letter; then step 0's launch: a program a row.
@@ -211,9 +212,58 @@ def peer_module(peer, module, min_major=0):  # the peer's module, or None, sayin
     except Exception as err:  # installed, yet it does not load here
         print(f"{peer}: not measured here ({type(err).__name__}: {' '.join(str(err).split())[:100]}).")
 
-def ours(x, w):  # step 1; past MAX_ROW_BYTES, as the next page's drop-in: the math in torch, in fp64
+# Rows past ``MAX_ROW_BYTES``: deep dive 41's forward, letter for letter, a program a row streaming it in chunks, twice.
+# warps such that each thread handles about bytes_per_thread bytes of an n-element tile (4 to 32 warps)
+_warps = lambda n, element_size, bytes_per_thread: min(32, max(4, n * element_size // (32 * bytes_per_thread)))
+@triton.jit
+def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                                HAS_WEIGHT: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        sum_sq = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            sum_sq += x * x
+        sum_sq = tl.sum(sum_sq, axis=0)
+        rstd = tl.rsqrt(sum_sq / n_cols + eps)
+        if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
+            sum_small = tl.zeros([CHUNK_N], tl.float32)
+            for k in range(0, n_chunks):
+                offs = k * CHUNK_N + cols
+                x_small = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                sum_small += x_small * x_small
+            rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
+        tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            offs = here - CHUNK_N
+            x_next = tl.load(x_row + offs, mask=(offs >= 0) & (offs < n_cols), other=0.0, eviction_policy="evict_first")
+            y = x * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
+# (meta, grid) of the chunked forward: a program a row. Its next chunk, 16 K values (32 a thread of 16 warps), is in
+# flight: 32 KB (bf16) to 64 KB (fp32), about what an SM needs (Little's law: bandwidth x latency / SMs) to hide latency.
+def _fwd_config_chunked(n_rows, element_size):
+    return dict(CHUNK_N=16384, num_warps=_warps(16384, element_size, 32 * element_size)), n_rows
+def chunked_forward(x, w, eps):  # y, rstd of rows past MAX_ROW_BYTES (contiguous), by deep dive 41's launch
+    y, rstd = torch.empty_like(x), torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    meta, grid = _fwd_config_chunked(x.shape[0], x.element_size())
+    if grid:
+        rms_norm_fwd_chunked_kernel[(grid,)](x, x if w is None else w, y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
+                                             HAS_WEIGHT=w is not None, **meta)
+    return y, rstd
+
+def ours(x, w):  # step 1; past MAX_ROW_BYTES, as the operator page's drop-in: deep dive 41's forward
     if x.shape[1] * x.element_size() > MAX_ROW_BYTES:
-        return (x.double() * torch.rsqrt(x.double().square().mean(1, keepdim=True) + EPS) * w.double()).to(x.dtype)
+        return chunked_forward(x, w, EPS)[0]
     y, rstd = torch.empty_like(x), torch.empty(len(x), device=x.device)
     rms_norm_rows_forward(x, w, y, rstd, EPS)
     return y
@@ -367,8 +417,8 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     if any(held):
         text += f"\nPast its range, at {points(past[held])}, a row fills an SM: deep dive 42 stages such rows."
     if not all(held):
-        text += (f"\nAt {points(past[[not h for h in held]])} the row no longer fits in registers and torch computes "
-                 "it in fp64: deep dive 41 streams such rows.")
+        text += (f"\nAt {points(past[[not h for h in held]])} the row no longer fits in registers: the drop-in streams it "
+                 "in chunks, twice, with deep dive 41's kernel.")
     return text
 
 def environment_card():

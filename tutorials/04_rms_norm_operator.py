@@ -33,8 +33,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # gradient, ``_setup`` saving :math:`x`, :math:`w` and ``rstd`` for it. ``rms_norm`` takes what
 # :func:`torch.nn.functional.rms_norm` takes (its checks are in the appendix). ``fused`` says which rows the kernels
 # hold: forward up to ``MAX_ROW_BYTES``, backward up to 8 K values (:math:`x`, :math:`dy` and the dw tile at once).
-# Past them the operators compute in torch, in fp64: right, and slow;
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` has kernels for those rows.
+# Past them the forward streams each row in chunks, with the kernel of
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (carried in the appendix), and the backward
+# computes in torch, in fp64: right, and slow; 41 has its kernel too.
 #
 # **Right for every input.** The forward kernel's branch on ``sum_sq == inf`` is for values past about 1e19, whose
 # squares overflow fp32 (torch's own ``rms_norm`` returns 0 there): such a row sums :math:`(x / 2^{80})^2` instead,
@@ -51,8 +52,8 @@ rms_norm_fwd_fake = lambda x, w, eps: (x.new_empty(x.shape), x.new_empty(x.shape
 def rms_norm_fwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], eps: float) \
         -> tuple[torch.Tensor, torch.Tensor]:
     x = x.contiguous()
-    if not fused("forward", x.shape[1], x.element_size()):
-        return torch_forward(x, w, eps)  # the kernel's math in torch, in fp64 (the appendix)
+    if not fused("forward", x.shape[1], x.element_size()):  # a row in chunks: deep dive 41's kernel (the appendix)
+        return chunked_forward(x, None if w is None else w.contiguous(), eps)
     y, rstd = rms_norm_fwd_fake(x, w, eps)  # empty: y, and rstd (fp32) for the backward
     if x.numel():  # the forward page's step 1
         rms_norm_rows_forward(x, None if w is None else w.contiguous(), y, rstd, eps)
@@ -107,7 +108,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # --------------------------------
 # What the page runs but does not teach. First the forward page's step 1 and the backward page's kernel, their
 # configs, launchers and constants, letter for letter as those pages write and explain them (a test keeps them the
-# same). Then the drop-in's argument checks and its math in torch past the kernels' rows; then the machinery.
+# same). Then the drop-in's argument checks, deep dive 41's forward for rows past ``MAX_ROW_BYTES`` and the backward's
+# math in torch past 8 K values; then the machinery.
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays of
 # the forward and ``torch.autograd.grad`` through it, as training runs them; the *speed of light*: a copy of x, without
 # a graph. GB/s counts :math:`x` read and :math:`y` written, then :math:`x, dy` read and :math:`dx` written:
@@ -233,9 +235,52 @@ def checked_arguments(input, normalized_shape, weight, eps):  # (shape, eps), or
         raise ValueError(f"rms_norm: weight has shape {weight.shape} on {weight.device}, not {shape} on {input.device}")
     return shape, eps
 
-def torch_forward(x, w, eps):  # the forward kernel's math in torch, in fp64 (x**2 cannot overflow): y, rstd
-    rstd = torch.rsqrt(x.double().square().mean(1) + eps)
-    return (x.double() * rstd[:, None] * (1 if w is None else w.double())).to(x.dtype), rstd.float()
+# Rows past ``MAX_ROW_BYTES``: deep dive 41's forward, letter for letter, a program a row streaming it in chunks, twice.
+@triton.jit
+def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
+                                HAS_WEIGHT: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        sum_sq = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            offs = (chunk + 1) * CHUNK_N + cols  # the next chunk (past the end: loads nothing)
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            sum_sq += x * x
+        sum_sq = tl.sum(sum_sq, axis=0)
+        rstd = tl.rsqrt(sum_sq / n_cols + eps)
+        if sum_sq == float("inf"):  # values past 1e19, as in the fused kernel: the row again, scaled by 2**-80
+            sum_small = tl.zeros([CHUNK_N], tl.float32)
+            for k in range(0, n_chunks):
+                offs = k * CHUNK_N + cols
+                x_small = tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(tl.float32) * 2.0**-80
+                sum_small += x_small * x_small
+            rstd = 2.0**-80 * tl.rsqrt(tl.sum(sum_small, axis=0) / n_cols)
+        tl.store(rstd_ptr + row, rstd)
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x = x_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            offs = here - CHUNK_N
+            x_next = tl.load(x_row + offs, mask=(offs >= 0) & (offs < n_cols), other=0.0, eviction_policy="evict_first")
+            y = x * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
+# (meta, grid) of the chunked forward: a program a row. Its next chunk, 16 K values (32 a thread of 16 warps), is in
+# flight: 32 KB (bf16) to 64 KB (fp32), about what an SM needs (Little's law: bandwidth x latency / SMs) to hide latency.
+def _fwd_config_chunked(n_rows, element_size):
+    return dict(CHUNK_N=16384, num_warps=_warps(16384, element_size, 32 * element_size)), n_rows
+def chunked_forward(x, w, eps):  # y, rstd of rows past MAX_ROW_BYTES (contiguous), by deep dive 41's launch
+    y, rstd = torch.empty_like(x), torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    meta, grid = _fwd_config_chunked(x.shape[0], x.element_size())
+    if grid:
+        rms_norm_fwd_chunked_kernel[(grid,)](x, x if w is None else w, y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
+                                             HAS_WEIGHT=w is not None, **meta)
+    return y, rstd
 
 def torch_backward(x, w, rstd, dy):  # the backward kernel's math in torch, in fp64: dx, dw
     x_hat, r, g = x.double() * rstd.double()[:, None], rstd.double()[:, None], dy.double() * w.double()
@@ -437,8 +482,8 @@ print(reading(table))
 # %%
 # Going further
 # -------------
-# **Past the kernels' rows** (8 K values backward, 64 KB forward) the drop-in computes in torch;
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams such rows and
+# **Past the kernels' rows** the drop-in streams a forward row in chunks and computes a backward row (past 8 K values)
+# in torch; :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams both and
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit forward rows past 16 K in shared
 # memory. **Exercise**: compile a block with a residual add before ``rms_norm``, once with the drop-in and once with
 # :func:`torch.nn.functional.rms_norm`: which moves fewer bytes, and why? Reference: Zhang, Sennrich (2019).
