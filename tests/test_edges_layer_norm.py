@@ -128,16 +128,16 @@ def _check_grads(grads, grads64, leaves, dy, x_leaf, x_in, w_in, tol, what):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ids)
 @pytest.mark.parametrize("name", VALUE_FAMILIES)
-@pytest.mark.parametrize("kernel", ["fused", "torch"])
+@pytest.mark.parametrize("kernel", ["fused", "chunked"])
 def test_core_forward_values(name, dtype, kernel):
-    """Tutorial 02's fused kernel (a row in registers) on rows of 300, and its torch path past MAX_FUSED_N (rows of
-    40 000)."""
+    """Tutorial 02's fused kernel (a row in registers) on rows of 300, and deep dive 21's chunked kernel that it
+    launches past MAX_FUSED_N (rows of 40 000)."""
     if not _applicable(name, dtype):
         pytest.skip("no such value in this dtype")
     x = _value_rows(name, 300 if kernel == "fused" else 40_000, dtype).to(dtype).to(DEVICE)
     y, mean, rstd = torch.empty_like(x), *(torch.empty(3, device=DEVICE) for _ in range(2))
     used = CORE["layer_norm_rows_forward"](x, y, None, None, mean, rstd, 1e-5)
-    assert used is CORE["layer_norm_fwd_kernel"] if kernel == "fused" else used == "torch", used
+    assert used is CORE["layer_norm_fwd_kernel" if kernel == "fused" else "layer_norm_fwd_chunked_kernel"], used
     _check_stats(name, x, y, mean, rstd, what=f"02 {kernel}")
 
 

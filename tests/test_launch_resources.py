@@ -658,7 +658,7 @@ def layer_norm_forward_02(p, dtype, n, variant):
 
 
 def layer_norm_02_takes(p, dtype, n, variant):
-    return n <= p["MAX_FUSED_N"]  # past it the drop-in computes with torch (deep dives 21 and 23 hold the kernels)
+    return True  # past MAX_FUSED_N the forward streams rows in chunks (deep dive 21's kernel), the backward in torch
 
 
 def layer_norm_locks_24(p, dtype, n, variant):

@@ -43,8 +43,9 @@ def test_the_later_pages_carry_the_forward_letter_for_letter(carrier, fwd):
     """The backward's and the drop-in's pages run the forward that 02_layer_norm teaches: the same kernel, config and
     launcher."""
     page = load_tutorial(carrier)
-    assert inspect.getsource(page["layer_norm_fwd_kernel"].fn) == inspect.getsource(fwd["layer_norm_fwd_kernel"].fn)
-    for name in ("_fwd_config", "layer_norm_rows_forward", "min_tile_bytes", "torch_rows_forward"):
+    for kernel in ("layer_norm_fwd_kernel", "layer_norm_fwd_chunked_kernel"):
+        assert inspect.getsource(page[kernel].fn) == inspect.getsource(fwd[kernel].fn), kernel
+    for name in ("_fwd_config", "layer_norm_rows_forward", "min_tile_bytes", "chunked_rows_forward"):
         assert inspect.getsource(page[name]) == inspect.getsource(fwd[name]), name
     for name in ("MAX_FUSED_N", "LATENCY"):
         assert page[name] == fwd[name], name
@@ -214,7 +215,7 @@ def test_torch_path_past_the_kernels_matches_float64(ln, dtype):
             torch.full((3,), nan, device=DEVICE),
         )
         used = ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
-        assert (used == "torch") == (n > ln["MAX_FUSED_N"]), f"N = {n}: {used}"
+        assert (used is ln["layer_norm_fwd_chunked_kernel"]) == (n > ln["MAX_FUSED_N"]), f"N = {n}: {used}"
         dx, dw, db = (
             torch.full_like(x, nan),
             torch.full_like(w, nan, dtype=torch.float32),
@@ -564,3 +565,22 @@ def test_cpu_run_measures_no_speed_and_says_so(bwd, monkeypatch):
     assert list(bwd["ladder"].columns[:3]) == ["step", "idea", "N"] and bwd["ladder"]["GB/s"].isna().all()
     monkeypatch.delenv("SOL_LOCK", raising=False)
     assert "<td>not pinned</td>" in bwd["environment_card"]()._repr_html_()
+
+
+def test_rows_past_the_fused_width_stream_with_deep_dive_21s_kernel(fwd):
+    """Past MAX_FUSED_N the forward launches deep dive 21's chunked kernel, letter for letter, at 21's launch: the same
+    bits as 21's core_forward, which launches it there."""
+    dive = load_tutorial("21_layer_norm_wide_forward")
+    src = inspect.getsource
+    assert src(fwd["layer_norm_fwd_chunked_kernel"].fn) == src(dive["layer_norm_fwd_chunked_kernel"].fn)
+    torch.manual_seed(5)
+    n = fwd["MAX_FUSED_N"] + 77
+    x = torch.randn(3, n, device=DEVICE) * 3 + 20
+    w, b = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    outs = []
+    for launch in (fwd["layer_norm_rows_forward"], dive["core_forward"]):
+        y, mean, rstd = torch.full_like(x, float("nan")), *(torch.full((3,), float("nan"), device=DEVICE) for _ in "mr")
+        launch(x, y, w, b, mean, rstd, 1e-5)
+        outs.append((y, mean, rstd))
+    for a, b_ in zip(*outs):
+        assert torch.equal(a, b_)

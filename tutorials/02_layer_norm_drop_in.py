@@ -101,7 +101,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 # Appendix: how this page measures
 # --------------------------------
 # The forward and the backward, letter for letter as their pages write and explain them (a test keeps them the same):
-# kernels, configs, launchers, the tile size, torch's paths past the kernels' widths; then torch's checks of the
+# kernels, configs, launchers, the tile size, what runs past the kernels' widths; then torch's checks of the
 # arguments and the machinery. :func:`triton.testing.do_bench` (median, L2 flushed) times CUDA-graph replays of a
 # forward and its backward; the light, a copy of *x*, without a graph. GB/s counts *x, y, x, dy, dx*.
 
@@ -135,9 +135,10 @@ def _fwd_config(n_rows, n_cols, element_size):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if big else "evict_last",
                 num_warps=warps), triton.cdiv(n_rows, block_m)
 def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
-    """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel, or "torch" past MAX_FUSED_N."""
+    """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel it launched (deep dive 21's chunked
+    kernel past MAX_FUSED_N)."""
     if x2d.shape[1] > MAX_FUSED_N:
-        return torch_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
+        return chunked_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
     meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
     layer_norm_fwd_kernel[(grid,)](x2d, y2d, x2d.new_ones(x2d.shape[1]) if w is None else w,
                                    x2d.new_zeros(x2d.shape[1]) if b is None else b, mean, rstd, *x2d.shape,
@@ -155,14 +156,53 @@ def min_tile_bytes():
     programs = props.max_threads_per_multi_processor // (4 * 32)  # programs of 4 warps an SM holds
     return max(2048, triton.next_power_of_2(int(in_flight / programs)))  # 2 KB: a 16-byte load for each thread
 
-def torch_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):  # past MAX_FUSED_N: deep dive 21's kernels
-    x = x2d.double()  # float64, shifted by each row's first value: exact statistics, a constant row's y exactly 0
-    var, shift = torch.var_mean(t := x - x[:, :1], dim=1, correction=0)
-    mean.copy_(x[:, 0] + shift), rstd.copy_(r := (var + eps).rsqrt())
-    y = (t - shift[:, None]) * r[:, None]
-    y = y if weight is None else y * weight.double()
-    y2d.copy_(y if bias is None else y + bias.double())
-    return "torch"
+# Rows past ``MAX_FUSED_N``: deep dive 21's chunked kernel, letter for letter, a program a row, streamed twice.
+@triton.jit
+def layer_norm_fwd_chunked_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride,
+                                  y_row_stride, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr, CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    k: tl.constexpr = 2.0**-30  # as row_stats' k, for rows of up to 2**31
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        x_row, y_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride, y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        s1, s2 = tl.zeros([CHUNK_N], tl.float32), tl.zeros([CHUNK_N], tl.float32)
+        # each pass issues the loads of its next chunk before it works on this one; the first asks L2
+        # to keep the row, the second reads it backwards and lets it go
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        # sums shifted by the first chunk's mean, near the row's: a shift far from it would cancel the squares
+        shift = tl.sum(x_next.to(tl.float32), axis=0) / tl.minimum(n_cols, CHUNK_N) * k
+        for chunk in range(0, n_chunks):
+            offs = chunk * CHUNK_N + cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs + CHUNK_N, mask=offs + CHUNK_N < n_cols, other=0.0,
+                             eviction_policy="evict_last")
+            d = tl.where(offs < n_cols, x * k - shift, 0.0)
+            s1 += d
+            s2 += d * d
+        m1 = tl.sum(s1, axis=0) / n_cols
+        var = tl.sum(s2, axis=0) / n_cols - m1 * m1  # times k**2
+        var = tl.where(var < 0, 0.0, var)  # (NaN stays NaN: an inf in the row)
+        mean = (shift + m1) / k
+        rstd = tl.where(var < float("inf"), k / tl.sqrt(var + eps * k * k), float("nan"))
+        rstd = tl.where(var == 0, 1.0 / tl.sqrt(eps), rstd)  # as row_stats
+        last = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + last, mask=last < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            offs = (n_chunks - 1 - chunk) * CHUNK_N + cols  # backwards: the last chunks are in L2
+            ok = offs < n_cols
+            x = x_next.to(tl.float32)
+            x_next = tl.load(x_row + offs - CHUNK_N, mask=(offs >= CHUNK_N) & (offs - CHUNK_N < n_cols), other=0.0,
+                             eviction_policy="evict_first")
+            y = (x - mean) * rstd
+            y = y * tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_W else y
+            y = y + tl.load(b_ptr + offs, mask=ok, other=0.0).to(tl.float32) if HAS_B else y
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+def chunked_rows_forward(x2d, y2d, weight, bias, mean, rstd, eps):  # past MAX_FUSED_N: deep dive 21's launch
+    layer_norm_fwd_chunked_kernel[(len(x2d),)](
+        x2d, y2d, *(x2d if t is None else t for t in (weight, bias)), mean, rstd, *x2d.shape, x2d.stride(0),
+        y2d.stride(0), eps, HAS_W=weight is not None, HAS_B=bias is not None, CHUNK_N=16384, num_warps=32)
+    return layer_norm_fwd_chunked_kernel
 def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
     var = (xc * xc).mean(dim=-1, keepdim=True)  # xc read, its square written, then read: 3MN
@@ -382,7 +422,7 @@ def environment_card():  # everything needed to judge this page's numbers, colla
 # Correctness
 # -----------
 # The drop-in's *y*, *dx*, *dw*, *db* against float64 (``check_row``), rows of mean far from 0: a few roundings; three
-# runs, the same bits. Rows of 40,000 take torch's paths.
+# runs, the same bits. Rows of 40,000 take the chunked forward and torch's backward.
 
 errors = check([(17, 1), (1000, 257), (3, 40_000)])
 errors.style.format({c: "{:.1e}" for c in OURS}).hide(axis="index")
