@@ -3,7 +3,7 @@ rms_norm_forward: every view an input or a weight can be (sliced, transposed, br
 non-zero storage offset), normalized shapes of one and two dims, empty and size-1 dims, every dtype F.rms_norm takes
 (ours, or a clear TypeError naming the argument) and mixes of input and weight dtypes, eps (None, 0, an int, large),
 values at the edges of each dtype (rows past 1e19, whose sum of squares overflows fp32 and where torch returns 0; the
-largest finite value; tiny, -inf, inf, NaN, constant and zero rows) through the fused kernels and the torch path past
+largest finite value; tiny, -inf, inf, NaN, constant and zero rows) through the fused kernels and the chunked ones past
 them, gradients of the input and the weight (incoming ones strided and broadcast too), the refused gradient of a
 gradient, and clear errors.
 Each result is compared with F.rms_norm in the same dtypes and with float64.
@@ -273,8 +273,8 @@ def test_extreme_values_fused_kernels(rms_norm, case, dtype):
     ],
 )
 def test_extreme_values_past_the_kernels_of_the_drop_in(rms_norm, page, case):
-    """fp32 rows of 16400: past 64 KB the forward streams each row in chunks (deep dive 41's kernel), past 8 K values
-    the backward computes in torch (fp64)."""
+    """fp32 rows of 16400: past 64 KB the forward, past 8 K values the backward, stream each row in chunks (deep dive
+    41's kernels)."""
     assert not page["fused"]("forward", 16400, 4) and not page["fused"]("backward", 16400, 4)
     x = edge_rows(case, torch.float32, 16400)
     check(rms_norm, Input(x.shape, values=x), (16400,), Input((16400,), seed=2, shift=1.0))

@@ -699,7 +699,7 @@ def rms_norm_04(p, dtype, n, variant):
 
 
 def rms_norm_04_takes(p, dtype, n, variant):
-    return True  # past the fused rows the forward streams them in chunks (deep dive 41's kernel), the backward in torch
+    return True  # past the fused rows the drop-in streams them in chunks (deep dive 41's kernels)
 
 
 def rms_norm_forward_04(p, dtype, n, variant):

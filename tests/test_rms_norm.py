@@ -122,9 +122,9 @@ def test_default_eps_matches_torch(tut):
 
 
 @pytest.mark.parametrize("weight", [True, False])
-def test_rows_past_the_kernels_streamed_or_computed_by_torch(tut, weight):
-    """Past the fused rows a forward row over 64 KB streams in chunks (deep dive 41's kernel), a backward row over 8 K
-    values is computed in torch, in fp64: y, dx and dw against float64, with and without a weight."""
+def test_rows_past_the_fused_kernels_stream_in_chunks(tut, weight):
+    """Past the fused rows (a forward row over 64 KB, a backward row over 8 K values) each row streams in chunks with
+    deep dive 41's kernels: y, dx and dw against float64, with and without a weight; no rows: dw is 0."""
     fused = tut["fused"]
     assert fused("forward", 16384, 4) and not fused("forward", 16385, 4) and fused("forward", 32768, 2)
     assert not fused("forward", 32769, 2) and fused("backward", 8192, 2) and not fused("backward", 8193, 4)
@@ -137,6 +137,10 @@ def test_rows_past_the_kernels_streamed_or_computed_by_torch(tut, weight):
         y64, dx64, dw64 = reference(x, (n,), w, 1e-6, dy)
         assert rel(y, y64) <= 1e-5 and rel(grads[0], dx64) <= 1e-5, f"N = {n}"
         assert not weight or rel(grads[1], dw64) <= 1e-5, f"N = {n}"
+    x = torch.empty(0, 16400, device=DEVICE, requires_grad=True)
+    w = torch.ones(16400, device=DEVICE, requires_grad=True)
+    dx, dw = torch.autograd.grad(tut["rms_norm"](x, (16400,), w).sum(), [x, w])
+    assert dx.shape == x.shape and torch.equal(dw, torch.zeros_like(w))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (37, 33), (9, 1000)])
@@ -343,8 +347,9 @@ def test_forward_page_measures_past_its_rows_as_the_drop_in_computes(fwd, tut):
             assert torch.equal(y, tut["rms_norm"](x, (n,), w, fwd["EPS"])), f"N = {n}: not the drop-in's bits"
 
 
-def test_the_forward_pages_carry_deep_dive_41s_chunked_forward_letter_for_letter(fwd, tut):
-    """Rows past MAX_ROW_BYTES: the forward page and the drop-in run deep dive 41's kernel at its launch."""
+def test_the_pages_carry_deep_dive_41s_chunked_kernels_letter_for_letter(fwd, tut):
+    """Rows past MAX_ROW_BYTES: the forward page and the drop-in run deep dive 41's forward at its launch; past 8 K
+    values the drop-in's backward runs 41's chunked backward and its sum of the dw partials."""
     import inspect
 
     dive = load_tutorial("41_rms_norm_wide_backward")
@@ -355,6 +360,9 @@ def test_the_forward_pages_carry_deep_dive_41s_chunked_forward_letter_for_letter
         assert inspect.getsource(page["_fwd_config_chunked"]).split("\n", 1)[1] == config
         assert inspect.getsource(page["_warps"]) == inspect.getsource(dive["_warps"])
     assert inspect.getsource(fwd["chunked_forward"]) == inspect.getsource(tut["chunked_forward"])
+    for name in ("rms_norm_bwd_chunked_kernel", "dw_reduce_kernel"):  # the drop-in's backward past 8 K values
+        assert inspect.getsource(tut[name].fn) == inspect.getsource(dive[name].fn), name
+    assert inspect.getsource(tut["_chunked_config"]) == inspect.getsource(dive["_chunked_config"])
 
 
 @pytest.mark.parametrize("n", [1, 7, 256, 300, 4096])

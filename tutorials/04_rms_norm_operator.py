@@ -33,9 +33,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # gradient, ``_setup`` saving :math:`x`, :math:`w` and ``rstd`` for it. ``rms_norm`` takes what
 # :func:`torch.nn.functional.rms_norm` takes (its checks are in the appendix). ``fused`` says which rows the kernels
 # hold: forward up to ``MAX_ROW_BYTES``, backward up to 8 K values (:math:`x`, :math:`dy` and the dw tile at once).
-# Past them the forward streams each row in chunks, with the kernel of
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (carried in the appendix), and the backward
-# computes in torch, in fp64: right, and slow; 41 has its kernel too.
+# Past them each row streams in chunks, read twice, with the kernels of
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (carried in the appendix); 41 also splits a
+# backward row over programs, faster.
 #
 # **Right for every input.** The forward kernel's branch on ``sum_sq == inf`` is for values past about 1e19, whose
 # squares overflow fp32 (torch's own ``rms_norm`` returns 0 there): such a row sums :math:`(x / 2^{80})^2` instead,
@@ -68,8 +68,8 @@ def rms_norm_bwd_op(x: torch.Tensor, w: typing.Optional[torch.Tensor], rstd: tor
     dx, dw = rms_norm_bwd_fake(x, w, rstd, dy, compute_dw)  # empty; dw empty unless asked for
     x, dy = x.contiguous(), dy.contiguous()
     w = torch.ones(x.shape[1], device=x.device, dtype=x.dtype) if w is None else w.contiguous()  # none: g = dy
-    if not fused("backward", x.shape[1], x.element_size()):
-        dx, dw_sum = torch_backward(x, w, rstd, dy)  # the kernel's math in torch, in fp64 (the appendix)
+    if not fused("backward", x.shape[1], x.element_size()):  # a row in chunks: deep dive 41's kernels (the appendix)
+        dw_sum = chunked_backward(x, w, rstd.contiguous(), dy, dx, dw.numel() > 0) if x.numel() else x.new_zeros(())
     else:
         dw_sum = rms_norm_rows_backward(x, w, rstd.contiguous(), dy, dx) if x.numel() else x.new_zeros(())  # no rows: 0
     return dx, dw.copy_(dw_sum) if dw.numel() else dw
@@ -108,8 +108,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # --------------------------------
 # What the page runs but does not teach. First the forward page's step 1 and the backward page's kernel, their
 # configs, launchers and constants, letter for letter as those pages write and explain them (a test keeps them the
-# same). Then the drop-in's argument checks, deep dive 41's forward for rows past ``MAX_ROW_BYTES`` and the backward's
-# math in torch past 8 K values; then the machinery.
+# same). Then the drop-in's argument checks, deep dive 41's chunked kernels for rows past ``MAX_ROW_BYTES`` (forward)
+# and 8 K values (backward); then the machinery.
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays of
 # the forward and ``torch.autograd.grad`` through it, as training runs them; the *speed of light*: a copy of x, without
 # a graph. GB/s counts :math:`x` read and :math:`y` written, then :math:`x, dy` read and :math:`dx` written:
@@ -234,7 +234,6 @@ def checked_arguments(input, normalized_shape, weight, eps):  # (shape, eps), or
     if weight is not None and (weight.shape != shape or weight.device != input.device):
         raise ValueError(f"rms_norm: weight has shape {weight.shape} on {weight.device}, not {shape} on {input.device}")
     return shape, eps
-
 # Rows past ``MAX_ROW_BYTES``: deep dive 41's forward, letter for letter, a program a row streaming it in chunks, twice.
 @triton.jit
 def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
@@ -270,9 +269,7 @@ def rms_norm_fwd_chunked_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x
             if HAS_WEIGHT:
                 y = y * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
             tl.store(y_row + here, y.to(y_ptr.dtype.element_ty), mask=here < n_cols, cache_modifier=".cs")
-# (meta, grid) of the chunked forward: a program a row. Its next chunk, 16 K values (32 a thread of 16 warps), is in
-# flight: 32 KB (bf16) to 64 KB (fp32), about what an SM needs (Little's law: bandwidth x latency / SMs) to hide latency.
-def _fwd_config_chunked(n_rows, element_size):
+def _fwd_config_chunked(n_rows, element_size):  # (meta, grid): a program a row, its next 16 K values in flight
     return dict(CHUNK_N=16384, num_warps=_warps(16384, element_size, 32 * element_size)), n_rows
 def chunked_forward(x, w, eps):  # y, rstd of rows past MAX_ROW_BYTES (contiguous), by deep dive 41's launch
     y, rstd = torch.empty_like(x), torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
@@ -281,10 +278,72 @@ def chunked_forward(x, w, eps):  # y, rstd of rows past MAX_ROW_BYTES (contiguou
         rms_norm_fwd_chunked_kernel[(grid,)](x, x if w is None else w, y, rstd, *x.shape, x.stride(0), y.stride(0), eps,
                                              HAS_WEIGHT=w is not None, **meta)
     return y, rstd
+# Rows past 8 K values: deep dive 41's chunked backward and its fixed-order sum of the dw partials, letter for letter.
+@triton.jit
+def rms_norm_bwd_chunked_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_row_stride,
+                                dy_row_stride, dx_row_stride, HAS_WEIGHT: tl.constexpr, COMPUTE_DW: tl.constexpr,
+                                CHUNK_N: tl.constexpr):
+    pid, cols, n_chunks = tl.program_id(0), tl.arange(0, CHUNK_N), tl.cdiv(n_cols, CHUNK_N)
+    dw_row = dw_partial_ptr + tl.cast(pid, tl.int64) * n_cols  # this program's partial
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        row64 = tl.cast(row, tl.int64)
+        x_row, dy_row, dx_row = x_ptr + row64 * x_row_stride, dy_ptr + row64 * dy_row_stride, dx_ptr + row64 * dx_row_stride
+        rstd = tl.load(rstd_ptr + row)
+        # Pass 1: the dot product of g = dy * w and x, two chunks in flight.
+        acc = tl.zeros([CHUNK_N], tl.float32)
+        x_next = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = chunk * CHUNK_N + cols
+            offs = here + CHUNK_N
+            x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            if HAS_WEIGHT:
+                dy = dy * tl.load(w_ptr + here, mask=here < n_cols, other=0.0).to(tl.float32)
+            acc += dy * (x * rstd)  # x_hat first: dy * x may overflow where x is huge
+        c = tl.sum(acc, axis=0) / n_cols  # (1/N) sum g * x_hat
+        # Pass 2, backwards: dx, and dw_partial += dy * x_hat.
+        offs = (n_chunks - 1) * CHUNK_N + cols
+        x_next = tl.load(x_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            x, dy = x_next.to(tl.float32), dy_next.to(tl.float32)
+            here = (n_chunks - 1 - chunk) * CHUNK_N + cols
+            offs = here - CHUNK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            x_next = tl.load(x_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            ok, x_hat, g = here < n_cols, x * rstd, dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(w_ptr + here, mask=ok, other=0.0).to(tl.float32)
+            if COMPUTE_DW:  # the program's first row starts its partial: no buffer needs clearing
+                dw = tl.load(dw_row + here, mask=ok & (here * 0 + row > pid), other=0.0)
+                tl.store(dw_row + here, dw + dy * x_hat, mask=ok)
+            tl.store(dx_row + here, ((g - x_hat * c) * rstd).to(dx_ptr.dtype.element_ty), mask=ok, cache_modifier=".cs")
 
-def torch_backward(x, w, rstd, dy):  # the backward kernel's math in torch, in fp64: dx, dw
-    x_hat, r, g = x.double() * rstd.double()[:, None], rstd.double()[:, None], dy.double() * w.double()
-    return ((g - x_hat * (g * x_hat).mean(1, keepdim=True)) * r).to(x.dtype), (dy.double() * x_hat).sum(0)
+@triton.jit
+def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dw[j] = sum_p dw_partial[p, j]: a fixed order of additions, hence bitwise deterministic."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    acc = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+    for start in range(0, n_partials, BLOCK_P):
+        p = (start + tl.arange(0, BLOCK_P)).to(tl.int64)
+        acc += tl.load(dw_partial_ptr + p[:, None] * n_cols + cols[None, :],
+                       mask=(p < n_partials)[:, None] & col_ok[None, :], other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
+def _chunked_config(n_rows, n_cols, element_size):  # (meta, grid) of the chunked backward: a program an SM, 32 B a thread
+    return dict(CHUNK_N=8192, num_warps=_warps(8192, element_size, 32)), max(1, min(n_rows, NUM_SMS))
+def chunked_backward(x, w, rstd, dy, dx, compute_dw):  # dx; dw (fp32) or None: deep dive 41's launch, contiguous rows
+    meta, grid = _chunked_config(*x.shape, x.element_size())
+    dw_partial = torch.empty((grid, x.shape[1]), dtype=torch.float32, device=x.device) if compute_dw else rstd
+    rms_norm_bwd_chunked_kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, *x.shape, x.stride(0), dy.stride(0), dx.stride(0),
+                                         HAS_WEIGHT=True, COMPUTE_DW=compute_dw, **meta)
+    dw = torch.empty(x.shape[1], device=x.device, dtype=torch.float32) if compute_dw else None
+    if compute_dw:  # a row of partials a program, each written: summed in a fixed order
+        dw_reduce_kernel[(triton.cdiv(x.shape[1], 32),)](dw_partial, dw, grid, x.shape[1], BLOCK_P=64, BLOCK_N=32, num_warps=4)
+    return dw
 
 # %%
 
@@ -482,8 +541,8 @@ print(reading(table))
 # %%
 # Going further
 # -------------
-# **Past the kernels' rows** the drop-in streams a forward row in chunks and computes a backward row (past 8 K values)
-# in torch; :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` streams both and
+# **Past the kernels' rows** the drop-in streams each row in chunks;
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` splits a backward row over programs and
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` stages 16-bit forward rows past 16 K in shared
 # memory. **Exercise**: compile a block with a residual add before ``rms_norm``, once with the drop-in and once with
 # :func:`torch.nn.functional.rms_norm`: which moves fewer bytes, and why? Reference: Zhang, Sennrich (2019).
