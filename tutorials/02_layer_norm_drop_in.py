@@ -135,8 +135,7 @@ def _fwd_config(n_rows, n_cols, element_size):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN=n_cols == block_n, EVICT="" if big else "evict_last",
                 num_warps=warps), triton.cdiv(n_rows, block_m)
 def layer_norm_rows_forward(x2d, y2d, w, b, mean, rstd, eps):
-    """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel it launched (deep dive 21's chunked
-    kernel past MAX_FUSED_N)."""
+    """y2d, mean, rstd of x2d's rows (unit column stride). Returns the kernel it launched."""
     if x2d.shape[1] > MAX_FUSED_N:
         return chunked_rows_forward(x2d, y2d, w, b, mean, rstd, eps)
     meta, grid = _fwd_config(*x2d.shape, x2d.element_size())
