@@ -277,9 +277,6 @@ def test_carried_core_kernels_are_the_core_pages():
         load_tutorial(f"2{i}_layer_norm_{name}")
         for i, name in enumerate(["wide_forward", "staged_gluon", "wide_backward"], 1)
     )
-    assert inspect.getsource(fwd["row_stats"].fn) == inspect.getsource(staged["row_stats"].fn), (
-        "21 and 22 carry different row_stats"
-    )
     for page, number in ((fwd, 21), (staged, 22)):
         for name in ("layer_norm_fwd_kernel", "_fwd_config", "min_tile_bytes"):  # a kernel's source: its .fn's
             ours, theirs = (inspect.getsource(getattr(p[name], "fn", p[name])) for p in (page, core))

@@ -335,7 +335,7 @@ def dw_reduce_kernel(dw_partial_ptr, dw_ptr, n_partials, n_cols, BLOCK_P: tl.con
     tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_ok)
 def _chunked_config(n_rows, n_cols, element_size):  # (meta, grid) of the chunked backward: a program an SM, 32 B a thread
     return dict(CHUNK_N=8192, num_warps=_warps(8192, element_size, 32)), max(1, min(n_rows, NUM_SMS))
-def chunked_backward(x, w, rstd, dy, dx, compute_dw):  # dx; dw (fp32) or None: deep dive 41's launch, contiguous rows
+def chunked_backward(x, w, rstd, dy, dx, compute_dw):  # writes dx, returns dw (fp32) or None: 41's launch
     meta, grid = _chunked_config(*x.shape, x.element_size())
     dw_partial = torch.empty((grid, x.shape[1]), dtype=torch.float32, device=x.device) if compute_dw else rstd
     rms_norm_bwd_chunked_kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, *x.shape, x.stride(0), dy.stride(0), dx.stride(0),

@@ -46,22 +46,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The forward reads :math:`x` and writes :math:`y`, :math:`2MN` elements: the bytes of a copy, the speed
 # of light. Carried from the core page, letter for letter: its fused kernel (``BLOCK_M`` whole rows per
 # program, the statistics from registers, :math:`x` read once), its config (tiles of at least
-# ``min_tile_bytes()``, from the device's bandwidth and ``LATENCY``) and its launch; and ``row_stats``, the same
-# statistics as a function, as deep dive 21's kernels call them (the staged kernel below centres each row on its
-# first value as they do).
+# ``min_tile_bytes()``, from the device's bandwidth and ``LATENCY``) and its launch. The staged kernel below centres
+# each row on its first value, as this kernel does.
 
-@triton.jit
-def row_stats(x, x0, ok, n_cols, eps, BLOCK_N: tl.constexpr):
-    """(x - mean, mean, rstd) of the rows of an fp32 tile (``ok``: real columns; x0: their first values). Times k,
-    squares of deviations up to ~1e24 stay finite, rows of 1e-30 exact; past fp32's range, NaN (as torch's)."""
-    k: tl.constexpr = 2.0**-16 / BLOCK_N
-    x0 = x0.to(tl.float32) * k
-    t = tl.where(ok, x * k - x0[:, None], 0.0)
-    md = tl.sum(t, axis=1) / n_cols
-    xc = tl.where(ok, t - md[:, None], 0.0)
-    q = tl.sum(xc * xc, axis=1) / n_cols  # the variance times k**2
-    rstd = tl.where(q < float("inf"), k / tl.sqrt(q + eps * k * k), float("nan"))
-    return xc * (1 / k), (x0 + md) / k, tl.where(q == 0, 1.0 / tl.sqrt(eps), rstd)  # q == 0: constant, as torch
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride, y_row_stride, eps,
                           EVEN: tl.constexpr, EVICT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
