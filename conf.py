@@ -40,6 +40,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 _HELION_CONFIGS = pathlib.Path(__file__).resolve().parent / "docs" / "helion_configs.json"
 if _HELION_CONFIGS.is_file():
     os.environ.setdefault("SOL_HELION_CONFIGS", str(_HELION_CONFIGS))
+# The hardware counters dev/counters.py measured with Nsight Compute on each GPU: the landing page shows them beside the
+# rows that miss a target (docs/_ext/sol_results.py)
+_COUNTERS = pathlib.Path(__file__).resolve().parent / "docs" / "counters.json"
+if _COUNTERS.is_file():
+    os.environ.setdefault("SOL_COUNTERS", str(_COUNTERS))
 
 project = "Speed of Light"
 author = "The Speed of Light authors"

@@ -138,3 +138,155 @@ def test_a_page_runs_its_timed_cells_only_when_a_test_asks_for_what_they_define(
     monkeypatch.setattr(conftest, "UNTIMED", True)
     with pytest.raises(pytest.skip.Exception):
         conftest.load_page(page)["TIMED"]
+
+
+def _counters():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("counters", ROOT / "dev" / "counters.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ncu_csv(kernels):
+    """ncu's raw CSV page as `ncu --import ... --csv --page raw` prints it: a header, a units row, a row a kernel."""
+    import csv
+    import io
+
+    metrics = _counters().METRICS
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["ID", "Process ID", "Kernel Name", *metrics])
+    writer.writerow(["", "", "", "nsecond", "byte", "byte", "%", "%", "", "", "", "register/thread"])
+    for i, (name, values) in enumerate(kernels):
+        writer.writerow([str(i), "7", name, *(f"{values.get(m, 0):,}" for m in metrics)])
+    return out.getvalue()
+
+
+def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
+    """A marker kernel (grid = the call's number) opens each call; a call's kernels sum their time and DRAM bytes,
+    weight DRAM busy and warps active by time; a call with no kernel (a cudaMemcpy copy) is no entry; the page's name
+    for its kernel becomes "ours"; the last of two calls named alike wins; the copy kernel comes last."""
+    counters = _counters()
+    marker = lambda n: (counters.MARKER, {"launch__grid_size": n})
+    k = lambda ns, rd, wr, pct, warps, grid=100: {
+        "gpu__time_duration.sum": ns,
+        "dram__bytes_read.sum": rd,
+        "dram__bytes_write.sum": wr,
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed": pct,
+        "sm__warps_active.avg.pct_of_peak_sustained_active": warps,
+        "launch__waves_per_multiprocessor": grid / 132,
+        "launch__grid_size": grid,
+        "launch__block_size": 128,
+        "launch__registers_per_thread": 32,
+    }
+    text = _ncu_csv(
+        [
+            marker(1),
+            ("elementwise_kernel", k(10_000, 1000, 1000, 90, 80)),
+            marker(2),  # the page's light: a cudaMemcpy, no kernel
+            marker(3),
+            ("split_kernel", k(5_000, 500, 0, 50, 20)),  # a ladder step the page left named as the split
+            marker(4),
+            ("split_kernel", k(30_000, 1000, 0, 60, 40)),
+            ("combine_kernel", k(10_000, 0, 1000, 100, 60, 264)),
+            marker(5),
+            ("triton_per_fused_softmax_0", k(20_000, 1000, 1000, 95, 70)),
+        ]
+    )
+    calls = [
+        {
+            "call": 1,
+            "label": "copy kernel",
+            "direction": None,
+            "dtype": "bfloat16",
+            "N": 65536,
+            "x_bytes": 1000,
+            "function": "sweep",
+            "line": 9,
+        },
+        {
+            "call": 2,
+            "label": None,
+            "direction": None,
+            "dtype": "bfloat16",
+            "N": 65536,
+            "x_bytes": 1000,
+            "function": "sweep",
+            "line": 9,
+        },
+        *(
+            {
+                "call": c,
+                "label": label,
+                "direction": "forward",
+                "dtype": "bfloat16",
+                "N": 65536,
+                "x_bytes": 1000,
+                "function": "<module>",
+                "line": 12,
+            }
+            for c, label in ((3, "split"), (4, "split"), (5, "torch.compile"))
+        ),
+    ]
+    kernels = counters.read_report(text)
+    assert [x["name"] for x in kernels][:2] == [counters.MARKER, "elementwise_kernel"]
+    (point,) = counters.points_of("11_softmax_long_rows", calls, counters.assign(kernels, calls))
+    assert (point["page"], point["direction"], point["dtype"], point["N"]) == (
+        "11_softmax_long_rows",
+        "forward",
+        "bfloat16",
+        65536,
+    )
+    ours, compiled, copy = point["calls"]
+    assert (ours["label"], compiled["label"], copy["label"]) == ("ours", "torch.compile", "copy kernel")
+    assert ours["kernels"] == 2 and ours["us"] == 40 and ours["dram_bytes"] == 2000
+    assert ours["dram_pct"] == round((60 * 30 + 100 * 10) / 40, 1)
+    assert ours["warps_active_pct"] == round((40 * 30 + 60 * 10) / 40, 1)
+    assert ours["waves"] == round(100 / 132, 2) and ours["grid"] == 100  # of its longest kernel
+    assert compiled["us"] == 20 and copy["us"] == 10 and copy["dram_pct"] == 90
+
+
+def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):
+    """dev/counters.py --no-ncu runs a page cell by cell with its timer replaced and lists the calls it would profile
+    at the asked point, each named by the page's own variable: a function's sweep (01) and a top-level loop that
+    reads its tensors as globals, two directions (11); the page's lists of sizes shrink to the asked N."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "dev" / "counters.py"),
+            "--no-ncu",
+            "--work",
+            str(tmp_path),
+            "01_fused_softmax:float32:1024",
+            "11_softmax_long_rows:float32:65536",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    first = json.loads((tmp_path / "01_fused_softmax.calls.json").read_text())
+    assert {(c["label"], c["dtype"], c["N"]) for c in first} >= {
+        ("copy kernel", "float32", 1024),
+        ("torch", "float32", 1024),
+        ("ours", "float32", 1024),
+    }
+    assert all(c["N"] == 1024 for c in first) and all(c["x_bytes"] == 32 * 1024 * 4 for c in first)
+    long_rows = json.loads((tmp_path / "11_softmax_long_rows.calls.json").read_text())
+    assert {(c["label"], c["direction"]) for c in long_rows} >= {
+        ("split", "forward"),
+        ("split", "backward"),
+        ("torch", "forward"),
+        ("torch", "backward"),
+    }

@@ -7,6 +7,7 @@ site that the session's `built_site` fixture built once (tests/conftest.py).
 
 import ast
 import html
+import json
 import math
 import os
 import pathlib
@@ -281,6 +282,245 @@ def test_every_point_is_in_exactly_one_row():
     assert table.count("   * - ") == len(rows) + 1 and "nan" not in table.lower()
 
 
+# ---- the targets a row misses, and what the hardware counters measured there ----
+
+
+def rows_of(results):
+    """{(stem, what): row} of the per-page table."""
+    return {(stem, row["what"]): row for stem, row in sol_results.page_rows(results, sol_results.recommend(results)[0])}
+
+
+LONG = [65536, 131072, 262144]
+
+
+def test_a_row_misses_the_targets_it_falls_short_of():
+    """One phrase per target missed, with its figure and where; a row that meets them all, or where ours was not
+    measured, misses none; a row where no peer ran misses no ratio target."""
+    results = results_of(
+        **{
+            "11_meets": sweep("forward", "float32", LONG, [95, 90, 99], [1.2, 0.97, 1.0], 1),
+            "11_light": sweep("forward", "float32", LONG, [95, 84.5, 91], 1.1, 1),
+            "11_worst": sweep("forward", "float32", LONG, 95, [1.2, 0.879, 1.1], 1),
+            "11_median": sweep("forward", "float32", LONG, 95, [0.98, 0.99, 1.5], 1),
+            "11_all": sweep("forward", "float32", LONG, [88, 84.5, 91], [0.883, 0.879, 0.95], 1),
+            "11_no_peer": sweep("forward", "float32", LONG, [95, 80, 99], NAN, 1)
+            + sweep("backward", "float32", LONG, 95, NAN, 1),
+            "11_not_run": sweep("forward", "float32", LONG, NAN, NAN, 1),
+        }
+    )
+    missed = {
+        stem: sol_results.missed_targets(stem, row) for (stem, _), row in rows_of(results).items() if "forward" in _
+    }
+    assert missed == {
+        "11_meets": [],
+        "11_light": ["lowest 84.5% of light (N = 131,072), under 90%"],
+        "11_worst": ["worst 0.879x the best peer (N = 131,072), under 0.97x"],
+        "11_median": ["median 0.99x, under 1x"],
+        "11_all": [
+            "lowest 84.5% of light (N = 131,072), under 90%",
+            "worst 0.879x the best peer (N = 131,072), under 0.97x",
+            "median 0.883x, under 1x",
+        ],
+        "11_no_peer": ["lowest 80% of light (N = 131,072), under 90%"],
+        "11_not_run": [],
+    }
+    assert sol_results.missed_targets("11_no_peer", rows_of(results)["11_no_peer", "backward, float32"]) == []
+
+
+def test_a_core_page_inside_its_range_has_the_higher_floor():
+    """92% misses on a core page inside its range, not on a deep dive nor past the core page's range; a figure that
+    would round to the floor is shown with the digits that keep it under."""
+    results = results_of(
+        **{
+            "01_softmax": sweep("forward", "float32", [1024, 4096, 65536], [95, 92, 92], 1.1, [1, 1, 0]),
+            "11_long_rows": sweep("forward", "float32", [1024, 4096, 65536], [95, 92, 92], 1.1, 0),
+            "02_layer_norm": sweep("forward", "float32", [1024, 4096], [95, 92.96], 1.1, 1),
+        }
+    )
+    rows = rows_of(results)
+    assert set(rows) == {
+        ("01_softmax", "forward, float32"),
+        ("01_softmax", "forward, float32, past its range"),
+        ("11_long_rows", "forward, float32"),
+        ("02_layer_norm", "forward, float32"),
+    }
+    assert sol_results.missed_targets("01_softmax", rows["01_softmax", "forward, float32"]) == [
+        "lowest 92% of light (N = 4,096), under 93%"
+    ]
+    assert sol_results.missed_targets("01_softmax", rows["01_softmax", "forward, float32, past its range"]) == []
+    assert sol_results.missed_targets("11_long_rows", rows["11_long_rows", "forward, float32"]) == []
+    assert sol_results.missed_targets("02_layer_norm", rows["02_layer_norm", "forward, float32"]) == [
+        "lowest 92.96% of light (N = 4,096), under 93%"
+    ]
+
+
+def call(label, kernels, us, dram_pct, warps_active_pct, waves, x_times=2.0):
+    """A call of a counted point, its x 128 MiB."""
+    return {
+        "label": label,
+        "kernels": kernels,
+        "us": us,
+        "dram_bytes": round(x_times * 2**27),
+        "x_bytes": 2**27,
+        "dram_pct": dram_pct,
+        "warps_active_pct": warps_active_pct,
+        "waves": waves,
+    }
+
+
+def counters_for(*points):
+    return {"measured": "2026-11-30", "ncu": "2025.3.1.0", "points": list(points)}
+
+
+def point(page, direction, dtype, n, calls):
+    return {"page": page, "direction": direction, "dtype": dtype, "N": n, "calls": calls}
+
+
+FULL = [
+    call("torch", 3, 90.0, 70.0, 50.0, 4.0, x_times=4.0),
+    call("copy kernel", 1, 40.0, 92.0, 80.0, 8.0),
+    call("quack", 1, 41.2, 93.0, 60.1, 1.0),
+    call("Liger", 1, 55.5, 88.0, 40.0, 2.0),
+    call("ours", 2, 48.1, 85.2, 45.0, 1.9, x_times=268500000 / 2**27),
+    call("torch.compile", 2, 60.0, 80.0, 30.0, 1.5),
+]
+
+
+def test_a_counted_point_in_one_line():
+    """Ours first with what each figure is, then at most three other calls, the fastest first, the copy kernel last
+    (its time and DRAM busy only); a figure the file lacks or holds as null is "-"."""
+    assert sol_results.counters_line(point("11_long_rows", "forward", "bfloat16", 131072, FULL)) == (
+        "N = 131,072: ours 2 kernels, 48.1 us, 2.00x x's bytes in DRAM, DRAM 85% busy, 45% warps active, 1.9 waves; "
+        "quack 1 kernel, 41.2 us, 2.00x, 93%, 60%, 1 wave; Liger 1 kernel, 55.5 us, 2.00x, 88%, 40%, 2 waves; "
+        "torch.compile 2 kernels, 60 us, 2.00x, 80%, 30%, 1.5 waves; copy kernel 40 us, 92% busy"
+    )
+    sparse = [
+        {"label": "quack", "us": 41.2, "kernels": None},
+        {"label": "ours", "kernels": 2, "dram_bytes": 2**28},
+        {"label": "copy kernel"},
+        {"label": "torch", "us": 1234.4, "waves": 312.0},
+    ]
+    assert sol_results.counters_line(point("11_long_rows", None, "bfloat16", 4096, sparse)) == (
+        "N = 4,096: ours 2 kernels, - us, - x's bytes in DRAM, DRAM - busy, - warps active, - waves; "
+        "quack - kernels, 41.2 us, -, -, -, - waves; torch - kernels, 1234 us, -, -, -, 312 waves; "
+        "copy kernel - us, - busy"
+    )
+
+
+def misses_table(text):
+    """The rows of the table of misses, each a list of its cells' reST (a cell's paragraphs joined by a newline)."""
+    section = text[text.index("Where a row misses a target") :]
+    assert section.count(".. list-table::") == 1, section
+    rows = []
+    for line in section[section.index(".. list-table::") :].splitlines()[4:]:
+        if line.startswith("   * - "):
+            rows.append([line[7:]])
+        elif line.startswith("     - "):
+            rows[-1].append(line[7:])
+        elif line.startswith("       "):
+            rows[-1][-1] += "\n" + line[7:]
+        elif line and not line.startswith(" "):
+            break
+    return rows
+
+
+def parsed(text):
+    """The reST as docutils reads it, Sphinx's :doc: links as plain interpreted text; any warning fails."""
+    import docutils.core
+
+    return docutils.core.publish_doctree(
+        text.replace(":doc:`", "`"), settings_overrides={"report_level": 2, "halt_level": 2, "warning_stream": False}
+    )
+
+
+SWEEPS = {
+    "11_long_rows": sweep("forward", "bfloat16", LONG, [95, 84.5, 91], [1.1, 0.879, 1.0], 1)
+    + sweep("backward", "bfloat16", LONG, [95, 85, 91], 1.1, 1)
+    + sweep("forward", "float32", LONG, 95, 1.1, 1),
+    "12_staged": sweep("forward", "bfloat16", [8192, 16384], [80, 95], 1.2, 1),
+}
+
+
+def test_the_section_of_misses_without_counters():
+    """A row per row that misses a target, what it missed; no counters stored for the GPU: one sentence says so, and
+    the table has no column for them. No row that misses: one sentence, no table."""
+    results = results_of(**SWEEPS)
+    text = sol_results.landing_rst(
+        results, {s: PAGES.get(s, PAGES["11_long_rows"]) for s in results}, "on a GPU.", gpu="NVIDIA H200"
+    )
+    assert text.index("Each page's sweep") < text.index("Where a row misses a target")
+    assert "No hardware counters are stored for NVIDIA H200: ``dev/counters.py``" in text
+    rows = misses_table(text)
+    assert rows[0] == ["page", "measured", "what it missed"]
+    assert [row[1:] for row in rows[1:]] == [
+        [
+            "forward, bfloat16",
+            "lowest 84.5% of light (N = 131,072), under 90%; worst 0.879x the best peer (N = 131,072), under 0.97x",
+        ],
+        ["backward, bfloat16", "lowest 85% of light (N = 131,072), under 90%"],
+        ["forward, bfloat16", "lowest 80% of light (N = 8,192), under 90%"],
+    ]
+    parsed(text)
+    met = results_of(x=sweep("forward", "bfloat16", LONG, 95, 1.1, 1))
+    text = sol_results.landing_rst({"11_long_rows": met["x"]}, PAGES, "on a GPU.", gpu="NVIDIA H200")
+    section = text[text.index("Where a row misses a target") :]
+    assert "Every row meets them." in section and "list-table" not in section and "counters" not in section
+
+
+def test_the_section_of_misses_with_counters():
+    """Beside each row that misses, the counted points of its page, dtype and direction (a point without one: any)
+    at its N, a paragraph each in the order of N; none: "no counters measured on this GPU"."""
+    counters = counters_for(
+        point("11_long_rows", None, "bfloat16", 262144, [call("ours", 1, 90.0, 91.0, 50.0, 1.0)]),
+        point("11_long_rows", "forward", "bfloat16", 131072, FULL),
+        point("11_long_rows", "backward", "bfloat16", 65536, [call("ours", 3, 30.0, 60.0, 20.0, 0.5)]),
+        point("11_long_rows", "forward", "float32", 131072, [call("ours", 4, 1.0, 1.0, 1.0, 1.0)]),  # another dtype
+        point("11_long_rows", "forward", "bfloat16", 4096, [call("ours", 5, 1.0, 1.0, 1.0, 1.0)]),  # another N
+        point("12_staged", "backward", "bfloat16", 8192, [call("ours", 6, 1.0, 1.0, 1.0, 1.0)]),  # another direction
+    )
+    results = results_of(**SWEEPS)
+    pages = {s: PAGES.get(s, PAGES["11_long_rows"]) for s in results}
+    text = sol_results.landing_rst(results, pages, "on a GPU.", counters=counters, gpu="NVIDIA H200")
+    assert (
+        "Nsight Compute's counters (``ncu`` 2025.3.1.0), measured on NVIDIA H200 on 2026-11-30 by ``dev/counters.py``"
+    ) in text and "No hardware counters" not in text
+    counters["ncu"] = "Version 2025.3.1.0 (build 36398880) (public-release)"  # as ncu --version prints it
+    assert "(``ncu`` 2025.3.1.0)" in sol_results.landing_rst(results, pages, "on a GPU.", counters=counters, gpu="G")
+    rows = misses_table(text)
+    assert rows[0][3] == "what the counters say"
+    forward, backward, staged = (row[3].split("\n") for row in rows[1:])
+    assert forward == [
+        sol_results.counters_line(counters["points"][1]),
+        "N = 262,144: ours 1 kernel, 90 us, 2.00x x's bytes in DRAM, DRAM 91% busy, 50% warps active, 1 wave",
+    ]
+    assert backward == [
+        "N = 65,536: ours 3 kernels, 30 us, 2.00x x's bytes in DRAM, DRAM 60% busy, 20% warps active, 0.5 waves",
+        "N = 262,144: ours 1 kernel, 90 us, 2.00x x's bytes in DRAM, DRAM 91% busy, 50% warps active, 1 wave",
+    ]
+    assert staged == ["no counters measured on this GPU"]
+    # docutils reads the cell of two points as two paragraphs, and each row with its four cells
+    tables = [t for t in parsed(text).findall(lambda n: n.tagname == "table") if "sol-misses" in t["classes"]]
+    (table,) = tables
+    body = [row for row in table.findall(lambda n: n.tagname == "row")][1:]
+    assert [len(row.children) for row in body] == [4, 4, 4]
+    paragraphs = [p.astext() for p in body[0].children[3].findall(lambda n: n.tagname == "paragraph")]
+    assert paragraphs == forward
+
+
+def test_read_counters_gives_this_gpus_or_none(tmp_path):
+    path = tmp_path / "counters.json"
+    entry = counters_for(point("11_long_rows", None, "bfloat16", 4096, FULL))
+    assert sol_results.read_counters(str(path), "NVIDIA H200") is None  # no file
+    path.write_text(json.dumps({"NVIDIA H200": entry}))
+    assert sol_results.read_counters(str(path), "NVIDIA H200") == entry
+    assert sol_results.read_counters(str(path), "NVIDIA B200") is None
+    assert sol_results.read_counters(str(path), None) is None  # no GPU
+    del entry["points"][0]["N"]
+    path.write_text(json.dumps({"NVIDIA H200": entry}))
+    with pytest.raises(ValueError, match=r"counters\.json: a point of 'NVIDIA H200' without its N"):
+        sol_results.read_counters(str(path), "NVIDIA H200")
+
+
 @pytest.mark.parametrize("path", WRITERS, ids=lambda p: p.stem)
 def test_each_page_writes_under_its_own_name_only_when_asked(path):
     """The block names the page's own file, and runs only where the build set SOL_RESULTS."""
@@ -490,6 +730,27 @@ def test_a_build_that_runs_no_tutorial_shows_no_numbers(tmp_path, clean_env):
         "Each page's own tables hold its numbers, where a build ran it.\n"
     )
     assert "SOL_RESULTS" not in os.environ
+
+
+def test_build_shows_the_counters_the_file_holds_for_its_gpu(tmp_path, clean_env, monkeypatch, caplog):
+    """The build reads the file SOL_COUNTERS names, for the GPU it ran on; a file that breaks its format is a
+    Sphinx warning (so that -W fails the build), and the section then says no counters are stored."""
+    app, rst = fake_build(tmp_path)
+    monkeypatch.setattr(sol_results, "_gpu", lambda: "NVIDIA H200")
+    counters = tmp_path / "counters.json"
+    # the demo page's forward inside its range: 50% at N = 256, under the core page's floor
+    entry = counters_for(point("01_demo", "forward", "float32", 256, [call("ours", 1, 12.5, 40.0, 25.0, 0.3)]))
+    counters.write_text(json.dumps({"NVIDIA H200": entry, "NVIDIA B200": counters_for()}))
+    monkeypatch.setenv("SOL_COUNTERS", str(counters))
+    text = run_build(app, rst, writes=True)
+    assert "measured on NVIDIA H200 on 2026-11-30" in text
+    assert "N = 256: ours 1 kernel, 12.5 us, 2.00x x's bytes in DRAM, DRAM 40% busy, 25% warps active" in text
+    entry["points"][0]["calls"][0]["label"] = ""
+    counters.write_text(json.dumps({"NVIDIA H200": entry}))
+    caplog.set_level("WARNING", logger="sphinx")
+    text = run_build(app, rst, writes=True)
+    assert "No hardware counters are stored for NVIDIA H200" in text and "N = 256: ours" not in text
+    assert "counters.json: a call without its label at 01_demo, N = 256" in caplog.text
 
 
 # ---- the site the session built ----

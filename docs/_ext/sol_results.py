@@ -40,6 +40,14 @@ answer are one row. Then each page's own sweep, a row per direction and dtype (`
 core page's points past its range (``recommended`` 0 where it recommends other N) are a row of their own
 naming the page recommended there; and a figure of those rows.
 
+Last, the rows of that table that miss a target (``TARGETS``, ``missed_targets``): ours / best peer at the row's worst N
+and its median over the row's N; ours' lowest % of light over the row's N, higher for a core page inside its range
+than for a deep dive or a core page's N past its range. Beside each, what the GPU's hardware counters measured at
+the row's N: ``dev/counters.py`` runs the pages' calls (ours, the peers, a copy kernel as the streaming yardstick)
+under Nsight Compute and stores, per GPU, each call's kernels, time, DRAM bytes, DRAM throughput, achieved
+occupancy and waves (``read_counters`` describes the file, which the build names in ``SOL_COUNTERS``). A GPU for
+which the file holds nothing gets one sentence saying so instead.
+
 The build's side (``setup`` below). sphinx-gallery runs the tutorials in its ``builder-inited`` handler;
 before it, ``_ask_for_results`` empties ``<build>/results`` and names it in ``SOL_RESULTS`` (only when
 the build runs the tutorials); after it, ``_write_landing_results`` reads the folder and writes
@@ -61,6 +69,7 @@ nothing else.
 import math
 import os
 import pathlib
+import re
 import shutil
 import statistics
 
@@ -72,6 +81,14 @@ METRICS = ("ours, % of light", "ours / best peer")
 FLAG = "recommended"
 COLUMNS = (*KEYS, SIZE, *METRICS, FLAG)
 OPS = {"1": "softmax", "2": "layer norm", "3": "reduction", "4": "RMSNorm", "5": "RMSNorm in JAX", "6": "cross-entropy"}
+# What a row of the per-page table should reach (missed_targets() names what it does not): ours / best peer at the row's
+# worst N and its median over the row's N; ours' lowest % of light over the row's N, on a core page inside its range
+# ("lowest, core") and on every other row (a deep dive, a core page's N past its range)
+TARGETS = {"worst ratio": 0.97, "median ratio": 1.0, "lowest, core": 93.0, "lowest": 90.0}
+# the labels of a counted point's calls that are no peer: our kernel, and the streaming yardstick; and the figures
+# of a call (read_counters)
+OURS, COPY = "ours", "copy kernel"
+COUNTED = ("kernels", "us", "dram_bytes", "x_bytes", "dram_pct", "warps_active_pct", "waves")
 INCLUDE = "landing_results.inc"
 FIGURE = "landing_results.png"
 
@@ -318,10 +335,210 @@ def page_rows(results, recommended):
     return rows
 
 
+def _under(value, limit):
+    """value, at 3 significant digits, or more where those would read as the limit it is under (92.96 under 93)."""
+    for digits in range(3, 8):
+        shown = f"{value:.{digits}g}"
+        if float(shown) < limit:
+            break
+    return shown
+
+
+def missed_targets(stem, row):
+    """The targets (TARGETS) that one row of page_rows() misses, a short phrase each with its figure and where it
+    was reached: none where ours was not measured, no ratio target where no peer ran."""
+    if math.isnan(row["lowest"]):
+        return []
+    inside = stem[:1] == "0" and not row["what"].endswith("past its range")
+    floor = TARGETS["lowest, core" if inside else "lowest"]
+    worst, median = TARGETS["worst ratio"], TARGETS["median ratio"]
+    found = []
+    if row["lowest"] < floor:
+        found.append(f"lowest {_under(row['lowest'], floor)}% of light{_at(row['lowest at'])}, under {floor:g}%")
+    if row["peer points"] and row["worst ratio"] < worst:
+        found.append(
+            f"worst {_under(row['worst ratio'], worst)}x the best peer{_at(row['worst at'])}, under {worst:g}x"
+        )
+    if row["peer points"] and row["median ratio"] < median:
+        found.append(f"median {_under(row['median ratio'], median)}x, under {median:g}x")
+    return found
+
+
+def _targets_sentence():
+    lowest, core = TARGETS["lowest"], TARGETS["lowest, core"]
+    worst, median = TARGETS["worst ratio"], TARGETS["median ratio"]
+    return (
+        f"The targets of a row of the table above: ours / best peer at least {worst:g}x at its worst *N* and "
+        f"{median:g}x at the median over its *N*, and ours' lowest % of light over its *N* at least {core:g}% on a "
+        f"core page inside its range, {lowest:g}% on every other row (a deep dive, a core page past its range). A row "
+        "where no peer ran has no ratio target; one where ours was not measured, none."
+    )
+
+
+# ---- the counters ----
+
+
+def read_counters(path, gpu):
+    """What the JSON file at path holds for the GPU named gpu (torch.cuda.get_device_name), or None: no path, no
+    such file, no GPU, nothing stored for it. The file, written by dev/counters.py with Nsight Compute:
+
+        {GPU name: {"measured": date, "ncu": Nsight Compute's version,
+                    "points": [{"page": stem, "direction": ... or null (the page has one: any), "dtype": ..., "N": ...,
+                                "calls": [{"label": ..., "kernels": ..., "us": ..., "dram_bytes": ..., "x_bytes": ...,
+                                           "dram_pct": ..., "warps_active_pct": ..., "waves": ...}, ...]}, ...]}}
+
+    A call's label: "ours", a peer's name (torch, torch.compile, Liger, quack, Helion, ...) or "copy kernel" (reads
+    x and writes a tensor of x's size). kernels: how many kernels the call launched; us: their summed duration in
+    microseconds; dram_bytes: the bytes they read and wrote in DRAM; x_bytes: the bytes of the point's input x;
+    dram_pct: DRAM throughput as % of its peak and warps_active_pct: achieved occupancy (% of an SM's warp slots
+    active), both weighted by each kernel's duration; waves: the waves per SM of the call's longest kernel. Any of
+    those may be missing or null (shown as "-"); page, dtype, N and label may not. Raises ValueError naming the
+    file where it breaks this."""
+    if not gpu or not path or not os.path.isfile(path):
+        return None
+    import json
+
+    with open(path, encoding="utf-8") as file:
+        found = json.load(file)
+    entry = found.get(gpu) if isinstance(found, dict) else None
+    if entry is None:
+        return None
+    name = os.path.basename(path)
+    if not isinstance(entry, dict) or not isinstance(entry.get("points", []), list):
+        raise ValueError(f"{name}: {gpu!r} holds no {{'points': [...]}}")
+    for point in entry.get("points", []):
+        lacking = [key for key in ("page", "dtype", "N") if not isinstance(point, dict) or point.get(key) is None]
+        if lacking or not isinstance(point["N"], (int, float)):
+            raise ValueError(f"{name}: a point of {gpu!r} without its {', '.join(lacking) or 'N as a number'}")
+        for call in point.get("calls") or []:
+            if not isinstance(call, dict) or not call.get("label"):
+                raise ValueError(f"{name}: a call without its label at {point['page']}, N = {point['N']}")
+            for key in COUNTED:
+                if not isinstance(call.get(key), (int, float, type(None))) or isinstance(call.get(key), bool):
+                    raise ValueError(f"{name}: {key} of {call['label']} at {point['page']}, N = {point['N']}")
+    return entry
+
+
+def counted(stem, row, counters):
+    """The points of counters (one GPU's, as read_counters) measured for one row of page_rows(): its page and dtype,
+    its direction or none (a page with one direction), at one of its N; in the order of N."""
+    direction, dtype = row["what"].split(", ")[:2]
+    sizes = {float(n) for n in row["sizes"]}
+    return sorted(
+        (
+            point
+            for point in (counters or {}).get("points") or []
+            if point["page"] == stem
+            and point["dtype"] == dtype
+            and float(point["N"]) in sizes
+            and point.get("direction") in (None, direction)
+        ),
+        key=lambda point: float(point["N"]),
+    )
+
+
+def _figure(value, digits):
+    """A counter at `digits` significant digits, never in exponent form; "-" where it was not measured."""
+    if value is None:
+        return "-"
+    shown = f"{value:.{digits}g}"
+    return f"{value:.0f}" if "e+" in shown else shown
+
+
+def _percent(value):
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _call_text(call, first):
+    """One call of a counted point: "quack 1 kernel, 41.2 us, 2.00x, 93%, 60%, 1 wave"; first: with what each
+    figure is ("2.00x x's bytes in DRAM, DRAM 93% busy, 60% warps active")."""
+    kernels, waves = _figure(call.get("kernels"), 3), _figure(call.get("waves"), 2)
+    dram, x = call.get("dram_bytes"), call.get("x_bytes")
+    traffic = f"{dram / x:.2f}x" if dram is not None and x else "-"
+    busy, warps = (_percent(call.get(key)) for key in ("dram_pct", "warps_active_pct"))
+    figures = [
+        f"{kernels} kernel{'' if kernels == '1' else 's'}",
+        f"{_figure(call.get('us'), 3)} us",
+        f"{traffic} x's bytes in DRAM" if first else traffic,
+        f"DRAM {busy} busy" if first else busy,
+        f"{warps} warps active" if first else warps,
+        f"{waves} wave{'' if waves == '1' else 's'}",
+    ]
+    return f"{_escape(call['label'])} {', '.join(figures)}"
+
+
+def _escape(text):
+    """Text from the counters' file, read as plain text in reST."""
+    return "".join("\\" + c if c in "\\*`|_" else c for c in str(text))
+
+
+def counters_line(point):
+    """One counted point in a line: "N = 131,072: ours ...; quack ...; copy kernel 40 us, 92% busy". Ours first,
+    then at most three other calls, the fastest first, then the copy kernel."""
+    calls = [call for call in point.get("calls") or [] if call["label"] not in (OURS, COPY)]
+    calls = sorted(calls, key=lambda call: (call.get("us") is None, call.get("us") or 0))[:3]
+    ours = [call for call in point.get("calls") or [] if call["label"] == OURS][:1]
+    parts = [_call_text(call, first=i == 0) for i, call in enumerate(ours + calls)]
+    for copy in [call for call in point.get("calls") or [] if call["label"] == COPY][:1]:
+        parts.append(f"{COPY} {_figure(copy.get('us'), 3)} us, {_percent(copy.get('dram_pct'))} busy")
+    return f"N = {_ends([_size(point['N'])])}: " + ("; ".join(parts) or "no call measured")
+
+
+def _counters_sentence(counters, gpu):
+    """What the counters' column shows, and where it comes from."""
+    ncu = re.search(r"\d+(\.\d+)+", str(counters.get("ncu") or ""))  # "2025.3.1.0", or ncu --version's line
+    version = f" (``ncu`` {ncu.group()})" if ncu else ""
+    when = f" on {counters['measured']}" if counters.get("measured") else ""
+    return (
+        f"**What the counters say**: Nsight Compute's counters{version}, measured on {gpu}{when} by "
+        "``dev/counters.py``, at each *N* of the row it measured: ours first, then at most three peers, the fastest "
+        "first, and a copy kernel (it reads x and writes a tensor of x's size: the streaming yardstick). For each, "
+        "how many kernels it launched and their summed time; the bytes they moved in DRAM, in units of x's bytes "
+        "(reading x and writing a tensor of its size once is 2.00x); DRAM throughput as % of its peak (*busy*) and "
+        "achieved occupancy (% of an SM's warp slots *active*), both weighted by each kernel's time; and the waves "
+        "per SM of the longest kernel."
+    )
+
+
+def _misses_section(rows, doc, counters, gpu):
+    """The landing page's last section: the rows of page_rows() that miss a target, with what the counters of this
+    GPU say at their N."""
+    missed = [(stem, row, found) for stem, row in rows if (found := missed_targets(stem, row))]
+    lines = [*_heading("Where a row misses a target"), _targets_sentence(), ""]
+    if not missed:
+        return lines + ["Every row meets them.", ""]
+    if counters is None:
+        lines += [
+            (
+                f"No hardware counters are stored for {gpu}: ``dev/counters.py`` measures them with Nsight Compute, "
+                "run on this GPU."
+                if gpu
+                else "No hardware counters: ``dev/counters.py`` measures them with Nsight Compute, on a GPU."
+            ),
+            "",
+        ]
+    else:
+        lines += [_counters_sentence(counters, gpu or "this GPU"), ""]
+    header = ["page", "measured", "what it missed"] + ([] if counters is None else ["what the counters say"])
+    body = []
+    for stem, row, found in missed:
+        body.append([doc(stem), row["what"], "; ".join(found)])
+        if counters is not None:  # a cell of several paragraphs, one a point
+            body[-1].append(
+                [counters_line(p) for p in counted(stem, row, counters)] or "no counters measured on this GPU"
+            )
+    return lines + _list_table(header, body, "sol-results sol-misses")
+
+
 def _list_table(header, body, css):
+    """A list-table; a cell is a line of reST, or a list of them: paragraphs of one cell."""
     lines = [".. list-table::", "   :header-rows: 1", f"   :class: {css}", ""]
     for cells in [header, *body]:
-        lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(cells)]
+        for i, cell in enumerate(cells):
+            first, *rest = cell if isinstance(cell, list) else [cell]
+            lines.append(f"   {'*' if i == 0 else ' '} - {first}")
+            for paragraph in rest:
+                lines += ["", f"       {paragraph}"]
     return lines + [""]
 
 
@@ -329,10 +546,11 @@ def _heading(text):
     return [text, "~" * len(text), ""]
 
 
-def landing_rst(results, pages, device, kept=(), ran=True):
+def landing_rst(results, pages, device, kept=(), ran=True, counters=None, gpu=None):
     """The reST of the landing page's section: results is {stem: DataFrame}, pages as _pages(), device a
     sentence naming where the numbers were measured, kept the stems whose results come from an earlier
-    build's run (their pages were not made again), ran whether this build ran the tutorials."""
+    build's run (their pages were not made again), ran whether this build ran the tutorials, counters what
+    read_counters gives for this GPU (None: nothing stored for it), gpu the GPU's name (None: a CPU)."""
     doc = lambda stem: f":doc:`{stem[:2]} {pages[stem][1]} <{pages[stem][0]}>`"
     if not ran or not results:
         why = (
@@ -343,6 +561,7 @@ def landing_rst(results, pages, device, kept=(), ran=True):
             "where a build ran it.\n"
         )
     recommended, _ = recommend(results)
+    rows = page_rows(results, recommended)
     lines = [
         f"Measured by this build {device}",
         "",
@@ -378,7 +597,7 @@ def landing_rst(results, pages, device, kept=(), ran=True):
         "",
         *_list_table(
             ["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst", "median"],
-            [_page_cells(stem, doc, row) for stem, row in page_rows(results, recommended)],
+            [_page_cells(stem, doc, row) for stem, row in rows],
             "sol-results",
         ),
     ]
@@ -394,6 +613,7 @@ def landing_rst(results, pages, device, kept=(), ran=True):
             "Not measured in this build (not run, or run without results): " + ", ".join(doc(s) for s in missing) + ".",
             "",
         ]
+    lines += _misses_section(rows, doc, counters, gpu)  # under a heading of its own: after the notes on the table
     return "\n".join(lines) + "\n"
 
 
@@ -483,15 +703,23 @@ def _write_if_changed(path, data):
         path.write_bytes(data)
 
 
-def _device():
-    """Where this build measured: the GPU's name, or the CPU's caveat."""
+def _gpu():
+    """The name of this build's GPU (torch.cuda.get_device_name), or None on a machine without one."""
     try:
         import torch
 
         if torch.cuda.is_available():
-            return f"on {torch.cuda.get_device_name(0)}, every page beside its peers in the same run."
+            return torch.cuda.get_device_name(0)
     except ImportError:
         pass
+    return None
+
+
+def _device():
+    """Where this build measured: the GPU's name, or the CPU's caveat."""
+    gpu = _gpu()
+    if gpu:
+        return f"on {gpu}, every page beside its peers in the same run."
     return (
         "on a CPU, through Triton's interpreter (Pallas' for JAX): these are NOT GPU timings, they say nothing "
         "about GPU speed, and only peers that run on a CPU ran."
@@ -572,10 +800,15 @@ def _write_landing_results(app):
                 old.unlink()  # the page was made again without results: these no longer match it
         for note in recommend(results)[1] if results else ():
             _logger.info(f"landing page: two pages claim the same N: {note}", color="darkred")
-    device = _device() if results else ""
+    device, gpu, counters = _device() if results else "", _gpu() if results else None, None
     if results:
         draw(results, pages, device, generated / FIGURE)
-    _write_if_changed(generated / INCLUDE, landing_rst(results, pages, device, kept=kept, ran=ran))
+        try:
+            counters = read_counters(os.environ.get("SOL_COUNTERS", ""), gpu)
+        except ValueError as err:  # a broken file of counters: a Sphinx warning, so -W fails the build
+            _logger.warning(f"landing page: {err}")
+    text = landing_rst(results, pages, device, kept=kept, ran=ran, counters=counters, gpu=gpu)
+    _write_if_changed(generated / INCLUDE, text)
 
 
 def setup(app):

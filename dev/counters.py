@@ -1,0 +1,517 @@
+"""Nsight Compute's counters at the points where the landing page's rows miss a target, stored per GPU for the
+landing page to show beside those rows.
+
+For each page, a child process runs the page as the build does, cell by cell, with two changes: the page's ``bench``
+is replaced by one that runs the call once to warm it up, then once more inside an NVTX range that ``ncu`` profiles
+(only calls at the points asked for: a tensor or array of the point's dtype and N among what the call holds), and the
+page's lists of sizes (``SWEEP_N`` and the like: an upper-case list of ints holding an asked N) keep only the asked N.
+Each profiled call starts with a marker kernel whose grid is the call's number, so the report's kernels fall to their
+calls. A call is named by the page's own variable for it (``name``, or ``key``), with its ``direction`` where the page
+has one; where a page labels two calls alike at a point, the last is kept (the sweep's, after its ladder). Each point
+also gets an elementwise copy of its x (``x * 1`` into a new tensor): a streaming kernel as a yardstick.
+
+Per call: the kernels, their summed duration, DRAM bytes read and written, DRAM throughput as % of its peak and
+achieved occupancy (warps active, % of an SM's slots; both weighted by each kernel's time), the waves of its longest
+kernel. Written into docs/counters.json under the GPU's name (``torch.cuda.get_device_name``); the build names the file
+in ``SOL_COUNTERS`` and the landing page shows each row's points.
+
+    python3 dev/counters.py --misses docs/_generated/results     # the points where a built page's rows miss a target
+    python3 dev/counters.py 11_softmax_long_rows:bfloat16:131072 02_layer_norm:float32:16384   # these points
+    python3 dev/counters.py --no-ncu 01_fused_softmax:float32:256  # the plumbing alone: which calls it would profile
+
+The pages run one after another (counters are the device's, so nothing else may run beside a profiled kernel).
+``ncu`` runs with ``--clock-control none`` (the clocks as the pages' timings had them).
+"""
+
+import argparse
+import csv
+import datetime
+import glob
+import io
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STORE = ROOT / "docs" / "counters.json"
+METRICS = [
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "launch__waves_per_multiprocessor",
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__registers_per_thread",
+]
+MARKER = "counters_marker"
+RANGE = "sol"
+LABELS = ("name", "key", "provider")  # a page's variable that names the call it times
+PASSED = ("<lambda>", "<listcomp>", "<dictcomp>", "<genexpr>")  # frames between a page's loop and its bench
+
+
+# ---- which points ----
+
+
+def page_path(stem):
+    """tutorials/<stem>.py or tutorials/deep_dives/<stem>.py."""
+    found = sorted((ROOT / "tutorials").rglob(f"{stem}*.py"))
+    if not found:
+        raise SystemExit(f"no page {stem} under tutorials/")
+    return found[0]
+
+
+def parse_point(text):
+    """'11_softmax_long_rows:bfloat16:131072' -> (stem, dtype, N)."""
+    stem, dtype, n = text.split(":")
+    return page_path(stem).stem, dtype, int(n)
+
+
+def missed_points(folder):
+    """{stem: {(dtype, N)}}: for each row of the landing page's per-page table that misses a target, the N of its
+    lowest % of light and of its worst ours / best peer."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import sol_results
+
+    results = sol_results.read_results(folder)
+    points = {}
+    for stem, row in sol_results.page_rows(results, sol_results.recommend(results)[0]):
+        missed = sol_results.missed_targets(stem, row)
+        if not missed:
+            continue
+        dtype = row["what"].split(", ")[1]
+        for n in {row["lowest at"], row["worst at"]} - {None}:
+            points.setdefault(stem, set()).add((dtype, int(n)))
+    return points
+
+
+# ---- the child: one page, its bench replaced ----
+
+
+def _tensors(value, depth=0):
+    """The tensors (or JAX arrays) a call holds: its arguments, its closure's cells and the globals it reads, and
+    theirs."""
+    if (
+        hasattr(value, "shape")
+        and hasattr(value, "dtype")
+        and (hasattr(value, "element_size") or hasattr(value, "nbytes"))
+    ):
+        yield value
+    elif isinstance(value, (list, tuple)) and depth < 3:
+        for item in value:
+            yield from _tensors(item, depth + 1)
+    elif callable(value) and depth < 2:
+        for cell in getattr(value, "__closure__", None) or ():
+            try:
+                yield from _tensors(cell.cell_contents, depth + 1)
+            except ValueError:  # an empty cell
+                pass
+        for default in getattr(value, "__defaults__", None) or ():
+            yield from _tensors(default, depth + 1)
+        code, scope = getattr(value, "__code__", None), getattr(value, "__globals__", {})
+        for name in code.co_names if code else ():  # a lambda at a page's top level reads its tensors as globals
+            if not callable(scope.get(name)):
+                yield from _tensors(scope.get(name), depth + 1)
+
+
+def _dtype(t):
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _nbytes(t):
+    return int(t.nbytes) if hasattr(t, "nbytes") and not hasattr(t, "element_size") else t.numel() * t.element_size()
+
+
+def _matches(t, points):
+    n = t.shape[-1] if len(t.shape) else 1
+    size = math.prod(t.shape)
+    return next(((d, p) for d, p in points if _dtype(t) == d and (n == p or len(t.shape) == 1 and size == p)), None)
+
+
+def _shrink(scope, sizes):
+    """Each upper-case list or tuple of ints in the page's globals that holds an asked N keeps only those (and a dict
+    of such lists, each of its lists)."""
+    keep = lambda seq: type(seq)(n for n in seq if n in sizes)
+    is_sizes = lambda v: isinstance(v, (list, tuple)) and len(v) > 1 and all(type(n) is int for n in v)
+    for name, value in list(scope.items()):
+        if not name.isupper():
+            continue
+        if is_sizes(value) and set(value) & sizes:
+            scope[name] = keep(value)
+        elif isinstance(value, dict) and value and all(is_sizes(v) for v in value.values()):
+            if any(set(v) & sizes for v in value.values()):
+                scope[name] = {k: keep(v) for k, v in value.items()}
+
+
+class Profiler:
+    """The page's bench, replaced: profiles the calls at the asked points, one NVTX range each, a marker first."""
+
+    def __init__(self, points, use_range):
+        import torch
+
+        self.torch, self.points, self.use_range, self.calls, self.copied = torch, points, use_range, [], set()
+        self.cuda = torch.cuda.is_available()
+        self.marker = None
+        if self.cuda:
+            import triton
+            import triton.language as tl
+
+            @triton.jit
+            def counters_marker(ptr):  # noqa: ARG001  a kernel that does nothing: its grid is the call's number
+                tl.program_id(0)
+
+            self.marker = counters_marker
+            self.flag = torch.zeros(1, device="cuda")
+            self.marker[(1,)](self.flag)
+
+    def _sync(self, result):
+        if hasattr(result, "block_until_ready"):
+            result.block_until_ready()
+        elif isinstance(result, (list, tuple)):
+            for r in result:
+                self._sync(r)
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def _profiled(self, run, record):
+        """run() once in the profiled range, after the marker of its number; record it."""
+        record["call"] = len(self.calls) + 1
+        self.calls.append(record)
+        if self.use_range:
+            self.torch.cuda.nvtx.range_push(RANGE)
+        if self.marker is not None:
+            self.marker[(record["call"],)](self.flag)
+        self._sync(run())
+        if self.use_range:
+            self.torch.cuda.nvtx.range_pop()
+
+    def bench(self, fn, *args, **kwargs):
+        args = tuple(a for a in args if not isinstance(a, bool))  # bench(fn, False): a page's graph flag
+        run = lambda: fn(*args)
+        found = [(t, p) for t in _tensors([fn, *args]) if (p := _matches(t, self.points))]
+        self._sync(run())  # compiles and warms up outside the range (and runs it once: a page may read its output)
+        if not found:
+            return 1.0 if self.cuda else math.nan
+        x, (dtype, n) = max(found, key=lambda tp: _nbytes(tp[0]))
+        caller = sys._getframe(1)  # the page's frame that names the call (past a lambda or comprehension)
+        while caller.f_code.co_name in PASSED and caller.f_back and not set(LABELS) & set(caller.f_locals):
+            caller = caller.f_back
+        local = caller.f_locals
+        label = next((local[k] for k in LABELS if isinstance(local.get(k), str)), None)
+        record = {
+            "dtype": dtype,
+            "N": n,
+            "x_bytes": _nbytes(x),
+            "function": caller.f_code.co_name,
+            "line": caller.f_lineno,
+            "label": label,
+            "direction": local["direction"] if isinstance(local.get("direction"), str) else None,
+        }
+        if (dtype, n) not in self.copied and hasattr(x, "element_size"):  # the point's streaming yardstick
+            self.copied.add((dtype, n))
+            self._profiled(lambda: self.torch.mul(x, 1), dict(record, label="copy kernel", direction=None))
+        self._profiled(run, record)
+        return 1.0 if self.cuda else math.nan
+
+
+def run_page(stem, points, use_range, log=print):
+    """Runs the page cell by cell with its bench replaced; returns the profiled calls."""
+    path = page_path(stem)
+    source = path.read_text(encoding="utf-8")
+    scope = {"__name__": "__main__", "__file__": str(path)}
+    profiler = Profiler(points, use_range)
+    sizes = {n for _, n in points}
+    line = 0
+    for cell in source.split("\n# %%"):
+        text, start = ("\n" * line) + ("# %%" if line else "") + cell, line + 1
+        line += cell.count("\n") + 1
+        text = text.replace("\ndef bench(", "\ndef _page_bench(")  # the page's own timer, not called
+        scope["bench"] = profiler.bench
+        try:
+            exec(compile(text, str(path), "exec"), scope)
+        except Exception as err:  # a later cell that reads the (replaced) timings may fail: go on
+            log(f"{stem}: the cell at line {start}: {type(err).__name__}: {' '.join(str(err).split())[:200]}")
+        _shrink(scope, sizes)
+    return profiler.calls
+
+
+# ---- the parent: ncu around each page, its report read back ----
+
+
+def find_ncu():
+    return shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))[::-1]), None)
+
+
+SCALE = {
+    "": 1,
+    "register/thread": 1,
+    "block": 1,
+    "thread": 1,
+    "byte": 1,
+    "Kbyte": 1e3,
+    "Mbyte": 1e6,
+    "Gbyte": 1e9,
+    "Tbyte": 1e12,
+    "%": 1,
+    "ns": 1,
+    "nsecond": 1,
+    "us": 1e3,
+    "usecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+}
+
+
+def read_report(text):
+    """The kernels of ncu's raw CSV page, in launch order: dicts of the kernel's name and METRICS, as floats in bytes,
+    nanoseconds, % or counts (the page's second row gives each column's unit)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+    header, units, kernels = rows[start], rows[start + 1], []
+    unit = dict(zip(header, units))
+    for r in rows[start + 2 :]:
+        if len(r) != len(header) or not r[0].strip().isdigit():
+            continue
+        cells = dict(zip(header, r))
+        kernel = {"name": cells.get("Kernel Name", "")}
+        for m in METRICS:
+            try:
+                kernel[m] = float(cells.get(m, "nan").replace(",", "")) * SCALE.get(unit.get(m, ""), 1)
+            except ValueError:
+                kernel[m] = math.nan
+            if unit.get(m, "") not in SCALE and m in unit:
+                raise ValueError(f"ncu gave {m} in {unit[m]!r}, a unit this tool does not read")
+        kernels.append(kernel)
+    return kernels
+
+
+def assign(kernels, calls):
+    """{call number: [its kernels]}: each marker opens its call (grid size = the call's number)."""
+    found, current = {}, None
+    for k in kernels:
+        if MARKER in k["name"]:
+            current = int(k["launch__grid_size"])
+            found[current] = []
+        elif current is not None:
+            found[current].append(k)
+    return found
+
+
+def summarize_call(record, kernels):
+    """The stored figures of one call."""
+    us = [k["gpu__time_duration.sum"] / 1e3 for k in kernels]  # ncu gives ns
+    total = sum(us)
+    weighted = lambda m: sum(k[m] * t for k, t in zip(kernels, us)) / total if total else math.nan
+    longest = max(range(len(kernels)), key=lambda i: us[i]) if kernels else None
+    round_ = lambda v, d=1: None if v is None or math.isnan(v) else round(v, d)
+    return {
+        "label": record["label"] or record["function"],
+        "kernels": len(kernels),
+        "names": sorted({k["name"] for k in kernels}),
+        "us": round_(total, 2),
+        "dram_bytes": int(sum(k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"] for k in kernels)),
+        "x_bytes": record["x_bytes"],
+        "dram_pct": round_(weighted("dram__throughput.avg.pct_of_peak_sustained_elapsed")),
+        "warps_active_pct": round_(weighted("sm__warps_active.avg.pct_of_peak_sustained_active")),
+        "waves": round_(kernels[longest]["launch__waves_per_multiprocessor"], 2) if kernels else None,
+        "grid": int(kernels[longest]["launch__grid_size"]) if kernels else None,
+        "block": int(kernels[longest]["launch__block_size"]) if kernels else None,
+        "registers": int(kernels[longest]["launch__registers_per_thread"]) if kernels else None,
+    }
+
+
+def ours_label(stem):
+    """The page's name for the kernel its results call ours ("split" on 11), from the block that writes them."""
+    text = page_path(stem).read_text(encoding="utf-8")
+    found = 'set_axis(["ours, % of light"' in text and re.search(r'\[\["([^"]+), % of light", "[^"]+"\]\]', text)
+    return found.group(1) if found else "ours"
+
+
+def points_of(stem, calls, kernels_of):
+    """The stored points of one page: its calls grouped by (direction, dtype, N), the last of each label kept (the
+    page's name for ours stored as "ours")."""
+    points, ours = {}, ours_label(stem)
+    for record in calls:
+        kernels = kernels_of.get(record["call"], [])
+        if not kernels:  # a copy by the copy engine (cudaMemcpy), or a call that launched nothing
+            continue
+        key = (record["direction"], record["dtype"], record["N"])
+        entry = summarize_call(record, kernels)
+        entry["label"] = "ours" if entry["label"] == ours else entry["label"]
+        points.setdefault(key, {})[entry["label"]] = entry
+    copies = {(d, n): e["copy kernel"] for (_, d, n), e in points.items() if "copy kernel" in e}
+    out = []
+    for (direction, dtype, n), by_label in points.items():
+        by_label.pop("copy kernel", None)
+        if not by_label:
+            continue
+        calls_ = list(by_label.values()) + ([copies[dtype, n]] if (dtype, n) in copies else [])
+        out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": calls_})
+    return out
+
+
+def child_main(args):
+    import torch
+
+    points = {tuple(p) for p in json.loads(args.child_points)}
+    torch.autograd.set_multithreading_enabled(False)  # a backward runs on this thread, inside its NVTX range
+    calls = run_page(
+        args.child,
+        points,
+        use_range=torch.cuda.is_available() and not args.no_ncu,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
+    pathlib.Path(args.records).write_text(json.dumps(calls))
+
+
+def profile_page(stem, points, ncu, work, timeout):
+    """(records, kernels) of one page run under ncu (kernels None without ncu)."""
+    records, report = work / f"{stem}.calls.json", work / f"{stem}"
+    child = [
+        sys.executable,
+        __file__,
+        "--child",
+        stem,
+        "--points",
+        json.dumps(sorted(points)),
+        "--records",
+        str(records),
+    ] + (["--no-ncu"] if not ncu else [])
+    if ncu:
+        child = [
+            ncu,
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "application-only",
+            "--nvtx",
+            "--nvtx-include",
+            f"{RANGE}/",
+            "--metrics",
+            ",".join(METRICS),
+            "--export",
+            str(report),
+            "--force-overwrite",
+            *child,
+        ]
+    env = dict(os.environ, MPLBACKEND="Agg", XLA_PYTHON_CLIENT_PREALLOCATE="false", SOL_HELION_AUTOTUNE="0")
+    env.setdefault("SOL_HELION_CONFIGS", str(ROOT / "docs" / "helion_configs.json"))
+    env.pop("SOL_RESULTS", None)
+    with open(work / f"{stem}.log", "w") as log:
+        done = subprocess.run(child, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+    if done.returncode or not records.exists():
+        raise RuntimeError(f"{stem}: exit {done.returncode}; see {work / (stem + '.log')}")
+    calls = json.loads(records.read_text())
+    if not ncu:
+        return calls, None
+    text = subprocess.run(
+        [ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw"], capture_output=True, text=True, check=True
+    ).stdout
+    (work / f"{stem}.csv").write_text(text)
+    return calls, read_report(text)
+
+
+def store(path, gpu, entry):
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[gpu] = entry
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def describe(point):
+    """One line of a point's figures, for the log."""
+    parts = []
+    for c in point["calls"]:
+        times = c["dram_bytes"] / c["x_bytes"] if c["x_bytes"] else math.nan
+        parts.append(
+            f"{c['label']}: {c['kernels']} kernel(s) {c['us']} us, {times:.2f}x x's bytes, DRAM "
+            f"{c['dram_pct']}%, warps active {c['warps_active_pct']}%, {c['waves']} waves"
+        )
+    return f"{point['page']} {point['direction'] or ''} {point['dtype']} N = {point['N']:,}: " + "; ".join(parts)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("points", nargs="*", help="stem:dtype:N, e.g. 11_softmax_long_rows:bfloat16:131072")
+    parser.add_argument("--misses", help="a folder of the pages' results CSVs: the points where a row misses")
+    parser.add_argument("--pages", nargs="*", help="only these pages (stems or their first digits)")
+    parser.add_argument("--out", default=str(STORE))
+    parser.add_argument("--no-ncu", action="store_true", help="no ncu: list the calls it would profile")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds a page may take")
+    parser.add_argument("--budget", type=float, default=math.inf, help="start no page after this many seconds")
+    parser.add_argument("--work", default="/tmp/sol-counters", help="logs, reports and the raw CSVs")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--records", help=argparse.SUPPRESS)
+    parser.add_argument("--points", dest="child_points", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child_main(args)
+    wanted = {}
+    for text in args.points:
+        stem, dtype, n = parse_point(text)
+        wanted.setdefault(stem, set()).add((dtype, n))
+    if args.misses:
+        for stem, pts in missed_points(args.misses).items():
+            wanted.setdefault(stem, set()).update(pts)
+    if args.pages:
+        wanted = {s: p for s, p in wanted.items() if any(s.startswith(q) for q in args.pages)}
+    ncu = None if args.no_ncu else find_ncu()
+    if not args.no_ncu and not ncu:
+        raise SystemExit("no ncu (Nsight Compute) on PATH or under /opt/nvidia/nsight-compute")
+    work = pathlib.Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    stored, failed = [], []
+    began = time.time()
+    for stem, pts in sorted(wanted.items(), key=lambda item: (not item[0].startswith("0"), item[0])):  # core first
+        if time.time() - began > args.budget:
+            print(f"{stem}: not run, past the budget of {args.budget:.0f} s", flush=True)
+            failed.append(stem)
+            continue
+        start = time.time()
+        try:
+            calls, kernels = profile_page(stem, pts, ncu, work, args.timeout)
+        except (RuntimeError, subprocess.SubprocessError) as err:
+            print(f"{stem}: FAILED: {err}", flush=True)
+            failed.append(stem)
+            continue
+        if kernels is None:
+            for c in calls:
+                print(
+                    f"{stem}: call {c['call']}: {c['label']} {c['direction'] or ''} {c['dtype']} N = {c['N']:,} "
+                    f"({c['function']}, line {c['line']})",
+                    flush=True,
+                )
+            continue
+        found = points_of(stem, calls, assign(kernels, calls))
+        for point in found:
+            print(describe(point), flush=True)
+        print(f"{stem}: {len(found)} point(s) of {len(pts)} asked, {time.time() - start:.0f} s", flush=True)
+        stored += found
+    if ncu and stored:
+        import torch
+
+        version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        store(
+            pathlib.Path(args.out),
+            torch.cuda.get_device_name(0),
+            {
+                "measured": datetime.date.today().isoformat(),
+                "ncu": version[-1] if version else "",
+                "torch": torch.__version__,
+                "points": stored,
+            },
+        )
+        print(f"stored {len(stored)} points in {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
