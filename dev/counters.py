@@ -214,8 +214,8 @@ class Profiler:
             "label": label,
             "direction": local["direction"] if isinstance(local.get("direction"), str) else None,
         }
-        if (dtype, n) not in self.copied and hasattr(x, "element_size"):  # the point's streaming yardstick
-            self.copied.add((dtype, n))
+        if (dtype, n, _nbytes(x)) not in self.copied and hasattr(x, "element_size"):  # the streaming yardstick
+            self.copied.add((dtype, n, _nbytes(x)))
             self._profiled(lambda: self.torch.mul(x, 1), dict(record, label="copy kernel", direction=None))
         self._profiled(run, record)
         return 1.0 if self.cuda else math.nan
@@ -336,26 +336,44 @@ def ours_label(stem):
     return found.group(1) if found else "ours"
 
 
-def points_of(stem, calls, kernels_of):
-    """The stored points of one page: its calls grouped by (direction, dtype, N), the last of each label kept (the
-    page's name for ours stored as "ours")."""
-    points, ours = {}, ours_label(stem)
+def points_of(stem, calls, kernels_of, log=print):
+    """The stored points of one page: its calls grouped by (direction, dtype, N), only those on the point's largest x
+    (the sweep's tensors; a ladder or a check on fewer rows is another experiment), the last of each label kept (the
+    page's name for ours stored as "ours"). A label timed twice from one line of the page at one point (rows and
+    columns of one loop, say) cannot be told apart: that point is left out, and the log says so."""
+    groups, ours = {}, ours_label(stem)
     for record in calls:
         kernels = kernels_of.get(record["call"], [])
-        if not kernels:  # a copy by the copy engine (cudaMemcpy), or a call that launched nothing
-            continue
-        key = (record["direction"], record["dtype"], record["N"])
-        entry = summarize_call(record, kernels)
-        entry["label"] = "ours" if entry["label"] == ours else entry["label"]
-        points.setdefault(key, {})[entry["label"]] = entry
-    copies = {(d, n): e["copy kernel"] for (_, d, n), e in points.items() if "copy kernel" in e}
-    out = []
-    for (direction, dtype, n), by_label in points.items():
-        by_label.pop("copy kernel", None)
-        if not by_label:
-            continue
-        calls_ = list(by_label.values()) + ([copies[dtype, n]] if (dtype, n) in copies else [])
-        out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": calls_})
+        if kernels:  # none: a copy by the copy engine (cudaMemcpy), or a call that launched nothing
+            groups.setdefault((record["direction"], record["dtype"], record["N"]), []).append((record, kernels))
+    copies, out = {}, []
+    for (direction, dtype, n), found in groups.items():
+        largest = max(record["x_bytes"] for record, _ in found)
+        by_label, lines = {}, set()
+        for record, kernels in found:
+            if record["x_bytes"] != largest:
+                continue
+            entry = summarize_call(record, kernels)
+            entry["label"] = "ours" if entry["label"] == ours else entry["label"]
+            if entry["label"] == "copy kernel":
+                copies[dtype, n] = entry
+                continue
+            where = (entry["label"], record["function"], record["line"])
+            if where in lines:
+                log(
+                    f"{stem} {direction or ''} {dtype} N = {n:,}: {entry['label']} timed twice at line "
+                    f"{record['line']}: left out"
+                )
+                by_label = None
+                break
+            lines.add(where)
+            by_label[entry["label"]] = entry
+        if by_label:
+            out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
+    for point in out:
+        copy = copies.get((point["dtype"], point["N"]))
+        if copy and copy["x_bytes"] == point["calls"][0]["x_bytes"]:
+            point["calls"].append(copy)
     return out
 
 

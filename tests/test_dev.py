@@ -225,9 +225,9 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
                 "N": 65536,
                 "x_bytes": 1000,
                 "function": "<module>",
-                "line": 12,
+                "line": line,
             }
-            for c, label in ((3, "split"), (4, "split"), (5, "torch.compile"))
+            for c, label, line in ((3, "split", 9), (4, "split", 12), (5, "torch.compile", 12))
         ),
     ]
     kernels = counters.read_report(text)
@@ -246,6 +246,16 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     assert ours["warps_active_pct"] == round((40 * 30 + 60 * 10) / 40, 1)
     assert ours["waves"] == round(100 / 132, 2) and ours["grid"] == 100  # of its longest kernel
     assert compiled["us"] == 20 and copy["us"] == 10 and copy["dram_pct"] == 90
+    # a call on a smaller x (a check on a few rows) is another experiment: left out, ours from the sweep kept
+    more = counters.read_report(_ncu_csv([marker(6), ("split_kernel", k(1_000, 10, 10, 5, 5))]))
+    small = [*calls, {**calls[3], "call": 6, "x_bytes": 10}]
+    (point,) = counters.points_of("11_softmax_long_rows", small, counters.assign(kernels + more, small))
+    assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
+    assert point["calls"][0]["us"] == 40
+    # one label timed twice from one line at one point (rows and columns of one loop): the point is left out
+    twice, said = [*calls, {**calls[3], "call": 6}], []
+    found = counters.points_of("11_softmax_long_rows", twice, counters.assign(kernels + more, twice), log=said.append)
+    assert found == [] and "timed twice" in said[0]
 
 
 def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):

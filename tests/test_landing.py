@@ -826,3 +826,24 @@ def test_execution_times_page_says_what_its_memory_column_holds(built_site):
         assert all(m > 0 for stem, m in memory.items() if stem not in SPAWNING), f"a page shows no GPU memory: {memory}"
     else:
         assert "no GPU memory was measured" in times
+
+
+def test_the_stored_counters_keep_their_format_and_name_real_pages():
+    """docs/counters.json (dev/counters.py's output, which the build names in SOL_COUNTERS): every GPU's entry reads
+    back through read_counters, and each point names a page that writes results, at a dtype and N it could sweep."""
+    path = ROOT / "docs" / "counters.json"
+    if not path.exists():
+        pytest.skip("no counters stored")
+    import json
+
+    stems = {p.stem for p in (ROOT / "tutorials").rglob("[0-9][0-9]_*.py")}
+    for gpu in json.loads(path.read_text()):
+        entry = sol_results.read_counters(str(path), gpu)
+        assert entry and entry["points"], gpu
+        for point in entry["points"]:
+            assert point["page"] in stems, point["page"]
+            assert point["dtype"] in ("float32", "bfloat16", "float16") and point["N"] >= 1, point
+            labels = [c["label"] for c in point["calls"]]
+            assert len(labels) == len(set(labels)), f"{point['page']} N = {point['N']}: a label twice, {labels}"
+            sizes = {c["x_bytes"] for c in point["calls"]}
+            assert len(sizes) == 1, f"{point['page']} N = {point['N']}: calls on different tensors, {sizes}"
