@@ -3,7 +3,7 @@ Layer norm, wide rows in the forward: read x twice, or split the row
 ====================================================================
 
 The core page (:ref:`sphx_glr_tutorials_02_layer_norm.py`) keeps each row in registers and reads :math:`x` once;
-past 32 K columns it leaves the row to torch, and this page's chunked kernel streams it twice. **What you will
+past 32 K columns it streams the row twice with this page's chunked kernel, which it carries. **What you will
 learn**: why reading :math:`x` *twice* can beat reading it once, when the second read hits L2; how to split a row
 over a group of programs that exchange partial statistics (Chan's formula), so a row too long for one program is
 read once; and where each is chosen (``_twice_config``, ``_split_config``). Both are measured against the core
@@ -29,7 +29,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # :math:`x` twice moves :math:`3MN`, but if L2 serves the second read, memory still sees :math:`2MN`.
 # ``row_stats``, the core kernel's statistics as this page's kernels call them; the core page's fused forward (a
 # program ``BLOCK_M`` whole rows, one read), its config and launch, letter for letter so this page runs alone; past
-# ``MAX_FUSED_N`` columns, where the core page computes with torch, the chunked kernel (the row streamed twice; the
+# ``MAX_FUSED_N`` columns the chunked kernel, which the core page launches there (the row streamed twice; the
 # last chunks first the second time, ``eviction_policy`` asking L2 to keep or drop a load).
 
 @triton.jit
