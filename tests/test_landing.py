@@ -387,8 +387,8 @@ FULL = [
 
 
 def test_a_counted_point_in_one_line():
-    """Ours first with what each figure is, then at most three other calls, the fastest first, the copy kernel last
-    (its time and DRAM busy only); a figure the file lacks or holds as null is "-"."""
+    """Ours first with what each figure is, then at most three other calls (not "naive"), the fastest first, the copy
+    kernel last (its time and DRAM busy only); a figure the file lacks or holds as null is "-"."""
     assert sol_results.counters_line(point("11_long_rows", "forward", "bfloat16", 131072, FULL)) == (
         "N = 131,072: ours 2 kernels, 48.1 us, 2.00x x's bytes in DRAM, DRAM 85% busy, 45% warps active, 1.9 waves; "
         "quack 1 kernel, 41.2 us, 2.00x, 93%, 60%, 1 wave; Liger 1 kernel, 55.5 us, 2.00x, 88%, 40%, 2 waves; "
@@ -399,6 +399,7 @@ def test_a_counted_point_in_one_line():
         {"label": "ours", "kernels": 2, "dram_bytes": 2**28},
         {"label": "copy kernel"},
         {"label": "torch", "us": 1234.4, "waves": 312.0},
+        {"label": "naive", "us": 1.0},  # the unfused baseline: never shown, however fast
     ]
     assert sol_results.counters_line(point("11_long_rows", None, "bfloat16", 4096, sparse)) == (
         "N = 4,096: ours 2 kernels, - us, - x's bytes in DRAM, DRAM - busy, - warps active, - waves; "

@@ -474,8 +474,8 @@ def _escape(text):
 
 def counters_line(point):
     """One counted point in a line: "N = 131,072: ours ...; quack ...; copy kernel 40 us, 92% busy". Ours first,
-    then at most three other calls, the fastest first, then the copy kernel."""
-    calls = [call for call in point.get("calls") or [] if call["label"] not in (OURS, COPY)]
+    then at most three other calls (not the unfused "naive" baseline), the fastest first, then the copy kernel."""
+    calls = [call for call in point.get("calls") or [] if call["label"] not in (OURS, COPY, "naive")]
     calls = sorted(calls, key=lambda call: (call.get("us") is None, call.get("us") or 0))[:3]
     ours = [call for call in point.get("calls") or [] if call["label"] == OURS][:1]
     parts = [_call_text(call, first=i == 0) for i, call in enumerate(ours + calls)]
@@ -491,8 +491,9 @@ def _counters_sentence(counters, gpu):
     when = f" on {counters['measured']}" if counters.get("measured") else ""
     return (
         f"**What the counters say**: Nsight Compute's counters{version}, measured on {gpu}{when} by "
-        "``dev/counters.py``, at each *N* of the row it measured: ours first, then at most three peers, the fastest "
-        "first, and a copy kernel (it reads x and writes a tensor of x's size: the streaming yardstick). For each, "
+        "``dev/counters.py``, at each *N* of the row it measured: ours first, then at most three other calls the page "
+        "times there (peers, or the page's other designs), the fastest first, and a copy kernel (it reads x and "
+        "writes a tensor of x's size: the streaming yardstick). For each, "
         "how many kernels it launched and their summed time; the bytes they moved in DRAM, in units of x's bytes "
         "(reading x and writing a tensor of its size once is 2.00x); DRAM throughput as % of its peak (*busy*) and "
         "achieved occupancy (% of an SM's warp slots *active*), both weighted by each kernel's time; and the waves "
