@@ -339,8 +339,9 @@ def ours_label(stem):
 def points_of(stem, calls, kernels_of, log=print):
     """The stored points of one page: its calls grouped by (direction, dtype, N), only those on the point's largest x
     (the sweep's tensors; a ladder or a check on fewer rows is another experiment), the last of each label kept (the
-    page's name for ours stored as "ours"). A label timed twice from one line of the page at one point (rows and
-    columns of one loop, say) cannot be told apart: that point is left out, and the log says so."""
+    page's name for ours, or a label ending "(ours)" as 05's "Pallas (ours)", stored as "ours"). A page's label timed
+    twice from one line at one point (rows and columns of one loop) cannot be told apart: that point is left out, and
+    the log says so; calls the page names not at all (labelled by their function) are left out when they repeat."""
     groups, ours = {}, ours_label(stem)
     for record in calls:
         kernels = kernels_of.get(record["call"], [])
@@ -349,32 +350,33 @@ def points_of(stem, calls, kernels_of, log=print):
     copies, out = {}, []
     for (direction, dtype, n), found in groups.items():
         largest = max(record["x_bytes"] for record, _ in found)
-        by_label, lines = {}, set()
+        by_label, lines, unnamed = {}, set(), set()
         for record, kernels in found:
             if record["x_bytes"] != largest:
                 continue
             entry = summarize_call(record, kernels)
-            entry["label"] = "ours" if entry["label"] == ours else entry["label"]
+            label = entry["label"]
+            entry["label"] = "ours" if label == ours or label.endswith(" (ours)") else label
             if entry["label"] == "copy kernel":
                 copies[dtype, n] = entry
                 continue
             where = (entry["label"], record["function"], record["line"])
-            if where in lines:
-                log(
-                    f"{stem} {direction or ''} {dtype} N = {n:,}: {entry['label']} timed twice at line "
-                    f"{record['line']}: left out"
-                )
+            if where in lines and record["label"] is None:  # one unnamed experiment timed several ways: none kept
+                unnamed.add(entry["label"])
+            elif where in lines:
+                log(f"{stem} {direction or ''} {dtype} N = {n:,}: {label} timed twice at line {record['line']}")
                 by_label = None
                 break
             lines.add(where)
             by_label[entry["label"]] = entry
         if by_label:
-            out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
+            kept = [entry for label, entry in by_label.items() if label not in unnamed]
+            out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": kept})
     for point in out:
         copy = copies.get((point["dtype"], point["N"]))
-        if copy and copy["x_bytes"] == point["calls"][0]["x_bytes"]:
+        if copy and point["calls"] and copy["x_bytes"] == point["calls"][0]["x_bytes"]:
             point["calls"].append(copy)
-    return out
+    return [point for point in out if point["calls"]]
 
 
 def child_main(args):

@@ -256,6 +256,18 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     twice, said = [*calls, {**calls[3], "call": 6}], []
     found = counters.points_of("11_softmax_long_rows", twice, counters.assign(kernels + more, twice), log=said.append)
     assert found == [] and "timed twice" in said[0]
+    # calls the page names not at all, timed twice from one line (a ladder's steps), are left out, the point kept;
+    # a label ending "(ours)" (05's "Pallas (ours)") is ours
+    unnamed = {**calls[3], "label": None, "function": "measure_ladder", "line": 30}
+    ladder = [
+        calls[0],
+        {**unnamed, "call": 3},
+        {**calls[3], "label": "Pallas (ours)"},
+        calls[4],
+        {**unnamed, "call": 6},
+    ]
+    (point,) = counters.points_of("05_jax_rms_norm", ladder, counters.assign(kernels + more, ladder))
+    assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
 
 
 def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):
