@@ -195,40 +195,22 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
             ("triton_per_fused_softmax_0", k(20_000, 1000, 1000, 95, 70)),
         ]
     )
+    record = lambda call, label, direction, function, line: {
+        "call": call,
+        "label": label,
+        "direction": direction,
+        "dtype": "bfloat16",
+        "N": 65536,
+        "x_bytes": 1000,
+        "function": function,
+        "line": line,
+    }
     calls = [
-        {
-            "call": 1,
-            "label": "copy kernel",
-            "direction": None,
-            "dtype": "bfloat16",
-            "N": 65536,
-            "x_bytes": 1000,
-            "function": "sweep",
-            "line": 9,
-        },
-        {
-            "call": 2,
-            "label": None,
-            "direction": None,
-            "dtype": "bfloat16",
-            "N": 65536,
-            "x_bytes": 1000,
-            "function": "sweep",
-            "line": 9,
-        },
-        *(
-            {
-                "call": c,
-                "label": label,
-                "direction": "forward",
-                "dtype": "bfloat16",
-                "N": 65536,
-                "x_bytes": 1000,
-                "function": "<module>",
-                "line": line,
-            }
-            for c, label, line in ((3, "split", 9), (4, "split", 12), (5, "torch.compile", 12))
-        ),
+        record(1, "copy kernel", None, "sweep", 9),
+        record(2, None, None, "sweep", 9),
+        record(3, "split", "forward", "<module>", 9),
+        record(4, "split", "forward", "<module>", 12),
+        record(5, "torch.compile", "forward", "<module>", 12),
     ]
     kernels = counters.read_report(text)
     assert [x["name"] for x in kernels][:2] == [counters.MARKER, "elementwise_kernel"]
