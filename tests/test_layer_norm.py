@@ -584,3 +584,16 @@ def test_rows_past_the_fused_width_stream_with_deep_dive_21s_kernel(fwd):
         outs.append((y, mean, rstd))
     for a, b_ in zip(*outs):
         assert torch.equal(a, b_)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: str(d).replace("torch.", ""))
+def test_rows_past_the_backward_kernel_with_a_weight_of_another_dtype(ln, dtype):
+    """Past MAX_BWD_FUSED_N the backward runs torch's fused kernels on a GPU where x and the weight share a dtype; a
+    16-bit x with an fp32 weight and bias (as the drop-in accepts) takes the fp32 path: right values, no error."""
+    torch.manual_seed(3)
+    n = ln["MAX_BWD_FUSED_N"] + 123
+    x = (torch.randn(4, n, device=DEVICE) * 2 + 50).to(dtype).requires_grad_(True)
+    w, b = (torch.randn(n, device=DEVICE).requires_grad_(True) for _ in range(2))
+    check_against_float64(ln["layer_norm"], x, (n,), w, b, 1e-5, dtype, what="16-bit x, fp32 weight, past 8 K")
+    same = torch.randn(n, device=DEVICE).to(dtype).requires_grad_(True)
+    check_against_float64(ln["layer_norm"], x, (n,), same, None, 1e-5, dtype, what="one dtype, past 8 K")

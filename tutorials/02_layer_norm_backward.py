@@ -231,9 +231,9 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     return xc * torch.rsqrt(var + eps) * weight + bias  # three ops, each reads MN and writes MN: 6MN
 def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None):  # past MAX_BWD_FUSED_N: torch's own
     w = x2d.new_ones(x2d.shape[1]) if weight is None else weight  # backward (deep dive 23's, which splits rows, is faster)
-    if x2d.is_cuda:  # torch's fused kernels, which read mean and rstd in fp32 on a GPU (in x's dtype on a CPU)
+    if x2d.is_cuda and w.dtype == x2d.dtype:  # torch's fused kernels: mean and rstd in fp32 on a GPU (x's dtype on a CPU)
         grads = torch.ops.aten.native_layer_norm_backward(dy2d.contiguous(), x2d, x2d.shape[1:], mean[:, None], rstd[:, None], w, w, [True, dw is not None, dw is not None])
-    else:  # fp32, as the kernel
+    else:  # fp32, as the kernel (and where the weight is not of x's dtype)
         x_hat, dy = (x2d.float() - mean[:, None]) * rstd[:, None], dy2d.float()
         g = dy * w.float()
         grads = ((g - (x_hat * (x_hat * g).mean(1, keepdim=True) + g.mean(1, keepdim=True))) * rstd[:, None], (dy * x_hat).sum(0), dy.sum(0))
