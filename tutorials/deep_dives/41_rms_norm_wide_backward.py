@@ -3,11 +3,10 @@ RMSNorm, wide rows: the forward streams a row, the backward splits it
 =====================================================================
 
 Tutorial 04 (:ref:`sphx_glr_tutorials_04_rms_norm.py`, :ref:`sphx_glr_tutorials_04_rms_norm_operator.py`) holds a row in
-registers, to 64 KB forward (16 K fp32 values, 32 K bf16) and 8 K values backward; past those its drop-in streams
-rows with this page's chunked kernels, which it carries. **What you will learn**: a forward that streams a wide row
-in chunks, reading it twice; a backward that *splits* a wide row over a group of programs that exchange partial row
-sums through global memory, deterministically and one block ahead of the wait; 16-bit rows packed two to a register;
-the launch parameters (``_fwd_config``, ``_split_config``).
+registers, to 64 KB forward (16 K fp32 values, 32 K bf16) and 8 K values backward; past those its drop-in streams rows
+with this page's chunked kernels. **What you will learn**: a forward that streams a wide row in chunks, reading it
+twice; a backward that *splits* a wide row over programs that exchange partial sums through global memory, in a fixed
+order, a block ahead; 16-bit rows two to a register; the launch (``_fwd_config``, ``_split_config``).
 """
 
 import datetime, importlib.util, math, os, platform, timeit, warnings
