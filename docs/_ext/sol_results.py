@@ -716,9 +716,8 @@ def _gpu():
     return None
 
 
-def _device():
-    """Where this build measured: the GPU's name, or the CPU's caveat."""
-    gpu = _gpu()
+def _device(gpu):
+    """Where this build measured: the GPU's name (as _gpu gives it), or the CPU's caveat."""
     if gpu:
         return f"on {gpu}, every page beside its peers in the same run."
     return (
@@ -801,7 +800,8 @@ def _write_landing_results(app):
                 old.unlink()  # the page was made again without results: these no longer match it
         for note in recommend(results)[1] if results else ():
             _logger.info(f"landing page: two pages claim the same N: {note}", color="darkred")
-    device, gpu, counters = _device() if results else "", _gpu() if results else None, None
+    gpu = _gpu() if results else None
+    device, counters = _device(gpu) if results else "", None
     if results:
         draw(results, pages, device, generated / FIGURE)
         try:
