@@ -205,15 +205,18 @@ def test_steps_agree(bwd):
 
 def test_configs_keep_todays_launch_parameters(bwd, fwd):
     """The launch parameters the config functions choose: the forward's tiles of min_tile_bytes() (4 KB with no device
-    to read) at 128 bytes a thread; the backward's 16-bit as tuned on an H100, its fp32 blocks of 8192 values, 16
-    warps, one program an SM, as measured fastest on an H200."""
+    to read) at 128 bytes a thread; the backward's 16-bit as tuned on an H100, but for rows of 2 KB or less: tiles of
+    2 KB on 4 warps, 8 programs an SM (measured faster on an H200); its fp32 blocks of 8192 values, 16 warps, one
+    program an SM, as measured fastest on an H200."""
     tile_bytes = fwd["min_tile_bytes"]()
     fwd, bwd, sms = fwd["_fwd_config"], bwd["_bwd_config"], bwd["NUM_SMS"]
     rows = tile_bytes // (512 * 2)
     assert fwd(1000, 512, 2)[1:] == (dict(BLOCK_M=rows, BLOCK_N=512, num_warps=4), -(-1000 // rows))
     assert fwd(64, 16384, 4)[1] == dict(BLOCK_M=1, BLOCK_N=16384, num_warps=16)
     assert fwd(64, 32768, 2)[1] == dict(BLOCK_M=1, BLOCK_N=32768, num_warps=16)
-    assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=8), 2 * sms)
+    assert bwd(2**17, 512, 2)[1:] == (dict(BLOCK_M=2, BLOCK_N=512, num_warps=4), 8 * sms)
+    assert bwd(2**16, 1024, 2)[1:] == (dict(BLOCK_M=1, BLOCK_N=1024, num_warps=4), 8 * sms)
+    assert bwd(2**15, 2048, 2)[1:] == (dict(BLOCK_M=2, BLOCK_N=2048, num_warps=8), 2 * sms)
     assert bwd(2**17, 512, 4)[1:] == (dict(BLOCK_M=16, BLOCK_N=512, num_warps=16), sms)
     assert bwd(2**14, 4096, 4)[1:] == (dict(BLOCK_M=2, BLOCK_N=4096, num_warps=16), sms)
     assert bwd(2**13, 8192, 4)[1:] == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=32), sms)

@@ -3,9 +3,8 @@ RMSNorm as a PyTorch operator
 =============================
 
 :ref:`sphx_glr_tutorials_04_rms_norm.py` and :ref:`sphx_glr_tutorials_04_rms_norm_backward.py` built RMSNorm's
-forward and backward kernels. This page makes them a drop-in for :func:`torch.nn.functional.rms_norm`, with autograd,
-that ``torch.compile`` keeps in its graph, and measures it as training runs it, forward and backward, against
-PyTorch, ``torch.compile``, Liger-Kernel and quack.
+forward and backward kernels. Here they become a drop-in for :func:`torch.nn.functional.rms_norm`, with autograd, that
+``torch.compile`` keeps in its graph, timed as training runs it against torch, ``torch.compile``, Liger and quack.
 
 **What you will learn**: PyTorch operators of your own, with their shapes for the compiler and their gradient; a
 drop-in right for every shape; a check in a compiled model. Prerequisite: the two pages before, whose kernels this
@@ -33,9 +32,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # gradient, ``_setup`` saving :math:`x`, :math:`w` and ``rstd`` for it. ``rms_norm`` takes what
 # :func:`torch.nn.functional.rms_norm` takes (its checks are in the appendix). ``fused`` says which rows the kernels
 # hold: forward up to ``MAX_ROW_BYTES``, backward up to 8 K values (:math:`x`, :math:`dy` and the dw tile at once).
-# Past them each row streams in chunks, read twice, with the kernels of
-# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py` (carried in the appendix); 41 also splits a
-# backward row over programs, faster.
+# Past them each row streams in chunks, read twice, with the kernels (carried in the appendix) of deep dive
+# :ref:`sphx_glr_tutorials_deep_dives_41_rms_norm_wide_backward.py`, which also splits a backward row, faster.
 #
 # **Right for every input.** The forward kernel's branch on ``sum_sq == inf`` is for values past about 1e19, whose
 # squares overflow fp32 (torch's own ``rms_norm`` returns 0 there): such a row sums :math:`(x / 2^{80})^2` instead,
@@ -106,10 +104,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # the drop-in for
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# What the page runs but does not teach. First the forward page's step 1 and the backward page's kernel, their
-# configs, launchers and constants, letter for letter as those pages write and explain them (a test keeps them the
-# same). Then the drop-in's argument checks, deep dive 41's chunked kernels for rows past ``MAX_ROW_BYTES`` (forward)
-# and 8 K values (backward); then the machinery.
+# What the page runs but does not teach: the forward page's step 1 and the backward page's kernel, configs, launchers
+# and constants, letter for letter (a test keeps them the same); the drop-in's argument checks; deep dive 41's
+# chunked kernels for rows past ``MAX_ROW_BYTES`` (forward) and 8 K values (backward); the machinery.
 # :math:`MN = 2^{26}` elements on a GPU; :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays of
 # the forward and ``torch.autograd.grad`` through it, as training runs them; the *speed of light*: a copy of x, without
 # a graph. GB/s counts :math:`x` read and :math:`y` written, then :math:`x, dy` read and :math:`dx` written:
@@ -202,11 +199,14 @@ def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: th
     block_m = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n)
     if element_size == 4:
         bytes_per_thread = 64 if block_m > 1 else 32
+    elif block_n <= 1024:  # 16-bit rows of 2 KB or less: tiles of 2 KB, 16 bytes a thread, 8 programs an SM
+        block_m, bytes_per_thread = max(1, MIN_ELEMENTS // 4 // block_n), 16
     else:  # rows of 16 KB or more: more threads, more loads in flight
         bytes_per_thread = 16 if n_cols * element_size >= 16384 else 32
     num_warps = _warps(block_m * block_n, element_size, bytes_per_thread)
+    warps_per_sm = 32 if block_m * block_n * element_size <= 2048 else 16  # 64 registers a thread, or 128
     return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
-        max(1, min(triton.cdiv(n_rows, block_m), max(1, 16 // num_warps) * NUM_SMS))
+        max(1, min(triton.cdiv(n_rows, block_m), max(1, warps_per_sm // num_warps) * NUM_SMS))
 
 def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; returns dw in fp32
     kernel, meta, grid = _bwd_config(*x.shape, x.element_size())
