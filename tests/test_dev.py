@@ -252,6 +252,29 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
 
 
+def test_counters_profile_a_call_timed_in_rounds_once_and_a_call_on_other_arguments_again():
+    """A page that times each call several rounds (05's JAX pages) is profiled once a call; the same line on another
+    tensor of the point (31's rows, then its columns) is profiled again, so that points_of can leave it out."""
+    import torch
+
+    profiler = _counters().Profiler({("float32", 64)}, use_range=False)
+    rows, columns = torch.ones(8, 64), torch.ones(4, 64)
+    profiler.cuda, calls = False, []
+    for x in (rows, columns):
+        runs = {"ours": (torch.sum, (x,))}
+        for _ in range(3):  # rounds
+            for provider, (fn, args) in runs.items():  # noqa: B007  the profiler reads `provider` from this frame
+                calls.append(profiler.bench(fn, *args))
+    labelled = [(c["label"], c["x_bytes"]) for c in profiler.calls]
+    assert labelled == [
+        ("copy kernel", 8 * 64 * 4),
+        ("ours", 8 * 64 * 4),
+        ("copy kernel", 4 * 64 * 4),
+        ("ours", 4 * 64 * 4),
+    ], labelled
+    assert len(calls) == 6
+
+
 def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):
     """dev/counters.py --no-ncu runs a page cell by cell with its timer replaced and lists the calls it would profile
     at the asked point, each named by the page's own variable: a function's sweep (01) and a top-level loop that
