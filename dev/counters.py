@@ -447,8 +447,15 @@ def profile_page(stem, points, ncu, work, timeout):
 
 
 def store(path, gpu, entry):
+    """entry's points replace those stored for the GPU at the same page, direction, dtype and N; the others stay."""
     data = json.loads(path.read_text()) if path.exists() else {}
-    data[gpu] = entry
+    where = lambda point: (point["page"], point.get("direction"), point["dtype"], point["N"])
+    new = {where(point) for point in entry["points"]}
+    kept = [point for point in data.get(gpu, {}).get("points", []) if where(point) not in new]
+    data[gpu] = dict(
+        entry,
+        points=sorted(kept + entry["points"], key=lambda p: (p["page"], str(p.get("direction")), p["dtype"], p["N"])),
+    )
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 

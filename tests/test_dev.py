@@ -275,6 +275,25 @@ def test_counters_profile_a_call_timed_in_rounds_once_and_a_call_on_other_argume
     assert len(calls) == 6
 
 
+def test_counters_stored_again_replace_only_their_points(tmp_path):
+    """A run at a few points keeps the GPU's other stored points and replaces those it measured again."""
+    import json
+
+    store, path = _counters().store, tmp_path / "counters.json"
+    point = lambda page, n, us: {"page": page, "direction": None, "dtype": "bfloat16", "N": n, "calls": [{"us": us}]}
+    store(path, "GPU", {"measured": "1", "points": [point("01_a", 512, 1.0), point("02_b", 512, 2.0)]})
+    store(path, "OTHER", {"measured": "1", "points": [point("01_a", 512, 9.0)]})
+    store(path, "GPU", {"measured": "2", "points": [point("02_b", 512, 3.0), point("02_b", 1024, 4.0)]})
+    data = json.loads(path.read_text())
+    assert data["GPU"]["measured"] == "2"
+    assert [(p["page"], p["N"], p["calls"][0]["us"]) for p in data["GPU"]["points"]] == [
+        ("01_a", 512, 1.0),
+        ("02_b", 512, 3.0),
+        ("02_b", 1024, 4.0),
+    ]
+    assert data["OTHER"]["points"][0]["calls"][0]["us"] == 9.0
+
+
 def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):
     """dev/counters.py --no-ncu runs a page cell by cell with its timer replaced and lists the calls it would profile
     at the asked point, each named by the page's own variable: a function's sweep (01) and a top-level loop that
