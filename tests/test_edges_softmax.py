@@ -198,7 +198,8 @@ def test_extreme_values_fused_kernels(softmax, case, dtype):
 @pytest.mark.parametrize("case", ["1e20-scaled", "-inf in the first half of each row", "inf and NaN", "a row of -inf"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_extreme_values_online_kernels(softmax, case, dtype):
-    """Rows past 32768 (forward) and 16384 (backward): the drop-in computes them with PyTorch's operations."""
+    """Rows past 32768 (forward) and 16384 (backward): the drop-in computes the forward with PyTorch's softmax, the
+    backward with deep dive 11's online kernel."""
     x = edge_rows(case, dtype, 32768 + 40)[:2]
     check_against_torch(softmax, Input(x.shape, lambda t: t, values=x), -1, dtype)
 

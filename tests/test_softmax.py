@@ -1,6 +1,7 @@
 """The core softmax pages against float64, on random shapes and layouts: tutorials/01_fused_softmax.py (the plain
 and fused forward kernels, their config) and tutorials/01_softmax_backward.py (the backward kernel, the drop-in, which
-hands rows past the kernels' reach to PyTorch's own softmax, and the forward it carries).
+hands forward rows past the kernels' reach to PyTorch's own softmax and streams backward rows past them with deep dive
+11's online kernel, and the forward it carries).
 
 Without a GPU these run through Triton's interpreter on the CPU (exact, slow: sizes stay small).
 """
@@ -90,17 +91,17 @@ def test_non_contiguous_inputs_and_gradients(dtype):
 
 
 def test_rows_past_the_fused_kernels_match_float64():
-    """Rows longer than the fused limits go to PyTorch's own softmax inside the operators: within
-    the page's own bounds (a few roundings; PyTorch's CPU softmax sums a long fp32 row less exactly than the
-    kernels' tree)."""
+    """Rows longer than the fused limits (PyTorch's softmax forward, the online kernel backward) within the page's own
+    bounds (a few roundings; PyTorch's CPU softmax sums a long fp32 row less exactly than the kernels' tree)."""
     n = T["MAX_FUSED_N"] + 4099
     assert n > T["MAX_FUSED_BWD_N"]
     for dtype in DTYPES:
         check(torch.randn(2, n, device=DEVICE, dtype=dtype) * 5, -1, dtype, tol=max(TOL[dtype], 1e-5))
 
 
-def force_torch(monkeypatch):
-    """PyTorch's path on short rows (the page's own globals, which its functions read)."""
+def force_past(monkeypatch):
+    """The paths past the fused kernels on short rows, PyTorch's forward and the online backward (the page's own
+    globals, which its functions read)."""
     page = T["softmax_rows_forward"].__globals__
     monkeypatch.setitem(page, "MAX_FUSED_N", 64)
     monkeypatch.setitem(page, "MAX_FUSED_BWD_N", 64)
@@ -123,23 +124,23 @@ def test_every_element_written():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_torch_path_forced_on_odd_rows(dtype, monkeypatch):
     """The drop-in past the fused limits (forced on short rows), in every dtype, against float64."""
-    force_torch(monkeypatch)
+    force_past(monkeypatch)
     for shape in [(5, 1), (3, 300)]:
         check(torch.randn(shape, device=DEVICE, dtype=dtype) * 4, -1, dtype)
 
 
 def test_operators_pick_by_row_length(monkeypatch):
-    """The kernels up to MAX_FUSED_N (forward) and MAX_FUSED_BWD_N (backward), PyTorch's own softmax past them:
-    its forward's bits, and its backward's."""
+    """The kernels up to MAX_FUSED_N (forward) and MAX_FUSED_BWD_N (backward); past them PyTorch's own softmax
+    forward (its bits) and the online kernel backward, every element written."""
     page, ran = T["softmax_rows_forward"].__globals__, []
-    for name in ("softmax_rows_forward", "softmax_rows_backward"):
+    for name in ("softmax_rows_forward", "softmax_rows_backward", "softmax_rows_backward_online"):
         monkeypatch.setitem(page, name, lambda *rows, name=name, launch=page[name]: (ran.append(name), launch(*rows)))
     fwd, bwd = T["softmax_fwd_op"], T["softmax_bwd_op"]
     for n, fused in [
         (T["MAX_FUSED_BWD_N"], ["softmax_rows_forward", "softmax_rows_backward"]),
-        (T["MAX_FUSED_BWD_N"] + 1, ["softmax_rows_forward"]),
-        (T["MAX_FUSED_N"], ["softmax_rows_forward"]),
-        (T["MAX_FUSED_N"] + 1, []),
+        (T["MAX_FUSED_BWD_N"] + 1, ["softmax_rows_forward", "softmax_rows_backward_online"]),
+        (T["MAX_FUSED_N"], ["softmax_rows_forward", "softmax_rows_backward_online"]),
+        (T["MAX_FUSED_N"] + 1, ["softmax_rows_backward_online"]),
     ]:
         ran.clear()
         x = torch.randn(1, n, device=DEVICE)
@@ -148,8 +149,7 @@ def test_operators_pick_by_row_length(monkeypatch):
         assert ran == fused, f"N = {n}: {ran}"
         if "softmax_rows_forward" not in ran:
             assert torch.equal(y, torch.softmax(x, 1))
-        if "softmax_rows_backward" not in ran:
-            assert torch.equal(dx, torch._softmax_backward_data(dy, y, 1, y.dtype))
+        torch.testing.assert_close(dx, y * (dy - (y * dy).sum(-1, keepdim=True)), atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the launch a device that names no bandwidth gets")
@@ -200,6 +200,26 @@ def test_tiles_follow_littles_law(monkeypatch, clock_khz, bus_bits, sms, threads
         assert F["min_tile_bytes"]() == 4096
     finally:
         F["min_tile_bytes"].cache_clear()
+
+
+def test_the_drop_ins_page_carries_deep_dive_11s_online_backward_letter_for_letter(monkeypatch):
+    """Past MAX_FUSED_BWD_N the drop-in's backward is deep dive 11's online kernel, launched as 11 launches it."""
+    long_rows = load_tutorial("11_softmax_long_rows")
+    kernel = long_rows["softmax_bwd_online_kernel"]
+    assert inspect.getsource(T["softmax_bwd_online_kernel"].fn) == inspect.getsource(kernel.fn)
+    y = torch.empty(3, T["MAX_FUSED_BWD_N"] + 1)
+    assert long_rows["core_launch"]("backward", (y, y, y), *y.shape, 4) == (
+        kernel,
+        3,
+        dict(BLOCK_N=16384, num_warps=32),
+    )
+    launches = []
+    recorder = type(
+        "Recorder", (), {"__getitem__": lambda self, grid: lambda *a, **meta: launches.append((grid, meta))}
+    )()
+    monkeypatch.setitem(T["softmax_rows_backward_online"].__globals__, "softmax_bwd_online_kernel", recorder)
+    T["softmax_rows_backward_online"](y, y, y)
+    assert launches == [((3,), dict(BLOCK_N=16384, num_warps=32))]
 
 
 def test_the_drop_ins_page_carries_the_forward_letter_for_letter():

@@ -82,13 +82,12 @@ def softmax_rows_backward(y, dy, dx):
 # ``torch.library.custom_op`` makes each launch an operator (its arguments typed, as the decorator requires):
 # ``torch.compile`` keeps it as one node of its graph and does not trace the Python that launches the kernel;
 # ``register_fake`` gives the compiler its output's shape without running it, ``register_autograd`` its backward.
-# Past the kernels' rows (``MAX_FUSED_N``, backward ``MAX_FUSED_BWD_N``) each operator calls PyTorch's own softmax,
-# forward or backward, as fast as torch there: the kernels for such rows are in
-# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`. ``softmax`` takes what :func:`torch.softmax` takes,
-# checks it as torch does (``_checked``, in the appendix) and moves ``dim`` last.
+# Past ``MAX_FUSED_N`` the forward calls PyTorch's own softmax; past ``MAX_FUSED_BWD_N`` the backward streams each row
+# in chunks of 16 K, read twice, with the online kernel of
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` (carried in the appendix). ``softmax`` takes what
+# :func:`torch.softmax` takes, checks it as torch does (``_checked``, in the appendix) and moves ``dim`` last.
 
-# launch(*rows, out) on 2-D rows; out is new, as an operator's output may not alias its inputs
-def _rows_op(launch, *rows):
+def _rows_op(launch, *rows):  # launch(*rows, out) on 2-D rows; out is new: an output may not alias an input
     out = rows[0].new_empty(rows[0].shape)
     if out.numel() > 0:  # rows not of unit stride along the row (a dy from .sum() is broadcast: stride 0) are copied
         launch(*[t if t.stride(1) == 1 else t.contiguous() for t in rows], out)
@@ -103,9 +102,8 @@ softmax_fwd_op.register_fake(lambda x2d: x2d.new_empty(x2d.shape))
 
 @torch.library.custom_op("sol::softmax_bwd_01", mutates_args=())
 def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
-    if y2d.shape[1] > MAX_FUSED_BWD_N:
-        return torch._softmax_backward_data(dy2d.to(y2d.dtype), y2d, 1, y2d.dtype).contiguous()  # (dy, y, dim, dtype)
-    return _rows_op(softmax_rows_backward, y2d, dy2d)  # the kernels read dy in any float dtype
+    fused = y2d.shape[1] <= MAX_FUSED_BWD_N  # the kernels read dy in any float dtype
+    return _rows_op(softmax_rows_backward if fused else softmax_rows_backward_online, y2d, dy2d)
 softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
 
 # Grad enabled inside a backward means create_graph=True (refused); while torch.compile traces, grad mode does not
@@ -126,10 +124,10 @@ def softmax(input, dim=-1, dtype=None):
 
 # %%
 # **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node of the
-# graph, with no graph break. Inductor does not fuse the elementwise operations beside it (a scale, a mask) into it, as
-# it would into its own softmax: each of those costs a pass over memory of its own. Its kernels run up to 32 K elements
-# forward and 16 K backward, PyTorch's softmax past them; 16-bit forward rows of 16 K to 32 K run faster staged in
-# shared memory (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`), which this drop-in does not carry.
+# graph, with no graph break. Inductor fuses nothing into it: a scale or a mask beside it costs a pass over memory of
+# its own. Its kernels hold rows of up to 32 K forward (PyTorch's softmax past that) and 16 K backward (streamed past
+# that); 16-bit forward rows of 16 K to 32 K run faster staged in shared memory
+# (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`), which this drop-in does not carry.
 #
 # To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
 # leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
@@ -138,18 +136,17 @@ def softmax(input, dim=-1, dtype=None):
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# What the page runs but does not teach. First, the forward: the fused softmax page's step 1, its config function
-# and its constants, letter for letter as that page writes and explains them (a test keeps the two the same). Then
-# the machinery: the drop-in's argument checks, the peers, the timer, the sweep, tables, plot, the sentences that
-# read the numbers; the cells after the appendix call them. :func:`triton.testing.do_bench` (median, L2 flushed)
-# times replays of a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the
-# same tensor, timed beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s
-# counts the bytes a perfect kernel moves: :math:`y, dy, dx`, the backward timed as in training.
-# Helion, where installed, is a peer of its own kind: a backward kernel written in PyTorch ops on a tile of rows, which
-# Helion compiles to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). It is no
-# autograd function, so it is timed as one call on :math:`y` (torch's softmax of :math:`x`) and :math:`dy`, the call
-# autograd makes to the others' backward; a CUDA graph's replay runs only the kernels of either, and GB/s counts the
-# same :math:`y, dy, dx`.
+# What the page runs but does not teach: the fused softmax page's step 1, its config function and constants, and deep
+# dive 11's online backward kernel with its launch, letter for letter (a test keeps them the same); then the
+# machinery: the drop-in's argument checks, the peers, the timer, the sweep, tables, plot, the sentences that read the
+# numbers; the cells after the appendix call them. :func:`triton.testing.do_bench` (median, L2 flushed) times replays
+# of a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the same tensor, timed
+# beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a
+# perfect kernel moves: :math:`y, dy, dx`, the backward timed as in training. Helion, where installed, is a peer of
+# its own kind: a backward kernel written in PyTorch ops on a tile of rows, which Helion compiles to Triton, its
+# launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). It is no autograd function, so it is
+# timed as one call on :math:`y` (torch's softmax of :math:`x`) and :math:`dy`, the call autograd makes to the others'
+# backward; a CUDA graph's replay runs only the kernels of either, and GB/s counts the same :math:`y, dy, dx`.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -192,6 +189,45 @@ def softmax_rows_forward(x2d, y2d):
     block_m, block_n, num_warps = _fused_config(x2d.shape[1], x2d.element_size())
     softmax_fwd_kernel[(triton.cdiv(x2d.shape[0], block_m),)](x2d, y2d, *x2d.shape, x2d.stride(0), y2d.stride(0),
                                                               BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+@triton.jit
+def softmax_bwd_online_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                              BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(pid, n_rows, tl.num_programs(0)):
+        y_row = y_ptr + tl.cast(row, tl.int64) * y_row_stride
+        dy_row = dy_ptr + tl.cast(row, tl.int64) * dy_row_stride
+        dx_row = dx_ptr + tl.cast(row, tl.int64) * dx_row_stride
+        # Pass 1: dot = sum(y * dy). Each iteration issues the loads of the next chunk before it
+        # works on this one, so two chunks are in flight (the last, fully masked load reads nothing).
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        y_next = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        dy_next = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        for chunk in range(0, n_chunks):
+            y, dy = y_next, dy_next
+            offs = (chunk + 1) * BLOCK_N + cols
+            y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_last")
+            acc += y.to(tl.float32) * dy.to(tl.float32)
+        dot = tl.sum(acc, axis=0)
+        # Pass 2, backwards and prefetching the same way: dx = y * (dy - dot).
+        offs = (n_chunks - 1) * BLOCK_N + cols
+        y_next = tl.load(y_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_row + offs, mask=offs < n_cols, other=0.0, eviction_policy="evict_first")
+        for chunk in range(0, n_chunks):
+            y, dy = y_next, dy_next
+            offs_here = (n_chunks - 1 - chunk) * BLOCK_N + cols
+            offs = offs_here - BLOCK_N
+            in_row = (offs >= 0) & (offs < n_cols)
+            y_next = tl.load(y_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dy_next = tl.load(dy_row + offs, mask=in_row, other=0.0, eviction_policy="evict_first")
+            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
+            tl.store(dx_row + offs_here, dx.to(dx_ptr.dtype.element_ty), mask=offs_here < n_cols,
+                     cache_modifier=".cs")
+def softmax_rows_backward_online(y, dy, dx):  # deep dive 11's launch of it: a program a row, 16 K values a step
+    softmax_bwd_online_kernel[(len(y),)](y, dy, dx, *y.shape, y.stride(0), dy.stride(0), dx.stride(0), BLOCK_N=16384,
+                                         num_warps=32)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -397,18 +433,17 @@ def reading(table):
     points = lambda column: ", ".join(f"{t} N = {n}: {v:.4g}%" for (_, t, n), v in column.items())  # noqa: E731
     over = table["ours, % of light"][table["ours, % of light"] > 100]
     if len(over):  # more than a copy's GB/s: the copy reads one byte for each it writes, the backward two
-        text.append(f"The backward ran above 100% of the copy ({points(over)}): a copy reads one byte for each byte "
-                    "it writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster than a "
-                    "mix that turns the bus from reading to writing, so a kernel that writes a third of its bytes can "
-                    "pass the GB/s of a copy, which writes half (the copy is also timed without a CUDA graph).")
+        text.append(f"The backward ran above 100% of the copy ({points(over)}): a copy reads a byte for each byte it "
+                    "writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster than a mix "
+                    "of reads and writes; the copy is also timed without a CUDA graph.")
     if "Helion" in table:
         helion_pct, ratio = inside.Helion / inside["speed of light"] * 100, inside.ours / inside.Helion
         text.append(f"Helion's backward kernel (PyTorch ops on a tile of rows, its launch autotuned, called on y and "
                     f"dy without autograd) ran inside the range at {helion_pct.min():.3g}-{helion_pct.max():.3g}% of "
                     f"the copy; ours, through autograd, ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
     if len(past):
-        text.append(f"Past its range ({points(past)}) the drop-in hands the backward to PyTorch's own softmax; deep "
-                    f"dive 11 streams rows past {MAX_FUSED_BWD_N}.")
+        text.append(f"Past its range ({points(past)}) the drop-in streams each row with deep dive 11's online kernel, "
+                    "one program a row, reading it twice; deep dive 11 also splits such rows over programs.")
     fp32 = table.loc["backward"].loc["float32"]
     text.append(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as autograd "
                 "through the naive softmax's operations.")
@@ -467,9 +502,9 @@ def environment_card():
 # %%
 # Correctness
 # -----------
-# Relative errors against float64, forward and backward, ours and PyTorch's side by side (``check``, in the
-# appendix, stops the page past a few roundings). The shapes include rows past the kernels, where the drop-in calls
-# PyTorch.
+# Relative errors against float64, forward and backward, ours and PyTorch's side by side (``check``, in the appendix,
+# stops the page past a few roundings). The shapes include rows past the fused kernels: the forward calls PyTorch
+# there, the backward streams them.
 
 check(CHECK_SHAPES)
 
@@ -504,9 +539,8 @@ print(reading(table.data) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Past ``MAX_FUSED_BWD_N`` the drop-in calls PyTorch's backward; rows that long are
-# streamed in chunks by :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py`, whose online forward takes
-# rows past 32 K as well.
+# **Where this design stops.** Past ``MAX_FUSED_BWD_N`` one program streams a whole row;
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs, forward and backward.
 #
 # **Exercise.** The backward saves :math:`y`. Save :math:`x` instead and recompute :math:`y` in the backward
 # kernel: how many bytes does the backward move then, and what does the benchmark say? ``softmax(x, dim=0)``
