@@ -80,7 +80,7 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
 # appendix). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
 # registers), times the SMs. 16-bit rows of 2 KB or less take tiles of 2 KB on 4 warps, 8 programs an SM (32 warps,
 # 64 registers a thread, more than such a tile needs): the same bytes in flight, in more programs, so that one
-# program's loads go on while another sums its rows (measured faster on an H200 at N = 512 and 1,024).
+# program's loads go on while another sums its rows (measured faster on Hopper at N = 512 and 1,024).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 
