@@ -10,7 +10,7 @@ training runs it, against PyTorch, ``torch.compile``, Liger-Kernel, quack and He
 **What you will learn**: the softmax's backward from its Jacobian, and its bytes; a kernel of two inputs; an
 operator of your own with ``torch.library.custom_op``, ``register_fake`` and ``register_autograd``; a drop-in's
 check against float64. Prerequisite: the fused softmax page, whose forward this page carries in its appendix. The
-backward kernel is for rows of up to 16 K elements; longer rows have a deep dive.
+backward kernel holds rows of up to 16 K elements; longer rows stream through a deep dive's kernel.
 """
 
 import datetime, functools, math, os
@@ -82,8 +82,8 @@ def softmax_rows_backward(y, dy, dx):
 # ``torch.library.custom_op`` makes each launch an operator (its arguments typed, as the decorator requires):
 # ``torch.compile`` keeps it as one node of its graph and does not trace the Python that launches the kernel;
 # ``register_fake`` gives the compiler its output's shape without running it, ``register_autograd`` its backward.
-# Past ``MAX_FUSED_N`` the forward calls PyTorch's own softmax; past ``MAX_FUSED_BWD_N`` the backward streams each row
-# in chunks of 16 K, read twice, with the online kernel of
+# Past ``MAX_FUSED_N`` (the forward's 32 K) the forward calls PyTorch's own softmax; past ``MAX_FUSED_BWD_N`` the
+# backward reads each row twice, 16 K at a time, with the online kernel of
 # :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` (carried in the appendix). ``softmax`` takes what
 # :func:`torch.softmax` takes, checks it as torch does (``_checked``, in the appendix) and moves ``dim`` last.
 
@@ -102,7 +102,7 @@ softmax_fwd_op.register_fake(lambda x2d: x2d.new_empty(x2d.shape))
 
 @torch.library.custom_op("sol::softmax_bwd_01", mutates_args=())
 def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
-    fused = y2d.shape[1] <= MAX_FUSED_BWD_N  # the kernels read dy in any float dtype
+    fused = y2d.shape[1] <= MAX_FUSED_BWD_N  # else streamed; both kernels read dy in any float dtype
     return _rows_op(softmax_rows_backward if fused else softmax_rows_backward_online, y2d, dy2d)
 softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
 
@@ -137,8 +137,8 @@ def softmax(input, dim=-1, dtype=None):
 # Appendix: how this page measures
 # --------------------------------
 # What the page runs but does not teach: the fused softmax page's step 1, its config function and constants, and deep
-# dive 11's online backward kernel with its launch, letter for letter (a test keeps them the same); then the
-# machinery: the drop-in's argument checks, the peers, the timer, the sweep, tables, plot, the sentences that read the
+# dive 11's online backward kernel with its launch, letter for letter (a test keeps them the same), and the drop-in's
+# argument checks; then the machinery: the peers, the timer, the sweep, tables, plot, the sentences that read the
 # numbers; the cells after the appendix call them. :func:`triton.testing.do_bench` (median, L2 flushed) times replays
 # of a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the same tensor, timed
 # beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a
@@ -443,7 +443,7 @@ def reading(table):
                     f"the copy; ours, through autograd, ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
     if len(past):
         text.append(f"Past its range ({points(past)}) the drop-in streams each row with deep dive 11's online kernel, "
-                    "one program a row, reading it twice; deep dive 11 also splits such rows over programs.")
+                    "one program a row, reading it twice; deep dive 11 splits such rows over programs.")
     fp32 = table.loc["backward"].loc["float32"]
     text.append(f"At N = {n_mid} in fp32 ours ran {fp32.ours[n_mid] / fp32.naive[n_mid]:.3g}x as fast as autograd "
                 "through the naive softmax's operations.")
@@ -503,8 +503,8 @@ def environment_card():
 # Correctness
 # -----------
 # Relative errors against float64, forward and backward, ours and PyTorch's side by side (``check``, in the appendix,
-# stops the page past a few roundings). The shapes include rows past the fused kernels: the forward calls PyTorch
-# there, the backward streams them.
+# fails past a few roundings). The shapes include rows past 16 K, which the backward streams, and past 32 K, where the
+# forward is PyTorch's.
 
 check(CHECK_SHAPES)
 
@@ -539,8 +539,8 @@ print(reading(table.data) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Past ``MAX_FUSED_BWD_N`` one program streams a whole row;
-# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs, forward and backward.
+# **Where this design stops.** Past 16 K one program streams a row backward, and past 32 K the forward is PyTorch's;
+# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs.
 #
 # **Exercise.** The backward saves :math:`y`. Save :math:`x` instead and recompute :math:`y` in the backward
 # kernel: how many bytes does the backward move then, and what does the benchmark say? ``softmax(x, dim=0)``
