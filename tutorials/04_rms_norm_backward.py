@@ -88,15 +88,14 @@ def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: th
     block_n = triton.next_power_of_2(n_cols)
     # fp32: blocks of 2 x MIN_ELEMENTS (32 KB of x, of dy), 64 bytes a thread: 16 warps, one program an SM (a single
     # row: 32 warps). Measured on Hopper: 2-25% faster than the 16-bit rule below would be on fp32
-    block_m = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n)
+    block_m, warps_per_sm = max(1, (2 * MIN_ELEMENTS if element_size == 4 else MIN_ELEMENTS) // block_n), 16
     if element_size == 4:
         bytes_per_thread = 64 if block_m > 1 else 32
-    elif block_n <= 1024:  # 16-bit rows of 2 KB or less: tiles of 2 KB, 16 bytes a thread, 8 programs an SM
-        block_m, bytes_per_thread = max(1, MIN_ELEMENTS // 4 // block_n), 16
+    elif block_n <= 1024:  # 16-bit rows to 2 KB: tiles of 2 KB, 16 bytes a thread, 32 warps an SM (64 registers each)
+        block_m, bytes_per_thread, warps_per_sm = max(1, MIN_ELEMENTS // 4 // block_n), 16, 32
     else:  # rows of 16 KB or more: more threads, more loads in flight
         bytes_per_thread = 16 if n_cols * element_size >= 16384 else 32
     num_warps = _warps(block_m * block_n, element_size, bytes_per_thread)
-    warps_per_sm = 32 if block_m * block_n * element_size <= 2048 else 16  # 64 registers a thread, or 128
     return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
         max(1, min(triton.cdiv(n_rows, block_m), max(1, warps_per_sm // num_warps) * NUM_SMS))
 
