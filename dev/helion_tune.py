@@ -108,6 +108,15 @@ def cross_entropy_reference(torch, args, page):  # each row's loss
     return torch.nn.functional.cross_entropy(args[0].double(), args[1], reduction="none")
 
 
+def cross_entropy_grad_args(torch, dtype, m, n, page):  # logits, each row's target class, the mean's 1 / M
+    return torch.randn(m, n, device=DEVICE, dtype=dtype), torch.randint(0, n, (m,), device=DEVICE), 1.0 / m
+
+
+def cross_entropy_grad_reference(torch, args, page):  # the gradient of the mean loss
+    x64 = args[0].double().requires_grad_()
+    return torch.autograd.grad(torch.nn.functional.cross_entropy(x64, args[1]), x64)[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
     page: str  # the page that defines and measures the kernel
@@ -144,6 +153,13 @@ OPS = {
         "helion_cross_entropy",
         cross_entropy_args,
         cross_entropy_reference,
+        sweep=("SWEEP_V", "TOTAL"),
+    ),
+    "cross_entropy forward+backward": Op(
+        "tutorials/06_cross_entropy_backward.py",
+        "helion_cross_entropy_grad",
+        cross_entropy_grad_args,
+        cross_entropy_grad_reference,
         sweep=("SWEEP_V", "TOTAL"),
     ),
 }

@@ -118,6 +118,7 @@ def arguments(op, dtype, m, n, device):
         "rms_norm forward": lambda: (x, w, 1e-6),
         "rms_norm backward": lambda: (x, w, torch.rsqrt(x.float().square().mean(1) + 1e-6), dy),
         "cross_entropy forward": lambda: (x, torch.randint(0, n, (m,), device=device)),
+        "cross_entropy forward+backward": lambda: (x, torch.randint(0, n, (m,), device=device), 1.0 / m),
     }[op]()
 
 
@@ -152,6 +153,9 @@ def reference(op, args):
         dx, dw = torch.autograd.grad(torch.nn.functional.rms_norm(x64, x.shape[-1:], w64, 1e-6), (x64, w64), dy)
         rstd = torch.rsqrt(x.detach().square().mean(1, keepdim=True) + 1e-6)
         return [(dx, (dy * w64.detach() * rstd).norm()), (dw, dw.norm())]
+    elif op == "cross_entropy forward+backward":  # the mean loss's gradient, then each row's loss
+        losses = torch.nn.functional.cross_entropy(x.requires_grad_(), args[1], reduction="none")
+        results = [torch.autograd.grad(losses.mean(), x)[0], losses.detach()]
     else:
         results = [torch.nn.functional.cross_entropy(x, args[1], reduction="none")]
     return [(want, want.norm()) for want in results]

@@ -41,7 +41,12 @@ MOST_LINES = {"core": 550, "deep dive": 605}  # "about 500" and "about 600"
 # Pages allowed more, and why; lowering a number here is always welcome, raising one needs a reason written here.
 # Pages that were at their limit when each page got RANGE (the N the landing page recommends it for) and the
 # recommended column of its results: 2 to 4 lines; to trim
-LONGER = {"23_layer_norm_wide_backward": 607}
+LONGER = {
+    "23_layer_norm_wide_backward": 607,
+    # Helion's peer: its kernel, and the reader of its stored configs that each page with Helion carries as one
+    # text (helion_tuned, 37 lines)
+    "06_cross_entropy_backward": 560,
+}
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)

@@ -6,7 +6,7 @@ Cross-entropy backward and the drop-in
 This page adds the backward, which only scales that gradient by the one autograd hands it (usually 1: nothing to
 do), and makes the two a drop-in for :func:`torch.nn.functional.cross_entropy`: PyTorch operators with autograd, which
 ``torch.compile(fullgraph=True)`` keeps in its graph. It is measured as training runs it, the loss and its backward,
-against PyTorch, ``torch.compile``, Liger-Kernel and quack.
+against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
 **What you will learn**: a backward that reads one number a row; an operator of your own that hands autograd a gradient
 computed early; a drop-in's check against float64 with every option. Prerequisite: the two cross-entropy pages before,
@@ -14,7 +14,8 @@ whose kernel, config and launcher this page carries in its appendix. For trainin
 :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, with this page's drop-in around it.
 """
 
-import contextlib, datetime, operator, os, shutil, subprocess, timeit, typing, torch, torch.nn.functional as F
+import contextlib, datetime, importlib.metadata, importlib.util, json, operator, os, shutil, subprocess, timeit, typing
+import torch, torch.nn.functional as F
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"  # before importing triton: kernels run on the CPU
@@ -254,11 +255,15 @@ def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torc
 # tensors, the loss and its gradient through ``torch.autograd.grad``, timed by :func:`triton.testing.do_bench` (median,
 # L2 flushed), CUDA graphs replayed. GB/s counts the bytes a perfect kernel moves: the logits read, their gradient
 # written. The *speed of light* is a copy of the logits, timed beside them. Liger (given a copy: it overwrites its
-# input) syncs with the host: no graph. The check: errors relative to float64, beside PyTorch's, of the loss
-# (``'none'``) and its gradient, with rows ignored, class weights and smoothing.
+# input) syncs with the host: no graph. Helion, where installed, is a peer of its own kind: one kernel in PyTorch ops on
+# a tile of rows that writes each row's loss and the gradient, as ours, which Helion compiles to Triton, its launch
+# chosen by Helion's autotuner (per GPU and point: ``helion_tuned``); its backward hands the gradient over where
+# :math:`g` is 1, which the host reads: no graph either. The check: errors relative to float64, beside PyTorch's, of the
+# loss (``'none'``) and its gradient, with rows ignored, class weights and smoothing.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
+SWEEP_DTYPES = (torch.bfloat16, torch.float32)
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 
@@ -274,8 +279,7 @@ def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's
         fn = captured.replay
     return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
-def copy_gbs(x):
-    """GB/s of a copy of x: the faster of two."""
+def copy_gbs(x):  # GB/s of a copy of x: the faster of two
     out = torch.empty_like(x)
     return max(2 * x.numel() * x.element_size() / bench(lambda: out.copy_(x), graph=False) * 1e-6 for _ in range(2))
 
@@ -297,8 +301,7 @@ def check_row(shape, dtype):
              for q, o, r in zip(("loss", "grad"), runs[name, s], runs["ref", s])} for s in (0.0, 0.1)]
 
 def check_errors():
-    """The errors' table; it stops the page unless each of ours is a few roundings of its dtype, or at most twice
-    torch's."""
+    """The errors' table; it stops the page unless each of ours is a few roundings of its dtype, or twice torch's."""
     errors = pd.DataFrame([r for d in SUPPORTED_DTYPES for s in CHECK_SHAPES for r in check_row(s, d)])
     for q in ("loss", "grad"):
         most = (2 * errors[f"torch {q}"]).clip(lower=errors.dtype.map(TOLERANCE))
@@ -312,8 +315,8 @@ def save_results(table):
         ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy_backward.csv"))
 
 def check_compiled(loss, *params):
-    """loss() compiled whole: fullgraph=True raises at a graph break (without a GPU the aot_eager backend, as Inductor's
-    CPU code would need a C++ compiler); the compiled step's gradients must be eager's."""
+    """loss() compiled whole: fullgraph=True raises at a graph break (no GPU: aot_eager, not a C++ compiler); the
+    compiled step's gradients must be eager's."""
     compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
     torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
     return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
@@ -321,13 +324,12 @@ def check_compiled(loss, *params):
 def environment_card():
     card = {"device": WHERE, "driver / CUDA": "none: Triton's interpreter"}
     if ON_GPU:
-        props, smi = torch.cuda.get_device_properties(DEVICE), ["nvidia-smi", "--query-gpu=driver_version"]
-        found = shutil.which(smi[0]) and subprocess.run(smi + ["--format=csv,noheader"], capture_output=True, text=True)
-        driver = found.stdout.split("\n")[0] if found else "?"
-        card = {"device": f"{props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
-                "driver / CUDA": f"driver {driver}, CUDA {torch.version.cuda}"}
-    card |= {"torch": torch.__version__, "Triton": triton.__version__,
-             "built": BUILT, "packages": os.environ.get("SOL_LOCK", "not pinned")}
+        smi = shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                                                              "--format=csv,noheader"], capture_output=True, text=True)
+        card = {"device": f"{WHERE}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
+                "driver / CUDA": f"driver {(smi.stdout.split() or ['?'])[0] if smi else '?'}, CUDA {torch.version.cuda}"}
+    card |= {"torch": torch.__version__, "Triton": triton.__version__, "built": BUILT,
+             "packages": os.environ.get("SOL_LOCK", "not pinned")}
     html = f"<details><summary>Full environment card</summary>{pd.Series(card, name='').to_frame().to_html()}</details>"
     return type("Collapsed", (), {"_repr_html_": lambda self: html})()
 
@@ -351,12 +353,81 @@ except Exception as err:  # not installed, or it does not load here
 for peer in [p for p in ("torch.compile", "Liger") if p not in fns] + (["quack"] if major < 9 else []):
     not_measured(peer, "no GPU" if not ON_GPU else "not installed" if peer != "quack" else
                  f"needs compute capability 9.0 or newer; this GPU has {major}.{minor}")
+try:  # Helion, where installed (on a GPU)
+    helion = importlib.import_module("helion") if ON_GPU and importlib.util.find_spec("helion") else not_measured(
+        "Helion", "no GPU" if importlib.util.find_spec("helion") else "not installed")
+except Exception as err:  # installed, yet it does not load here
+    helion = not_measured("Helion", " ".join(f"{type(err).__name__}: {err}".split())[:100])
+if helion:  # the loss and its gradient in one kernel, as ours: a tile of rows a program, two passes over each row
+    hl = helion.language
+    @helion.kernel(static_shapes=True, autotune_effort="quick")
+    def helion_cross_entropy_grad(x: torch.Tensor, target: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
+        (m, n), x_flat = x.size(), x.view(-1)
+        dx, loss = torch.empty_like(x), torch.empty(m, dtype=torch.float32, device=x.device)
+        for rows in hl.tile(m):
+            x_max, total = hl.full([rows], float("-inf"), torch.float32), hl.zeros([rows], torch.float32)
+            for cols in hl.tile(n):  # pass 1: the row's max and its sum of exponentials, online
+                x_cols = x[rows, cols].to(torch.float32)
+                new_max = torch.maximum(x_max, torch.amax(x_cols, dim=1))
+                total = total * torch.exp(x_max - new_max) + torch.sum(torch.exp(x_cols - new_max[:, None]), dim=1)
+                x_max = new_max
+            lse = x_max + torch.log(total)
+            loss[rows] = lse - hl.load(x_flat, [rows.index * n + target[rows]]).to(torch.float32)
+            for cols in hl.tile(n):  # pass 2: the gradient, (softmax - onehot) * scale
+                hit = (cols.index[None, :] == target[rows][:, None]).to(torch.float32)
+                dx[rows, cols] = ((torch.exp(x[rows, cols].to(torch.float32) - lse[:, None]) - hit) * scale).to(x.dtype)
+        return dx, loss
+
+def helion_tuned(kernel, op, points):
+    """kernel(*args), each point (dtype, N) at the config dev/helion_tune.py tuned on this GPU, read from the JSON
+    file the build names in SOL_HELION_CONFIGS; a point with none autotunes at its first call (effort "quick"),
+    kept for this run, or where SOL_HELION_AUTOTUNE=0 is not measured. One line says which."""
+    path, entry = os.environ.get("SOL_HELION_CONFIGS", ""), {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            entry = json.load(f).get(WHERE, {})
+    same = entry.get("helion") == importlib.metadata.version("helion")
+    stored = entry.get("configs", {}).get(op, {}) if same else {}
+    missing = [f"{t} N = {n}" for t, n in points if str(n) not in stored.get(t, {})]
+    why = ("no file of tuned configs (SOL_HELION_CONFIGS)" if not os.path.isfile(path) else
+           f"none tuned on {WHERE}" if not entry else "" if same else f"those stored are Helion {entry.get('helion')}'s")
+    off = os.environ.get("SOL_HELION_AUTOTUNE") == "0"  # a build without autotuning: untuned points not measured
+    how = "not measured here (SOL_HELION_AUTOTUNE=0)" if off else "autotuned here (effort quick)"
+    print(f"Helion: every point at the config tuned on this GPU ({entry.get('tuned')}); none autotuned here."
+          if not missing else f"Helion: {how} at each point: {why or 'none stored'}."
+          if len(missing) == len(points) else f"Helion: tuned configs at {len(points) - len(missing)} of "
+          f"{len(points)} points; {how}: {', '.join(missing)}.")
+    configured = set()
+
+    def run(*args):
+        bound = kernel.bind(args)  # one per shape and dtype
+        point = stored.get(str(args[0].dtype)[6:], {}).get(str(args[0].shape[-1]))
+        if off and not point:
+            raise RuntimeError(f"no config tuned on {WHERE} for this point, and SOL_HELION_AUTOTUNE=0")
+        if point and id(bound) not in configured:
+            bound.set_config(helion.Config(**point["config"]))
+            configured.add(id(bound))
+        return bound(*args)
+    return run
+
+if helion:
+    helion_grad = helion_tuned(helion_cross_entropy_grad, "cross_entropy forward+backward",
+                               [(str(t)[6:], n) for t in SWEEP_DTYPES for n in SWEEP_V])
+
+    class HelionLoss(torch.autograd.Function):  # 'mean'; the forward writes the gradient, the backward hands it over
+        @staticmethod
+        def forward(ctx, x, target):
+            ctx.dx, loss = helion_grad(x, target, 1.0 / x.shape[0])
+            return loss.mean().to(x.dtype)
+        # g: 1 in training; the host reads it (a sync, as Liger's: no graph)
+        backward = staticmethod(lambda ctx, g: (ctx.dx if g.item() == 1 else ctx.dx * g, None))
+    fns["Helion"], no_graph = HelionLoss.apply, no_graph | {"Helion"}
 fns["ours"] = cross_entropy
 
 def measure_providers():
     """Every provider's loss and gradient (torch.autograd.grad), bf16 and fp32, at each V of SWEEP_V, beside a copy."""
     records, missing = [], {}
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_V:
             x = torch.randn((TOTAL[dtype] // n_cols, n_cols), device=DEVICE, dtype=dtype)
             target = torch.randint(0, n_cols, (x.shape[0],), device=DEVICE)
@@ -383,7 +454,7 @@ def measure_providers():
     results["% of speed of light"] = 100 * results["GB/s"] / results.light
     return results, provider_table(results)
 
-PEERS = ["torch", "torch.compile", "Liger", "quack"]  # what "ours / best peer" and the reading compare with
+PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def provider_table(results):
     """GB/s (higher is better); ours as % of light and against the fastest peer."""
     keys = ["direction", "dtype", "N"]
