@@ -202,7 +202,8 @@ def install_cell(script, requirements, lock, jax_needed=None):
         lines.append(
             _wrap(
                 "Without a CUDA GPU the page runs its kernels through Triton's interpreter on the CPU: "
-                "a correctness run at small sizes, not timings."
+                "a correctness run at small sizes, not timings. Triton's interpreter before 3.8 needs NumPy "
+                'older than 2.4 there: %pip install -q "numpy<2.4".'
             )
         )
     elif mosaic:
