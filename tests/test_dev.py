@@ -275,6 +275,35 @@ def test_counters_profile_a_call_timed_in_rounds_once_and_a_call_on_other_argume
     assert len(calls) == 6
 
 
+def test_counters_name_a_call_timed_in_a_helper_by_the_frame_that_handed_it_over():
+    """51's and 52's beside_copy times the page's copy and the provider it is handed on one line: the copy is named
+    copy, the provider's call by the loop that handed it over (one holding its function or an argument); a frame that
+    holds neither, or holds two names (one left from an earlier loop), lends none."""
+    import torch
+
+    counters = _counters()
+    profiler, x = counters.Profiler({("float32", 64)}, use_range=False), torch.ones(8, 64)
+    profiler.cuda = False
+    scope = {"bench": profiler.bench, "copy": torch.clone, "x": x, "torch": torch}
+    page = (
+        "def beside_copy(fn, args, x):\n"
+        "    return [(bench(copy, x), bench(fn, *args)) for _ in range(3)]\n"
+        "providers = {'XLA': torch.sum, 'ours': torch.mean}\n"
+        "timed = {provider: beside_copy(fn, (x,), x) for provider, fn in providers.items()}\n"
+        "name = 'a name left from an earlier loop'\n"
+        "def ladder():\n"
+        "    launch = lambda: torch.neg(x)\n"
+        "    return bench(launch)\n"
+        "ladder()\n"
+        "def named(provider):\n"
+        "    return beside_copy(torch.amax, (x,), x)\n"
+        "named('one name')\n"
+    )
+    exec(compile(page, str(ROOT / "tutorials" / "a_page.py"), "exec"), scope)
+    labelled = [c["label"] for c in profiler.calls]
+    assert labelled == ["copy kernel", "copy", "XLA", "ours", None, None], labelled
+
+
 def test_counters_stored_again_replace_only_their_points(tmp_path):
     """A run at a few points keeps the GPU's other stored points and replaces those it measured again."""
     import json
