@@ -539,21 +539,18 @@ def main(argv=None):
         for point in found:
             print(describe(point), flush=True)
         print(f"{stem}: {len(found)} point(s) of {len(pts)} asked, {time.time() - start:.0f} s", flush=True)
-        stored += found
-    if ncu and stored:
-        import torch
+        if found:  # stored page by page: a run cut short (a call's time limit) keeps the pages it finished
+            import torch
 
-        version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-        store(
-            pathlib.Path(args.out),
-            torch.cuda.get_device_name(0),
-            {
-                "measured": datetime.date.today().isoformat(),
-                "ncu": version[-1] if version else "",
-                "torch": torch.__version__,
-                "points": stored,
-            },
-        )
+            version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+            entry = {"measured": datetime.date.today().isoformat(), "ncu": version[-1] if version else ""}
+            store(
+                pathlib.Path(args.out),
+                torch.cuda.get_device_name(0),
+                entry | {"torch": torch.__version__, "points": found},
+            )
+            stored += found
+    if stored:
         print(f"stored {len(stored)} points in {args.out}")
     return 1 if failed else 0
 

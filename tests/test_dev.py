@@ -304,6 +304,38 @@ def test_counters_name_a_call_timed_in_a_helper_by_the_frame_that_handed_it_over
     assert labelled == ["copy kernel", "copy", "XLA", "ours", None, None], labelled
 
 
+def test_counters_store_each_page_as_it_finishes(tmp_path, monkeypatch):
+    """A run cut short (a GPU call's time limit, in the page after) keeps the points of the pages it finished: each
+    page's points are stored when its profile is read."""
+    import json
+    import subprocess
+    import types
+
+    import torch
+
+    counters, out = _counters(), tmp_path / "counters.json"
+    call = {"label": "ours", "kernels": 1, "us": 1.0, "dram_bytes": 2, "x_bytes": 1, "dram_pct": 80.0}
+    call |= {"warps_active_pct": 50.0, "waves": 1.0}
+    point = lambda stem: {"page": stem, "direction": None, "dtype": "float32", "N": 512, "calls": [call]}  # noqa: E731
+
+    def profile_page(stem, points, ncu, work, timeout):
+        if stem == "02_layer_norm":  # the first page's point is on disk before the second page runs
+            assert [p["page"] for p in json.loads(out.read_text())["Test GPU"]["points"]] == ["01_fused_softmax"]
+            raise KeyboardInterrupt  # the call's time limit
+        return [], []
+
+    monkeypatch.setattr(counters, "find_ncu", lambda: "ncu")
+    monkeypatch.setattr(counters, "profile_page", profile_page)
+    monkeypatch.setattr(counters, "points_of", lambda stem, calls, kernels: [point(stem)])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="NVIDIA (R) Nsight 2025.3\n"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    with pytest.raises(KeyboardInterrupt):
+        counters.main(
+            ["01_fused_softmax:float32:512", "02_layer_norm:float32:512", "--out", str(out), "--work", str(tmp_path)]
+        )
+    assert [p["page"] for p in json.loads(out.read_text())["Test GPU"]["points"]] == ["01_fused_softmax"]
+
+
 def test_counters_stored_again_replace_only_their_points(tmp_path):
     """A run at a few points keeps the GPU's other stored points and replaces those it measured again."""
     import json
