@@ -514,6 +514,9 @@ def main(argv=None):
     work = pathlib.Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     stored, failed = [], []
+    version = (
+        subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines() if ncu else []
+    )
     began = time.time()
     for stem, pts in sorted(wanted.items(), key=lambda item: (not item[0].startswith("0"), item[0])):  # core first
         if time.time() - began > args.budget:
@@ -542,7 +545,6 @@ def main(argv=None):
         if found:  # stored page by page: a run cut short (a call's time limit) keeps the pages it finished
             import torch
 
-            version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
             entry = {"measured": datetime.date.today().isoformat(), "ncu": version[-1] if version else ""}
             store(
                 pathlib.Path(args.out),
