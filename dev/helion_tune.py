@@ -15,10 +15,12 @@ as the page sets them on a GPU).
     python3 dev/helion_tune.py --budget 500 --force    # retune stored points; start none after 500 s
 
 The file: {GPU name (torch.cuda.get_device_name): {"helion": version, "torch": ..., "triton": ..., "tuned": date,
-"configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ...}}}}}}. It is written after every point,
-so a run cut short keeps what it tuned, and a later run goes on from there. A GPU's configs from another Helion
-version are dropped (a config names the options of the version that made it). Each tuned config is checked against
-torch in float64 before it is stored. Helion's own autotune cache is neither read nor written (HELION_SKIP_CACHE).
+"configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ..., "seconds": ...}}}},
+"untuned": {op: {dtype: {N: {"why": ..., "effort": ..., "seconds": ...}}}}}}: a point whose search stored no config
+says why. It is written after every point, so a run cut short keeps what it tuned, and a later run goes on from there
+(a point it left untuned is searched again). A GPU's configs from another Helion version are dropped (a config names
+the options of the version that made it). Each tuned config is checked against torch in float64 before it is stored.
+Helion's own autotune cache is neither read nor written (HELION_SKIP_CACHE).
 """
 
 import argparse
@@ -217,16 +219,35 @@ def read_store(path):
 
 def store_config(path, gpu, op, dtype, n, config, effort, versions, seconds):
     """Add one point's config to the file at path (written whole, atomically): the writer the pages read."""
+    record = {"config": json.loads(config.to_json()), "effort": effort, "seconds": round(seconds, 1)}
+    _store_point(path, gpu, op, dtype, n, versions, "configs", record)
+
+
+def store_untuned(path, gpu, op, dtype, n, why, effort, versions, seconds):
+    """Record why a point has no config (its search found none, kept the default, or failed the float64 check), for
+    whoever reads the file to say so; a later search that stores a config for the point removes it."""
+    record = {"why": why, "effort": effort, "seconds": round(seconds, 1)}
+    _store_point(path, gpu, op, dtype, n, versions, "untuned", record)
+
+
+def _store_point(path, gpu, op, dtype, n, versions, kind, record):
+    """Write one point's record (seconds: the search's wall time) under kind ("configs" or "untuned"), removing the
+    point from the other kind; the file is written whole, atomically."""
     store = read_store(path)
     entry = store.get(gpu, {})
     if entry.get("helion") != versions["helion"]:
         entry = {}  # another Helion's configs: dropped
     entry.update(versions, tuned=datetime.date.today().isoformat())
-    entry.setdefault("configs", {}).setdefault(op, {}).setdefault(dtype, {})[str(n)] = {
-        "config": json.loads(config.to_json()),
-        "effort": effort,
-        "seconds": round(seconds, 1),  # the search's wall time
-    }
+    entry.setdefault(kind, {}).setdefault(op, {}).setdefault(dtype, {})[str(n)] = record
+    other = "untuned" if kind == "configs" else "configs"
+    by_op = entry.get(other, {})
+    by_op.get(op, {}).get(dtype, {}).pop(str(n), None)
+    if op in by_op and not by_op[op].get(dtype, True):  # no empty levels left behind
+        del by_op[op][dtype]
+    if op in by_op and not by_op[op]:
+        del by_op[op]
+    if other in entry and not by_op:
+        del entry[other]
     store[gpu] = entry
     tmp = pathlib.Path(f"{path}.tmp")
     tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -306,22 +327,28 @@ def main(argv=None):
                 return 0
             torch.manual_seed(n)
             args = OPS[op].args(torch, getattr(torch, dtype), m, n, page)
+            effort = options.effort + (f", cut at {options.seconds} s" if options.seconds else "")
             began = time.monotonic()
+
+            def untuned(why):
+                store_untuned(options.store, gpu, op, dtype, n, why, effort, found, time.monotonic() - began)
+                print(f"{op} {dtype} {m}x{n}: {why}; not stored", flush=True)
+
             try:
                 config = autotune(kernel, args, options.effort, options.seconds)
             except helion.exc.NoConfigFound:  # every config it tried failed to compile or to run
-                print(f"{op} {dtype} {m}x{n}: Helion's search found no working config; not stored", flush=True)
+                untuned("Helion's search found no working config")
                 continue
             seconds = time.monotonic() - began
             if options.seconds and dict(config) == dict(kernel.bind(args).config_spec.default_config()):
-                print(
-                    f"{op} {dtype} {m}x{n}: the search, cut at {options.seconds} s, kept Helion's default config; "
-                    "not stored (a tuned figure it is not: give it more --seconds)",
-                    flush=True,
-                )
+                # a tuned figure it is not: more --seconds may find one
+                untuned(f"the search, cut at {options.seconds} s, kept Helion's default config")
                 continue
-            error = check(op, kernel, args, page, dtype)
-            effort = options.effort + (f", cut at {options.seconds} s" if options.seconds else "")
+            try:
+                error = check(op, kernel, args, page, dtype)
+            except AssertionError as failed:  # the search's pick is wrong by more than the page allows
+                untuned(f"its pick failed the float64 check: {failed}")
+                continue
             store_config(options.store, gpu, op, dtype, n, config, effort, found, seconds)
             print(f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {seconds:.0f} s)", flush=True)
     print(f"{options.store}: configs for {gpu}, {time.monotonic() - start:.0f} s")

@@ -345,15 +345,18 @@ def test_a_point_whose_search_finds_nothing_is_left_untuned_and_the_run_goes_on(
     def autotune(kernel, args, effort, seconds=None):
         if args[0].shape[1] == 257:
             raise helion.exc.NoConfigFound()
-        return kernel.bind(args).config_spec.default_config()
+        return helion.Config(num_warps=4)
 
     monkeypatch.setattr(helion_tune, "autotune", autotune)
     monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
     monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
     assert helion_tune.main(["--store", str(store), "rms_norm backward"]) == 0
-    configs = json.loads(store.read_text())[GPU]["configs"]["rms_norm backward"]
+    entry = json.loads(store.read_text())[GPU]
+    configs = entry["configs"]["rms_norm backward"]
     assert configs.keys() == {"bfloat16"} and list(configs["bfloat16"]) == ["1000"]
+    why = entry["untuned"]["rms_norm backward"]["float32"]["257"]
+    assert why["why"] == "Helion's search found no working config" and why["seconds"] >= 0
 
 
 @needs_helion
@@ -373,10 +376,41 @@ def test_a_cut_search_that_kept_the_default_config_stores_nothing(tmp_path, monk
     monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
     assert helion_tune.main(["--store", str(store), "--seconds", "5", "rms_norm forward"]) == 0
     assert "kept Helion's default config; not stored" in capsys.readouterr().out
-    configs = json.loads(store.read_text())[GPU]["configs"]["rms_norm forward"]
-    assert configs.keys() == {"bfloat16"}
+    entry = json.loads(store.read_text())[GPU]
+    assert entry["configs"]["rms_norm forward"].keys() == {"bfloat16"}
+    untuned = entry["untuned"]["rms_norm forward"]
+    assert untuned.keys() == {"float32"} and list(untuned["float32"]) == ["257"]
+    record = untuned["float32"]["257"]
+    assert record["why"] == "the search, cut at 5 s, kept Helion's default config"
+    assert record["effort"] == "full, cut at 5 s" and record["seconds"] >= 0
     assert helion_tune.main(["--store", str(store), "rms_norm forward"]) == 0  # no cut: the default is its pick
-    assert set(json.loads(store.read_text())[GPU]["configs"]["rms_norm forward"]) == {"bfloat16", "float32"}
+    entry = json.loads(store.read_text())[GPU]
+    assert set(entry["configs"]["rms_norm forward"]) == {"bfloat16", "float32"}
+    assert "untuned" not in entry, "a point tuned since is still said to be untuned"
+
+
+@needs_helion
+def test_a_pick_that_fails_the_float64_check_is_left_untuned_with_its_error(tmp_path, monkeypatch, on_meta):
+    """A config whose results are off by more than the page allows is stored for no point; the file says why, and the
+    run tunes the next point."""
+    store = tmp_path / "configs.json"
+
+    def check(op, kernel, args, page, dtype):
+        if args[0].shape[1] == 257:
+            raise AssertionError("relative error 3.00e-01 over the page's 1e-02")
+        return 0.0
+
+    import helion
+
+    monkeypatch.setattr(helion_tune, "autotune", lambda *args: helion.Config(num_warps=4))
+    monkeypatch.setattr(helion_tune, "check", check)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
+    monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: [("float32", 257, 3), ("bfloat16", 1000, 2)])
+    assert helion_tune.main(["--store", str(store), "softmax forward"]) == 0
+    entry = json.loads(store.read_text())[GPU]
+    assert entry["configs"]["softmax forward"].keys() == {"bfloat16"}
+    why = entry["untuned"]["softmax forward"]["float32"]["257"]["why"]
+    assert why == "its pick failed the float64 check: relative error 3.00e-01 over the page's 1e-02"
 
 
 @needs_helion
