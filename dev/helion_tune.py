@@ -13,6 +13,7 @@ as the page sets them on a GPU).
     python3 dev/helion_tune.py softmax --effort quick  # ops whose name contains "softmax"
     python3 dev/helion_tune.py --list                  # the ops and their points; tunes nothing
     python3 dev/helion_tune.py --budget 500 --force    # retune stored points; start none after 500 s
+    python3 dev/helion_tune.py backward --n 4096 8192  # only these N of the ops whose name holds "backward"
 
 The file: {GPU name (torch.cuda.get_device_name): {"helion": version, "torch": ..., "triton": ..., "tuned": date,
 "configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ..., "seconds": ...}}}},
@@ -303,6 +304,7 @@ def main(argv=None):
         "autotune_budget_seconds; default: none)",
     )
     parser.add_argument("--dtypes", nargs="+", default=None, help="tune only the points of these dtypes (float32 ...)")
+    parser.add_argument("--n", nargs="+", type=int, default=None, help="tune only the points of these N (4096 ...)")
     parser.add_argument("--list", action="store_true", help="print the ops and their points; tune nothing")
     options = parser.parse_args(argv)
     ops = [op for op in OPS if not options.ops or any(word in op for word in options.ops)]
@@ -320,7 +322,11 @@ def main(argv=None):
         kernel, page = load_kernel(op), page_constants(op, OPS[op].constants + ("TOLERANCE",))
         done = set() if options.force else stored_points(options.store, gpu, op, found["helion"])
         for dtype, n, m in points(op):
-            if (dtype, n) in done or (options.dtypes and dtype not in options.dtypes):
+            if (
+                (dtype, n) in done
+                or (options.dtypes and dtype not in options.dtypes)
+                or (options.n and n not in options.n)
+            ):
                 continue
             if options.budget and time.monotonic() - start > options.budget:
                 print(f"budget spent: {op} {dtype} N = {n} and after not tuned; run again to go on", flush=True)

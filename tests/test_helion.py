@@ -428,3 +428,27 @@ def test_no_stored_config_is_helions_default_for_its_point(on_meta):
                     if stored["config"] == dict(kernel.bind(args).config_spec.default_config()):
                         defaults.append(f"{gpu}: {op} {dtype} N = {n} ({stored['effort']})")
     assert not defaults, "Helion's default configs stored as tuned:\n" + "\n".join(defaults)
+
+
+@needs_helion
+def test_the_tool_tunes_only_the_n_asked_for(tmp_path, monkeypatch, on_meta):
+    """--n keeps a run to those row lengths (the points inside a page's range, say), with --dtypes beside it."""
+    import helion
+
+    store, tuned = tmp_path / "configs.json", []
+
+    def autotune(kernel, args, effort, seconds=None):
+        tuned.append((str(args[0].dtype)[6:], args[0].shape[1]))
+        return helion.Config(num_warps=4)
+
+    monkeypatch.setattr(helion_tune, "autotune", autotune)
+    monkeypatch.setattr(helion_tune, "check", lambda *args: 0.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: GPU)
+    sweep = [("float32", 257, 3), ("bfloat16", 257, 3), ("float32", 1000, 2), ("bfloat16", 4096, 1)]
+    monkeypatch.setattr(helion_tune, "points", lambda op, on_gpu=True: sweep)
+    assert helion_tune.main(["--store", str(store), "softmax forward", "--n", "257", "4096"]) == 0
+    assert tuned == [("float32", 257), ("bfloat16", 257), ("bfloat16", 4096)]
+    assert helion_tune.main(["--store", str(store), "softmax forward", "--n", "1000", "--dtypes", "bfloat16"]) == 0
+    assert len(tuned) == 3, "a point outside --n or --dtypes was tuned"
+    configs = json.loads(store.read_text())[GPU]["configs"]["softmax forward"]
+    assert {t: sorted(by_n) for t, by_n in configs.items()} == {"float32": ["257"], "bfloat16": ["257", "4096"]}
