@@ -266,3 +266,26 @@ def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
     assert "the model's numbers (tiles of 2,048 bytes or more, 128 bytes a thread) stand" in page["adjusting"](
         page["implied"](results, tuning), fits
     )
+
+
+def test_a_gpus_run_counts_only_gains_past_its_noise_and_names_helions_code_where_the_launch_is_the_models(on_a_gpu):
+    """A pick that beats the model's launch by under 1% bought nothing measurable; where Helion ran the model's own
+    launch (rows a tile, warps) more than 1% slower, the gap is its code, and the reading says so at those points."""
+    page = on_a_gpu
+    results, _ = made_up_sweep(page, (8192, 64))
+    differ = results["autotuner: config"] != results["model: config"]
+    assert differ.any()
+    results.loc[differ, "autotuner: ms"] = results.loc[differ, "model: ms"] / 1.005  # 0.5% faster: noise
+    results["autotuner: GB/s"] = 300.0 / results["autotuner: ms"]
+    text = page["reading"](results)
+    assert "pays for itself" not in text and "the tuning bought nothing measurable" in text, text
+    assert "Helion ran the model's own launch" not in text, text  # made_up_sweep's Helion: 8 warps, not the model's
+
+    first, second = results.index[:2]
+    for key, slower in ((first, 1.05), (second, 1.08)):
+        results.loc[key, "Helion: config"] = results.loc[key, "model: config"]
+        results.loc[key, "Helion: ms"] = results.loc[key, "model: ms"] * slower
+        results.loc[key, "Helion: GB/s"] = 300.0 / results.loc[key, "Helion: ms"]
+    text = page["reading"](results)
+    said = f"At {first[0]} N = {first[1]}, {second[0]} N = {second[1]} Helion ran the model's own launch"
+    assert said in text and "4.8-7.4% slower than the model's" in text, text
