@@ -271,16 +271,14 @@ def _ratio_cells(row):
     """ours / best peer: the worst (and where), the median (and over how many points)."""
     if not row["peer points"]:
         return ["no peer ran", "-"]
-    return [f"{row['worst ratio']:.3g}x{_at(row['worst at'])}", f"{row['median ratio']:.3g}x (of {row['peer points']})"]
+    points = f"{row['peer points']} point{'s' if row['peer points'] > 1 else ''}"
+    return [f"{row['worst ratio']:.3f}x{_at(row['worst at'])}", f"{row['median ratio']:.3f}x (over {points})"]
 
 
 def _unclaimed(sizes):
     """The label of a page recommended where no page that measured these N claims them."""
     one = len(sizes) == 1
-    return (
-        f" (the fastest measured: no page that measured {'this N' if one else 'these N'} "
-        f"claims {'it' if one else 'them'})"
-    )
+    return f" (the fastest measured: {'this N is' if one else 'these N are'} outside every design's range)"
 
 
 def _recommendation_cells(row, doc):
@@ -568,17 +566,26 @@ def landing_rst(results, pages, device, kept=(), ran=True, counters=None, gpu=No
         "",
         *_heading("Which kernel for your op and N"),
         "For each op, direction (for a sum, its kind), dtype and size *N* that a page measured: the page whose kernel "
-        "the site recommends there. Each page states the *N* its design is for (``RANGE``, beside its launch "
-        "parameters); where no page that measured an *N* claims it, the row names the page whose kernel was the "
-        "fastest there, and says so. **ours, % of light**: that kernel's GB/s as a percentage of the speed of light "
-        "measured beside it at the same *N* (a copy of the same bytes; for a sum, a pass that only reads them), the "
-        "lowest to the highest over the row's *N*. **ours / best peer**: its GB/s over the fastest peer's at the same "
-        "*N* (PyTorch, ``torch.compile``, Liger-Kernel, quack, an autotuned Helion kernel; for JAX, XLA: whichever ran "
-        "there), at the worst *N* "
-        "and the median over the *N* where a peer ran; above 1, ours is faster.",
+        "the site recommends there. *N* is a row's length (the hidden size; for cross-entropy the vocabulary; for a "
+        "sum of all elements, their number). Each kernel is designed for a range of *N*, which its page states; where "
+        "no design covers an *N*, the row names the fastest kernel measured there, and says so. **ours, % of light**: "
+        "that kernel's GB/s as a percentage of the speed of light measured beside it at the same *N* (a copy of the "
+        "same bytes; for a sum, a pass that only reads them), the lowest to the highest over the row's *N*; past 100%, "
+        "the kernel outran that copy (each page's appendix says how it times both). **ours / best peer**: its GB/s "
+        "over the fastest peer's at the same *N* (PyTorch, ``torch.compile``, Liger-Kernel, quack, an autotuned "
+        "Helion kernel; for JAX, XLA: whichever ran there), at the worst *N* and the median over the *N* where a peer "
+        "ran; above 1, ours is faster. Each page's tables name every peer's figure.",
         "",
         *_list_table(
-            ["op", "measured", "N", "the site recommends", "ours, % of light", "ours / best peer: worst", "median"],
+            [
+                "op",
+                "measured",
+                "N",
+                "the site recommends",
+                "ours, % of light",
+                "ours / best peer: worst",
+                "ours / best peer: median",
+            ],
             [_recommendation_cells(row, doc) for row in recommended],
             "sol-results sol-recommended",
         ),
@@ -597,7 +604,15 @@ def landing_rst(results, pages, device, kept=(), ran=True, counters=None, gpu=No
         "ours / best peer, the median (bars) and the worst size (dots).",
         "",
         *_list_table(
-            ["page", "measured", "N (points)", "ours, % of light: best", "lowest", "ours / best peer: worst", "median"],
+            [
+                "page",
+                "measured",
+                "N (points)",
+                "ours, % of light: best",
+                "lowest",
+                "ours / best peer: worst",
+                "ours / best peer: median",
+            ],
             [_page_cells(stem, doc, row) for stem, row in rows],
             "sol-results",
         ),
