@@ -470,7 +470,7 @@ def test_the_section_of_misses_without_counters():
 
 def test_the_section_of_misses_with_counters():
     """Beside each row that misses, the counted points of its page, dtype and direction (a point without one: any)
-    at its N, a paragraph each in the order of N; none: "no counters measured on this GPU"."""
+    at its N, a paragraph each in the order of N; none: "no counters measured yet at this row's N"."""
     counters = counters_for(
         point("11_long_rows", None, "bfloat16", 262144, [call("ours", 1, 90.0, 91.0, 50.0, 1.0)]),
         point("11_long_rows", "forward", "bfloat16", 131072, FULL),
@@ -498,7 +498,7 @@ def test_the_section_of_misses_with_counters():
         "N = 65,536: ours 3 kernels, 30 us, 2.00x x's bytes in DRAM, DRAM 60% busy, 20% warps active, 0.5 waves",
         "N = 262,144: ours 1 kernel, 90 us, 2.00x x's bytes in DRAM, DRAM 91% busy, 50% warps active, 1 wave",
     ]
-    assert staged == ["no counters measured on this GPU"]
+    assert staged == ["no counters measured yet at this row's N"]
     # docutils reads the cell of two points as two paragraphs, and each row with its four cells
     tables = [t for t in parsed(text).findall(lambda n: n.tagname == "table") if "sol-misses" in t["classes"]]
     (table,) = tables

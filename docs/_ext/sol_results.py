@@ -524,7 +524,7 @@ def _misses_section(rows, doc, counters, gpu):
         body.append([doc(stem), row["what"], "; ".join(found)])
         if counters is not None:  # a cell of several paragraphs, one a point
             body[-1].append(
-                [counters_line(p) for p in counted(stem, row, counters)] or "no counters measured on this GPU"
+                [counters_line(p) for p in counted(stem, row, counters)] or "no counters measured yet at this row's N"
             )
     return lines + _list_table(header, body, "sol-results sol-misses")
 
@@ -646,7 +646,7 @@ def draw(results, pages, device, path):
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     palette, stems = plt.get_cmap("tab10").colors, list(results)
-    see = lambda row: f" (see {', '.join(s[:2] for s, _, _ in row['see'])})" if "see" in row else ""
+    see = lambda row: f" (see {', '.join(dict.fromkeys(s[:2] for s, _, _ in row['see']))})" if "see" in row else ""
     rows = [
         (f"{stem[:2]} {pages[stem][1]}: {row['what']}{see(row)}", palette[stems.index(stem) % len(palette)], row)
         for stem, row in page_rows(results, recommend(results)[0])
@@ -669,7 +669,7 @@ def draw(results, pages, device, path):
     left.axvline(100, color="black", linewidth=1, label="speed of light")
     left.set_yticks(where, [label for label, _, _ in rows], fontsize=7)
     left.set_xlim(0, max(115, max(best) + 15))
-    left.set_xlabel("ours, % of the speed of light at the same N")
+    left.set_xlabel("ours, % of the speed of light", fontsize=8)
     ratios = [(y, c, r) for y, (_, c, r) in zip(where, rows) if r["peer points"] and not math.isnan(r["best"])]
     if ratios:
         right.barh(
@@ -696,11 +696,15 @@ def draw(results, pages, device, path):
         right.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         right.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     right.axvline(1, color="black", linewidth=1, label="as fast as the best peer")
-    right.set_xlabel("ours / best peer at the same N (right of 1x: ours is faster)")
-    for ax in (left, right):
+    right.set_xlabel("ours / best peer (right of 1x: ours is faster)", fontsize=8)
+    for ax, columns in ((left, 3), (right, 1)):  # below each panel, the narrower one's entries stacked
         ax.grid(True, axis="x", alpha=0.3)
         ax.legend(
-            loc="upper center", bbox_to_anchor=(0.5, -0.8 / (0.3 * len(rows) + 1.6)), ncol=3, fontsize=7, frameon=False
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.8 / (0.3 * len(rows) + 1.6)),
+            ncol=columns,
+            fontsize=7,
+            frameon=False,
         )
     fig.suptitle(f"Measured by this build {device}".rstrip("."), fontsize=8, x=0.01, ha="left", wrap=True)
     fig.tight_layout()
