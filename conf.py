@@ -243,13 +243,16 @@ def _explain_memory(app):
 _TUTORIALS = pathlib.Path(__file__).parent / "tutorials"
 
 
-def _page_facts(path):
-    """(title, first sentence, minutes to read) of a gallery script, from its docstring and sol_reading."""
+def _page_facts(path, own=False):
+    """(title, first sentence, minutes to read) of a gallery script, from its docstring and sol_reading. own: where
+    the first sentence recalls the page before (it starts with a reference to it), the next one too, which says what
+    this page adds."""
     text = path.read_text(encoding="utf-8")
     doc = text.split('"""')[1].strip().splitlines()
     title = doc[0].strip()
-    first = " ".join(line.strip() for line in doc[2:] if line.strip()).split(". ")[0].rstrip(".") + "."
-    return title, first, sol_reading.reading_minutes(text)
+    sentences = " ".join(line.strip() for line in doc[2:] if line.strip()).split(". ")
+    first = ". ".join(sentences[:2] if own and sentences[0].startswith(":ref:") else sentences[:1])
+    return title, first.rstrip(".") + ".", sol_reading.reading_minutes(text)
 
 
 _LEARN = re.compile(r"\*\*What\s+you\s+will\s+learn\*\*")  # a line may break between any two words
@@ -272,8 +275,9 @@ def _write_reading_path(app):
     dives = sorted((_TUTORIALS / "deep_dives").glob("[0-9][0-9]_*.py"))
     lines = ["**First reading**: the core pages, in order. Each teaches one design, end to end.", ""]
     for path, before in zip(cores, [None, *cores]):  # labelled by their own numbers; a second page of a number
-        title, first, minutes = _page_facts(path)  # (02's backward locks) sits under the first, as its companion
-        if before is not None and before.stem[:2] == path.stem[:2]:
+        companion = before is not None and before.stem[:2] == path.stem[:2]  # (02's backward) sits under the first
+        title, first, minutes = _page_facts(path, own=companion)
+        if companion:
             lines += ["", f"  * and :doc:`tutorials/{path.stem}` (about {minutes} min): {first}", ""]
         else:
             lines.append(f"* **{path.stem[:2]}** :doc:`tutorials/{path.stem}` (about {minutes} min): {first}")
