@@ -392,7 +392,9 @@ def test_a_counted_point_in_one_line():
     assert sol_results.counters_line(point("11_long_rows", "forward", "bfloat16", 131072, FULL)) == (
         "N = 131,072: ours 2 kernels, 48.1 us, 2.00x x's bytes in DRAM, DRAM 85% busy, 45% warps active, 1.9 waves; "
         "quack 1 kernel, 41.2 us, 2.00x, 93%, 60%, 1 wave; Liger 1 kernel, 55.5 us, 2.00x, 88%, 40%, 2 waves; "
-        "torch.compile 2 kernels, 60 us, 2.00x, 80%, 30%, 1.5 waves; copy kernel 40 us, 92% busy"
+        "torch.compile 2 kernels, 60 us, 2.00x, 80%, 30%, 1.5 waves; copy kernel 40 us, 92% busy. Reading: quack "
+        "runs 1.17x as fast here: ours launches 2 kernels, quack 1; with as many bytes, ours keeps DRAM 85% busy, "
+        "quack 93%."
     )
     sparse = [
         {"label": "quack", "us": 41.2, "kernels": None},
@@ -406,6 +408,32 @@ def test_a_counted_point_in_one_line():
         "quack - kernels, 41.2 us, -, -, -, - waves; torch - kernels, 1234 us, -, -, -, 312 waves; "
         "copy kernel - us, - busy"
     )
+
+
+def test_a_counted_points_reading_names_only_differences_past_their_noise():
+    """Against the fastest other call where it beat ours, else the copy kernel: more kernels, 5% more DRAM bytes, DRAM
+    3 points less busy, each where measured; a peer that won with none of those is said to be told apart by none."""
+    reading = sol_results.reading
+    ours = call("ours", 1, 100.0, 60.0, 40.0, 1.0)
+    assert reading(ours, call("quack", 1, 80.0, 75.0, 40.0, 1.0), None) == (
+        "Reading: quack runs 1.25x as fast here: with as many bytes, ours keeps DRAM 60% busy, quack 75%."
+    )
+    assert reading(
+        call("ours", 4, 100.0, 80.0, 40.0, 1.0, x_times=3.0), call("Liger", 1, 90.0, 78.0, 40.0, 1.0), None
+    ) == (
+        "Reading: Liger runs 1.11x as fast here: ours launches 4 kernels, Liger 1; ours moves 1.50x Liger's DRAM bytes."
+    )
+    assert reading(ours, call("torch", 1, 99.0, 62.0, 40.0, 1.0, x_times=2.05), None) == (
+        "Reading: torch runs 1.01x as fast here; no counter here tells them apart."
+    )
+    copy = call("copy kernel", 1, 70.0, 85.0, 80.0, 8.0)
+    slower = call("torch", 2, 150.0, 50.0, 40.0, 1.0)
+    assert reading(ours, slower, copy) == (
+        "Reading: against the copy kernel: with as many bytes, ours keeps DRAM 60% busy, copy kernel 85%."
+    )
+    assert reading(call("ours", 1, 100.0, 84.0, 40.0, 1.0), None, copy) == ""  # nothing past its noise
+    assert reading({"label": "ours"}, {"label": "quack", "us": 41.2}, {"label": "copy kernel"}) == ""
+    assert reading(ours, None, None) == ""
 
 
 def misses_table(text):

@@ -471,15 +471,50 @@ def _escape(text):
 
 
 def counters_line(point):
-    """One counted point in a line: "N = 131,072: ours ...; quack ...; copy kernel 40 us, 92% busy". Ours first,
-    then at most three other calls (not the unfused "naive" baseline), the fastest first, then the copy kernel."""
+    """One counted point in a line: "N = 131,072: ours ...; quack ...; copy kernel 40 us, 92% busy", then what those
+    figures say (reading()). Ours first, then at most three other calls (not the unfused "naive" baseline), the fastest
+    first, then the copy kernel."""
     calls = [call for call in point.get("calls") or [] if call["label"] not in (OURS, COPY, "naive")]
     calls = sorted(calls, key=lambda call: (call.get("us") is None, call.get("us") or 0))[:3]
     ours = [call for call in point.get("calls") or [] if call["label"] == OURS][:1]
     parts = [_call_text(call, first=i == 0) for i, call in enumerate(ours + calls)]
-    for copy in [call for call in point.get("calls") or [] if call["label"] == COPY][:1]:
+    copies = [call for call in point.get("calls") or [] if call["label"] == COPY][:1]
+    for copy in copies:
         parts.append(f"{COPY} {_figure(copy.get('us'), 3)} us, {_percent(copy.get('dram_pct'))} busy")
-    return f"N = {_ends([_size(point['N'])])}: " + ("; ".join(parts) or "no call measured")
+    said = reading(ours[0], calls[0] if calls else None, copies[0] if copies else None) if ours else ""
+    return (
+        f"N = {_ends([_size(point['N'])])}: " + ("; ".join(parts) or "no call measured") + (f". {said}" if said else "")
+    )
+
+
+def reading(ours, peer, copy):
+    """What a counted point's figures say, in a sentence: against the fastest other call where it ran faster than
+    ours, else against the copy kernel. Each clause a measured difference past its noise: more kernels, 5% more DRAM
+    bytes, DRAM 3 points less busy; "" where none is."""
+
+    def traffic(call):
+        return call["dram_bytes"] / call["x_bytes"] if call.get("dram_bytes") and call.get("x_bytes") else None
+
+    if peer is not None and None not in (peer.get("us"), ours.get("us")) and peer["us"] < ours["us"]:
+        other, lead = peer, f"{_escape(peer['label'])} runs {ours['us'] / peer['us']:.2f}x as fast here"
+    elif copy is not None:
+        other, lead = copy, "against the copy kernel"
+    else:
+        return ""
+    name, clauses = _escape(other["label"]), []
+    if (ours.get("kernels") or 0) > (other.get("kernels") or math.inf):
+        clauses.append(f"ours launches {ours['kernels']:.0f} kernels, {name} {other['kernels']:.0f}")
+    mine, theirs = traffic(ours), traffic(other)
+    more = mine is not None and theirs is not None and mine > 1.05 * theirs
+    if more:
+        clauses.append(f"ours moves {mine / theirs:.2f}x {name}'s DRAM bytes")
+    busy, their_busy = ours.get("dram_pct"), other.get("dram_pct")
+    if busy is not None and their_busy is not None and busy < their_busy - 3:
+        same = "" if more or mine is None or theirs is None else "with as many bytes, "
+        clauses.append(f"{same}ours keeps DRAM {busy:.0f}% busy, {name} {their_busy:.0f}%")
+    if not clauses:
+        return f"Reading: {lead}; no counter here tells them apart." if other is peer else ""
+    return f"Reading: {lead}: {'; '.join(clauses)}."
 
 
 def _counters_sentence(counters, gpu):
@@ -495,7 +530,9 @@ def _counters_sentence(counters, gpu):
         "how many kernels it launched and their summed time; the bytes they moved in DRAM, in units of x's bytes "
         "(reading x and writing a tensor of its size once is 2.00x); DRAM throughput as % of its peak (*busy*) and "
         "achieved occupancy (% of an SM's warp slots *active*), both weighted by each kernel's time; and the waves "
-        "per SM of the longest kernel."
+        "per SM of the longest kernel. A *reading* ends each point: against the fastest call where it beat ours (else "
+        "the copy kernel), each difference past its noise: more kernels, 5% more DRAM bytes, DRAM 3 points less busy "
+        "(the memory idles part of the time: too few bytes in flight, or the grid's last wave)."
     )
 
 
