@@ -191,6 +191,21 @@ def test_warm_up_runs_each_page_once_untimed_and_reports_failures(tmp_path):
     assert any("02_bad" in line and "exit 3" in line for line in lines), lines
 
 
+def test_warm_up_autotunes_no_helion_kernel(tmp_path, monkeypatch):
+    """Beside the other pages on the GPU a Helion search would time its configs under their load (and the timed pass
+    would reuse its pick from Helion's cache): the warm-up's pages run with SOL_HELION_AUTOTUNE=0, whatever the
+    build's own setting."""
+    monkeypatch.delenv("SOL_HELION_AUTOTUNE", raising=False)
+    page = tmp_path / "01_helion.py"
+    page.write_text(
+        "import os, pathlib\npathlib.Path(__file__).with_suffix('.env').write_text(os.environ['SOL_HELION_AUTOTUNE'])\n"
+    )
+    done = sol_build.warm_up([page], jobs=1, log=lambda line: None)
+    assert done["01_helion"][1] == 0, done["01_helion"][2]
+    assert page.with_suffix(".env").read_text() == "0"
+    assert "SOL_HELION_AUTOTUNE" not in os.environ  # the build's own processes are left as they were
+
+
 def test_a_page_that_failed_beside_the_others_warms_up_again_alone(tmp_path):
     """A page that ran out of GPU memory beside the others (a cold build on an H100: 04 beside 06 and 61) gets a
     second warm-up, alone; it is stamped if that one passes."""

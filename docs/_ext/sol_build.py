@@ -24,8 +24,10 @@ GPU, and finds what they compile in the caches (Inductor then starts no pool of 
 A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
 versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
 (out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
-``SOL_WARMUP=0`` skips the pass; ``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU
-(Triton's interpreter compiles nothing) there is no warm-up.
+Helion's kernels compile there at their stored configs; a point with none is autotuned by the timed pass,
+alone on the GPU (``SOL_HELION_AUTOTUNE=0`` in the warm-up's processes). ``SOL_WARMUP=0`` skips the pass;
+``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU (Triton's interpreter compiles nothing)
+there is no warm-up.
 
 The log gives each phase's time (lines starting ``phase``): the warm-up (and each page's), the pre-import, each
 page of the timed pass and the pass's total, and the whole build. Each page's line also says where its time went:
@@ -123,9 +125,17 @@ def warm_up(pages, jobs, log=print):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
     the longest to compile), then each page that failed once more, alone. Returns {page name: (seconds, exit code,
     last lines of output)}."""
+    # a page per core: Inductor compiles in the page's process. Helion is not autotuned here, beside the other pages
+    # on the GPU: its search would time configs under their load, and the timed pass would reuse its pick (Helion
+    # keeps it on disk); where no config is stored for a point, the timed pass autotunes it, alone on the GPU
     env = dict(
-        os.environ, MPLBACKEND="Agg", SOL_WARMUP="1", PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS="1"
-    )  # a page per core: Inductor compiles in the page's process
+        os.environ,
+        MPLBACKEND="Agg",
+        SOL_WARMUP="1",
+        PYTHONUNBUFFERED="1",
+        TORCHINDUCTOR_COMPILE_THREADS="1",
+        SOL_HELION_AUTOTUNE="0",
+    )
     env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
     queue = sorted(pages, key=lambda p: -p.stat().st_size)
     running, done = {}, {}
