@@ -684,12 +684,20 @@ def draw(results, pages, device, path):
 
     palette, stems = plt.get_cmap("tab10").colors, list(results)
     see = lambda row: f" (see {', '.join(dict.fromkeys(s[:2] for s, _, _ in row['see']))})" if "see" in row else ""
+    short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", ", past its range": ", past range"}
+
+    def label(stem, row):  # "01 softmax: forward, bf16, past range (see 12)": short, so that the figure's font reads
+        what = row["what"]
+        for word, abbreviation in short.items():
+            what = what.replace(word, abbreviation)
+        return f"{stem[:2]} {OPS.get(op_of(stem), pages[stem][1])}: {what}{see(row)}"
+
     rows = [
-        (f"{stem[:2]} {pages[stem][1]}: {row['what']}{see(row)}", palette[stems.index(stem) % len(palette)], row)
+        (label(stem, row), palette[stems.index(stem) % len(palette)], row)
         for stem, row in page_rows(results, recommend(results)[0])
     ]
     fig, (left, right) = plt.subplots(
-        1, 2, figsize=(11, 0.3 * len(rows) + 1.6), sharey=True, facecolor="white", gridspec_kw={"width_ratios": [3, 2]}
+        1, 2, figsize=(8, 0.3 * len(rows) + 1.6), sharey=True, facecolor="white", gridspec_kw={"width_ratios": [3, 2]}
     )
     where = list(range(len(rows)))[::-1]  # first page on top
     best = [0 if math.isnan(r["best"]) else r["best"] for _, _, r in rows]
@@ -705,6 +713,7 @@ def draw(results, pages, device, path):
         )
     left.axvline(100, color="black", linewidth=1, label="speed of light")
     left.set_yticks(where, [label for label, _, _ in rows], fontsize=7)
+    left.set_ylim(-0.7, len(rows) - 0.3)  # the rows from edge to edge (shared with the right panel)
     left.set_xlim(0, max(115, max(best) + 15))
     left.set_xlabel("ours, % of the speed of light", fontsize=8)
     ratios = [(y, c, r) for y, (_, c, r) in zip(where, rows) if r["peer points"] and not math.isnan(r["best"])]
@@ -734,17 +743,15 @@ def draw(results, pages, device, path):
         right.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     right.axvline(1, color="black", linewidth=1, label="as fast as the best peer")
     right.set_xlabel("ours / best peer (right of 1x: ours is faster)", fontsize=8)
-    for ax, columns in ((left, 3), (right, 1)):  # below each panel, the narrower one's entries stacked
+    handles, labels = [], []
+    for ax in (left, right):
         ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.8 / (0.3 * len(rows) + 1.6)),
-            ncol=columns,
-            fontsize=7,
-            frameon=False,
-        )
-    fig.suptitle(f"Measured by this build {device}".rstrip("."), fontsize=8, x=0.01, ha="left", wrap=True)
-    fig.tight_layout()
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            handles.append(handle), labels.append(text)
+    height = fig.get_figheight()  # inches: the legend below the panels and the title above, each in its own band
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle(f"Measured by this build {device}".rstrip("."), fontsize=8, x=0.01, y=1 - 0.08 / height, ha="left")
+    fig.tight_layout(rect=(0, 0.55 / height, 1, 1 - 0.35 / height))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
