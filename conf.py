@@ -292,7 +292,9 @@ def _write_reading_path(app):
             lines.append("")
             for path in own:
                 title, first, minutes = _page_facts(path)
-                lines.append(f"  * :doc:`tutorials/deep_dives/{path.stem}` (about {minutes} min): {first}")
+                lines.append(
+                    f"  * **{path.stem[:2]}** :doc:`tutorials/deep_dives/{path.stem}` (about {minutes} min): {first}"
+                )
             lines.append("")
     out = pathlib.Path(app.srcdir) / "_generated" / "reading_path.inc"
     out.parent.mkdir(exist_ok=True)
