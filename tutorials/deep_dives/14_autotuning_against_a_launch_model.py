@@ -35,10 +35,12 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # Carried letter for letter from the core page: its step 1 kernel (``BLOCK_M`` whole rows of ``BLOCK_N`` columns a
 # program, in registers) and the lines that choose its launch. The model has two numbers a reader may change:
 #
-# * ``LATENCY``, through ``min_tile_bytes()``: an SM keeps bandwidth x latency / SMs bytes in flight (Little's
-#   law), shared by the 16 programs of 4 warps its 2048 threads make: the fewest bytes of a tile. Rows shorter than
+# * ``LATENCY``, through ``min_tile_bytes()``. To keep the memory busy, each SM must have bandwidth x latency / SMs
+#   bytes on their way from DRAM at any moment (Little's law). An SM runs 16 programs of 4 warps at once (its 2048
+#   threads), so each program's tile must hold at least a 16th of that: the fewest bytes of a tile. Rows shorter than
 #   that are packed, ``BLOCK_M`` of them, into such a tile; a longer row is a tile of its own.
-# * ``BYTES_PER_THREAD``: ``num_warps`` gives each thread at most that many bytes of the tile, 4 to 32 warps.
+# * ``BYTES_PER_THREAD``: the most bytes of the tile one thread loads. The model gives a tile enough warps (4 to
+#   32) that no thread loads more.
 #
 # So the model's choice at a row length is one point of a small space: ``BLOCK_M`` and ``num_warps``, each a power
 # of two. That space is what the autotuner below searches.
