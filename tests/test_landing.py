@@ -428,9 +428,9 @@ def test_a_counted_points_reading_names_only_differences_past_their_noise():
     )
     copy = call("copy kernel", 1, 70.0, 85.0, 80.0, 8.0)
     slower = call("torch", 2, 150.0, 50.0, 40.0, 1.0)
-    assert reading(ours, slower, copy) == (
-        "Reading: against the copy kernel: with as many bytes, ours keeps DRAM 60% busy, copy kernel 85%."
-    )
+    assert reading(ours, slower, copy) == "Reading: against the copy kernel: ours keeps DRAM 60% busy, copy kernel 85%."
+    backward = call("ours", 1, 100.0, 84.0, 40.0, 1.0, x_times=3.0)  # y, dy, dx: its bytes are no copy's
+    assert reading(backward, None, copy) == "", "a backward's bytes compared with a copy's"
     assert reading(call("ours", 1, 100.0, 84.0, 40.0, 1.0), None, copy) == ""  # nothing past its noise
     assert reading({"label": "ours"}, {"label": "quack", "us": 41.2}, {"label": "copy kernel"}) == ""
     assert reading(ours, None, None) == ""

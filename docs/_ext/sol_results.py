@@ -490,7 +490,7 @@ def counters_line(point):
 def reading(ours, peer, copy):
     """What a counted point's figures say, in a sentence: against the fastest other call where it ran faster than
     ours, else against the copy kernel. Each clause a measured difference past its noise: more kernels, 5% more DRAM
-    bytes, DRAM 3 points less busy; "" where none is."""
+    bytes (than a peer), DRAM 3 points less busy; "" where none is."""
 
     def traffic(call):
         return call["dram_bytes"] / call["x_bytes"] if call.get("dram_bytes") and call.get("x_bytes") else None
@@ -504,7 +504,8 @@ def reading(ours, peer, copy):
     name, clauses = _escape(other["label"]), []
     if (ours.get("kernels") or 0) > (other.get("kernels") or math.inf):
         clauses.append(f"ours launches {ours['kernels']:.0f} kernels, {name} {other['kernels']:.0f}")
-    mine, theirs = traffic(ours), traffic(other)
+    # bytes against a peer only: the copy kernel moves 2x x's bytes, whatever the op's own count (3x for a backward)
+    mine, theirs = traffic(ours), traffic(other) if other is peer else None
     more = mine is not None and theirs is not None and mine > 1.05 * theirs
     if more:
         clauses.append(f"ours moves {mine / theirs:.2f}x {name}'s DRAM bytes")
@@ -531,8 +532,8 @@ def _counters_sentence(counters, gpu):
         "(reading x and writing a tensor of its size once is 2.00x); DRAM throughput as % of its peak (*busy*) and "
         "achieved occupancy (% of an SM's warp slots *active*), both weighted by each kernel's time; and the waves "
         "per SM of the longest kernel. A *reading* ends each point: against the fastest call where it beat ours (else "
-        "the copy kernel), each difference past its noise: more kernels, 5% more DRAM bytes, DRAM 3 points less busy "
-        "(the memory idles part of the time: too few bytes in flight, or the grid's last wave)."
+        "the copy kernel), each difference past its noise: more kernels, 5% more DRAM bytes than the peer, DRAM 3 "
+        "points less busy (the memory idles part of the time: too few bytes in flight, or the grid's last wave)."
     )
 
 
