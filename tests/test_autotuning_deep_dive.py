@@ -90,8 +90,11 @@ def test_every_config_of_the_space_matches_float64(dtype):
     """Whatever the autotuner picks is right: every config of the pruned space, launched directly."""
     x = torch.randn(11, 1000, device=DEVICE, dtype=dtype)
     block_n = 1024
-    configs = PAGE["fits"](PAGE["SPACE"], {}, BLOCK_N=block_n)
-    assert len(configs) == len(PAGE["SPACE"])  # 16 x 1024 fits MAX_FUSED_N
+    configs = PAGE["fits"](PAGE["SPACE"], {"x_ptr": x}, BLOCK_N=block_n)
+    most = 4 * PAGE["BYTES_PER_THREAD"] * 32  # bytes of a tile a warp may hold
+    assert len(configs) == sum(  # 16 x 1024 fits MAX_FUSED_N: only the bytes a thread prune
+        c.kwargs["BLOCK_M"] * block_n * x.element_size() <= most * c.num_warps for c in PAGE["SPACE"]
+    )
     for config in configs:
         y = torch.full_like(x, math.nan)
         block_m = config.kwargs["BLOCK_M"]
@@ -146,17 +149,22 @@ def test_the_table_has_every_point_and_each_ways_columns():
 
 
 def test_the_space_holds_every_pick_of_the_model():
-    """The space is BLOCK_M from 1 to 16 by num_warps from 4 to 32, powers of two; pruned to tiles of
-    at most MAX_FUSED_N, it holds the model's pick at every row length from 256 to MAX_FUSED_N."""
+    """The space is BLOCK_M from 1 to 16 by num_warps from 1 to 32, powers of two; pruned to tiles of at most
+    MAX_FUSED_N and 4 x BYTES_PER_THREAD bytes a thread, it holds the model's pick at every row length from 256 to
+    MAX_FUSED_N, and one or two warps where a tile is small."""
     space, fits, config = PAGE["SPACE"], PAGE["fits"], PAGE["_fused_config"]
     pairs = {(c.kwargs["BLOCK_M"], c.num_warps) for c in space}
-    assert pairs == set(itertools.product([1, 2, 4, 8, 16], [4, 8, 16, 32])) and len(space) == len(pairs)
+    assert pairs == set(itertools.product([1, 2, 4, 8, 16], [1, 2, 4, 8, 16, 32])) and len(space) == len(pairs)
+    most = 4 * PAGE["BYTES_PER_THREAD"]
     for n in [256, 257, 1000, 4096, 5000, 16384, 20000, 32768]:
-        for size in (2, 4):
+        for size, dtype in ((2, torch.bfloat16), (4, torch.float32)):
             block_m, block_n, num_warps = config(n, size)
-            tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(space, {}, BLOCK_N=block_n)}
+            x = {"x_ptr": torch.empty(0, dtype=dtype)}
+            tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(space, x, BLOCK_N=block_n)}
             assert (block_m, num_warps) in tried, f"N = {n}, {size} bytes: the model's pick is not in the space"
-            assert all(m * block_n <= PAGE["MAX_FUSED_N"] for m, _ in tried)
+            assert all(m * block_n <= PAGE["MAX_FUSED_N"] and m * block_n * size <= most * 32 * w for m, w in tried)
+            if block_n * size <= 32 * most:  # a row that one warp holds within the bound: it is tried
+                assert (1, 1) in tried, f"N = {n}, {size} bytes: no one-warp config tried"
             assert PAGE["model_pick"](n, size, PAGE["min_tile_bytes"](), PAGE["BYTES_PER_THREAD"]) == (
                 block_m,
                 num_warps,
@@ -169,7 +177,8 @@ def test_the_autotuner_tried_the_pruned_space_at_each_point():
     assert sorted(tuning) == sorted(results.index)
     for (dtype, n), times in tuning.items():
         block_n = 2 ** math.ceil(math.log2(n))
-        tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in PAGE["fits"](PAGE["SPACE"], {}, BLOCK_N=block_n)}
+        x = {"x_ptr": torch.empty(0, dtype=getattr(torch, dtype))}
+        tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in PAGE["fits"](PAGE["SPACE"], x, BLOCK_N=block_n)}
         assert set(times) == tried and results.loc[(dtype, n), "autotuner: configs tried"] == len(tried)
         pick = re.fullmatch(r"(\d+) x (\d+), (\d+) warps", results.loc[(dtype, n), "autotuner: config"])
         assert (int(pick[1]), int(pick[3])) == min(times, key=times.get) and int(pick[2]) == block_n
@@ -216,7 +225,7 @@ def made_up_sweep(page, best_pair):
                 (c.kwargs["BLOCK_M"], c.num_warps): 1.0
                 + 0.1 * abs(math.log2(c.kwargs["BLOCK_M"] / best[0]))
                 + 0.05 * abs(math.log2(c.num_warps / best[1]))
-                for c in page["fits"](page["SPACE"], {}, BLOCK_N=block_n)
+                for c in page["fits"](page["SPACE"], {"x_ptr": torch.empty(0, dtype=dtype)}, BLOCK_N=block_n)
             }
             tuning[name, n] = times
             model = page["model_pick"](n, size, page["min_tile_bytes"](), page["BYTES_PER_THREAD"])
@@ -289,3 +298,17 @@ def test_a_gpus_run_counts_only_gains_past_its_noise_and_names_helions_code_wher
     text = page["reading"](results)
     said = f"At {first[0]} N = {first[1]}, {second[0]} N = {second[1]} Helion ran the model's own launch"
     assert said in text and "4.8-7.4% slower than the model's" in text, text
+
+
+def test_a_pick_below_the_models_floor_of_warps_is_named_a_missing_term(on_a_gpu):
+    """Where the autotuner's fastest config has fewer than 4 warps, no pair of the model's numbers gives it: the last
+    section says so at those points, a term the model lacks, and says nothing of it where every pick has 4 or more."""
+    page = on_a_gpu
+    results, tuning = made_up_sweep(page, (page["min_tile_bytes"](), page["BYTES_PER_THREAD"]))
+    quiet = page["adjusting"](page["implied"](results, tuning), page["refit"](tuning))
+    assert "fewer than 4 warps" not in quiet, quiet
+    times = tuning["bfloat16", 256]
+    assert (2, 1) in times, "one warp is not in the pruned space at bf16 N = 256"
+    times[2, 1] = min(times.values()) / 2
+    text = page["adjusting"](page["implied"](results, tuning), page["refit"](tuning))
+    assert "At bfloat16 N = 256 the autotuner picked fewer than 4 warps, below the model's floor" in text, text

@@ -100,19 +100,25 @@ def model_softmax(x):
 # options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
-# The space is the model's own: ``BLOCK_M`` over the powers of two the model picks at rows of 256 or more (1 to 16:
-# 16 rows of 256 16-bit values fill a tile of 8 KB), ``num_warps`` over its clamp (4 to 32); pruned, at each row length, to the tiles of at most
-# ``MAX_FUSED_N`` elements, the largest tile the model ever launches. The autotuner may pack more rows than the model or
-# fewer, and give them more warps or fewer. On a GPU it times each config with Triton's benchmarker (the median of many
-# runs); under the interpreter there is no GPU to time, so each config runs once on the CPU's wall clock.
+# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two the model picks at rows of 256
+# or more (1 to 16: 16 rows of 256 16-bit values fill a tile of 8 KB); ``num_warps`` over its clamp (4 to 32) and the
+# two powers below it, which the model never picks (a program of one warp reduces its rows without shared memory).
+# Pruned, at each row length, to the tiles of at most ``MAX_FUSED_N`` elements, the largest tile the model ever
+# launches, and to at most 4 x ``BYTES_PER_THREAD`` bytes a thread (past that a thread's values crowd its 255
+# registers). The autotuner may pack more rows than the model or fewer, and give them more warps or fewer. On a GPU
+# it times each config with Triton's benchmarker (the median of many runs); under the interpreter there is no GPU to
+# time, so each config runs once on the CPU's wall clock.
 
-WARPS = [4, 8, 16, 32]  # _fused_config's clamp
+WARPS = [1, 2, 4, 8, 16, 32]  # _fused_config's clamp (4 to 32), and below it
 BLOCK_MS = [1, 2, 4, 8, 16]  # rows of 256 or more in a tile
 SPACE = [triton.Config({"BLOCK_M": block_m}, num_warps=num_warps) for block_m in BLOCK_MS for num_warps in WARPS]
 
 def fits(configs, named_args, **kwargs):
-    """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements."""
-    return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N]
+    """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements, at most 4 x
+    BYTES_PER_THREAD bytes of x a thread."""
+    size = named_args["x_ptr"].element_size()
+    return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N
+            and c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] * size <= 4 * BYTES_PER_THREAD * 32 * c.num_warps]
 
 def wall_clock(fn, quantiles=None):
     """The interpreter's stand-in for Triton's benchmarker: one call, in ms, as [median, 20th, 80th percentile]."""
@@ -141,7 +147,8 @@ def describe(block_m, block_n, num_warps):
 
 def space_row(dtype, n_cols):
     block_m, block_n, num_warps = _fused_config(n_cols, dtype.itemsize)
-    tried = [(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(SPACE, {}, BLOCK_N=block_n)]
+    x = {"x_ptr": torch.empty(0, dtype=dtype)}  # what the autotuner hands its pruning rule: the arguments by name
+    tried = [(c.kwargs["BLOCK_M"], c.num_warps) for c in fits(SPACE, x, BLOCK_N=block_n)]
     return {"dtype": str(dtype)[6:], "N": n_cols, "model's config": describe(block_m, block_n, num_warps),
             "configs tried": len(tried), "model's pick in the space": (block_m, num_warps) in tried}
 
@@ -156,7 +163,8 @@ space
 # Correctness
 # -----------
 # Both launches against float64, at rows that are not powers of two (relative errors; the autotuner tunes at each
-# new row length and dtype, its ``key``, so every check runs its own pick). Helion's kernel is checked at every point of the sweep below.
+# new row length and dtype, its ``key``, so every check runs its own pick). Helion's kernel is checked at every point
+# of the sweep below.
 
 CHECK_SHAPES = [(33, 257), (5, 3000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (the interpreter's bf16 truncates)
@@ -446,7 +454,7 @@ def implied(results, tuning):
         model = model_pick(n_cols, size, min_tile_bytes(), BYTES_PER_THREAD)
         rows.append({"dtype": dtype, "N": n_cols, "model: tile": model[0] * block_n, "pick: tile": best[0] * block_n,
                      "model: bytes a thread": model[0] * block_n * size // (32 * model[1]),
-                     "pick: bytes a thread": best[0] * block_n * size // (32 * best[1]),
+                     "pick: bytes a thread": best[0] * block_n * size // (32 * best[1]), "pick: warps": best[1],
                      "model: time / best": times[model] / times[best],
                      "model: rank": sorted(times.values()).index(times[model]) + 1, "configs tried": len(times)})
     return pd.DataFrame(rows).set_index(["dtype", "N"])
@@ -484,6 +492,11 @@ def adjusting(table, fits_):
             + (f" ({point(worst)}, where the autotuner's tile was {int(at['pick: tile']):,} elements at "
                f"{int(at['pick: bytes a thread'])} bytes a thread against the model's {int(at['model: tile']):,} at "
                f"{int(at['model: bytes a thread'])})." if now["worst"] > 1 else ".")]
+    below = table.index[table["pick: warps"] < 4]  # under _fused_config's floor of 4 warps: no pair gives those
+    if len(below):
+        text.append(f"At {', '.join(point(k) for k in below)} the autotuner picked fewer than 4 warps, below the "
+                    "model's floor: no pair of its numbers gives that launch. There the model lacks a term (a program "
+                    "of one or two warps reduces its rows without shared memory), not a number.")
     if best["the model's"]:
         text.append(f"No other pair of tile bytes and bytes a thread (powers of two) does better: the model's "
                     f"numbers (tiles of {min_tile_bytes():,} bytes or more, {BYTES_PER_THREAD} bytes a thread) stand "
