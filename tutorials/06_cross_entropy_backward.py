@@ -8,10 +8,10 @@ do), and makes the two a drop-in for :func:`torch.nn.functional.cross_entropy`: 
 ``torch.compile(fullgraph=True)`` keeps in its graph. It is measured as training runs it, the loss and its backward,
 against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
-**What you will learn**: a backward that reads one number a row; an operator of your own that hands autograd a gradient
-computed early; a drop-in's check against float64 with every option. Prerequisite: the two cross-entropy pages before,
-whose kernel, config and launcher this page carries in its appendix. For training, the site's fastest kernel is
-:ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, with this page's drop-in around it.
+**What you will learn**: a backward that reads one number a row; an operator of your own that hands autograd a
+gradient computed early; a drop-in's check against float64 with weights, ignored rows and smoothing. Prerequisite: the
+two cross-entropy pages before, whose kernel, config and launcher this page carries. For training, the site's fastest
+kernel is :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py`, with this page's drop-in around it.
 """
 
 import contextlib, datetime, importlib.metadata, importlib.util, json, operator, os, shutil, subprocess, timeit, typing
@@ -32,10 +32,11 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # ------------
 # Autograd calls a loss's backward with :math:`g`, the gradient of what follows with respect to the loss: 1 for
 # ``loss.backward()``, one value a row for ``reduction='none'``. The logits' gradient is :math:`g` times the one the
-# forward wrote, :math:`w\,(p - \mathrm{onehot}(t))` and the mean's factor. A backward of the usual kind would save
-# :math:`x`, read it again and recompute the softmax: 2 more bytes a bf16 logit, and a second pass. Here the forward's
-# one pass has written the gradient already (4 bytes a logit in all, the least), and the backward scales it in place,
-# **lazily**: a program reads its row's :math:`g` and, where it is exactly 1, touches no logit.
+# forward wrote, :math:`w\,(p - \mathrm{onehot}(t))` and the mean's factor (1 / the rows' summed weights). A usual
+# backward would save :math:`x`, read it again and recompute the softmax: 2 more bytes a bf16 logit. Here the forward
+# wrote the gradient already, each logit read from memory once (a row's second read hits L2 where it fits) and its
+# gradient written once: 4 bytes a bf16 logit, a copy's, the least. The backward scales it in place, **lazily**: a
+# program reads its row's :math:`g` and, where it is exactly 1, touches no logit.
 #
 # Beyond the earlier pages' Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
 # ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound, as ``tl.range``; ``dloss_stride`` 0 reads
@@ -65,8 +66,7 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # data-dependent check in a launcher would break it); ``register_fake`` gives the compiler their outputs' shapes without
 # running a kernel. The forward operator runs the previous page's launcher, ``cross_entropy_rows`` (carried in the
 # appendix), and returns the gradient as a second output; ``register_autograd`` saves it for the backward operator,
-# which scales it in place: an operator that writes an input says so (``mutates_args``). The argument checks are in the
-# appendix.
+# which scales it in place: an operator that writes an input says so (``mutates_args``). The checks are in the appendix.
 
 @torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
 def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
@@ -116,11 +116,11 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # %%
 # **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the logits'
 # dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same loss
-# (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too.
-#
-# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
+# (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too. To take it
+# into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
 # leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
-# recompile limit.
+# recompile limit. A forward with gradients enabled writes the gradient whether a backward follows or not: evaluate
+# under ``torch.no_grad()``. A class out of range raises ``IndexError`` eagerly; compiled, its row's loss is NaN.
 
 # %%
 # Appendix: how this page measures
