@@ -510,8 +510,8 @@ def reading(table):
 # Correctness
 # -----------
 # Errors relative to float64, beside PyTorch's: the loss (``'none'``) and its gradient for a random upstream one, rows
-# ignored, class weights, without and with label smoothing (torch's own there, in fp32). ``check_errors`` stops the page
-# unless each of ours is a few roundings of its dtype, or at most twice PyTorch's.
+# ignored, class weights, without and with label smoothing (torch's own there, in fp32: PyTorch's fp16 loss overflows
+# to inf). ``check_errors`` stops the page unless each of ours is a few roundings of its dtype or at most twice torch's.
 
 errors = check_errors()
 errors.style.format({c: "{:.1e}" for c in errors.columns[3:]}).hide(axis="index")
