@@ -687,14 +687,15 @@ def draw(results, pages, device, path):
     see = lambda row: f" (see {', '.join(dict.fromkeys(s[:2] for s, _, _ in row['see']))})" if "see" in row else ""
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", ", past its range": ", past range"}
 
-    def label(stem, row):  # "01 softmax: forward, bf16, past range (see 12)": short, so that the figure's font reads
+    def row_label(stem, row):
+        """ "01 softmax: forward, bf16, past range (see 12)": short, so that the figure's font reads."""
         what = row["what"]
         for word, abbreviation in short.items():
             what = what.replace(word, abbreviation)
         return f"{stem[:2]} {OPS.get(op_of(stem), pages[stem][1])}: {what}{see(row)}"
 
     rows = [
-        (label(stem, row), palette[stems.index(stem) % len(palette)], row)
+        (row_label(stem, row), palette[stems.index(stem) % len(palette)], row)
         for stem, row in page_rows(results, recommend(results)[0])
     ]
     fig, (left, right) = plt.subplots(
@@ -747,8 +748,8 @@ def draw(results, pages, device, path):
     handles, labels = [], []
     for ax in (left, right):
         ax.grid(True, axis="x", alpha=0.3)
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            handles.append(handle), labels.append(text)
+        ax_handles, ax_labels = ax.get_legend_handles_labels()
+        handles, labels = handles + ax_handles, labels + ax_labels
     height = fig.get_figheight()  # inches: the legend below the panels and the title above, each in its own band
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
     fig.suptitle(f"Measured by this build {device}".rstrip("."), fontsize=8, x=0.01, y=1 - 0.08 / height, ha="left")
