@@ -117,8 +117,8 @@ def fits(configs, named_args, **kwargs):
     """The configs whose tile (BLOCK_M rows of BLOCK_N) holds at most MAX_FUSED_N elements, at most 4 x
     BYTES_PER_THREAD bytes of x a thread."""
     size = named_args["x_ptr"].element_size()
-    return [c for c in configs if c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] <= MAX_FUSED_N
-            and c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"] * size <= 4 * BYTES_PER_THREAD * 32 * c.num_warps]
+    return [c for c in configs if (tile := c.kwargs["BLOCK_M"] * kwargs["BLOCK_N"]) <= MAX_FUSED_N
+            and tile * size <= 4 * BYTES_PER_THREAD * 32 * c.num_warps]
 
 def wall_clock(fn, quantiles=None):
     """The interpreter's stand-in for Triton's benchmarker: one call, in ms, as [median, 20th, 80th percentile]."""
@@ -391,6 +391,7 @@ def span(values):  # "2.1-7.9", or "7.9" for one value
     return low if low == high else f"{low}-{high}"
 
 LABEL = {"model": "the model's launch", "autotuner": "the autotuner's", "Helion": "Helion's"}
+NOISE = 1  # %: run to run, a way faster by less than this is not called faster
 
 def reading(results):
     """The sentences that read this run's table."""
@@ -401,11 +402,11 @@ def reading(results):
                                                 f"{pct[w].median():.3g}%)" for w in names) + "."]
     winner = gbs.idxmax(axis=1)
     lead = 100 * (gbs.max(axis=1) / gbs.apply(lambda r: r.nlargest(2).iloc[-1], axis=1) - 1)  # % over the next
-    clear = lead > 1
+    clear = lead > NOISE
     wins = [f"{LABEL[w]} at {(won := clear & (winner == w)).sum()}" + (
         f" (by up to {lead[won].max():.2g}%, at {point(lead[won].idxmax())})" if won.any() else "") for w in names]
-    text.append(f"Fastest by more than 1% over the next, of {len(gbs)} points: {', '.join(wins)}; the fastest two "
-                f"were within 1% at {(~clear).sum()}.")
+    text.append(f"Fastest by more than {NOISE}% over the next, of {len(gbs)} points: {', '.join(wins)}; the fastest "
+                f"two were within {NOISE}% at {(~clear).sum()}.")
     same = results["autotuner: config"] == results["model: config"]
     ratio = (gbs.autotuner / gbs.model)[~same]
     text.append(f"The autotuner picked the model's own config at {same.sum()} of {len(same)} points"
@@ -413,22 +414,24 @@ def reading(results):
                    f"{ratio.median():.4g}x; the most, at {point(ratio.idxmax())})." if len(ratio) else "."))
     extra = results["autotuner: first call s"] - results["model: first call s"]
     saved = (results["model: ms"] - results["autotuner: ms"])[~same] / 1e3  # seconds a call, where the picks differ
-    gained = saved[saved > 0.01 * results["model: ms"][saved.index] / 1e3]  # past 1%: more than run-to-run noise
+    gained = saved[saved > NOISE / 100 * results["model: ms"][saved.index] / 1e3]  # past the noise
     calls = extra[gained.index] / gained
     text.append(f"Tuning took {extra.min():.3g}-{extra.max():.3g} s a point beyond the model's first call "
                 f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs compiled and "
                 "timed). "
-                + (f"Where its pick beat the model's launch by more than 1% ({len(calls)} of {len(results)} points), "
-                   f"a call saved at most {1e6 * gained.max():.3g} µs, so the tuning pays for itself after about "
-                   f"{calls.min():,.0f} calls at {point(calls.idxmin())}"
+                + (f"Where its pick beat the model's launch by more than {NOISE}% ({len(calls)} of {len(results)} "
+                   f"points), a call saved at most {1e6 * gained.max():.3g} µs, so the tuning pays for itself after "
+                   f"about {calls.min():,.0f} calls at {point(calls.idxmin())}"
                    + (f" and {calls.max():,.0f} at {point(calls.idxmax())}" if len(calls) > 1 else "")
                    + "; at the other points it never does." if len(calls) else
                    "It picked the model's own config everywhere: the tuning confirmed the model and bought nothing "
-                   "else." if same.all() else "Where its pick differed it ran within 1% of the model's launch, no "
-                   "more than this page's run-to-run noise: the tuning bought nothing measurable in this run."))
+                   "else." if same.all() else f"Where its pick differed it ran within {NOISE}% of the model's "
+                   "launch, no more than this page's run-to-run noise: the tuning bought nothing measurable in this "
+                   "run."))
     if "Helion" in names:
         alike = results["Helion: config"] == results["model: config"]
-        slower = (100 * (1 - gbs.Helion / gbs.model))[alike & (gbs.Helion < 0.99 * gbs.model)]
+        slower = (100 * (1 - gbs.Helion / gbs.model))[alike]
+        slower = slower[slower > NOISE]
         if len(slower):
             text.append(f"At {', '.join(point(k) for k in slower.index)} Helion ran the model's own launch (the same "
                         f"rows a tile and warps) {span(slower)}% slower than the model's: "
