@@ -356,10 +356,11 @@ def ours_label(stem):
 def points_of(stem, calls, kernels_of, log=print):
     """The stored points of one page: its calls grouped by (direction, dtype, N), only those on the point's largest x
     (the sweep's tensors; a ladder or a check on fewer rows is another experiment), the last of each label kept (the
-    page's name for ours, or a label ending "(ours)" as 05's "Pallas (ours)", stored as "ours"). A page's label timed
-    twice from one line at one point on other arguments (rows and columns of one loop; the same call on the same
-    arguments, a page's rounds, is profiled once) cannot be told apart: that point is left out, and
-    the log says so; calls the page names not at all (labelled by their function) are left out when they repeat."""
+    page's name for ours, or a label ending "(ours)" as 05's "Pallas (ours)", stored as "ours"). A label timed twice
+    from one line at one point on other arguments (rows and columns of one loop, or a ladder's steps timed where a
+    loop before it left its label's variable set; the same call on the same arguments, a page's rounds, is profiled
+    once) cannot be told apart: those calls are left out (the log names the page's labels), the label's calls from
+    other lines and the point's other calls kept; a point left with none is left out."""
     groups, ours = {}, ours_label(stem)
     for record in calls:
         kernels = kernels_of.get(record["call"], [])
@@ -368,7 +369,7 @@ def points_of(stem, calls, kernels_of, log=print):
     copies, out = {}, []
     for (direction, dtype, n), found in groups.items():
         largest = max(record["x_bytes"] for record, _ in found)
-        by_label, lines, unnamed = {}, set(), set()
+        entries = []  # ((label, function, line), raw label, entry) of the sweep's tensors
         for record, kernels in found:
             if record["x_bytes"] != largest:
                 continue
@@ -378,18 +379,18 @@ def points_of(stem, calls, kernels_of, log=print):
             if entry["label"] == "copy kernel":
                 copies[dtype, n] = entry
                 continue
-            where = (entry["label"], record["function"], record["line"])
-            if where in lines and record["label"] is None:  # one unnamed experiment timed several ways: none kept
-                unnamed.add(entry["label"])
-            elif where in lines:
-                log(f"{stem} {direction or ''} {dtype} N = {n:,}: {label} timed twice at line {record['line']}")
-                by_label = None
-                break
-            lines.add(where)
-            by_label[entry["label"]] = entry
-        if by_label:
-            kept = [entry for label, entry in by_label.items() if label not in unnamed]
-            out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": kept})
+            entries.append(((entry["label"], record["function"], record["line"]), record["label"], entry))
+        times = {}
+        for where, _, _ in entries:
+            times[where] = times.get(where, 0) + 1
+        by_label = {}
+        for where, named, entry in entries:
+            if times[where] == 1:
+                by_label[entry["label"]] = entry  # the last of each label kept
+            elif named is not None and times[where] > 0:  # said once for each such line
+                times[where] = 0
+                log(f"{stem} {direction or ''} {dtype} N = {n:,}: {named} timed twice at line {where[2]}: left out")
+        out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
     for point in out:
         copy = copies.get((point["dtype"], point["N"]))
         if copy and point["calls"] and copy["x_bytes"] == point["calls"][0]["x_bytes"]:

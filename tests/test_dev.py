@@ -234,10 +234,19 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     (point,) = counters.points_of("11_softmax_long_rows", small, counters.assign(kernels + more, small))
     assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
     assert point["calls"][0]["us"] == 40
-    # one label timed twice from one line at one point (rows and columns of one loop): the point is left out
+    # one label timed twice from one line at one point (a ladder's steps where a loop left the label set): those
+    # calls are left out and the log says so; the label's call from another line and the other calls are kept
     twice, said = [*calls, {**calls[3], "call": 6}], []
-    found = counters.points_of("11_softmax_long_rows", twice, counters.assign(kernels + more, twice), log=said.append)
-    assert found == [] and "timed twice" in said[0]
+    page, assigned = "11_softmax_long_rows", counters.assign(kernels + more, twice)
+    (point,) = counters.points_of(page, twice, assigned, log=said.append)
+    assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
+    assert point["calls"][0]["us"] == 5  # call 3's, from line 9
+    assert len(said) == 1 and "split timed twice at line 12" in said[0]
+    # every label timed twice from its line (rows and columns of one loop): the point is left out
+    both = [calls[0], calls[4], {**calls[4], "call": 6}]
+    said = []
+    assert counters.points_of(page, both, counters.assign(kernels + more, both), log=said.append) == []
+    assert len(said) == 1 and "torch.compile timed twice" in said[0]
     # calls the page names not at all, timed twice from one line (a ladder's steps), are left out, the point kept;
     # a label ending "(ours)" (05's "Pallas (ours)") is ours
     unnamed = {**calls[3], "label": None, "function": "measure_ladder", "line": 30}
