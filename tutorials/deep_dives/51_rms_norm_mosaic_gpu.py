@@ -112,10 +112,10 @@ def rms_norm_fwd(x, w, *, eps, wgs, chunk):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100; it counts registers a thread and shared memory, alike on every
-# Hopper SM (an H200's too). A warpgroup for each 16 KB of row, so a thread holds 64 16-bit values or 32 fp32 (three
-# warpgroups for bf16 24 K beat four), but at least two, and four at fp32 (fp32 8 K with two was slower); the largest
-# chunk that gives each warpgroup two or more (with one, its loads and its sums cannot overlap).
+# One place to change, measured on an H100 (it counts registers and shared memory, alike on every Hopper SM): a
+# warpgroup for each 16 KB of row, so a thread holds 64 16-bit values or 32 fp32 (three warpgroups for bf16 24 K beat
+# four), but at least two, and four at fp32 (fp32 8 K with two was slower); the largest chunk that gives each warpgroup
+# two or more (with one, its loads and its sums cannot overlap).
 
 NUM_SMS = getattr(jax.devices()[0], "core_count", None) or 4  # 05's forward: a program an SM for fp32 32 K
 MIN_N, MAX_N = 2048, 65536  # rows: multiples of 4 chunks of 512; past 64 K, more than 64 values a thread spill

@@ -270,12 +270,11 @@ def rms_norm_bwd_parts(x, w, dy, *, eps, programs, wgs, parts, chunk, slots):
 # %%
 # Launch parameters
 # -----------------
-# One place to change, chosen by measuring on an H100; it counts registers a thread and shared memory, alike on every
-# Hopper SM (an H200's too). One program an SM of four warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET``
-# beside w and the hand-over buffer; the whole row in SMEM with ``lag = 1`` where two rows fit, else ``lag = 0``; past
-# 16 K columns (:math:`dw` beyond 32 registers a thread) a cluster of two a row on a GPU with as many slots as fit (two
-# rows of a half at bf16 32 K, one at fp32), else reading the row twice through a ring of 3-4 slots of up to 2048
-# (larger chunks beat a deeper ring there).
+# One place to change, measured on an H100 (it counts registers and shared memory, alike on every Hopper SM): one
+# program an SM of four warpgroups, the largest chunk whose slots fit ``SMEM_BUDGET`` beside w and the hand-over buffer;
+# the whole row in SMEM with ``lag = 1`` where two rows fit, else ``lag = 0``; past 16 K columns (:math:`dw` beyond 32
+# registers a thread) a cluster of two a row on a GPU with as many slots as fit (two rows of a half at bf16 32 K, one at
+# fp32), else the row read twice through a ring of 3-4 slots of up to 2048 (larger chunks beat a deeper ring there).
 
 NUM_SMS, MIN_N = getattr(jax.devices()[0], "core_count", None) or 4, 2048  # rows: multiples of 4 chunks of 512
 SMEM_BUDGET = 224 * 1024  # of a Hopper SM's 227 KB a block (Mosaic GPU's lowering checks the total)
