@@ -312,3 +312,6 @@ def test_a_pick_below_the_models_floor_of_warps_is_named_a_missing_term(on_a_gpu
     times[2, 1] = min(times.values()) / 2
     text = page["adjusting"](page["implied"](results, tuning), page["refit"](tuning))
     assert "At bfloat16 N = 256 the autotuner picked fewer than 4 warps, below the model's floor" in text, text
+    # and what that floor cost the model there, by the autotuner's own timings: its config against the one-warp pick
+    model_time = times[tuple(page["_fused_config"](256, 2)[i] for i in (0, 2))]
+    assert f"That floor cost it {model_time / times[2, 1]:.3f}x the best config's time there" in text, text

@@ -100,14 +100,14 @@ def model_softmax(x):
 # options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
-# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two the model picks at rows of 256
-# or more (1 to 16: 16 rows of 256 16-bit values fill a tile of 8 KB); ``num_warps`` over its clamp (4 to 32) and the
-# two powers below it, which the model never picks (a program of one warp reduces its rows without shared memory).
-# Pruned, at each row length, to the tiles of at most ``MAX_FUSED_N`` elements, the largest tile the model ever
-# launches, and to at most 4 x ``BYTES_PER_THREAD`` bytes a thread (past that a thread's values crowd its 255
-# registers). The autotuner may pack more rows than the model or fewer, and give them more warps or fewer. On a GPU
-# it times each config with Triton's benchmarker (the median of many runs); under the interpreter there is no GPU to
-# time, so each config runs once on the CPU's wall clock.
+# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two from 1 to 16, the model's picks at
+# rows of 256 or more wherever its tile, ``min_tile_bytes()``, is at most 8 KB (16 rows of 256 16-bit values), and more
+# rows where it is less; ``num_warps`` over its clamp (4 to 32) and the two powers below it, which the model never picks
+# (one warp reduces its rows in registers: no shared memory, no barrier between warps). Pruned, at each row length, to
+# the tiles of at most ``MAX_FUSED_N`` elements, the largest tile the model ever launches, and to at most 4 x
+# ``BYTES_PER_THREAD`` bytes a thread (past that a thread's values crowd its 255 registers). The autotuner may pack more
+# rows than the model or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's
+# benchmarker (the median of many runs); under the interpreter each config runs once on the CPU's wall clock.
 
 WARPS = [1, 2, 4, 8, 16, 32]  # _fused_config's clamp (4 to 32), and below it
 BLOCK_MS = [1, 2, 4, 8, 16]  # rows of 256 or more in a tile
@@ -417,8 +417,8 @@ def reading(results):
     gained = saved[saved > NOISE / 100 * results["model: ms"][saved.index] / 1e3]  # past the noise
     calls = extra[gained.index] / gained
     text.append(f"Tuning took {extra.min():.3g}-{extra.max():.3g} s a point beyond the model's first call "
-                f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs compiled and "
-                "timed). "
+                f"({extra.sum():.3g} s in all, {results['autotuner: configs tried'].sum()} configs timed, compiled "
+                "where Triton's cache lacked them). "
                 + (f"Where its pick beat the model's launch by more than {NOISE}% ({len(calls)} of {len(results)} "
                    f"points), a call saved at most {1e6 * gained.max():.3g} µs, so the tuning pays for itself after "
                    f"about {calls.min():,.0f} calls at {point(calls.idxmin())}"
@@ -498,8 +498,8 @@ def adjusting(table, fits_):
     below = table.index[table["pick: warps"] < 4]  # under _fused_config's floor of 4 warps: no pair gives those
     if len(below):
         text.append(f"At {', '.join(point(k) for k in below)} the autotuner picked fewer than 4 warps, below the "
-                    "model's floor: no pair of its numbers gives that launch. There the model lacks a term (a program "
-                    "of one or two warps reduces its rows without shared memory), not a number.")
+                    "model's floor: a term it lacks (one warp reduces its rows in registers). That floor cost it "
+                    f"{table.loc[below, 'model: time / best'].max():.3f}x the best config's time there, at most.")
     if best["the model's"]:
         text.append(f"No other pair of tile bytes and bytes a thread (powers of two) does better: the model's "
                     f"numbers (tiles of {min_tile_bytes():,} bytes or more, {BYTES_PER_THREAD} bytes a thread) stand "
@@ -540,9 +540,9 @@ def environment_card():
 # %%
 # Three launches, measured
 # ------------------------
-# Each point's GB/s and % of the copy for each way, the model's config and the autotuner's pick side by side, the
-# configs it tried and its tuning time (its first call), and Helion's config and first call. A config reads
-# ``BLOCK_M x BLOCK_N, num_warps``. Past 100%: the copy is timed without a CUDA graph, each way with one.
+# Each point's GB/s and % of the copy for each way: the model's config beside the autotuner's pick, its configs tried
+# and tuning time (first call); Helion's config (its own space) and first call. Past 100%: the copy runs without a CUDA
+# graph, each way in one; the autotuner's pick, timed by it without one, may run ``NOISE``% slower.
 
 results, tuning = sweep(ways())
 table = summary(results)
@@ -564,11 +564,11 @@ print(reading(results) if ON_GPU else NO_SPEED)
 # ------------------------------------------------
 # The two picks meet in the model's terms. A config's *tile* is ``BLOCK_M`` x ``BLOCK_N`` elements: the model's is
 # ``min_tile_bytes()`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
-# the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them), and of a
-# single row where the model packs several, fewer. Its *bytes a thread* are the tile's bytes over ``32 * num_warps``
-# threads: the model gives each thread at most ``BYTES_PER_THREAD``. The autotuner timed every config of the space, the
-# model's included, so it also says what the model's choice costs at each point: below, its time over the best config's
-# and its rank.
+# the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them); a pick of one
+# row where the model packs several says it needs fewer. Its *bytes a thread* are the tile's bytes over
+# ``32 * num_warps`` threads: the model gives each thread at most ``BYTES_PER_THREAD``. The autotuner timed every config
+# of the space, the model's included, so it also says what the model's choice costs at each point: below, its time over
+# the best config's and its rank.
 #
 # Changing the numbers: try every pair of tile bytes and bytes a thread (powers of two) whose picks lie in the
 # space, score each by the autotuner's own timings of the configs it would pick, and keep the best. One pair for
@@ -578,7 +578,7 @@ print(reading(results) if ON_GPU else NO_SPEED)
 if ON_GPU:
     comparison = implied(results, tuning)
     print(adjusting(comparison, refit(tuning)))
-    comparison = comparison.style.format({"model: time / best": "{:.3g}x", "model: tile": "{:,}", "pick: tile": "{:,}"})
+    comparison = comparison.style.format({"model: time / best": "{:.3f}x", "model: tile": "{:,}", "pick: tile": "{:,}"})
 else:
     print(NO_SPEED)
     comparison = None
