@@ -542,7 +542,7 @@ def environment_card():
 # ------------------------
 # Each point's GB/s and % of the copy for each way: the model's config beside the autotuner's pick, its configs tried
 # and tuning time (first call); Helion's config (its own space) and first call. Past 100%: the copy runs without a CUDA
-# graph, each way in one; the autotuner's pick, timed by it without one, may run ``NOISE``% slower.
+# graph, each way in one; the autotuner's pick, timed by it without one, may run slower here, within ``NOISE``.
 
 results, tuning = sweep(ways())
 table = summary(results)
