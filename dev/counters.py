@@ -547,6 +547,7 @@ def main(argv=None):
             import torch
 
             entry = {"measured": datetime.date.today().isoformat(), "ncu": version[-1] if version else ""}
+            entry["sms"] = torch.cuda.get_device_properties(0).multi_processor_count  # the reading's warps an SM
             store(
                 pathlib.Path(args.out),
                 torch.cuda.get_device_name(0),

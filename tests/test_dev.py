@@ -338,11 +338,14 @@ def test_counters_store_each_page_as_it_finishes(tmp_path, monkeypatch):
     monkeypatch.setattr(counters, "points_of", lambda stem, calls, kernels: [point(stem)])
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="NVIDIA (R) Nsight 2025.3\n"))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: types.SimpleNamespace(multi_processor_count=7))
     with pytest.raises(KeyboardInterrupt):
         counters.main(
             ["01_fused_softmax:float32:512", "02_layer_norm:float32:512", "--out", str(out), "--work", str(tmp_path)]
         )
-    assert [p["page"] for p in json.loads(out.read_text())["Test GPU"]["points"]] == ["01_fused_softmax"]
+    stored = json.loads(out.read_text())["Test GPU"]
+    assert [p["page"] for p in stored["points"]] == ["01_fused_softmax"]
+    assert stored["sms"] == 7, "the GPU's SM count, for the landing page's warps an SM"
 
 
 def test_counters_stored_again_replace_only_their_points(tmp_path):

@@ -436,6 +436,33 @@ def test_a_counted_points_reading_names_only_differences_past_their_noise():
     assert reading(ours, None, None) == ""
 
 
+def test_a_reading_names_the_warps_an_sm_holds_where_ours_holds_a_quarter_fewer_than_the_faster_peer():
+    """From ncu's waves (a grid over SMs x the blocks an SM holds at once) and the GPU's SM count: the warps an SM holds
+    of each call's longest kernel, said with each kernel's registers a thread where ours holds a quarter fewer than
+    the peer that beat it; never against the copy kernel, nor without the SM count."""
+    reading, sms = sol_results.reading, 132
+
+    def launch(label, us, grid, per_sm, block, registers):
+        return call(label, 1, us, 80.0, 50.0, grid / (sms * per_sm)) | dict(grid=grid, block=block, registers=registers)
+
+    ours = launch("ours", 64.0, 32768, 12, 128, 40)  # 12 blocks of 4 warps an SM
+    quack = launch("quack", 62.0, 32768, 16, 128, 31)
+    assert sol_results.warps_an_sm(ours, sms) == 48 and sol_results.warps_an_sm(quack, sms) == 64
+    assert reading(ours, quack, None, sms) == (
+        "Reading: quack runs 1.03x as fast here: an SM holds 48 warps of ours (40 registers a thread), 64 of quack's "
+        "(31 registers a thread)."
+    )
+    assert reading(ours, quack, None) == "Reading: quack runs 1.03x as fast here; no counter here tells them apart."
+    nearly = launch("quack", 62.0, 32768, 15, 128, 32)  # 60 warps: 48 is more than three quarters of it
+    assert (
+        reading(ours, nearly, None, sms) == "Reading: quack runs 1.03x as fast here; no counter here tells them apart."
+    )
+    copy = launch("copy kernel", 50.0, 65536, 16, 128, 16)
+    assert "warps" not in reading(ours, None, copy, sms)
+    unmeasured = {key: value for key, value in quack.items() if key != "grid"}
+    assert "warps" not in reading(ours, unmeasured, None, sms)
+
+
 def misses_table(text):
     """The rows of the table of misses, each a list of its cells' reST (a cell's paragraphs joined by a newline)."""
     section = text[text.index("Where a row misses a target") :]

@@ -88,7 +88,18 @@ TARGETS = {"worst ratio": 0.97, "median ratio": 1.0, "lowest, core": 93.0, "lowe
 # the labels of a counted point's calls that are no peer: our kernel, and the streaming yardstick; and the figures
 # of a call (read_counters)
 OURS, COPY = "ours", "copy kernel"
-COUNTED = ("kernels", "us", "dram_bytes", "x_bytes", "dram_pct", "warps_active_pct", "waves")
+COUNTED = (
+    "kernels",
+    "us",
+    "dram_bytes",
+    "x_bytes",
+    "dram_pct",
+    "warps_active_pct",
+    "waves",
+    "grid",
+    "block",
+    "registers",
+)
 INCLUDE = "landing_results.inc"
 FIGURE = "landing_results.png"
 
@@ -380,18 +391,19 @@ def read_counters(path, gpu):
     """What the JSON file at path holds for the GPU named gpu (torch.cuda.get_device_name), or None: no path, no
     such file, no GPU, nothing stored for it. The file, written by dev/counters.py with Nsight Compute:
 
-        {GPU name: {"measured": date, "ncu": Nsight Compute's version,
+        {GPU name: {"measured": date, "ncu": Nsight Compute's version, "sms": the GPU's SMs (or none),
                     "points": [{"page": stem, "direction": ... or null (the page has one: any), "dtype": ..., "N": ...,
                                 "calls": [{"label": ..., "kernels": ..., "us": ..., "dram_bytes": ..., "x_bytes": ...,
-                                           "dram_pct": ..., "warps_active_pct": ..., "waves": ...}, ...]}, ...]}}
+                                           "dram_pct": ..., "warps_active_pct": ..., "waves": ..., "grid": ...,
+                                           "block": ..., "registers": ...}, ...]}, ...]}}
 
     A call's label: "ours", a peer's name (torch, torch.compile, Liger, quack, Helion, ...) or "copy kernel" (reads
     x and writes a tensor of x's size). kernels: how many kernels the call launched; us: their summed duration in
     microseconds; dram_bytes: the bytes they read and wrote in DRAM; x_bytes: the bytes of the point's input x;
     dram_pct: DRAM throughput as % of its peak and warps_active_pct: achieved occupancy (% of an SM's warp slots
-    active), both weighted by each kernel's duration; waves: the waves per SM of the call's longest kernel. Any of
-    those may be missing or null (shown as "-"); page, dtype, N and label may not. Raises ValueError naming the
-    file where it breaks this."""
+    active), both weighted by each kernel's duration; waves, grid, block, registers: the waves per SM, blocks, threads
+    a block and registers a thread of the call's longest kernel. Any of those may be missing or null (shown as "-");
+    page, dtype, N and label may not. Raises ValueError naming the file where it breaks this."""
     if not gpu or not path or not os.path.isfile(path):
         return None
     import json
@@ -404,6 +416,8 @@ def read_counters(path, gpu):
     name = os.path.basename(path)
     if not isinstance(entry, dict) or not isinstance(entry.get("points", []), list):
         raise ValueError(f"{name}: {gpu!r} holds no {{'points': [...]}}")
+    if entry.get("sms") is not None and (isinstance(entry["sms"], bool) or not isinstance(entry["sms"], int)):
+        raise ValueError(f"{name}: sms of {gpu!r} is not a whole number of SMs")
     for point in entry.get("points", []):
         lacking = [key for key in ("page", "dtype", "N") if not isinstance(point, dict) or point.get(key) is None]
         if lacking or not isinstance(point["N"], (int, float)):
@@ -470,7 +484,7 @@ def _escape(text):
     return "".join("\\" + c if c in "\\*`|_" else c for c in str(text))
 
 
-def counters_line(point):
+def counters_line(point, sms=None):
     """One counted point in a line: "N = 131,072: ours ...; quack ...; copy kernel 40 us, 92% busy", then what those
     figures say (reading()). Ours first, then at most three other calls (not the unfused "naive" baseline), the fastest
     first, then the copy kernel."""
@@ -481,16 +495,26 @@ def counters_line(point):
     copies = [call for call in point.get("calls") or [] if call["label"] == COPY][:1]
     for copy in copies:
         parts.append(f"{COPY} {_figure(copy.get('us'), 3)} us, {_percent(copy.get('dram_pct'))} busy")
-    said = reading(ours[0], calls[0] if calls else None, copies[0] if copies else None) if ours else ""
+    said = reading(ours[0], calls[0] if calls else None, copies[0] if copies else None, sms) if ours else ""
     return (
         f"N = {_ends([_size(point['N'])])}: " + ("; ".join(parts) or "no call measured") + (f". {said}" if said else "")
     )
 
 
-def reading(ours, peer, copy):
+def warps_an_sm(call, sms):
+    """The warps of a call's longest kernel that an SM holds at once, from ncu's own figures (its waves are the grid
+    over SMs x the blocks an SM holds: registers, shared memory and threads decide those); None where unmeasured."""
+    grid, waves, block = call.get("grid"), call.get("waves"), call.get("block")
+    if not (sms and grid and waves and block):
+        return None
+    return max(1, round(grid / (waves * sms))) * block / 32
+
+
+def reading(ours, peer, copy, sms=None):
     """What a counted point's figures say, in a sentence: against the fastest other call where it ran faster than
     ours, else against the copy kernel. Each clause a measured difference past its noise: more kernels, 5% more DRAM
-    bytes (than a peer), DRAM 3 points less busy; "" where none is."""
+    bytes (than a peer), DRAM 3 points less busy, and (against a peer, the GPU's SM count given) a quarter fewer
+    warps an SM, with each kernel's registers a thread; "" where none is."""
 
     def traffic(call):
         return call["dram_bytes"] / call["x_bytes"] if call.get("dram_bytes") and call.get("x_bytes") else None
@@ -513,6 +537,12 @@ def reading(ours, peer, copy):
     if busy is not None and their_busy is not None and busy < their_busy - 3:
         same = "" if more or mine is None or theirs is None else "with as many bytes, "
         clauses.append(f"{same}ours keeps DRAM {busy:.0f}% busy, {name} {their_busy:.0f}%")
+    held, their_held = warps_an_sm(ours, sms), warps_an_sm(other, sms) if other is peer else None
+    if held and their_held and held <= 0.75 * their_held:
+        regs = [
+            f" ({call['registers']:.0f} registers a thread)" if call.get("registers") else "" for call in (ours, other)
+        ]
+        clauses.append(f"an SM holds {held:.0f} warps of ours{regs[0]}, {their_held:.0f} of {name}'s{regs[1]}")
     if not clauses:
         return f"Reading: {lead}; no counter here tells them apart." if other is peer else ""
     return f"Reading: {lead}: {'; '.join(clauses)}."
@@ -533,7 +563,9 @@ def _counters_sentence(counters, gpu):
         "achieved occupancy (% of an SM's warp slots *active*), both weighted by each kernel's time; and the waves "
         "per SM of the longest kernel. A *reading* ends each point: against the fastest call where it beat ours (else "
         "the copy kernel), each difference past its noise: more kernels, 5% more DRAM bytes than the peer, DRAM 3 "
-        "points less busy (the memory idles part of the time: too few bytes in flight, or the grid's last wave)."
+        "points less busy (the memory idles part of the time: too few bytes in flight, or the grid's last wave), a "
+        "quarter fewer warps an SM than the peer's (ncu's waves: the blocks an SM holds at once, which registers a "
+        "thread, shared memory and threads decide; each kernel's registers a thread beside)."
     )
 
 
@@ -562,7 +594,8 @@ def _misses_section(rows, doc, counters, gpu):
         body.append([doc(stem), row["what"], "; ".join(found)])
         if counters is not None:  # a cell of several paragraphs, one a point
             body[-1].append(
-                [counters_line(p) for p in counted(stem, row, counters)] or "no counters measured yet at this row's N"
+                [counters_line(p, counters.get("sms")) for p in counted(stem, row, counters)]
+                or "no counters measured yet at this row's N"
             )
     return lines + _list_table(header, body, "sol-results sol-misses")
 
@@ -781,6 +814,18 @@ def _gpu():
     return None
 
 
+def _sms():
+    """The SM count of this build's GPU, or None on a machine without one."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).multi_processor_count
+    except ImportError:
+        pass
+    return None
+
+
 def _device(gpu):
     """Where this build measured: the GPU's name (as _gpu gives it), or the CPU's caveat."""
     if gpu:
@@ -873,6 +918,8 @@ def _write_landing_results(app):
             counters = read_counters(os.environ.get("SOL_COUNTERS", ""), gpu)
         except ValueError as err:  # a broken file of counters: a Sphinx warning, so -W fails the build
             _logger.warning(f"landing page: {err}")
+        if counters is not None and not counters.get("sms"):  # stored before the file kept it: this GPU's, the same
+            counters["sms"] = _sms()
     text = landing_rst(results, pages, device, kept=kept, ran=ran, counters=counters, gpu=gpu)
     _write_if_changed(generated / INCLUDE, text)
 
