@@ -24,6 +24,7 @@ The pages run one after another (counters are the device's, so nothing else may 
 """
 
 import argparse
+import collections
 import csv
 import datetime
 import glob
@@ -380,15 +381,10 @@ def points_of(stem, calls, kernels_of, log=print):
                 copies[dtype, n] = entry
                 continue
             entries.append(((entry["label"], record["function"], record["line"]), record["label"], entry))
-        times = {}
-        for where, _, _ in entries:
-            times[where] = times.get(where, 0) + 1
-        by_label = {}
-        for where, named, entry in entries:
-            if times[where] == 1:
-                by_label[entry["label"]] = entry  # the last of each label kept
-            elif named is not None and times[where] > 0:  # said once for each such line
-                times[where] = 0
+        times = collections.Counter(where for where, _, _ in entries)
+        by_label = {entry["label"]: entry for where, _, entry in entries if times[where] == 1}  # the last of each kept
+        for where, named in dict.fromkeys((where, named) for where, named, _ in entries if times[where] > 1):
+            if named is not None:  # calls the page names not at all are left out without a word
                 log(f"{stem} {direction or ''} {dtype} N = {n:,}: {named} timed twice at line {where[2]}: left out")
         out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
     for point in out:
@@ -546,8 +542,11 @@ def main(argv=None):
         if found:  # stored page by page: a run cut short (a call's time limit) keeps the pages it finished
             import torch
 
-            entry = {"measured": datetime.date.today().isoformat(), "ncu": version[-1] if version else ""}
-            entry["sms"] = torch.cuda.get_device_properties(0).multi_processor_count  # the reading's warps an SM
+            entry = {
+                "measured": datetime.date.today().isoformat(),
+                "ncu": version[-1] if version else "",
+                "sms": torch.cuda.get_device_properties(0).multi_processor_count,  # the reading's warps an SM
+            }
             store(
                 pathlib.Path(args.out),
                 torch.cuda.get_device_name(0),
