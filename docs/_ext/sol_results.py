@@ -802,28 +802,25 @@ def _write_if_changed(path, data):
         path.write_bytes(data)
 
 
-def _gpu():
-    """The name of this build's GPU (torch.cuda.get_device_name), or None on a machine without one."""
+def _cuda():
+    """torch.cuda where this build has a GPU, else None (no GPU, or no torch)."""
     try:
         import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
     except ImportError:
-        pass
-    return None
+        return None
+    return torch.cuda if torch.cuda.is_available() else None
+
+
+def _gpu():
+    """The name of this build's GPU (torch.cuda.get_device_name), or None on a machine without one."""
+    cuda = _cuda()
+    return cuda.get_device_name(0) if cuda else None
 
 
 def _sms():
     """The SM count of this build's GPU, or None on a machine without one."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(0).multi_processor_count
-    except ImportError:
-        pass
-    return None
+    cuda = _cuda()
+    return cuda.get_device_properties(0).multi_processor_count if cuda else None
 
 
 def _device(gpu):
