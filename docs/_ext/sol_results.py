@@ -915,7 +915,7 @@ def _write_landing_results(app):
             counters = read_counters(os.environ.get("SOL_COUNTERS", ""), gpu)
         except ValueError as err:  # a broken file of counters: a Sphinx warning, so -W fails the build
             _logger.warning(f"landing page: {err}")
-        if counters is not None and not counters.get("sms"):  # stored before the file kept it: this GPU's, the same
+        if counters is not None and not counters.get("sms"):  # a file without the SM count: this GPU's, named alike
             counters["sms"] = _sms()
     text = landing_rst(results, pages, device, kept=kept, ran=ran, counters=counters, gpu=gpu)
     _write_if_changed(generated / INCLUDE, text)
