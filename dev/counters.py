@@ -35,6 +35,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -54,6 +55,7 @@ METRICS = [
 ]
 MARKER = "counters_marker"
 RANGE = "sol"
+MIN_PAGE_SECONDS = 20  # no page starts with less of the budget left: a page's run takes 20-140 s
 LABELS = ("name", "key", "provider")  # a page's variable that names the call it times
 PASSED = ("<lambda>", "<listcomp>", "<dictcomp>", "<genexpr>")  # frames between a page's loop and its bench
 
@@ -442,9 +444,15 @@ def profile_page(stem, points, ncu, work, timeout):
     env.setdefault("SOL_HELION_CONFIGS", str(ROOT / "docs" / "helion_configs.json"))
     env.pop("SOL_RESULTS", None)
     with open(work / f"{stem}.log", "w") as log:
-        done = subprocess.run(child, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
-    if done.returncode or not records.exists():
-        raise RuntimeError(f"{stem}: exit {done.returncode}; see {work / (stem + '.log')}")
+        run = subprocess.Popen(child, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = run.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # ncu and the page it runs, together: no page left running on the GPU
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+            raise RuntimeError(f"{stem}: cut at {timeout:.0f} s; see {work / (stem + '.log')}") from None
+    if returncode or not records.exists():
+        raise RuntimeError(f"{stem}: exit {returncode}; see {work / (stem + '.log')}")
     calls = json.loads(records.read_text())
     if not ncu:
         return calls, None
@@ -488,7 +496,7 @@ def main(argv=None):
     parser.add_argument("--out", default=str(STORE))
     parser.add_argument("--no-ncu", action="store_true", help="no ncu: list the calls it would profile")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a page may take")
-    parser.add_argument("--budget", type=float, default=math.inf, help="start no page after this many seconds")
+    parser.add_argument("--budget", type=float, default=math.inf, help="seconds for the run; a page gets what is left")
     parser.add_argument("--work", default="/tmp/sol-counters", help="logs, reports and the raw CSVs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--records", help=argparse.SUPPRESS)
@@ -516,13 +524,14 @@ def main(argv=None):
     )
     began = time.time()
     for stem, pts in sorted(wanted.items(), key=lambda item: (not item[0].startswith("0"), item[0])):  # core first
-        if time.time() - began > args.budget:
+        left = args.budget - (time.time() - began)
+        if left < MIN_PAGE_SECONDS:
             print(f"{stem}: not run, past the budget of {args.budget:.0f} s", flush=True)
             failed.append(stem)
             continue
         start = time.time()
         try:
-            calls, kernels = profile_page(stem, pts, ncu, work, args.timeout)
+            calls, kernels = profile_page(stem, pts, ncu, work, min(args.timeout, left))
         except (RuntimeError, subprocess.SubprocessError) as err:
             print(f"{stem}: FAILED: {err}", flush=True)
             failed.append(stem)

@@ -348,6 +348,51 @@ def test_counters_store_each_page_as_it_finishes(tmp_path, monkeypatch):
     assert stored["sms"] == 7, "the GPU's SM count, for the landing page's warps an SM"
 
 
+def test_counters_give_each_page_what_is_left_of_the_budget(tmp_path, monkeypatch):
+    """--budget bounds the whole run: each page runs under the smaller of --timeout and the budget left, a page cut
+    there is reported and the next one runs, and no page starts with under MIN_PAGE_SECONDS left."""
+    import subprocess
+    import types
+
+    counters, clock, given = _counters(), [0.0], []
+
+    def profile_page(stem, points, ncu, work, timeout):
+        given.append((stem, timeout))
+        clock[0] += 70 if stem == "01_fused_softmax" else timeout
+        if stem == "02_layer_norm":
+            raise RuntimeError(f"{stem}: cut at {timeout:.0f} s")
+        return [], []
+
+    monkeypatch.setattr(counters, "find_ncu", lambda: "ncu")
+    monkeypatch.setattr(counters, "profile_page", profile_page)
+    monkeypatch.setattr(counters, "points_of", lambda stem, calls, kernels: [])
+    monkeypatch.setattr(counters.time, "time", lambda: clock[0])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="NVIDIA (R) Nsight 2025.3\n"))
+    pages = ["01_fused_softmax", "02_layer_norm", "04_rms_norm", "06_cross_entropy"]
+    args = [f"{stem}:float32:512" for stem in pages] + ["--timeout", "60", "--budget", "150"]
+    assert counters.main(args + ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]) == 1
+    assert given == [("01_fused_softmax", 60), ("02_layer_norm", 60), ("04_rms_norm", 20)], given
+
+
+def test_counters_cut_a_page_with_the_processes_it_started(tmp_path):
+    """A page past its time is stopped with what ncu started under it: no page left running on the GPU beside the
+    next page's profile."""
+    import pathlib
+    import time
+
+    pids, ncu = tmp_path / "pids", tmp_path / "ncu"
+    ncu.write_text(f"#!/bin/sh\nsleep 60 &\necho $$ $! > {pids}\nwait\n")  # ncu's stand-in and the app it starts
+    ncu.chmod(0o755)
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="cut at 1 s"):
+        _counters().profile_page("01_fused_softmax", {("float32", 512)}, str(ncu), tmp_path, 1)
+    assert time.monotonic() - began < 30
+    time.sleep(0.2)
+    for pid in map(int, pids.read_text().split()):
+        stat = pathlib.Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in "ZX", f"{pid} still runs"
+
+
 def test_counters_stored_again_replace_only_their_points(tmp_path):
     """A run at a few points keeps the GPU's other stored points and replaces those it measured again."""
     import json
