@@ -5,7 +5,8 @@ cell, counting Triton compilations made in this process (ours, Liger's, the clas
 compiles in worker processes) with the seconds they took, and printing torch._dynamo's compile times.
 Each tutorial's `results` DataFrame (when it has one) is written as CSV under $OUT (or /tmp).
 
-PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 ...]   (page-number prefixes; all pages by default)
+PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 02_layer_norm_backward ...]   (page numbers or stems; all
+pages by default)
 """
 
 import glob
@@ -66,7 +67,7 @@ pages = sorted(
 )
 for path in pages:
     name = os.path.basename(path)
-    if names and name[:2] not in names:
+    if names and name[:2] not in names and name[:-3] not in names:  # a number takes its pages, a stem its page
         continue
     t = time.time()
     print(f"== {name}", flush=True)
