@@ -363,7 +363,9 @@ def points_of(stem, calls, kernels_of, log=print):
     from one line at one point on other arguments (rows and columns of one loop, or a ladder's steps timed where a
     loop before it left its label's variable set; the same call on the same arguments, a page's rounds, is profiled
     once) cannot be told apart: those calls are left out (the log names the page's labels), the label's calls from
-    other lines and the point's other calls kept; a point left with none is left out."""
+    other lines and the point's other calls kept; a point left with none is left out. A call timed in a helper of the
+    page with no variable naming it (03's light in ``yardsticks``, 06's steps in ``measure_ladder``) is no peer: left
+    out."""
     groups, ours = {}, ours_label(stem)
     for record in calls:
         kernels = kernels_of.get(record["call"], [])
@@ -371,7 +373,8 @@ def points_of(stem, calls, kernels_of, log=print):
             groups.setdefault((record["direction"], record["dtype"], record["N"]), []).append((record, kernels))
     copies, out = {}, []
     for (direction, dtype, n), found in groups.items():
-        largest = max(record["x_bytes"] for record, _ in found)
+        found = [(record, kernels) for record, kernels in found if record["label"] is not None]  # named calls only
+        largest = max((record["x_bytes"] for record, _ in found), default=0)
         entries = []  # ((label, function, line), raw label, entry) of the sweep's tensors
         for record, kernels in found:
             if record["x_bytes"] != largest:

@@ -167,7 +167,8 @@ def _ncu_csv(kernels):
 def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     """A marker kernel (grid = the call's number) opens each call; a call's kernels sum their time and DRAM bytes,
     weight DRAM busy and warps active by time; a call with no kernel (a cudaMemcpy copy) is no entry; the page's name
-    for its kernel becomes "ours"; the last of two calls named alike wins; the copy kernel comes last."""
+    for its kernel becomes "ours"; the last of two calls named alike wins; the copy kernel comes last; a call the page
+    names not at all is no peer."""
     counters = _counters()
     marker = lambda n: (counters.MARKER, {"launch__grid_size": n})
     k = lambda ns, rd, wr, pct, warps, grid=100: {
@@ -258,6 +259,10 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
         {**unnamed, "call": 6},
     ]
     (point,) = counters.points_of("05_jax_rms_norm", ladder, counters.assign(kernels + more, ladder))
+    assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
+    # one call the page names not at all, in a helper (03's light in yardsticks, 06's ladder step), is no peer: left out
+    once = [calls[0], {**unnamed, "call": 3, "function": "yardsticks"}, calls[3], calls[4]]
+    (point,) = counters.points_of(page, once, counters.assign(kernels + more, once))
     assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
 
 
