@@ -355,7 +355,8 @@ def test_counters_store_each_page_as_it_finishes(tmp_path, monkeypatch):
 
 def test_counters_give_each_page_what_is_left_of_the_budget(tmp_path, monkeypatch):
     """--budget bounds the whole run: each page runs under the smaller of --timeout and the budget left, a page cut
-    there is reported and the next one runs, and no page starts with under MIN_PAGE_SECONDS left."""
+    there is reported and the next one runs, and no page starts with under MIN_PAGE_SECONDS left; a page the counters
+    cannot reach is not run."""
     import subprocess
     import types
 
@@ -377,6 +378,9 @@ def test_counters_give_each_page_what_is_left_of_the_budget(tmp_path, monkeypatc
     args = [f"{stem}:float32:512" for stem in pages] + ["--timeout", "60", "--budget", "150"]
     assert counters.main(args + ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]) == 1
     assert given == [("01_fused_softmax", 60), ("02_layer_norm", 60), ("04_rms_norm", 20)], given
+    given.clear()  # 62 times its calls in its ranks, which the counters cannot reach (sol_results.NOT_COUNTED)
+    out = ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]
+    assert counters.main(["62_cross_entropy_vocab_parallel:bfloat16:128256", *out]) == 0 and given == []
 
 
 def test_counters_cut_a_page_with_the_processes_it_started(tmp_path):

@@ -523,6 +523,19 @@ def test_the_section_of_misses_without_counters():
     assert "Every row meets them." in section and "list-table" not in section and "counters" not in section
 
 
+def test_a_page_the_counters_cannot_reach_says_so_where_it_misses(monkeypatch):
+    """A page whose calls dev/counters.py cannot profile (62's ranks) gets its reason in the counters' cell, not
+    "no counters measured yet"."""
+    monkeypatch.setitem(sol_results.NOT_COUNTED, "12_staged", "not counted: its ranks run apart")
+    counters = counters_for(point("11_long_rows", "forward", "bfloat16", 131072, FULL))
+    results = results_of(**SWEEPS)
+    pages = {s: PAGES.get(s, PAGES["11_long_rows"]) for s in results}
+    rows = misses_table(sol_results.landing_rst(results, pages, "on a GPU.", counters=counters, gpu="NVIDIA H200"))
+    cells = [row[3] for row in rows[1:]]  # 11's rows, then 12's
+    assert cells[-1] == "not counted: its ranks run apart" and cells[-2] == "no counters measured yet at this row's N"
+    assert "62_cross_entropy_vocab_parallel" in sol_results.NOT_COUNTED
+
+
 def test_the_section_of_misses_with_counters():
     """Beside each row that misses, the counted points of its page, dtype and direction (a point without one: any)
     at its N, a paragraph each in the order of N; none: "no counters measured yet at this row's N"."""
