@@ -77,12 +77,18 @@ def parse_point(text):
     return page_path(stem).stem, dtype, int(n)
 
 
-def missed_points(folder):
-    """{stem: {(dtype, N)}}: for each row of the landing page's per-page table that misses a target, the N of its
-    lowest % of light and of its worst ours / best peer."""
+def _sol_results():
+    """The landing page's module (docs/_ext/sol_results.py): its targets and the pages the counters cannot reach."""
     sys.path.insert(0, str(ROOT / "docs" / "_ext"))
     import sol_results
 
+    return sol_results
+
+
+def missed_points(folder):
+    """{stem: {(dtype, N)}}: for each row of the landing page's per-page table that misses a target, the N of its
+    lowest % of light and of its worst ours / best peer."""
+    sol_results = _sol_results()
     results = sol_results.read_results(folder)
     points = {}
     for stem, row in sol_results.page_rows(results, sol_results.recommend(results)[0]):
@@ -334,7 +340,7 @@ def summarize_call(record, kernels):
     longest = max(range(len(kernels)), key=lambda i: us[i]) if kernels else None
     round_ = lambda v, d=1: None if v is None or math.isnan(v) else round(v, d)
     return {
-        "label": record["label"] or record["function"],
+        "label": record["label"],
         "kernels": len(kernels),
         "names": sorted({k["name"] for k in kernels}),
         "us": round_(total, 2),
@@ -389,8 +395,7 @@ def points_of(stem, calls, kernels_of, log=print):
         times = collections.Counter(where for where, _, _ in entries)
         by_label = {entry["label"]: entry for where, _, entry in entries if times[where] == 1}  # the last of each kept
         for where, named in dict.fromkeys((where, named) for where, named, _ in entries if times[where] > 1):
-            if named is not None:  # calls the page names not at all are left out without a word
-                log(f"{stem} {direction or ''} {dtype} N = {n:,}: {named} timed twice at line {where[2]}: left out")
+            log(f"{stem} {direction or ''} {dtype} N = {n:,}: {named} timed twice at line {where[2]}: left out")
         out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
     for point in out:
         copy = copies.get((point["dtype"], point["N"]))
@@ -525,11 +530,9 @@ def main(argv=None):
     version = (
         subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines() if ncu else []
     )
-    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-    from sol_results import NOT_COUNTED
-
-    for stem in sorted(set(wanted) & set(NOT_COUNTED)):
-        print(f"{stem}: {NOT_COUNTED[stem].replace('``', '')}", flush=True)
+    not_counted = _sol_results().NOT_COUNTED
+    for stem in sorted(set(wanted) & set(not_counted)):
+        print(f"{stem}: {not_counted[stem].replace('``', '')}", flush=True)
         del wanted[stem]
     began = time.time()
     for stem, pts in sorted(wanted.items(), key=lambda item: (not item[0].startswith("0"), item[0])):  # core first
