@@ -375,11 +375,11 @@ def test_counters_give_each_page_what_is_left_of_the_budget(tmp_path, monkeypatc
     monkeypatch.setattr(counters.time, "time", lambda: clock[0])
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="NVIDIA (R) Nsight 2025.3\n"))
     pages = ["01_fused_softmax", "02_layer_norm", "04_rms_norm", "06_cross_entropy"]
+    out = ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]
     args = [f"{stem}:float32:512" for stem in pages] + ["--timeout", "60", "--budget", "150"]
-    assert counters.main(args + ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]) == 1
+    assert counters.main(args + out) == 1
     assert given == [("01_fused_softmax", 60), ("02_layer_norm", 60), ("04_rms_norm", 20)], given
     given.clear()  # 62 times its calls in its ranks, which the counters cannot reach (sol_results.NOT_COUNTED)
-    out = ["--work", str(tmp_path), "--out", str(tmp_path / "c.json")]
     assert counters.main(["62_cross_entropy_vocab_parallel:bfloat16:128256", *out]) == 0 and given == []
 
 
