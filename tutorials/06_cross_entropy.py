@@ -93,8 +93,11 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
 # Step 2: a grid that keeps every SM busy
 # ---------------------------------------
 # An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs). Step 2 runs programs
-# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64) and no more: a
-# *persistent* grid. Each stages as many chunks ahead in shared memory as all its SM's programs' fit.
+# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64): a grid sized to
+# the GPU, not to the rows. Each stages as many chunks ahead in shared memory as all its SM's programs' fit. The
+# kernel compiles to 64 registers a thread, so registers hold half those programs at once and the grid runs in two
+# waves, the second's programs starting as the first's finish. A grid of one wave, or a program a row, measured
+# within a few percent of it: faster at some V, slower at others, with no rule from the device that picks the faster.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
@@ -143,7 +146,7 @@ SWEEP_DTYPES = (torch.bfloat16, torch.float32)
 CHECK_SHAPES = [(4096, 32000), (64, 128256), (16, 262144), (300, 50304)] if ON_GPU else [(33, 1000), (3, 20000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings, or twice PyTorch's error
 LADDER_V = [SWEEP_V[0], SWEEP_V[len(SWEEP_V) // 2]]  # the shortest and the middle V
-STEPS = {0: "the whole row in registers", 1: "chunks, a program a row", 2: "a persistent grid, chunks staged"}
+STEPS = {0: "the whole row in registers", 1: "chunks, a program a row", 2: "a grid sized to the GPU, chunks staged"}
 
 def bench(fn, graph=True):  # median ms: CUDA-graph replays (GPU), or one call's wall clock (CPU)
     if not ON_GPU:
