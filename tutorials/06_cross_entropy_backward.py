@@ -41,8 +41,7 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # Beyond the earlier pages' Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
 # ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound, as ``tl.range``; ``dloss_stride`` 0 reads
 # one :math:`g` for every row (a scalar loss). The grid: ``MAX_PROGRAMS_PER_SM`` programs an SM, each walking rows
-# ``p, p + P, ...``. A loss scaled before its backward (gradient accumulation, a loss scaler) makes :math:`g \ne 1`:
-# then the backward reads and writes the whole gradient once more.
+# ``p, p + P, ...``. A loss scaled before its backward makes :math:`g \ne 1`: one more pass over the gradient.
 
 RANGE = {}  # forward+backward: the site recommends deep dive 61; the loss alone: the first cross-entropy page
 
@@ -62,11 +61,11 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # ---------------------------------
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets; with
 # ``label_smoothing`` it calls that function itself (deep dive 61 carries the kernel with smoothing inside). The
-# launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph (a
-# data-dependent check in a launcher would break it); ``register_fake`` gives the compiler their outputs' shapes without
-# running a kernel. The forward operator runs the previous page's launcher, ``cross_entropy_rows`` (carried in the
-# appendix), and returns the gradient as a second output; ``register_autograd`` saves it for the backward operator,
-# which scales it in place: an operator that writes an input says so (``mutates_args``). The checks are in the appendix.
+# launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph,
+# unopened: a check that reads the targets' values runs inside one, compiled or not. ``register_fake`` gives the
+# compiler their outputs' shapes without running a kernel. The forward operator runs the previous page's launcher,
+# ``cross_entropy_rows`` (in the appendix), and returns the gradient as a second output; ``register_autograd`` saves it
+# for the backward operator, which scales it in place, saying so (``mutates_args``). The checks are in the appendix.
 
 @torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
 def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
@@ -79,6 +78,7 @@ def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
 @torch.library.custom_op("sol::cross_entropy_fwd_06", mutates_args=())
 def ce_fwd_op(x2d: torch.Tensor, target: torch.Tensor, weight: typing.Optional[torch.Tensor], ignore_index: int,
               reduction: str, grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_targets(target, x2d.shape[1], ignore_index)  # the appendix: in here, a compiled model checks too
     dx = torch.empty_like(x2d if grad else x2d[:0])  # outputs are new tensors, never an input or a view of one
     losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, reduction == "mean", dx if grad else None)
     return (losses if reduction == "none" else losses.sum() * scale).to(x2d.dtype), dx
@@ -104,8 +104,8 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     x2d = logits.reshape(1, -1) if logits.dim() == 1 else logits.movedim(1, -1).reshape(-1, n_classes)
     x2d = x2d if x2d.stride(-1) == 1 or n_classes == 1 else x2d.contiguous()
     target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
-    _check_targets(target1d, n_classes, ignore_index)  # the appendix; in a compiled graph a bad class gives NaN
     if label_smoothing > 0:  # torch's own in fp32, and its autograd (deep dive 61: in the kernel)
+        _check_targets(target1d, n_classes, ignore_index)
         loss = F.cross_entropy(logits.float(), target.long(), None if weight is None else weight.float(),
                                ignore_index=ignore_index, reduction=reduction, label_smoothing=float(label_smoothing))
         return loss.to(logits.dtype)
@@ -117,10 +117,10 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the logits'
 # dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same loss
 # (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too. To take it
-# into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
-# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
-# recompile limit. A forward with gradients enabled writes the gradient whether a backward follows or not: evaluate
-# under ``torch.no_grad()``. A class out of range raises ``IndexError`` eagerly; compiled, its row's loss is NaN.
+# into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks, not the
+# machinery after them. A forward with gradients enabled writes the gradient whether a backward follows or not: evaluate
+# under ``torch.no_grad()``. A class out of range raises ``IndexError``, compiled or not (the check waits for the GPU
+# once a call); inside a captured CUDA graph (``mode="reduce-overhead"``) it cannot look, and that row's loss is NaN.
 
 # %%
 # Appendix: how this page measures
@@ -243,7 +243,7 @@ def _check(logits, target, weight, ignore_index, reduction, label_smoothing):  #
             return n_classes, operator.index(ignore_index)
     raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r}")
 
-def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torch's, where the host may look
+def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torch's, where the host may look (a sync)
     if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
         bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
         if bad.any():

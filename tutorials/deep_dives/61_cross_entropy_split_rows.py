@@ -345,6 +345,11 @@ def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
 
 def _loss(x2d, target, weight, ignore_index, reduction, smoothing, dx):  # the forward alone, reduced: one launch
     (n_rows, n_cols), mean = x2d.shape, reduction == "mean"
+    # a class out of range: an IndexError, as torch's, checked here where a compiled model runs it too (a sync)
+    if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
+        if (bad := ((target < 0) | (target >= n_cols)) & (target != ignore_index)).any():
+            raise IndexError(f"cross_entropy: target {target[bad][0].item()} is out of bounds for {n_cols} "
+                             f"classes (expected 0 to {n_cols - 1}, or ignore_index={ignore_index})")
     if dx is not None or reduction == "none" or n_rows == 0:
         losses, scale = cross_entropy_rows(x2d, target, weight, ignore_index, smoothing, mean, dx)
         return (losses if reduction == "none" else losses.sum() * scale if mean else losses.sum()).to(x2d.dtype)
@@ -424,11 +429,6 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     target1d, weight = target.reshape(-1).long().contiguous(), None if weight is None else weight.contiguous()
     inplace = bool(inplace_backward) and (x2d.shape[0] < 2 or x2d.stride(0) >= n_classes)  # no rows sharing memory
     inplace, grad = inplace and not torch.compiler.is_compiling(), torch.is_grad_enabled() and x2d.requires_grad
-    if not (torch.compiler.is_compiling() or ON_GPU and torch.cuda.is_current_stream_capturing()):  # in a graph: NaN
-        bad = ((target1d < 0) | (target1d >= n_classes)) & (target1d != ignore_index)
-        if bad.any():
-            raise IndexError(f"cross_entropy: target {target1d[bad][0].item()} is out of bounds for {n_classes} "
-                             f"classes (expected 0 to {n_classes - 1}, or ignore_index={ignore_index})")
     args = (x2d, target1d, weight, ignore_index, reduction, float(label_smoothing))
     loss = InPlaceGradient.apply(*args) if inplace and grad else ce_fwd_op(*args, grad)[0]
     return loss.view(target.shape) if reduction == "none" else loss
