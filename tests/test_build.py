@@ -104,6 +104,8 @@ assert not hasattr(sys, "first_page_was_here"), "the first page's process state 
 assert "FIRST_PAGE_WAS_HERE" not in os.environ
 print("second page ran clean")
 import time, timeit
+sys.path.insert(0, os.environ["GALLERY_ROOT"])
+import fresh_module  # written by the test, never imported before: compiled from its source here
 # %%
 timeit.repeat(lambda: time.sleep(0.3), number=1, repeat=2)  # the build's log counts this timer's calls
 '''
@@ -114,6 +116,7 @@ def _gallery(tmp_path):
     (tmp_path / "examples" / "README.txt").write_text("Examples\n========\n")
     (tmp_path / "examples" / "p1_first.py").write_text(FIRST)
     (tmp_path / "examples" / "p2_second.py").write_text(SECOND)
+    (tmp_path / "fresh_module.py").write_text("VALUE = 1\n")
     (tmp_path / "conf.py").write_text(CONF.format(ext=str(ROOT / "docs" / "_ext")))
     (tmp_path / "index.rst").write_text("Test\n====\n\n.. toctree::\n\n   gallery/index\n")
     return tmp_path
@@ -155,6 +158,8 @@ def test_the_log_says_where_a_pages_time_went(tmp_path):
     assert float(seconds) >= 0.6 and calls == "1", line  # two sleeps of 0.3 s, in one call of the timer
     assert SECOND.splitlines()[int(slowest) - 1].startswith("timeit.repeat"), line  # the cell that timed
     assert float(slowest_seconds) >= 0.6, line
+    loads = re.search(r"modules compiled from source (\d+) in ([\d.]+) s; Triton compiles (\d+) in ([\d.]+) s", line)
+    assert loads and int(loads[1]) >= 1 and loads[3] == "0", line  # the page's fresh module; no kernel
 
 
 def test_a_page_whose_process_dies_fails_alone(tmp_path):

@@ -328,12 +328,15 @@ def preimport(modules=PREIMPORT, gpu=False):
 
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
-    (by its first line) and those spent inside the timers (do_bench, timeit.repeat) with their number of calls.
-    Meant for a page's own process: what it patches is left patched."""
+    (by its first line), those spent inside the timers (do_bench, timeit.repeat) with their number of calls, and
+    two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached for
+    them yet) and Triton compiles in this process, each [seconds, count]. Meant for a page's own process: what it
+    patches is left patched."""
+    import importlib.machinery
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
 
-    blocks, timers = [], [0.0, 0]
+    blocks, timers, sources, compiles = [], [0.0, 0], [0.0, 0], [0.0, 0]
     execute = gen_rst.execute_code_block
 
     def execute_code_block(compiler, block, *rest, **kwargs):
@@ -344,14 +347,14 @@ def _profiled(function, *args):
             if block[0] == "code":  # a Block is (type, content, lineno); text blocks pass through here too
                 blocks.append((block[2], time.monotonic() - start))
 
-    def timed(timer):
+    def timed(timer, tally=timers):
         def wrapper(*a, **k):
             start = time.monotonic()
             try:
                 return timer(*a, **k)
             finally:
-                timers[0] += time.monotonic() - start
-                timers[1] += 1
+                tally[0] += time.monotonic() - start
+                tally[1] += 1
 
         return wrapper
 
@@ -359,16 +362,23 @@ def _profiled(function, *args):
     timeit.repeat = timed(timeit.repeat)
     if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); with SOL_PREIMPORT=0 it is not counted
         sys.modules["triton.testing"].do_bench = timed(sys.modules["triton.testing"].do_bench)
-    return function(*args), blocks, tuple(timers)
+    loader = importlib.machinery.SourceFileLoader
+    loader.source_to_code = timed(loader.source_to_code, sources)  # a module with no bytecode cached for it
+    if "triton.compiler" in sys.modules:  # a kernel's launcher imports compile from here at its first call
+        sys.modules["triton.compiler"].compile = timed(sys.modules["triton.compiler"].compile, compiles)
+    return function(*args), blocks, tuple(timers), (tuple(sources), tuple(compiles))
 
 
-def where_the_time_went(blocks, timers, cells=3):
-    """A log line's tail: the seconds in the page's code, the timers' share of them, and the slowest code blocks."""
+def where_the_time_went(blocks, timers, loads=((0.0, 0), (0.0, 0)), cells=3):
+    """A log line's tail: the seconds in the page's code, the timers' share of them, the slowest code blocks, and
+    the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``)."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
+    (source_s, sources), (triton_s, kernels) = loads
     return (
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
         f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
+        + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
     )
 
 
@@ -391,8 +401,8 @@ def _isolate_pages(app):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
         start, profile = time.monotonic(), ""
         try:
-            result, blocks, timers = run_in_child(_profiled, in_process, fname, target_dir, src_dir, gallery_conf)
-            profile = f"; {where_the_time_went(blocks, timers)}"
+            result, *profiled = run_in_child(_profiled, in_process, fname, target_dir, src_dir, gallery_conf)
+            profile = f"; {where_the_time_went(*profiled)}"
         except ChildProcessError as err:  # the page as text only, unrun, and its failure for sphinx-gallery
             unrun = copy.copy(gallery_conf)
             unrun["plot_gallery"] = False
