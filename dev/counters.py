@@ -24,9 +24,11 @@ The pages run one after another (counters are the device's, so nothing else may 
 """
 
 import argparse
+import ast
 import collections
 import csv
 import datetime
+import functools
 import glob
 import io
 import json
@@ -58,6 +60,35 @@ RANGE = "sol"
 MIN_PAGE_SECONDS = 20  # no page starts with less of the budget left: a page's run takes 20-140 s
 LABELS = ("name", "key", "provider")  # a page's variable that names the call it times
 PASSED = ("<lambda>", "<listcomp>", "<dictcomp>", "<genexpr>")  # frames between a page's loop and its bench
+
+
+@functools.cache
+def _loops(filename):
+    """The loops and comprehensions of a page's file that bind a name of LABELS: (first line, last line, name)."""
+    try:
+        tree = ast.parse(pathlib.Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    comprehensions = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    found = []
+    for node in ast.walk(tree):
+        targets = [node.target] if isinstance(node, ast.For) else []
+        targets += [g.target for g in node.generators] if isinstance(node, comprehensions) else []
+        found += [
+            (node.lineno, node.end_lineno, n.id)
+            for t in targets
+            for n in ast.walk(t)
+            if getattr(n, "id", None) in LABELS
+        ]
+    return tuple(found)
+
+
+def _bound_here(frame, name):
+    """Whether the frame's variable ``name`` names the call on its current line: any local of a function, but a page's
+    global only inside a loop that binds it (after the loop it is a leftover: a later call is not that one's)."""
+    if frame.f_code.co_name != "<module>":
+        return True
+    return any(first <= frame.f_lineno <= last and n == name for first, last, n in _loops(frame.f_code.co_filename))
 
 
 # ---- which points ----
@@ -214,7 +245,7 @@ class Profiler:
         while caller.f_code.co_name in PASSED and caller.f_back and not set(LABELS) & set(caller.f_locals):
             caller = caller.f_back
         local = caller.f_locals
-        label = next((local[k] for k in LABELS if isinstance(local.get(k), str)), None)
+        label = next((local[k] for k in LABELS if isinstance(local.get(k), str) and _bound_here(caller, k)), None)
         if label is None and fn is caller.f_globals.get("copy"):  # the page's light, a copy it names copy (51, 52)
             label = "copy"
         outer, held = caller.f_back, {id(fn), *map(id, args)}
@@ -356,10 +387,15 @@ def summarize_call(record, kernels):
 
 
 def ours_label(stem):
-    """The page's name for the kernel its results call ours ("split" on 11), from the block that writes them."""
+    """The page's name for the kernel its results call ours ("split" on 11), from the block that writes them: the
+    provider its "<name>, % of light" column is computed from ("2: persistent" on 24, whose column says "design 2")."""
     text = page_path(stem).read_text(encoding="utf-8")
     found = 'set_axis(["ours, % of light"' in text and re.search(r'\[\["([^"]+), % of light", "[^"]+"\]\]', text)
-    return found.group(1) if found else "ours"
+    if not found:
+        return "ours"
+    column = re.escape(f'table["{found.group(1)}, % of light"]')
+    source = re.search(column + r' = 100 \* table\["([^"]+)"\]', text)
+    return source.group(1) if source else found.group(1)
 
 
 def points_of(stem, calls, kernels_of, log=print):

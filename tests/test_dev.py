@@ -421,6 +421,31 @@ def test_counters_stored_again_replace_only_their_points(tmp_path):
     assert data["OTHER"]["points"][0]["calls"][0]["us"] == 9.0
 
 
+def test_counters_take_a_pages_global_for_a_label_only_inside_the_loop_that_binds_it(tmp_path):
+    """At a page's top level a loop's variable outlives the loop: a call timed after it (24's light, timed before its
+    next point's providers) is not the last provider's, and a call in a comprehension or a loop that binds the name
+    is. Ours is the provider a page's "<name>, % of light" column is computed from (24's "design 2": "2: persistent")
+    """
+    import torch
+
+    counters = _counters()
+    profiler, x = counters.Profiler({("float32", 64)}, use_range=False), torch.ones(8, 64)
+    profiler.cuda = False
+    page = tmp_path / "a_page.py"
+    page.write_text(
+        "for n in range(2):\n"
+        "    bench(lambda: torch.clone(x))\n"
+        "    for name, fn in {'torch': torch.sum, 'ours': torch.mean}.items():\n"
+        "        bench(lambda: fn(x))\n"
+        "timed = {key: bench(fn, x) for key, fn in {'quack': torch.amax}.items()}\n"
+    )
+    exec(compile(page.read_text(), str(page), "exec"), {"bench": profiler.bench, "x": x, "torch": torch})
+    labelled = {(c["label"], c["line"]) for c in profiler.calls if c["label"] != "copy kernel"}
+    assert labelled == {(None, 2), ("torch", 4), ("ours", 4), ("quack", 5)}, labelled
+    assert counters.ours_label("24_layer_norm_backward_locks") == "2: persistent"
+    assert counters.ours_label("11_softmax_long_rows") == "split" and counters.ours_label("01_fused_softmax") == "ours"
+
+
 def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_path):
     """dev/counters.py --no-ncu runs a page cell by cell with its timer replaced and lists the calls it would profile
     at the asked point, each named by the page's own variable: a function's sweep (01) and a top-level loop that

@@ -354,7 +354,9 @@ for dtype in (torch.float32, torch.bfloat16):
         dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
         stats, dx, dw, db = row_statistics(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
-        times = {design: bench(lambda: backward(x, dy, dx, w, *stats, dw, db)) for design, backward in DESIGNS.items()}
+        times = {}
+        for name, backward in DESIGNS.items():
+            times[name] = bench(lambda: backward(x, dy, dx, w, *stats, dw, db))
         inputs = [t.requires_grad_(True) for t in (x, w, b)]
         w32, b32 = w.detach().float(), b.detach().float()  # for quack, outside the timing
         for name, fn in peers.items():
