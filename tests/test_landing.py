@@ -899,7 +899,8 @@ def test_execution_times_page_says_what_its_memory_column_holds(built_site):
 
 def test_the_stored_counters_keep_their_format_and_name_real_pages():
     """docs/counters.json (dev/counters.py's output, which the build names in SOL_COUNTERS): every GPU's entry reads
-    back through read_counters, and each point names a page that writes results, at a dtype and N it could sweep."""
+    back through read_counters, and each point names a page that writes results, at a dtype and N it could sweep, and
+    holds a call of ours."""
     path = ROOT / "docs" / "counters.json"
     if not path.exists():
         pytest.skip("no counters stored")
@@ -914,5 +915,6 @@ def test_the_stored_counters_keep_their_format_and_name_real_pages():
             assert point["dtype"] in ("float32", "bfloat16", "float16") and point["N"] >= 1, point
             labels = [c["label"] for c in point["calls"]]
             assert len(labels) == len(set(labels)), f"{point['page']} N = {point['N']}: a label twice, {labels}"
+            assert "ours" in labels, f"{point['page']} N = {point['N']}: no call of ours to read the others against"
             sizes = {c["x_bytes"] for c in point["calls"]}
             assert len(sizes) == 1, f"{point['page']} N = {point['N']}: calls on different tensors, {sizes}"
