@@ -369,7 +369,7 @@ def _profiled(function, *args):
     return function(*args), blocks, tuple(timers), (tuple(sources), tuple(compiles))
 
 
-def where_the_time_went(blocks, timers, loads=((0.0, 0), (0.0, 0)), cells=3):
+def where_the_time_went(blocks, timers, loads, cells=3):
     """A log line's tail: the seconds in the page's code, the timers' share of them, the slowest code blocks, and
     the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``)."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
