@@ -78,7 +78,7 @@ def _loops(filename):
             (node.lineno, node.end_lineno, n.id)
             for t in targets
             for n in ast.walk(t)
-            if getattr(n, "id", None) in LABELS
+            if isinstance(n, ast.Name) and n.id in LABELS
         ]
     return tuple(found)
 
