@@ -95,7 +95,7 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
 # An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs). Step 2 runs programs
 # of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64): a grid sized to
 # the GPU. Each stages as many chunks ahead in shared memory as all its SM's programs' fit. On long rows registers
-# hold about half of them at once: two waves.
+# hold about half those programs at once: the grid runs in two waves.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)

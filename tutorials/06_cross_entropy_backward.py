@@ -119,8 +119,8 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too. To take it
 # into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks, not the
 # machinery after them. A forward with gradients enabled writes the gradient whether a backward follows or not: evaluate
-# under ``torch.no_grad()``. A class out of range raises ``IndexError``, compiled or not (the check waits for the GPU
-# once a call); inside a captured CUDA graph (``mode="reduce-overhead"``) it cannot look, and that row's loss is NaN.
+# under ``torch.no_grad()``. Unsmoothed, a class out of range raises ``IndexError``, compiled or not (the check waits
+# for the GPU once a call); in a captured CUDA graph (``mode="reduce-overhead"``) it cannot look: its row's loss is NaN.
 
 # %%
 # Appendix: how this page measures
