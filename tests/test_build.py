@@ -162,6 +162,49 @@ def test_the_log_says_where_a_pages_time_went(tmp_path):
     assert loads and int(loads[1]) >= 1 and loads[3] == "0", line  # the page's fresh module; no kernel
 
 
+def test_the_log_names_the_kernels_that_compiled_slowly():
+    """A kernel found in Triton's cache loads in milliseconds; one that took longer was compiled in the timed page,
+    and the line names it, so that a warm-up that missed it can be found."""
+
+    class Source:  # as triton.compiler.compile gets it: an ASTSource holds the @triton.jit function
+        def __init__(self, name):
+            self.fn = type("JITFunction", (), {"__name__": name})()
+
+    assert sol_build.kernel_name(Source("_layer_norm_fwd")) == "_layer_norm_fwd"
+    assert sol_build.kernel_name("/tmp/kernel.ttgir") == "kernel.ttgir"  # compiled from a file of IR
+    slow = [(1.25, "_layer_norm_fwd"), (0.31, "triton_red_fused_0"), (0.004, "copy_kernel")]
+    line = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (1.6, 69), slow))
+    assert line.endswith("Triton compiles 69 in 1.6 s; slowest: _layer_norm_fwd 1.2 s, triton_red_fused_0 0.3 s"), line
+    warm = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (0.3, 69), [(0.004, "copy_kernel")]))
+    assert warm.endswith("Triton compiles 69 in 0.3 s"), warm  # all found in the cache: no name
+
+
+def test_the_warm_up_logs_what_a_page_did_not_measure():
+    output = "\n".join(
+        [
+            "At N = 512 step 1 ran 1.49x as fast as step 0.",
+            "Helion ('float32', 4096) not measured: no config tuned on NVIDIA H200 for this point, and "
+            "SOL_HELION_AUTOTUNE=0",
+            "quack: not measured here (AssertionError: Scalars are not close! Expected 12.4 but got nan.",
+            "Not measured at N = [65536]: Liger: OutOfMemoryError: CUDA out of memory.",
+        ]
+    )
+    assert sol_build.unmeasured(output) == [  # the Helion line is the same in the timed pass: no search there either
+        "quack: not measured here (AssertionError: Scalars are not close! Expected 12.4 but got nan.",
+        "Not measured at N = [65536]: Liger: OutOfMemoryError: CUDA out of memory.",
+    ]
+    assert len(sol_build.unmeasured("not measured " + "x" * 300)[0]) == 160
+    assert sol_build.unmeasured("\n".join(["Not measured: a"] * 9)) == ["Not measured: a"] * 5
+
+
+def test_a_warm_up_that_could_not_measure_a_call_says_so(tmp_path):
+    page = tmp_path / "01_peer.py"
+    page.write_text('print("Liger: not measured here (OutOfMemoryError: CUDA out of memory)")\n')
+    lines = []
+    assert sol_build.warm_up([page], jobs=1, log=lines.append)["01_peer"][1] == 0
+    assert "warm-up: 01_peer said: Liger: not measured here (OutOfMemoryError: CUDA out of memory)" in lines, lines
+
+
 def test_a_page_whose_process_dies_fails_alone(tmp_path):
     root = _gallery(tmp_path)
     (root / "die").write_text("")

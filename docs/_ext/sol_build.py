@@ -31,7 +31,9 @@ there is no warm-up.
 
 The log gives each phase's time (lines starting ``phase``): the warm-up (and each page's), the pre-import, each
 page of the timed pass and the pass's total, and the whole build. Each page's line also says where its time went:
-the seconds inside its timers (``do_bench``, ``timeit.repeat``) and its slowest cells, by first line.
+the seconds inside its timers (``do_bench``, ``timeit.repeat``), its slowest cells by first line, and the Triton
+kernels it compiled rather than found in the cache, by name. A warm-up line quotes what a page said it could not
+measure there: a call that failed in the warm-up compiles in the timed pass.
 """
 
 import copy
@@ -121,6 +123,14 @@ def pages_to_run(gallery_conf, tutorials, generated):
     ]
 
 
+def unmeasured(output, most=5):
+    """The lines of a page's output that say a call was not measured (a peer's error, printed by the page), cut to
+    160 characters, at most ``most`` of them."""
+    said = [line.strip() for line in output.splitlines() if re.search(r"not measured", line, re.I)]
+    lines = [line[:160] for line in said if "SOL_HELION_AUTOTUNE=0" not in line]  # as in the timed pass: no search
+    return lines[:most]
+
+
 def warm_up(pages, jobs, log=print):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
     the longest to compile), then each page that failed once more, alone. Returns {page name: (seconds, exit code,
@@ -155,13 +165,15 @@ def warm_up(pages, jobs, log=print):
         for page, (proc, start) in list(running.items()):
             if proc.poll() is None:
                 continue
-            tail = proc.stdout.read()[-1500:]
-            done[page.stem] = (time.monotonic() - start, proc.returncode, tail)
+            output = proc.stdout.read()
+            done[page.stem] = (time.monotonic() - start, proc.returncode, output[-1500:])
             del running[page]
             log(
                 f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
                 + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)")
             )
+            for line in unmeasured(output):  # a call that failed here compiles in the timed pass instead
+                log(f"warm-up: {page.stem} said: {line}")
     failed = [page for page in pages if done[page.stem][1] != 0]
     if failed and jobs > 1:  # it may have failed for the others' sake (out of GPU memory beside them): once more, alone
         log(f"warm-up: {len(failed)} failed beside the others; again, one at a time")
@@ -330,13 +342,13 @@ def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat) with their number of calls, and
     two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached for
-    them yet) and Triton compiles in this process, each [seconds, count]. Meant for a page's own process: what it
-    patches is left patched."""
+    them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those compiles
+    (seconds, kernel). Meant for a page's own process: what it patches is left patched."""
     import importlib.machinery
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
 
-    blocks, timers, sources, compiles = [], [0.0, 0], [0.0, 0], [0.0, 0]
+    blocks, timers, sources, compiles, kernels = [], [0.0, 0], [0.0, 0], [0.0, 0], []
     execute = gen_rst.execute_code_block
 
     def execute_code_block(compiler, block, *rest, **kwargs):
@@ -365,20 +377,42 @@ def _profiled(function, *args):
     loader = importlib.machinery.SourceFileLoader
     loader.source_to_code = timed(loader.source_to_code, sources)  # a module with no bytecode cached for it
     if "triton.compiler" in sys.modules:  # a kernel's launcher imports compile from here at its first call
-        sys.modules["triton.compiler"].compile = timed(sys.modules["triton.compiler"].compile, compiles)
-    return function(*args), blocks, tuple(timers), (tuple(sources), tuple(compiles))
+        compile_ = timed(sys.modules["triton.compiler"].compile, compiles)
+
+        def compile_named(src, *a, **k):  # each kernel's seconds and name: a slow one was compiled, not found cached
+            start = time.monotonic()
+            try:
+                return compile_(src, *a, **k)
+            finally:
+                kernels.append((time.monotonic() - start, kernel_name(src)))
+
+        sys.modules["triton.compiler"].compile = compile_named
+    slow = lambda: sorted(kernels, reverse=True)[:3]  # noqa: E731
+    return function(*args), blocks, tuple(timers), (tuple(sources), tuple(compiles), slow())
+
+
+def kernel_name(src):
+    """The name of what ``triton.compiler.compile`` compiles: a kernel's source (its function) or a file of IR."""
+    fn = getattr(src, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(src, "name", None) or pathlib.Path(str(src)).name
+
+
+SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads in a few milliseconds
 
 
 def where_the_time_went(blocks, timers, loads, cells=3):
     """A log line's tail: the seconds in the page's code, the timers' share of them, the slowest code blocks, and
-    the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``)."""
+    the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``), with the
+    slowest kernels by name where one took ``SLOW_COMPILE`` or more: compiled there, not found in the cache."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
-    (source_s, sources), (triton_s, kernels) = loads
+    (source_s, sources), (triton_s, kernels), *named = loads
+    compiled = [(seconds, name) for seconds, name in (named[0] if named else []) if seconds >= SLOW_COMPILE]
     return (
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
         f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
+        + ("; slowest: " + ", ".join(f"{name} {seconds:.1f} s" for seconds, name in compiled) if compiled else "")
     )
 
 
