@@ -162,21 +162,55 @@ def test_the_log_says_where_a_pages_time_went(tmp_path):
     assert loads and int(loads[1]) >= 1 and loads[3] == "0", line  # the page's fresh module; no kernel
 
 
-def test_the_log_names_the_kernels_that_compiled_slowly():
+class _Source:  # as triton.compiler.compile gets it: an ASTSource holds the @triton.jit function, and hashes
+    def __init__(self, name, key):
+        self.fn, self.key = type("JITFunction", (), {"__name__": name})(), key
+
+    def hash(self):
+        return self.key * 8
+
+
+def test_the_log_names_the_kernels_that_compiled_slowly_and_what_the_warm_up_did():
     """A kernel found in Triton's cache loads in milliseconds; one that took longer was compiled in the timed page,
-    and the line names it, so that a warm-up that missed it can be found."""
-
-    class Source:  # as triton.compiler.compile gets it: an ASTSource holds the @triton.jit function
-        def __init__(self, name):
-            self.fn = type("JITFunction", (), {"__name__": name})()
-
-    assert sol_build.kernel_name(Source("_layer_norm_fwd")) == "_layer_norm_fwd"
-    assert sol_build.kernel_name("/tmp/kernel.ttgir") == "kernel.ttgir"  # compiled from a file of IR
-    slow = [(1.25, "_layer_norm_fwd"), (0.31, "triton_red_fused_0"), (0.004, "copy_kernel")]
+    and the line names it and says what the page's warm-up compiled of it: why the cache did not have it."""
+    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab"
+    assert sol_build.kernel_key("/tmp/kernel.ttgir") == "kernel.ttgir ?"  # compiled from a file of IR: no hash
+    warmed = ["ln_fwd 1111", "ln_bwd 2222", ""]
+    assert sol_build.warm_up_had("ln_fwd 1111", warmed) == "the warm-up compiled the same"
+    assert sol_build.warm_up_had("ln_bwd 3333", warmed) == "the warm-up compiled it for other arguments"
+    assert sol_build.warm_up_had("sum_kernel 4444", warmed) == "not in the warm-up"
+    assert sol_build.warm_up_had("sum_kernel 4444", None) == ""  # no record: nothing said
+    slow = [(1.25, "ln_fwd 1111", "not in the warm-up"), (0.31, "triton_red_fused_0 5555", ""), (0.004, "copy 6", "")]
     line = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (1.6, 69), slow))
-    assert line.endswith("Triton compiles 69 in 1.6 s; slowest: _layer_norm_fwd 1.2 s, triton_red_fused_0 0.3 s"), line
-    warm = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (0.3, 69), [(0.004, "copy_kernel")]))
+    assert line.endswith(
+        "Triton compiles 69 in 1.6 s; slowest: ln_fwd 1.2 s (not in the warm-up), triton_red_fused_0 0.3 s"
+    ), line
+    warm = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (0.3, 69), [(0.004, "copy 6", "")]))
     assert warm.endswith("Triton compiles 69 in 0.3 s"), warm  # all found in the cache: no name
+
+
+COMPILING = """
+import triton.compiler
+
+class Source:
+    fn = type("JITFunction", (), {"__name__": "ln_fwd"})()
+
+    def hash(self):
+        return "cd" * 8
+
+try:
+    triton.compiler.compile(Source())  # recorded, then no such source to compile
+except Exception:
+    pass
+"""
+
+
+def test_a_warm_up_records_each_kernel_it_compiles(tmp_path):
+    page = tmp_path / "01_compiles.py"
+    page.write_text(COMPILING)
+    (tmp_path / "01_compiles.compiled").write_text("old line\n")  # an earlier warm-up's record: replaced
+    assert sol_build.warm_up([page], jobs=1, log=lambda line: None, record=tmp_path)["01_compiles"][1] == 0
+    assert (tmp_path / "01_compiles.compiled").read_text() == "ln_fwd cdcdcdcdcdcdcdcd\n"
 
 
 def test_the_warm_up_logs_what_a_page_did_not_measure():

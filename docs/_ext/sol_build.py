@@ -39,6 +39,7 @@ measure there: a call that failed in the warm-up compiles in the timed pass.
 import copy
 import gc
 import importlib.metadata
+import inspect
 import os
 import pathlib
 import pickle
@@ -54,8 +55,24 @@ _logger = logging.getLogger(__name__)
 _started = time.monotonic()
 _pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages run
 
-# What a warm-up process runs: the page as a script, its timer replaced by one call of what it times.
-_WARM_UP = r"""
+
+def kernel_key(src):
+    """How a Triton compile is named in the build's log and in a warm-up's record: the kernel, and the hash of what
+    ``triton.compiler.compile`` compiles (the function and what it calls, its arguments' types and specialization,
+    its constants). The warm-up's script carries this function's text."""
+    fn = getattr(src, "fn", None)
+    name = getattr(fn, "__name__", None) or getattr(src, "name", None) or str(src).rsplit("/", 1)[-1]
+    try:
+        return f"{name} {src.hash()[:16]}"
+    except Exception:  # no hash to read: the name alone
+        return f"{name} ?"
+
+
+# What a warm-up process runs: the page as a script, its timer replaced by one call of what it times; with a second
+# argument, a file where each kernel it compiles is recorded (kernel_key).
+_WARM_UP = (
+    inspect.getsource(kernel_key)
+    + r"""
 import runpy, sys, timeit
 import triton.testing
 
@@ -68,8 +85,20 @@ def repeat_once(stmt, *args, repeat=5, **kwargs):  # the same for a page that ti
     return [1.0] * repeat
 
 triton.testing.do_bench, timeit.repeat = once, repeat_once
+if len(sys.argv) > 2:
+    import triton.compiler  # a kernel's launcher imports compile from here at its first call
+
+    compile_ = triton.compiler.compile
+
+    def compile_recorded(src, *args, **kwargs):
+        with open(sys.argv[2], "a") as record:
+            record.write(kernel_key(src) + "\n")
+        return compile_(src, *args, **kwargs)
+
+    triton.compiler.compile = compile_recorded
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
+)
 
 
 def _gpu():
@@ -131,10 +160,11 @@ def unmeasured(output, most=5):
     return lines[:most]
 
 
-def warm_up(pages, jobs, log=print):
+def warm_up(pages, jobs, log=print, record=None):
     """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
-    the longest to compile), then each page that failed once more, alone. Returns {page name: (seconds, exit code,
-    last lines of output)}."""
+    the longest to compile), then each page that failed once more, alone; with ``record`` (a folder), each page's
+    Triton compiles are written to ``record/<page>.compiled``, a ``kernel_key`` a line. Returns {page name: (seconds,
+    exit code, last lines of output)}."""
     # a page per core: Inductor compiles in the page's process. Helion is not autotuned here, beside the other pages
     # on the GPU: its search would time configs under their load, and the timed pass would reuse its pick (Helion
     # keeps it on disk); where no config is stored for a point, the timed pass autotunes it, alone on the GPU
@@ -152,8 +182,11 @@ def warm_up(pages, jobs, log=print):
     while queue or running:
         while queue and len(running) < jobs:
             page = queue.pop(0)
+            compiled = [] if record is None else [str(pathlib.Path(record) / f"{page.stem}.compiled")]
+            if compiled:
+                pathlib.Path(compiled[0]).write_text("")  # this run's compiles only
             proc = subprocess.Popen(
-                [sys.executable, "-c", _WARM_UP, str(page)],
+                [sys.executable, "-c", _WARM_UP, str(page), *compiled],
                 cwd=page.parent,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -177,7 +210,7 @@ def warm_up(pages, jobs, log=print):
     failed = [page for page in pages if done[page.stem][1] != 0]
     if failed and jobs > 1:  # it may have failed for the others' sake (out of GPU memory beside them): once more, alone
         log(f"warm-up: {len(failed)} failed beside the others; again, one at a time")
-        done.update(warm_up(failed, 1, log))
+        done.update(warm_up(failed, 1, log, record))
     return done
 
 
@@ -227,8 +260,8 @@ def _warm_up(app):
             f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
             + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else "")
         )
-        done = warm_up(cold, jobs, log=_logger.info)
         folder.mkdir(parents=True, exist_ok=True)
+        done = warm_up(cold, jobs, log=_logger.info, record=folder)
         for page in cold:
             if done[page.stem][1] == 0:
                 (folder / names[page]).write_text("")
@@ -343,7 +376,8 @@ def _profiled(function, *args):
     (by its first line), those spent inside the timers (do_bench, timeit.repeat) with their number of calls, and
     two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached for
     them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those compiles
-    (seconds, kernel). Meant for a page's own process: what it patches is left patched."""
+    (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it patches is
+    left patched."""
     import importlib.machinery
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
@@ -379,22 +413,35 @@ def _profiled(function, *args):
     if "triton.compiler" in sys.modules:  # a kernel's launcher imports compile from here at its first call
         compile_ = timed(sys.modules["triton.compiler"].compile, compiles)
 
-        def compile_named(src, *a, **k):  # each kernel's seconds and name: a slow one was compiled, not found cached
+        def compile_named(src, *a, **k):  # each kernel's seconds and key: a slow one was compiled, not found cached
             start = time.monotonic()
             try:
                 return compile_(src, *a, **k)
             finally:
-                kernels.append((time.monotonic() - start, kernel_name(src)))
+                kernels.append((time.monotonic() - start, kernel_key(src)))
 
         sys.modules["triton.compiler"].compile = compile_named
-    slow = lambda: sorted(kernels, reverse=True)[:3]  # noqa: E731
-    return function(*args), blocks, tuple(timers), (tuple(sources), tuple(compiles), slow())
+    result = function(*args)
+    record = _stamp_folder() / f"{pathlib.Path(str(args[0])).stem}.compiled"  # args[0]: the page's file name
+    warmed = record.read_text().split("\n") if record.exists() else None
+    slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
+    return result, blocks, tuple(timers), (tuple(sources), tuple(compiles), slow)
 
 
-def kernel_name(src):
-    """The name of what ``triton.compiler.compile`` compiles: a kernel's source (its function) or a file of IR."""
-    fn = getattr(src, "fn", None)
-    return getattr(fn, "__name__", None) or getattr(src, "name", None) or pathlib.Path(str(src)).name
+def warm_up_had(key, warmed):
+    """What the page's warm-up compiled of a kernel (``key`` from kernel_key; ``warmed``: the keys its warm-up
+    recorded, or None where there is no record): the same source, another (other arguments' types, specialization
+    or constants), or nothing of that kernel."""
+    if warmed is None:
+        return ""
+    if key in warmed:
+        return "the warm-up compiled the same"
+    name = key.split(" ")[0]
+    return (
+        "the warm-up compiled it for other arguments"
+        if any(w.split(" ")[0] == name for w in warmed)
+        else ("not in the warm-up")
+    )
 
 
 SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads in a few milliseconds
@@ -403,16 +450,20 @@ SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads 
 def where_the_time_went(blocks, timers, loads, cells=3):
     """A log line's tail: the seconds in the page's code, the timers' share of them, the slowest code blocks, and
     the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``), with the
-    slowest kernels by name where one took ``SLOW_COMPILE`` or more: compiled there, not found in the cache."""
+    slowest kernels by name where one took ``SLOW_COMPILE`` or more (compiled there, not found in the cache) and what
+    the page's warm-up compiled of it."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
     (source_s, sources), (triton_s, kernels), *named = loads
-    compiled = [(seconds, name) for seconds, name in (named[0] if named else []) if seconds >= SLOW_COMPILE]
+    compiled = [(seconds, key, why) for seconds, key, why in (named[0] if named else []) if seconds >= SLOW_COMPILE]
     return (
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
         f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
-        + ("; slowest: " + ", ".join(f"{name} {seconds:.1f} s" for seconds, name in compiled) if compiled else "")
+        + ("; slowest: " if compiled else "")
+        + ", ".join(
+            f"{key.split(' ')[0]} {seconds:.1f} s" + (f" ({why})" if why else "") for seconds, key, why in compiled
+        )
     )
 
 
