@@ -170,22 +170,28 @@ class _Source:  # as triton.compiler.compile gets it: an ASTSource holds the @tr
         return self.key * 8
 
 
-def test_the_log_names_the_kernels_that_compiled_slowly_and_what_the_warm_up_did():
+def test_the_log_names_the_kernels_that_compiled_slowly_and_what_the_warm_up_did(monkeypatch):
     """A kernel found in Triton's cache loads in milliseconds; one that took longer was compiled in the timed page,
     and the line names it and says what the page's warm-up compiled of it: why the cache did not have it."""
-    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab"
-    assert sol_build.kernel_key("/tmp/kernel.ttgir") == "kernel.ttgir ?"  # compiled from a file of IR: no hash
-    warmed = ["ln_fwd 1111", "ln_bwd 2222", ""]
-    assert sol_build.warm_up_had("ln_fwd 1111", warmed) == "the warm-up compiled the same"
-    assert sol_build.warm_up_had("ln_bwd 3333", warmed) == "the warm-up compiled it for other arguments"
-    assert sol_build.warm_up_had("sum_kernel 4444", warmed) == "not in the warm-up"
-    assert sol_build.warm_up_had("sum_kernel 4444", None) == ""  # no record: nothing said
-    slow = [(1.25, "ln_fwd 1111", "not in the warm-up"), (0.31, "triton_red_fused_0 5555", ""), (0.004, "copy 6", "")]
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab ~/.triton/cache"
+    assert sol_build.kernel_key("/tmp/kernel.ttgir") == "kernel.ttgir ? ~/.triton/cache"  # a file of IR: no hash
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/torchinductor_root/triton/0")  # as Inductor sets it
+    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab /tmp/torchinductor_root/triton/0"
+    warmed = ["ln_fwd 1111 /a", "ln_bwd 2222 /a", ""]
+    assert sol_build.warm_up_had("ln_fwd 1111 /a", warmed) == "the warm-up compiled the same"
+    assert sol_build.warm_up_had("ln_fwd 1111 /b", warmed) == (
+        "the warm-up compiled the same into /a, this page looked in /b"
+    )
+    assert sol_build.warm_up_had("ln_bwd 3333 /a", warmed) == "the warm-up compiled it for other arguments"
+    assert sol_build.warm_up_had("sum_kernel 4444 /a", warmed) == "not in the warm-up"
+    assert sol_build.warm_up_had("sum_kernel 4444 /a", None) == ""  # no record: nothing said
+    slow = [(1.25, "ln_fwd 1111 /a", "not in the warm-up"), (0.31, "triton_red_fused_0 5555 /a", ""), (0.004, "c", "")]
     line = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (1.6, 69), slow))
     assert line.endswith(
         "Triton compiles 69 in 1.6 s; slowest: ln_fwd 1.2 s (not in the warm-up), triton_red_fused_0 0.3 s"
     ), line
-    warm = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (0.3, 69), [(0.004, "copy 6", "")]))
+    warm = sol_build.where_the_time_went([(10, 2.0)], (1.0, 3), ((0.0, 0), (0.3, 69), [(0.004, "copy 6 /a", "")]))
     assert warm.endswith("Triton compiles 69 in 0.3 s"), warm  # all found in the cache: no name
 
 
@@ -205,12 +211,13 @@ except Exception:
 """
 
 
-def test_a_warm_up_records_each_kernel_it_compiles(tmp_path):
+def test_a_warm_up_records_each_kernel_it_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     page = tmp_path / "01_compiles.py"
     page.write_text(COMPILING)
     (tmp_path / "01_compiles.compiled").write_text("old line\n")  # an earlier warm-up's record: replaced
     assert sol_build.warm_up([page], jobs=1, log=lambda line: None, record=tmp_path)["01_compiles"][1] == 0
-    assert (tmp_path / "01_compiles.compiled").read_text() == "ln_fwd cdcdcdcdcdcdcdcd\n"
+    assert (tmp_path / "01_compiles.compiled").read_text() == f"ln_fwd cdcdcdcdcdcdcdcd {tmp_path / 'triton'}\n"
 
 
 def test_the_warm_up_logs_what_a_page_did_not_measure():

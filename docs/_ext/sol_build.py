@@ -57,15 +57,19 @@ _pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages 
 
 
 def kernel_key(src):
-    """How a Triton compile is named in the build's log and in a warm-up's record: the kernel, and the hash of what
+    """How a Triton compile is named in the build's log and in a warm-up's record: the kernel, the hash of what
     ``triton.compiler.compile`` compiles (the function and what it calls, its arguments' types and specialization,
-    its constants). The warm-up's script carries this function's text."""
+    its constants) and the cache folder it is looked up in (Inductor points Triton at a folder of its own, in a
+    process where none was set, at its first kernel). The warm-up's script carries this function's text."""
+    import os
+
     fn = getattr(src, "fn", None)
     name = getattr(fn, "__name__", None) or getattr(src, "name", None) or str(src).rsplit("/", 1)[-1]
     try:
-        return f"{name} {src.hash()[:16]}"
-    except Exception:  # no hash to read: the name alone
-        return f"{name} ?"
+        digest = src.hash()[:16]
+    except Exception:  # no hash to read
+        digest = "?"
+    return f"{name} {digest} {os.environ.get('TRITON_CACHE_DIR', '~/.triton/cache')}"
 
 
 # What a warm-up process runs: the page as a script, its timer replaced by one call of what it times; with a second
@@ -421,8 +425,8 @@ def _profiled(function, *args):
                 kernels.append((time.monotonic() - start, kernel_key(src)))
 
         sys.modules["triton.compiler"].compile = compile_named
-    result = function(*args)
     record = _stamp_folder() / f"{pathlib.Path(str(args[0])).stem}.compiled"  # args[0]: the page's file name
+    result = function(*args)  # (which may point Triton at another cache folder: the record's is found before)
     warmed = record.read_text().split("\n") if record.exists() else None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     return result, blocks, tuple(timers), (tuple(sources), tuple(compiles), slow)
@@ -430,18 +434,18 @@ def _profiled(function, *args):
 
 def warm_up_had(key, warmed):
     """What the page's warm-up compiled of a kernel (``key`` from kernel_key; ``warmed``: the keys its warm-up
-    recorded, or None where there is no record): the same source, another (other arguments' types, specialization
-    or constants), or nothing of that kernel."""
+    recorded, or None where there is no record): the same source in the same cache folder, the same source in
+    another folder, another source of that kernel (other arguments' types, specialization or constants), or none."""
     if warmed is None:
         return ""
-    if key in warmed:
+    name, digest, folder = key.split(" ", 2)
+    found = [w.split(" ", 2) for w in warmed if w.count(" ") >= 2]
+    if [name, digest, folder] in found:
         return "the warm-up compiled the same"
-    name = key.split(" ")[0]
-    return (
-        "the warm-up compiled it for other arguments"
-        if any(w.split(" ")[0] == name for w in warmed)
-        else ("not in the warm-up")
-    )
+    elsewhere = [w[2] for w in found if w[:2] == [name, digest]]
+    if elsewhere:
+        return f"the warm-up compiled the same into {elsewhere[0]}, this page looked in {folder}"
+    return "the warm-up compiled it for other arguments" if any(w[0] == name for w in found) else "not in the warm-up"
 
 
 SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads in a few milliseconds
