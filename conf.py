@@ -35,6 +35,11 @@ else:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(pathlib.Path.home() / ".cache" / "speed-of-light" / "jax"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One Triton cache for all of a page's kernels, named before any page runs: where none is named, Inductor
+# (torch.compile) and Helion each point Triton at a folder of their own when they compile their first kernel, so the
+# folder a page's own kernels are stored in and looked up in changed within the page, with what ran before them, and
+# the timed pass did not always find what the warm-up pass had compiled (docs/_ext/sol_build.py)
+os.environ.setdefault("TRITON_CACHE_DIR", str(pathlib.Path.home() / ".triton" / "cache"))
 # The Helion configs dev/helion_tune.py tuned for each GPU: a page that measures Helion runs each point at its stored
 # config, and autotunes only the points stored for none (a page run alone, with no such file named, autotunes them all)
 _HELION_CONFIGS = pathlib.Path(__file__).resolve().parent / "docs" / "helion_configs.json"

@@ -4,6 +4,7 @@ build without them (a local one) has none; nor a site address (SOL_SITE_URL, or 
 on github.com that Actions builds)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -171,3 +172,22 @@ def test_every_tutorial_has_the_line_that_gets_its_reading_time():
             f"{path.name}: no single '**What you will learn**' in its docstring"
         )
     assert pattern.search("**What you\nwill learn**")
+
+
+def test_the_build_names_one_triton_cache_before_any_page_runs():
+    """Inductor and Helion each set TRITON_CACHE_DIR at their first kernel where it is unset, moving a page's later
+    kernels to another folder: conf.py names one first, and keeps one the caller named."""
+    code = "import os, sys; sys.path.insert(0, os.getcwd()); import conf; print(os.environ['TRITON_CACHE_DIR'])"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+    unset = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert unset.returncode == 0, unset.stderr[-3000:]
+    assert unset.stdout.strip().splitlines()[-1] == os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    named = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "TRITON_CACHE_DIR": "/tmp/mine"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert named.stdout.strip().splitlines()[-1] == "/tmp/mine", named.stderr[-3000:]
