@@ -6,7 +6,8 @@ compiles in worker processes) with the seconds they took, and printing torch._dy
 Each tutorial's `results` DataFrame (when it has one) is written as CSV under $OUT (or /tmp).
 
 PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 02_layer_norm_backward ...]   (page numbers or stems; all
-pages by default)
+pages by default). With SOL_CPROFILE=40, each page's cells run under cProfile and its 40 functions of most
+cumulative time are printed after them (cProfile slows Python-heavy work, tracing and compiling, more than kernels).
 """
 
 import glob
@@ -30,6 +31,10 @@ def timed_compile(src, *a, **k):
         name = getattr(getattr(src, "fn", None), "__name__", "?")
         c = stats["by"].setdefault(name, [0, 0.0]); c[0] += 1; c[1] += dt
 jit.compile = timed_compile
+top = int(os.environ.get("SOL_CPROFILE", "0"))  # cProfile's top functions by cumulative time, after the cells
+if top:
+    import cProfile, pstats
+    profile = cProfile.Profile()
 path = sys.argv[1]
 src = open(path).read()
 cells = re.split(r"\n(?=# %%\n)", src)
@@ -41,7 +46,11 @@ for cell in cells:
     line += cell.count("\n") + 1
     head = [l for l in cell.splitlines() if l.startswith("# ") and not l.startswith("# %%")][:1]
     n0, s0, t = stats["n"], stats["s"], time.time()
+    if top:
+        profile.enable()
     exec(compile(padded, path, "exec"), g)
+    if top:
+        profile.disable()
     dt = time.time() - t
     if dt > 0.5:
         print(
@@ -57,6 +66,8 @@ try:
     print(du.compile_times(repr="str", aggregate=True)[:3000])
 except Exception as e:
     print("no dynamo compile times:", e)
+if top:
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(top)
 if "results" in g and hasattr(g["results"], "to_csv"):
     g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:-3] + "_results.csv"))
 """
