@@ -20,7 +20,9 @@ pages, ``_warm_up`` runs every page that the build will execute, all at once, ea
 (at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
 call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
 on the CPU cores, and nothing is timed. Then the timed pass runs the pages one after another, alone on the
-GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them).
+GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both
+passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
+own as they build a kernel, and a page's later kernels then go where the other pass does not look.
 A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
 versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
 (out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
