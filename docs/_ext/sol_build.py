@@ -61,8 +61,8 @@ _pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages 
 def kernel_key(src):
     """How a Triton compile is named in the build's log and in a warm-up's record: the kernel, the hash of what
     ``triton.compiler.compile`` compiles (the function and what it calls, its arguments' types and specialization,
-    its constants) and the cache folder it is looked up in (Inductor points Triton at a folder of its own, in a
-    process where none was set, at its first kernel). The warm-up's script carries this function's text."""
+    its constants) and the cache folder it is looked up in (where none is set, Inductor and Helion each point Triton
+    at a folder of their own as they build a kernel). The warm-up's script carries this function's text."""
     import os
 
     fn = getattr(src, "fn", None)
