@@ -4,6 +4,7 @@ which must run what they time once, eagerly, before they capture it in a CUDA gr
 
 import ast
 import gc
+import hashlib
 import os
 import re
 import signal
@@ -174,10 +175,13 @@ def test_the_log_names_the_kernels_that_compiled_slowly_and_what_the_warm_up_did
     """A kernel found in Triton's cache loads in milliseconds; one that took longer was compiled in the timed page,
     and the line names it and says what the page's warm-up compiled of it: why the cache did not have it."""
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab ~/.triton/cache"
-    assert sol_build.kernel_key("/tmp/kernel.ttgir") == "kernel.ttgir ? ~/.triton/cache"  # a file of IR: no hash
+    none = hashlib.sha256(b"None").hexdigest()[:8]  # no options given
+    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == f"ln_fwd abababababababab-{none} ~/.triton/cache"
+    assert sol_build.kernel_key("/tmp/k.ttgir") == f"k.ttgir ?-{none} ~/.triton/cache"  # a file of IR: no hash
+    four, eight = (sol_build.kernel_key(_Source("ln_fwd", "ab"), {"num_warps": w}) for w in (4, 8))
+    assert four != eight and four.split(" ")[1].startswith("abababababababab-"), (four, eight)  # options count
     monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/torchinductor_root/triton/0")  # as Inductor sets it
-    assert sol_build.kernel_key(_Source("ln_fwd", "ab")) == "ln_fwd abababababababab /tmp/torchinductor_root/triton/0"
+    assert sol_build.kernel_key(_Source("ln_fwd", "ab")).endswith(f"-{none} /tmp/torchinductor_root/triton/0")
     warmed = ["ln_fwd 1111 /a", "ln_bwd 2222 /a", ""]
     assert sol_build.warm_up_had("ln_fwd 1111 /a", warmed) == "the warm-up compiled the same"
     assert sol_build.warm_up_had("ln_fwd 1111 /b", warmed) == (
@@ -196,6 +200,7 @@ def test_the_log_names_the_kernels_that_compiled_slowly_and_what_the_warm_up_did
 
 
 COMPILING = """
+import triton
 import triton.compiler
 
 class Source:
@@ -204,10 +209,11 @@ class Source:
     def hash(self):
         return "cd" * 8
 
-try:
-    triton.compiler.compile(Source())  # recorded, then no such source to compile
-except Exception:
-    pass
+for compile_ in (triton.compiler.compile, triton.compile):
+    try:
+        compile_(Source(), target=None, options={"num_warps": 4})  # recorded, then no such source to compile
+    except Exception:
+        pass
 """
 
 
@@ -217,7 +223,44 @@ def test_a_warm_up_records_each_kernel_it_compiles(tmp_path, monkeypatch):
     page.write_text(COMPILING)
     (tmp_path / "01_compiles.compiled").write_text("old line\n")  # an earlier warm-up's record: replaced
     assert sol_build.warm_up([page], jobs=1, log=lambda line: None, record=tmp_path)["01_compiles"][1] == 0
-    assert (tmp_path / "01_compiles.compiled").read_text() == f"ln_fwd cdcdcdcdcdcdcdcd {tmp_path / 'triton'}\n"
+    options = hashlib.sha256(repr([("num_warps", 4)]).encode()).hexdigest()[:8]
+    assert (tmp_path / "01_compiles.compiled").read_text().split("\n") == [
+        f"ln_fwd cdcdcdcdcdcdcdcd-{options} {tmp_path / 'triton'}",  # triton.compiler.compile, as a kernel calls it
+        f"ln_fwd cdcdcdcdcdcdcdcd-{options} {tmp_path / 'triton'}",  # triton.compile, as Inductor calls it
+        "",
+    ]
+
+
+def _compile_in_page(fname, src):  # what a page's kernel does at its first call, in the timed pass's process
+    import triton
+    import triton.compiler
+
+    for compile_ in (triton.compiler.compile, triton.compile):
+        try:
+            compile_(src, target=None, options={"num_warps": 4})
+        except Exception:  # no such source to compile
+            pass
+    return "page done"
+
+
+def test_the_timed_page_reads_only_this_builds_warm_up_record(tmp_path, monkeypatch):
+    """_profiled names each compile with what the page's warm-up compiled of it, from the record this build's
+    warm-up wrote; without one (SOL_WARMUP_RECORDS unset: no warm-up this build), it says nothing of the warm-up."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    src = _Source("ln_fwd", "cd")
+    key = sol_build.kernel_key(src, {"num_warps": 4})
+    (tmp_path / "01_page.compiled").write_text(key + "\n")
+    monkeypatch.setenv("SOL_WARMUP_RECORDS", str(tmp_path))
+    import triton.compiler  # noqa: F401  (as the build's process imports it before the pages: PREIMPORT)
+
+    result, _, _, (_, (_, count), slow) = sol_build.run_in_child(
+        sol_build._profiled, _compile_in_page, "01_page.py", src
+    )
+    assert result == "page done" and count == 2, (result, count)
+    assert [(k, why) for _, k, why in slow] == [(key, "the warm-up compiled the same")] * 2, slow
+    monkeypatch.delenv("SOL_WARMUP_RECORDS")
+    *_, (_, _, slow) = sol_build.run_in_child(sol_build._profiled, _compile_in_page, "01_page.py", src)
+    assert [why for *_, why in slow] == ["", ""], slow
 
 
 def test_the_warm_up_logs_what_a_page_did_not_measure():

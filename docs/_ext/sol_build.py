@@ -58,11 +58,13 @@ _started = time.monotonic()
 _pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages run
 
 
-def kernel_key(src):
-    """How a Triton compile is named in the build's log and in a warm-up's record: the kernel, the hash of what
+def kernel_key(src, options=None):
+    """How a Triton compile is named in the build's log and in a warm-up's record: the kernel; the hash of what
     ``triton.compiler.compile`` compiles (the function and what it calls, its arguments' types and specialization,
-    its constants) and the cache folder it is looked up in (where none is set, Inductor and Helion each point Triton
-    at a folder of their own as they build a kernel). The warm-up's script carries this function's text."""
+    its constants) and of its options (warps, stages); and the cache folder it is looked up in (where none is set,
+    Inductor and Helion each point Triton at a folder of their own as they build a kernel). The warm-up's script
+    carries this function's text."""
+    import hashlib
     import os
 
     fn = getattr(src, "fn", None)
@@ -71,13 +73,21 @@ def kernel_key(src):
         digest = src.hash()[:16]
     except Exception:  # no hash to read
         digest = "?"
+    items = sorted(options.items()) if isinstance(options, dict) else options
+    digest += "-" + hashlib.sha256(repr(items).encode()).hexdigest()[:8]
     return f"{name} {digest} {os.environ.get('TRITON_CACHE_DIR', '~/.triton/cache')}"
+
+
+def _options(args, kwargs):
+    """The options a call of ``triton.compiler.compile(src, target=None, options=None)`` passed, after src."""
+    return kwargs.get("options", args[1] if len(args) > 1 else None)
 
 
 # What a warm-up process runs: the page as a script, its timer replaced by one call of what it times; with a second
 # argument, a file where each kernel it compiles is recorded (kernel_key).
 _WARM_UP = (
     inspect.getsource(kernel_key)
+    + inspect.getsource(_options)
     + r"""
 import runpy, sys, timeit
 import triton.testing
@@ -98,10 +108,10 @@ if len(sys.argv) > 2:
 
     def compile_recorded(src, *args, **kwargs):
         with open(sys.argv[2], "a") as record:
-            record.write(kernel_key(src) + "\n")
+            record.write(kernel_key(src, _options(args, kwargs)) + "\n")
         return compile_(src, *args, **kwargs)
 
-    triton.compiler.compile = compile_recorded
+    triton.compiler.compile = triton.compile = compile_recorded  # Inductor calls the second
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
 )
@@ -259,6 +269,9 @@ def _warm_up(app):
     pages = pages_to_run(conf, tutorials, pathlib.Path(app.srcdir) / "tutorials")
     folder, names = _stamp_folder(), stamps(pages)
     cold = [page for page in pages if not (folder / names[page]).exists()]
+    for page in set(pages) - set(cold):  # an earlier warm-up's record may be of another source: none read
+        (folder / f"{page.stem}.compiled").unlink(missing_ok=True)
+    os.environ["SOL_WARMUP_RECORDS"] = str(folder)  # where the timed pages find what their warm-up compiled
     start = time.monotonic()
     if cold:
         jobs = max(1, min(len(cold), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
@@ -424,12 +437,18 @@ def _profiled(function, *args):
             try:
                 return compile_(src, *a, **k)
             finally:
-                kernels.append((time.monotonic() - start, kernel_key(src)))
+                kernels.append((time.monotonic() - start, kernel_key(src, _options(a, k))))
 
         sys.modules["triton.compiler"].compile = compile_named
-    record = _stamp_folder() / f"{pathlib.Path(str(args[0])).stem}.compiled"  # args[0]: the page's file name
-    result = function(*args)  # (which may point Triton at another cache folder: the record's is found before)
-    warmed = record.read_text().split("\n") if record.exists() else None
+        if "triton" in sys.modules:  # Inductor calls triton.compile, the same function under the package's name
+            sys.modules["triton"].compile = compile_named
+    folder = os.environ.get("SOL_WARMUP_RECORDS")  # set where this build's warm-up ran (_warm_up)
+    record = pathlib.Path(folder or ".") / f"{pathlib.Path(str(args[0])).stem}.compiled"  # args[0]: the page's file
+    result = function(*args)
+    try:
+        warmed = record.read_text().split("\n") if folder and record.exists() else None
+    except (OSError, UnicodeError):  # no record to read: nothing said of the warm-up
+        warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     return result, blocks, tuple(timers), (tuple(sources), tuple(compiles), slow)
 
