@@ -18,6 +18,9 @@ import time
 
 CHILD = r"""
 import os, sys, time, re
+import torch
+if not torch.cuda.is_available():  # as the pages do without a GPU, before Triton is imported: its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton, triton.compiler as jit  # JITFunction.create_binder imports compile from here
 stats = {"n": 0, "s": 0.0, "by": {}}
 real = jit.compile
