@@ -407,7 +407,8 @@ def points_of(stem, calls, kernels_of, log=print):
     once) cannot be told apart: those calls are left out (the log names the page's labels), the label's calls from
     other lines and the point's other calls kept; a point left with none is left out. A call timed in a helper of the
     page with no variable naming it (03's light in ``yardsticks``, 06's steps in ``measure_ladder``) is no peer: left
-    out."""
+    out. Where ours ran the very kernels of another call, the log says so: a fallback of ours, or a call of another
+    profiled as ours, to check before its reading is trusted."""
     groups, ours = {}, ours_label(stem)
     for record in calls:
         kernels = kernels_of.get(record["call"], [])
@@ -432,6 +433,10 @@ def points_of(stem, calls, kernels_of, log=print):
         by_label = {entry["label"]: entry for where, _, entry in entries if times[where] == 1}  # the last of each kept
         for where, named in dict.fromkeys((where, named) for where, named, _ in entries if times[where] > 1):
             log(f"{stem} {direction or ''} {dtype} N = {n:,}: {named} timed twice at line {where[2]}: left out")
+        mine = by_label.get("ours")
+        same = [k for k, e in by_label.items() if mine and k != "ours" and sorted(e["names"]) == sorted(mine["names"])]
+        if same:  # ours' own fallback (05 past its range runs XLA's), or another call's kernels profiled as ours
+            log(f"{stem} {direction or ''} {dtype} N = {n:,}: ours ran the same kernels as {', '.join(same)}: check")
         out.append({"page": stem, "direction": direction, "dtype": dtype, "N": n, "calls": list(by_label.values())})
     for point in out:
         copy = copies.get((point["dtype"], point["N"]))

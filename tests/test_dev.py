@@ -260,6 +260,15 @@ def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     ]
     (point,) = counters.points_of("05_jax_rms_norm", ladder, counters.assign(kernels + more, ladder))
     assert [c["label"] for c in point["calls"]] == ["ours", "torch.compile", "copy kernel"]
+    # ours running the very kernels of a peer (a fallback, or the peer's call profiled as ours) is logged
+    same = counters.read_report(_ncu_csv([marker(6), ("triton_per_fused_softmax_0", k(20_000, 1000, 1000, 95, 70))]))
+    fallback, said = [calls[0], calls[4], {**calls[3], "call": 6, "line": 40}], []
+    (point,) = counters.points_of(page, fallback, counters.assign(kernels + same, fallback), log=said.append)
+    assert [c["label"] for c in point["calls"]] == ["torch.compile", "ours", "copy kernel"]
+    assert len(said) == 1 and "ours ran the same kernels as torch.compile" in said[0], said
+    said = []
+    counters.points_of(page, calls, counters.assign(kernels, calls), log=said.append)
+    assert said == []  # ours' own kernels: nothing said
     # one call the page names not at all, in a helper (03's light in yardsticks, 06's ladder step), is no peer: left out
     once = [calls[0], {**unnamed, "call": 3, "function": "yardsticks"}, calls[3], calls[4]]
     (point,) = counters.points_of(page, once, counters.assign(kernels + more, once))
