@@ -401,7 +401,7 @@ def _profiled(function, *args):
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
 
-    blocks, timers, sources, compiles, kernels = [], [0.0, 0], [0.0, 0], [0.0, 0], []
+    blocks, timers, sources, kernels = [], [0.0, 0], [0.0, 0], []  # kernels: (seconds, kernel_key) a compile
     execute = gen_rst.execute_code_block
 
     def execute_code_block(compiler, block, *rest, **kwargs):
@@ -430,7 +430,7 @@ def _profiled(function, *args):
     loader = importlib.machinery.SourceFileLoader
     loader.source_to_code = timed(loader.source_to_code, sources)  # a module with no bytecode cached for it
     if "triton.compiler" in sys.modules:  # a kernel's launcher imports compile from here at its first call
-        compile_ = timed(sys.modules["triton.compiler"].compile, compiles)
+        compile_ = sys.modules["triton.compiler"].compile
 
         def compile_named(src, *a, **k):  # each kernel's seconds and key: a slow one was compiled, not found cached
             start = time.monotonic()
@@ -443,14 +443,15 @@ def _profiled(function, *args):
         if "triton" in sys.modules:  # Inductor calls triton.compile, the same function under the package's name
             sys.modules["triton"].compile = compile_named
     folder = os.environ.get("SOL_WARMUP_RECORDS")  # set where this build's warm-up ran (_warm_up)
-    record = pathlib.Path(folder or ".") / f"{pathlib.Path(str(args[0])).stem}.compiled"  # args[0]: the page's file
+    record = folder and pathlib.Path(folder, f"{pathlib.Path(str(args[0])).stem}.compiled")  # args[0]: the page's file
     result = function(*args)
     try:
-        warmed = record.read_text().split("\n") if folder and record.exists() else None
+        warmed = record.read_text().split("\n") if record and record.exists() else None
     except (OSError, UnicodeError):  # no record to read: nothing said of the warm-up
         warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
-    return result, blocks, tuple(timers), (tuple(sources), tuple(compiles), slow)
+    compiles = (sum(seconds for seconds, _ in kernels), len(kernels))
+    return result, blocks, tuple(timers), (tuple(sources), compiles, slow)
 
 
 def warm_up_had(key, warmed):
