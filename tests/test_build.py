@@ -462,27 +462,3 @@ def test_a_warm_up_stamp_names_the_source_and_the_caches(tmp_path, monkeypatch):
     assert stamp() != second, "another cache folder kept the stamp"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     assert sol_build._stamp_folder() == tmp_path / "triton" / "sol-warm-up", "stamps not beside Triton's cache"
-
-
-def _fake_cuda_works():  # 8.0, as _cuda_works, unless an import in this process (or its parent) "started CUDA"
-    if os.environ.get("SOL_TEST_CUDA_STARTED"):
-        raise RuntimeError("CUDA was started before the fork")
-    return 8.0
-
-
-def test_a_module_is_preimported_only_where_its_import_leaves_cuda_to_the_pages(tmp_path, monkeypatch):
-    """preimport's checked modules: imported where a child that imports them can still fork a child that starts
-    CUDA; one whose import starts CUDA (here: sets a variable the fake check reads) is left to the pages."""
-    (tmp_path / "sol_leaves_cuda.py").write_text("VALUE = 1\n")
-    (tmp_path / "sol_starts_cuda.py").write_text("import os\nos.environ['SOL_TEST_CUDA_STARTED'] = '1'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sol_build, "_cuda_works", _fake_cuda_works)
-    monkeypatch.delenv("SOL_TEST_CUDA_STARTED", raising=False)
-    checked = ("sol_starts_cuda", "sol_leaves_cuda", "sol_not_installed")
-    done = sol_build.preimport(modules=(), gpu=True, checked=checked)
-    assert done == ["sol_leaves_cuda"], done
-    assert "sol_starts_cuda" not in sys.modules and not os.environ.get("SOL_TEST_CUDA_STARTED")
-    assert sys.modules["sol_leaves_cuda"].VALUE == 1
-    sys.modules.pop("sol_leaves_cuda")
-    assert sol_build.preimport(modules=(), gpu=False, checked=checked[1:]) == ["sol_leaves_cuda"]
-    sys.modules.pop("sol_leaves_cuda")

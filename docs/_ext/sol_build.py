@@ -10,9 +10,9 @@ page's ``.rst``, images, notebook) are on disk for the parent. A child that dies
 page fail with that reason, rendered unrun; the pages after it start clean. For a fork to be safe the Sphinx
 process itself must not start CUDA: ``conf.py`` asks NVML, not CUDA, whether there is a GPU
 (``PYTORCH_NVML_BASED_CUDA_CHECK=1``), and nothing here touches the GPU. What most pages import (Triton,
-pandas, matplotlib, torch's compiler, Liger-Kernel, quack's CuTe DSL: ``PREIMPORT``; Helion where a child shows
-that importing it leaves CUDA alone) is imported once before the first fork, so that no page pays for it again; a
-forked child then checks that CUDA still starts (``SOL_PREIMPORT=0`` skips this).
+pandas, matplotlib, torch's compiler, Liger-Kernel, quack's CuTe DSL: ``PREIMPORT``) is imported once before
+the first fork, so that no page pays for it again; a forked child then checks that CUDA still starts
+(``SOL_PREIMPORT=0`` skips this).
 
 **Compile first, then time.** On a GPU most of a cold build is compiling: Triton's kernels, Inductor's for the
 ``torch.compile`` columns, XLA's for tutorial 05, quack's CuTe-DSL kernels. Before sphinx-gallery runs the
@@ -358,16 +358,6 @@ PREIMPORT = (
 )
 # The CuTe DSL (cutlass, 3.3 s) under quack, but not quack itself: importing quack.dsl starts CUDA, which a
 # forked child cannot start again (H200, quack 0.6.5, nvidia-cutlass-dsl 4.8.1; probe in the design record).
-# Imported only where a child shows that its import leaves CUDA to the pages: Helion (its autotuner imports
-# scikit-learn, about 1 s, on 9 pages), whose import could start CUDA in a release to come.
-PREIMPORT_IF_CUDA_STAYS = ("helion",)
-
-
-def _leaves_cuda(name):  # in a child: import name, then check that a child of this one still starts CUDA
-    import importlib
-
-    importlib.import_module(name)
-    return run_in_child(_cuda_works) == 8.0
 
 
 def _cuda_works():
@@ -376,12 +366,10 @@ def _cuda_works():
     return torch.ones(4, device="cuda").add_(1).sum().item()
 
 
-def preimport(modules=PREIMPORT, gpu=False, checked=PREIMPORT_IF_CUDA_STAYS):
-    """Import what the pages share into this process (those installed), and those of ``checked`` whose import,
-    tried first in a child on a GPU, leaves CUDA to a forked child; on a GPU, check that a forked child can
+def preimport(modules=PREIMPORT, gpu=False):
+    """Import what the pages share into this process (those installed); on a GPU, check that a forked child can
     still start CUDA, that is, that no import started it here. Returns the modules imported."""
     import importlib
-    import importlib.util
 
     done = []
     for name in modules:
@@ -389,13 +377,6 @@ def preimport(modules=PREIMPORT, gpu=False, checked=PREIMPORT_IF_CUDA_STAYS):
             importlib.import_module(name)
             done.append(name)
         except Exception:  # not installed, or not importable here: the page imports it itself
-            pass
-    for name in checked:
-        try:  # on a GPU, imported here only if a child that imports it leaves CUDA to its own child
-            if importlib.util.find_spec(name) and (not gpu or run_in_child(_leaves_cuda, name)):
-                importlib.import_module(name)
-                done.append(name)
-        except Exception:  # not installed, not importable, or it starts CUDA: the page imports it itself
             pass
     if gpu:
         try:
