@@ -462,3 +462,20 @@ def test_a_warm_up_stamp_names_the_source_and_the_caches(tmp_path, monkeypatch):
     assert stamp() != second, "another cache folder kept the stamp"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     assert sol_build._stamp_folder() == tmp_path / "triton" / "sol-warm-up", "stamps not beside Triton's cache"
+
+
+def test_the_warm_ups_autotuning_picks_are_removed_and_earlier_ones_kept(tmp_path):
+    """forget_autotuning removes the *.best_config files Inductor stored since the warm-up started (timed beside
+    other pages on the GPU), wherever they are under the cache folder, and keeps the earlier ones (a timed pass's)."""
+    import time
+
+    since = time.time()
+    old, new, other = tmp_path / "ab" / "k1.best_config", tmp_path / "cd" / "k2.best_config", tmp_path / "cd" / "k2.py"
+    for path in (old, new, other):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("{}")
+    os.utime(old, (since - 60, since - 60))
+    os.utime(new, (since + 1, since + 1))
+    assert sol_build.forget_autotuning(since, root=tmp_path) == 1
+    assert old.exists() and other.exists() and not new.exists()
+    assert sol_build.forget_autotuning(since, root=tmp_path / "none") == 0

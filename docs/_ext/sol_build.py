@@ -23,6 +23,8 @@ on the CPU cores, and nothing is timed. Then the timed pass runs the pages one a
 GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both
 passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
 own as they build a kernel, and a page's later kernels then go where the other pass does not look.
+Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up's picks,
+timed beside other pages, are removed, so that the timed pass times the candidates alone (``forget_autotuning``).
 A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
 versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
 (out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
@@ -280,7 +282,10 @@ def _warm_up(app):
             + (f"; {len(pages) - len(cold)} compiled by an earlier build" if len(cold) < len(pages) else "")
         )
         folder.mkdir(parents=True, exist_ok=True)
+        since = int(time.time())  # whole seconds: some file systems keep no finer times
         done = warm_up(cold, jobs, log=_logger.info, record=folder)
+        if removed := forget_autotuning(since):
+            _logger.info(f"warm-up: {removed} of Inductor's autotuning picks, timed beside other pages, removed")
         for page in cold:
             if done[page.stem][1] == 0:
                 (folder / names[page]).write_text("")
@@ -297,6 +302,28 @@ def _warm_up(app):
         )
     if pages:  # the caches hold what the pages compile: no pool of compile workers beside the timed pages
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+
+
+def forget_autotuning(since, root=None):
+    """Remove the launch configs Inductor's autotuner stored (``*.best_config`` files, beside its kernels under its
+    cache folder, or ``root``) at or after ``since`` (a ``time.time()``): those the warm-up stored were timed beside
+    the other pages on the GPU, so the timed pass times torch.compile's candidates again, alone, and stores its pick
+    for later builds. Returns how many it removed."""
+    if root is None:
+        try:
+            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        except ImportError:  # no Inductor here: nothing it stored
+            return 0
+        root = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    removed = 0
+    for path in pathlib.Path(root).rglob("*.best_config"):
+        try:
+            if path.stat().st_mtime >= since:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:  # removed meanwhile
+            pass
+    return removed
 
 
 def run_in_child(function, *args):
