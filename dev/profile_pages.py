@@ -8,6 +8,8 @@ Each tutorial's `results` DataFrame (when it has one) is written as CSV under $O
 PYTHONUNBUFFERED=1 python3 dev/profile_pages.py [01 12 02_layer_norm_backward ...]   (page numbers or stems; all
 pages by default). With SOL_CPROFILE=40, each page's cells run under cProfile and its 40 functions of most
 cumulative time are printed after them (cProfile slows Python-heavy work, tracing and compiling, more than kernels).
+Each page runs as the site's build runs it: with one Triton cache folder, Helion's stored configs, and no Helion search
+at a point with none stored, unless the environment says otherwise (``child_env``).
 """
 
 import glob
@@ -75,15 +77,34 @@ if "results" in g and hasattr(g["results"], "to_csv"):
     g["results"].to_csv(os.path.join(os.environ.get("OUT", "/tmp"), os.path.basename(path)[:-3] + "_results.csv"))
 """
 
-names = sys.argv[1:]
-pages = sorted(
-    glob.glob("tutorials/[0-9][0-9]_*.py") + glob.glob("tutorials/deep_dives/[0-9][0-9]_*.py"), key=os.path.basename
-)
-for path in pages:
-    name = os.path.basename(path)
-    if names and name[:2] not in names and name[:-3] not in names:  # a number takes its pages, a stem its page
-        continue
-    t = time.time()
-    print(f"== {name}", flush=True)
-    subprocess.run([sys.executable, "-c", CHILD, path], check=False, env=dict(os.environ, MPLBACKEND="Agg"))
-    print(f"== {name} wall {time.time() - t:.1f}s", flush=True)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child_env(environ):
+    """A page's environment, as the site's build gives it (conf.py) unless the caller set these: one Triton cache
+    folder for all of a page's kernels, Helion's stored configs, and no Helion search where none is stored (a
+    profile times the page, not Helion's autotuner)."""
+    env = dict(environ, MPLBACKEND="Agg")
+    env.setdefault("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    env.setdefault("SOL_HELION_CONFIGS", os.path.join(ROOT, "docs", "helion_configs.json"))
+    env.setdefault("SOL_HELION_AUTOTUNE", "0")
+    return env
+
+
+def main(names):
+    pages = sorted(
+        glob.glob("tutorials/[0-9][0-9]_*.py") + glob.glob("tutorials/deep_dives/[0-9][0-9]_*.py"),
+        key=os.path.basename,
+    )
+    for path in pages:
+        name = os.path.basename(path)
+        if names and name[:2] not in names and name[:-3] not in names:  # a number takes its pages, a stem its page
+            continue
+        t = time.time()
+        print(f"== {name}", flush=True)
+        subprocess.run([sys.executable, "-c", CHILD, path], check=False, env=child_env(os.environ))
+        print(f"== {name} wall {time.time() - t:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

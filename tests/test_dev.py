@@ -1,5 +1,9 @@
 """dev/ holds maintained tools only, each described in dev/README.md, and the design record."""
 
+import os
+import pathlib
+import sys
+
 import pytest
 
 from conftest import ROOT, TUTORIALS, untimed_source
@@ -507,3 +511,19 @@ def test_counters_tool_finds_the_calls_a_page_times_at_a_point_on_the_cpu(tmp_pa
         ("torch", "forward"),
         ("torch", "backward"),
     }
+
+
+def test_profiled_pages_run_as_the_build_runs_them():
+    """dev/profile_pages.py gives each page the build's Triton cache folder and Helion's stored configs, with no
+    Helion search (a profile that autotuned would time the search), unless the caller set them."""
+    sys.path.insert(0, str(ROOT / "dev"))
+    try:
+        import profile_pages
+    finally:
+        sys.path.remove(str(ROOT / "dev"))
+    env = profile_pages.child_env({"PATH": "/bin"})
+    assert env["SOL_HELION_AUTOTUNE"] == "0" and env["MPLBACKEND"] == "Agg" and env["PATH"] == "/bin"
+    assert env["TRITON_CACHE_DIR"].endswith(os.path.join(".triton", "cache"))
+    assert pathlib.Path(env["SOL_HELION_CONFIGS"]) == ROOT / "docs" / "helion_configs.json"
+    mine = profile_pages.child_env({"SOL_HELION_AUTOTUNE": "1", "TRITON_CACHE_DIR": "/tmp/t"})
+    assert mine["SOL_HELION_AUTOTUNE"] == "1" and mine["TRITON_CACHE_DIR"] == "/tmp/t"
