@@ -107,7 +107,7 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 
 # %%
 # **Launch parameters** come from the device. To hide memory's latency an SM needs bandwidth x latency / SMs bytes in
-# flight (Little's law: 25 KB at 3.35 TB/s, a microsecond, 132 SMs). A program loads its whole tile at once and an SM
+# flight (Little's law; the ladder below prints this GPU's figures). A program loads its whole tile at once and an SM
 # holds 16 programs of 4 warps, so ``min_tile_bytes`` is a 16th, rounded up to a power of two: 2 or 4 KB.
 # ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more only where a
 # thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
@@ -236,8 +236,18 @@ def bench(fn, graph=True):
             fn()
     return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
 
+def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes reads them: printed above the ladder
+    if not ON_GPU:
+        return f"No GPU here to read: tiles of {min_tile_bytes() // 1024} KB, min_tile_bytes()'s default."
+    props = torch.cuda.get_device_properties(DEVICE)
+    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
+    return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
+            f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "
+            f"tiles of {min_tile_bytes() // 1024} KB or more.")
 def measure_ladder(steps, elements=2**26 if ON_GPU else 2**15):
     """Each step's forward on one fp32 tensor (on a GPU 256 MB, far past its L2) viewed as rows of 256 and 4096."""
+    print(launch_figures())
     x, y, rows = torch.randn(elements, device=DEVICE), torch.empty(elements, device=DEVICE), []
     light = 2 * elements * 4 / bench(lambda: y.copy_(x), graph=False) * 1e-6
     for step, idea, launch in steps:

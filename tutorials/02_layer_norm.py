@@ -86,7 +86,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 
 # %%
 # **Launch parameters.** To hide memory's latency an SM needs bandwidth x latency / SMs bytes in flight (Little's
-# law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs), shared by the 16 programs of 4 warps it holds: a tile holds a 16th or
+# law; the ladder below prints this GPU's), shared by the 16 programs of 4 warps it holds: a tile holds a 16th or
 # more, ``min_tile_bytes()`` (appendix), a thread at most 32 values, on 2 warps or more. ``EVICT="evict_last"``: L2
 # evicts x's lines last (a few percent faster); ``""``, no hint, on rows of 64 KB or more; 64 KB rows hold 64 values
 # a thread (both measured).
@@ -326,7 +326,17 @@ def tables(results, steps, fns):  # (the benchmark's table, the ladder's)
     ladder = pd.DataFrame(steps, columns=["step", "idea", "N", "GB/s", "light"]).sort_values(["step", "N"], ignore_index=True)
     ladder["% of light"] = 100 * ladder["GB/s"] / ladder.pop("light")
     return table, ladder
+def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes reads them: printed above the ladder
+    if not ON_GPU:
+        return f"No GPU here to read: tiles of {min_tile_bytes() // 1024} KB, min_tile_bytes()'s default."
+    props = torch.cuda.get_device_properties(DEVICE)
+    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
+    return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
+            f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "
+            f"tiles of {min_tile_bytes() // 1024} KB or more.")
 def show_ladder(ladder):  # the interpreter's times are no GPU's speeds: step | idea | N only
+    print(launch_figures())
     shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide(axis="index")
 def show_benchmark(table):  # the plot and the table, and the CSV for the landing page

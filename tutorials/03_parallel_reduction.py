@@ -100,8 +100,8 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_m, stride_n,
     tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 # %%
-# **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law:
-# about 25 KB at 3.35 TB/s, a microsecond, 132 SMs): a tile of 8192 elements, 16 warps of 16 a thread (four 16-byte
+# **Launch parameters.** Memory stays busy when each SM has bandwidth x latency / SMs bytes in flight (Little's law;
+# the ladder below prints this GPU's): a tile of 8192 elements, 16 warps of 16 a thread (four 16-byte
 # loads in fp32), several programs an SM (measured: 2-6% faster than 4096 on rows of 4 K to 64 K).
 #
 # **The range.** ``RANGE``: rows of up to 64 K elements. The benchmark's 2**26 elements in rows that long make 1024
@@ -241,8 +241,17 @@ def measure_ladder():
             rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": gbps, "% of light": 100 * gbps / light})
     return pd.DataFrame(rows)
 
+def launch_figures():  # Little's law with this GPU's figures: printed above the ladder
+    if not ON_GPU:
+        return "No GPU here: the interpreter runs the same tiles of 8192 elements."
+    props = torch.cuda.get_device_properties(DEVICE)
+    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x 1 µs / {props.multi_processor_count} SMs = "
+            f"{bandwidth * 1e-6 / props.multi_processor_count / 1024:.0f} KB in flight an SM; a tile of 8192 "
+            f"elements is 32 KB in fp32, 16 KB in bf16, and an SM runs several.")
 def show_ladder(ladder):
     """The ladder table (step | idea | N on the CPU, whose interpreter times are no GPU's speeds)."""
+    print(launch_figures())
     shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}",
                                "% of light": "{:.3g}%"}).hide(axis="index")

@@ -66,7 +66,7 @@ def plain_rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK_
 # Step 1: a tile of rows a program
 # --------------------------------
 # A row of 256 bf16 is 512 bytes; to hide memory's latency an SM needs bandwidth x latency / SMs in flight (Little's
-# law: 25 KB at 3.35 TB/s, 1 µs, 132 SMs). Step 1 gives a program ``BLOCK_M`` rows: ``rows[:, None]`` and
+# law; the ladder below prints this GPU's). Step 1 gives a program ``BLOCK_M`` rows: ``rows[:, None]`` and
 # ``cols[None, :]`` broadcast into a tile as in PyTorch, ``axis=1`` sums each row, ``tl.minimum`` keeps every load on a
 # real row, and ``HAS_WEIGHT``, a ``constexpr``, compiles out an absent weight. ``tl.where(c, a, b)`` is
 # ``torch.where``; ``tl.broadcast_to`` spreads ``rstd`` over the tile, for column 0 to store.
@@ -340,7 +340,17 @@ def measure_ladder():  # the forward on bf16 rows of 256 (packing matters) and 4
             rows.append({"step": step, "idea": idea, "N": n_cols, "GB/s": speed, "% of light": 100 * speed / light})
     return pd.DataFrame(rows).sort_values("step", kind="stable")
 
+def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes reads them: printed above the ladder
+    if not ON_GPU:
+        return f"No GPU here to read: tiles of {min_tile_bytes() // 1024} KB, min_tile_bytes()'s default."
+    props = torch.cuda.get_device_properties(DEVICE)
+    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
+    return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
+            f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "
+            f"tiles of {min_tile_bytes() // 1024} KB or more.")
 def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
+    print(launch_figures())
     shown = ladder if ON_GPU else ladder[["step", "idea", "N"]]
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
 
