@@ -54,3 +54,12 @@ def test_a_page_prints_littles_law_with_its_own_gpus_figures(monkeypatch, stem, 
         assert "8192 elements" in line, line
     monkeypatch.setitem(scope, "ON_GPU", False)
     assert figures().startswith("No GPU here")
+    monkeypatch.setitem(scope, "ON_GPU", True)  # a device that does not report its memory clock: said, no crash
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *args: types.SimpleNamespace(name="GPU X"))
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+    try:
+        assert figures().startswith("This GPU X does not report its memory clock")
+    finally:
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()

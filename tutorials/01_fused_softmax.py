@@ -240,7 +240,9 @@ def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes
     if not ON_GPU:
         return f"No GPU here to read: tiles of {min_tile_bytes() // 1024} KB, min_tile_bytes()'s default."
     props = torch.cuda.get_device_properties(DEVICE)
-    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return f"This {props.name} does not report its memory clock: tiles of {min_tile_bytes() // 1024} KB or more."
     sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
             f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "

@@ -245,7 +245,9 @@ def launch_figures():  # Little's law with this GPU's figures: printed above the
     if not ON_GPU:
         return "No GPU here: the interpreter runs the same tiles of 8192 elements."
     props = torch.cuda.get_device_properties(DEVICE)
-    bandwidth = 2 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8  # bytes a second
+    bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
+    if not bandwidth:
+        return f"This {props.name} does not report its memory clock: a tile of 8192 elements, several an SM."
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x 1 µs / {props.multi_processor_count} SMs = "
             f"{bandwidth * 1e-6 / props.multi_processor_count / 1024:.0f} KB in flight an SM; a tile of 8192 "
             f"elements is 32 KB in fp32, 16 KB in bf16, and an SM runs several.")
