@@ -479,3 +479,19 @@ def test_the_warm_ups_autotuning_picks_are_removed_and_earlier_ones_kept(tmp_pat
     assert sol_build.forget_autotuning(since, root=tmp_path) == 1
     assert old.exists() and other.exists() and not new.exists()
     assert sol_build.forget_autotuning(since, root=tmp_path / "none") == 0
+
+
+READS_NO_PICK = """
+from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+assert AutotuneCache.read_best(None, {}, []) is None, "the warm-up read a stored pick"
+"""
+
+
+def test_a_warm_up_reads_no_stored_autotuning_pick(tmp_path):
+    """In a warm-up's process Inductor finds no stored pick: a kernel compiled there keeps all its launch configs in
+    the compile cache, and the timed pass times them alone (a stored pick would have cut them to one)."""
+    page = tmp_path / "01_reads.py"
+    page.write_text(READS_NO_PICK)
+    seconds, code, output = sol_build.warm_up([page], jobs=1, log=lambda line: None)["01_reads"]
+    assert code == 0, output

@@ -108,7 +108,7 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 # %%
 # **Launch parameters** come from the device. To hide memory's latency an SM needs bandwidth x latency / SMs bytes in
 # flight (Little's law; the ladder below prints this GPU's figures). A program loads its whole tile at once and an SM
-# holds 16 programs of 4 warps, so ``min_tile_bytes`` is a 16th, rounded up to a power of two: 2 or 4 KB.
+# holds 12 to 16 programs of 4 warps, so ``min_tile_bytes`` is that share, rounded up to a power of two: 2 KB or more.
 # ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more only where a
 # thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
 #
@@ -242,7 +242,7 @@ def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return f"This {props.name} does not report its memory clock: tiles of {min_tile_bytes() // 1024} KB or more."
+        return f"This {props.name} does not report its memory clock and width: tiles of {min_tile_bytes() // 1024} KB or more."
     sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
             f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "

@@ -86,7 +86,7 @@ def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows
 
 # %%
 # **Launch parameters.** To hide memory's latency an SM needs bandwidth x latency / SMs bytes in flight (Little's
-# law; the ladder below prints this GPU's), shared by the 16 programs of 4 warps it holds: a tile holds a 16th or
+# law; the ladder below prints this GPU's), shared by the 12-16 programs of 4 warps it holds: a tile holds its share or
 # more, ``min_tile_bytes()`` (appendix), a thread at most 32 values, on 2 warps or more. ``EVICT="evict_last"``: L2
 # evicts x's lines last (a few percent faster); ``""``, no hint, on rows of 64 KB or more; 64 KB rows hold 64 values
 # a thread (both measured).
@@ -332,7 +332,7 @@ def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return f"This {props.name} does not report its memory clock: tiles of {min_tile_bytes() // 1024} KB or more."
+        return f"This {props.name} does not report its memory clock and width: tiles of {min_tile_bytes() // 1024} KB or more."
     sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
             f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "

@@ -247,7 +247,7 @@ def launch_figures():  # Little's law with this GPU's figures: printed above the
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return f"This {props.name} does not report its memory clock: a tile of 8192 elements, several an SM."
+        return f"This {props.name} does not report its memory clock and width: a tile of 8192 elements, several an SM."
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x 1 µs / {props.multi_processor_count} SMs = "
             f"{bandwidth * 1e-6 / props.multi_processor_count / 1024:.0f} KB in flight an SM; a tile of 8192 "
             f"elements is 32 KB in fp32, 16 KB in bf16, and an SM runs several.")

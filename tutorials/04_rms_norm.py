@@ -97,9 +97,9 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
              mask=row_ok[:, None] & (cols == 0)[None, :])
 
 # %%
-# **Launch parameters**: the 16 programs of 4 warps an SM holds share those bytes, so a tile holds ``min_tile_bytes()``
-# or more (appendix), a thread at most ``BYTES_PER_THREAD``. ``eviction_policy="evict_last"`` has L2 evict x's lines
-# last: measured, a few percent faster.
+# **Launch parameters**: the 12-16 programs of 4 warps an SM holds share those bytes, so a tile holds
+# ``min_tile_bytes()`` or more (appendix), a thread at most ``BYTES_PER_THREAD``. ``eviction_policy="evict_last"`` has
+# L2 evict x's lines last: measured, a few percent faster.
 #
 # **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
@@ -346,7 +346,7 @@ def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return f"This {props.name} does not report its memory clock: tiles of {min_tile_bytes() // 1024} KB or more."
+        return f"This {props.name} does not report its memory clock and width: tiles of {min_tile_bytes() // 1024} KB or more."
     sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
             f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "

@@ -110,9 +110,9 @@ def one_row_a_program(x2d, w, eps=1e-6):  # step 0's launch
 # Step 1: several rows a program, warps sized to the tile
 # -------------------------------------------------------
 # Memory is busy when each SM (a GPU's core; a program runs on one) keeps enough bytes in flight to cover a load's
-# latency. By Little's law that is bandwidth x latency / SMs: 25-36 KB on today's data-center GPUs (3.35-4.8 TB/s, a
-# microsecond, 132 SMs). A program a row of 256 has 1 KB or less to load: too little, and each program also pays for
-# its start. Step 1 changes the launch, not the kernel:
+# latency. By Little's law that is bandwidth x latency / SMs: about 20-55 KB on today's data-center GPUs (2-8 TB/s, a
+# microsecond, 108-148 SMs). A program a row of 256 has 1 KB or less to load: too little, and each program also pays
+# for its start. Step 1 changes the launch, not the kernel:
 #
 # * A program takes ``MIN_ELEMENTS`` elements or more (16 KB in fp32, and an SM runs several programs at once):
 #   ``BLOCK_M`` short rows, or one long one.

@@ -23,8 +23,9 @@ on the CPU cores, and nothing is timed. Then the timed pass runs the pages one a
 GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both
 passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
 own as they build a kernel, and a page's later kernels then go where the other pass does not look.
-Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up's picks,
-timed beside other pages, are removed, so that the timed pass times the candidates alone (``forget_autotuning``).
+Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up reads no
+stored pick (a kernel it compiles keeps all its configs in the compile cache) and its own picks, timed beside other
+pages, are removed after it, so that the timed pass times the candidates alone (``forget_autotuning``).
 A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
 versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
 (out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
@@ -103,6 +104,13 @@ def repeat_once(stmt, *args, repeat=5, **kwargs):  # the same for a page that ti
     return [1.0] * repeat
 
 triton.testing.do_bench, timeit.repeat = once, repeat_once
+try:  # Inductor reads no stored pick here: a kernel compiled here keeps all its launch configs (the compile cache
+    # keeps the kernel as compiled), for the timed pass to time alone; the picks this pass stores are removed after it
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    AutotuneCache.read_best = lambda self, *args, **kwargs: None
+except Exception:  # no Inductor here, or another one: its picks are still removed after the pass
+    pass
 if len(sys.argv) > 2:
     import triton.compiler  # a kernel's launcher imports compile from here at its first call
 
