@@ -332,7 +332,8 @@ def launch_figures():  # Little's law with this GPU's figures, as min_tile_bytes
     props = torch.cuda.get_device_properties(DEVICE)
     bandwidth = 2 * getattr(props, "memory_clock_rate", 0) * 1e3 * getattr(props, "memory_bus_width", 0) / 8  # B/s
     if not bandwidth:
-        return f"This {props.name} does not report its memory clock and width: tiles of {min_tile_bytes() // 1024} KB or more."
+        return (f"This {props.name} does not report its memory clock and width: "
+                f"tiles of {min_tile_bytes() // 1024} KB or more.")
     sms, programs = props.multi_processor_count, props.max_threads_per_multi_processor // (4 * 32)
     return (f"On this {props.name}: {bandwidth / 1e12:.2f} TB/s (peak) x {LATENCY * 1e6:g} µs / {sms} SMs = "
             f"{bandwidth * LATENCY / sms / 1024:.0f} KB in flight an SM; shared by its {programs} programs of 4 warps: "
