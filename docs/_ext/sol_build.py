@@ -514,8 +514,8 @@ def where_the_time_went(blocks, timers, loads, cells=3):
     slowest kernels by name where one took ``SLOW_COMPILE`` or more (compiled there, not found in the cache) and what
     the page's warm-up compiled of it."""
     slow = sorted(blocks, key=lambda b: -b[1])[:cells]
-    (source_s, sources), (triton_s, kernels), *named = loads
-    compiled = [(seconds, key, why) for seconds, key, why in (named[0] if named else []) if seconds >= SLOW_COMPILE]
+    (source_s, sources), (triton_s, kernels), named = loads
+    compiled = [(seconds, key, why) for seconds, key, why in named if seconds >= SLOW_COMPILE]
     return (
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
         f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
