@@ -123,8 +123,8 @@ def _gallery(tmp_path):
     return tmp_path
 
 
-def _build(root, quiet=True):
-    env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0")
+def _build(root, quiet=True, **more):
+    env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0", **more)
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", *(["-q"] if quiet else []), str(root), str(root / "_build")],
         cwd=root,
@@ -296,6 +296,89 @@ def test_a_page_whose_process_dies_fails_alone(tmp_path):
     log = proc.stdout + proc.stderr
     assert "p1_first" in log and "died" in log and "SIGKILL" in log, log[-3000:]
     assert "second page ran clean" in (root / "gallery" / "p2_second.rst").read_text(), log[-3000:]
+
+
+# ---- the timed pass: pages side by side, their timers taking turns ----
+
+SIDE_BY_SIDE = '''"""
+Page {n}
+========
+
+Works a second outside its timer, then times, noting when its timer ran.
+"""
+import os, time, timeit
+time.sleep(1.0)  # a page's compiles and checks, outside its timers
+# %%
+def note():  # what the timer times: when it ran
+    start = time.time()
+    time.sleep(0.4)
+    with open(os.path.join(os.environ["GALLERY_ROOT"], "timed_{n}"), "a") as f:
+        f.write(f"{{start}} {{time.time()}}\\n")
+timeit.repeat(note, number=1, repeat=2)
+print("page {n} timed")
+'''
+
+
+def test_pages_run_side_by_side_and_their_timers_take_turns(tmp_path):
+    """With SOL_TIMED_JOBS=3 the timed pass starts the pages sphinx-gallery asks for next ahead of it: their work
+    outside the timers overlaps, no two timers run at once, each page is rendered with its output, and the log says
+    what each waited for its turn and the pass's wall time."""
+    root = _gallery(tmp_path)
+    for name in ("p1_first.py", "p2_second.py"):
+        (root / "examples" / name).unlink()
+    for n in (1, 2, 3):
+        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n))
+    proc = _build(root, quiet=False, SOL_TIMED_JOBS="3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    spans = []
+    for n in (1, 2, 3):
+        assert f"page {n} timed" in (root / "gallery" / f"p{n}_side.rst").read_text()
+        spans += [tuple(map(float, line.split())) for line in (root / f"timed_{n}").read_text().splitlines()]
+    spans.sort()
+    assert len(spans) == 6 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"two timers at once: {spans}"
+    wall = re.search(r"phase timed pages: ([\d.]+) s for 3 pages, 3 at a time: ([\d.]+) s", proc.stdout)
+    assert wall and float(wall[2]) < float(wall[1]) - 1.0, proc.stdout[-3000:]  # the seconds outside timers overlapped
+    assert "more waiting for the GPU's turn" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_a_page_that_dies_beside_others_fails_alone(tmp_path):
+    root = _gallery(tmp_path)
+    (root / "die").write_text("")
+    proc = _build(root, SOL_TIMED_JOBS="2")
+    log = proc.stdout + proc.stderr
+    assert "p1_first" in log and "died" in log and "SIGKILL" in log, log[-3000:]
+    assert "second page ran clean" in (root / "gallery" / "p2_second.rst").read_text(), log[-3000:]
+
+
+def _turn_depth():
+    return sol_build._turn["depth"]
+
+
+def _nested_turns():
+    return sol_build.gpu_turn(sol_build.gpu_turn(_turn_depth))()
+
+
+def test_a_timer_inside_a_timer_does_not_wait_for_itself(tmp_path, monkeypatch):
+    """Inductor's autotuner and Triton's do_bench each take the turn; one calling the other takes it once."""
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    assert sol_build.run_in_child(_nested_turns) == 1
+
+
+def test_a_page_that_times_a_wall_clock_holds_the_turn_throughout(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    monkeypatch.delenv("SOL_WARMUP_RECORDS", raising=False)
+    assert sol_build.ALONE, "no page holds the turn: the test has nothing to check"
+    alone, other = f"{sol_build.ALONE[0]}.py", "01_page.py"
+    assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), alone)[0] == 1
+    assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), other)[0] == 0
+
+
+def test_the_timed_pass_runs_pages_side_by_side_only_on_a_gpu(monkeypatch):
+    monkeypatch.delenv("SOL_TIMED_JOBS", raising=False)
+    assert sol_build.timed_jobs(gpu=False) == 1
+    assert 1 <= sol_build.timed_jobs(gpu=True) <= 4
+    monkeypatch.setenv("SOL_TIMED_JOBS", "1")
+    assert sol_build.timed_jobs(gpu=True) == 1
 
 
 # ---- the warm-up pass ----

@@ -58,7 +58,7 @@ from sphinx.util import logging
 
 _logger = logging.getLogger(__name__)
 _started = time.monotonic()
-_pages_time = [0.0, 0]  # seconds the timed pass spent in page processes, pages run
+_pages_time = [0.0, 0, None]  # seconds the timed pass spent in page processes, pages run, its Ahead
 
 
 def kernel_key(src, options=None):
@@ -334,34 +334,42 @@ def forget_autotuning(since, root=None):
     return removed
 
 
-def run_in_child(function, *args):
-    """function(*args) in a forked child; its value comes back through a pipe. Raises ChildProcessError if the
-    child dies without one (a crash, a signal)."""
+def start_child(function, *args, close=()):
+    """Start function(*args) in a forked child, which sends its value (or its exception) through a pipe and exits;
+    ``close``: file descriptors of the parent's that the child closes first (other children's pipes). Returns
+    (pid, the pipe's end to read); ``finish_child`` reads it."""
     read, write = os.pipe()
     sys.stdout.flush(), sys.stderr.flush()
     gc.freeze()  # what the child inherits (torch, Triton, ...) is never scanned by its collections: 0.4 s a gc.collect
     pid = os.fork()
     if pid:
         gc.unfreeze()  # the parent's own collections go on as before
-    if pid == 0:  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers
-        os.close(read)
-        code = 0
+        os.close(write)
+        return pid, read
+    os.close(read)  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers
+    for fd in close:
         try:
-            try:
-                value = ("value", function(*args))
-            except BaseException as err:  # the parent raises it
-                value = ("error", err)
-            data = pickle.dumps(value)
-        except Exception as err:  # unpicklable: say so
-            data, code = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {err}"))), 1
-        with os.fdopen(write, "wb") as pipe:
-            pipe.write(data)
-        sys.stdout.flush(), sys.stderr.flush()
-        os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
+            os.close(fd)
+        except OSError:
+            pass
+    code = 0
+    try:
+        try:
+            value = ("value", function(*args))
+        except BaseException as err:  # the parent raises it
+            value = ("error", err)
+        data = pickle.dumps(value)
+    except Exception as err:  # unpicklable: say so
+        data, code = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {err}"))), 1
+    with os.fdopen(write, "wb") as pipe:
+        pipe.write(data)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
+
+
+def finish_child(data, status):
+    """The value a child sent (``data``, all it wrote; ``status``, from ``os.waitpid``), or its exception raised.
+    Raises ChildProcessError if the child died without sending one (a crash, a signal)."""
     if not data:
         how = (
             f"signal {signal.Signals(os.WTERMSIG(status)).name}"
@@ -373,6 +381,108 @@ def run_in_child(function, *args):
     if kind == "error":
         raise value
     return value
+
+
+def run_in_child(function, *args):
+    """function(*args) in a forked child; its value comes back through a pipe. Raises ChildProcessError if the
+    child dies without one (a crash, a signal)."""
+    pid, read = start_child(function, *args)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return finish_child(data, status)
+
+
+class Ahead:
+    """The timed pass's page processes, up to ``jobs`` at once: the page sphinx-gallery asks for, and the pages it
+    will ask for next, started ahead of it. Each runs ``function(page, *args)`` in a forked child (``start_child``).
+    While one page times on the GPU (its timers take the GPU's turn, ``gpu_turn``), the others import, compile,
+    check and capture: what a page does between its timers overlaps the others' timing, and no two time at once."""
+
+    def __init__(self, jobs, function):
+        self.jobs, self.function = jobs, function
+        self.running = {}  # key: (pid, fd, start, chunks)
+        self.done = {}  # key: (seconds, data, status)
+        self.first = self.last = None  # monotonic seconds: the first start, the last end
+
+    def start(self, key, *args):
+        if key in self.running or key in self.done:
+            return
+        fds = [fd for _, fd, _, _ in self.running.values()]
+        pid, fd = start_child(self.function, *args, close=fds)
+        now = time.monotonic()
+        self.first = self.first if self.first is not None else now
+        self.running[key] = (pid, fd, now, [])
+
+    def free(self):
+        return max(0, self.jobs - len(self.running))
+
+    def _read(self, timeout):
+        """Read what the running children wrote within ``timeout`` seconds; reap those that closed their pipe."""
+        import select
+
+        fds = {fd: key for key, (_, fd, _, _) in self.running.items()}
+        if not fds:
+            return
+        ready, _, _ = select.select(list(fds), [], [], timeout)
+        for fd in ready:
+            key = fds[fd]
+            pid, _, start, chunks = self.running[key]
+            chunk = os.read(fd, 1 << 20)
+            if chunk:
+                chunks.append(chunk)
+                continue
+            os.close(fd)
+            _, status = os.waitpid(pid, 0)
+            del self.running[key]
+            self.last = time.monotonic()
+            self.done[key] = (self.last - start, b"".join(chunks), status)
+
+    def wait(self, key, more=()):
+        """The (seconds, value) of the page ``key``'s child, its exception raised (ChildProcessError if it died);
+        ``more``: (key, *args) of pages to start, in order, whenever fewer than ``jobs`` run."""
+        more = list(more)
+        while key not in self.done:
+            while more and self.free():
+                self.start(*more.pop(0))
+            self._read(1.0)
+        seconds, data, status = self.done.pop(key)
+        return seconds, finish_child(data, status)
+
+    def drain(self):
+        """Wait for the pages started ahead that no one asked for; returns their keys."""
+        while self.running:
+            self._read(1.0)
+        left, self.done = sorted(self.done), {}
+        return left
+
+
+# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a page's timer waits for it, so that no
+# two pages time at once; a lock on the file SOL_GPU_TURN names, taken by each timer call (not again inside one).
+_turn = {"fd": None, "depth": 0, "waited": 0.0}
+
+
+def gpu_turn(fn):
+    """fn, called with the GPU's turn held (where SOL_GPU_TURN names a lock file; else as it is)."""
+    import fcntl
+
+    def with_turn(*args, **kwargs):
+        path = os.environ.get("SOL_GPU_TURN")
+        if not path or _turn["depth"]:
+            return fn(*args, **kwargs)
+        if _turn["fd"] is None:  # opened in this process: a descriptor shared with another process shares its lock
+            _turn["fd"] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        start = time.monotonic()
+        fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
+        _turn["waited"] += time.monotonic() - start
+        _turn["depth"] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _turn["depth"] -= 1
+            fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+
+    return with_turn
 
 
 # What most pages import, imported once here so that each page's process starts with them (a fork copies them):
@@ -425,13 +535,19 @@ def preimport(modules=PREIMPORT, gpu=False):
     return done
 
 
+# Pages that hold the GPU's turn from start to end where pages run side by side: they time a wall clock around work
+# that is not only a timer's (14: each launch's first call, its compiles and autotuning's search included).
+ALONE = ("14_autotuning_against_a_launch_model",)
+
+
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
-    (by its first line), those spent inside the timers (do_bench, timeit.repeat) with their number of calls, and
-    two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached for
-    them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those compiles
-    (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it patches is
-    left patched."""
+    (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
+    calls and the seconds they waited for the GPU's turn (``gpu_turn``: each timer takes it, as does Inductor's
+    autotuner as it times configs, and an ``ALONE`` page for its whole run), and two costs a cold build may pay where
+    a warm one does not: modules compiled from source (no bytecode cached for them yet) and Triton compiles in this
+    process, each [seconds, count], then the three slowest of those compiles (seconds, kernel_key, what the page's
+    warm-up compiled of it). Meant for a page's own process: what it patches is left patched."""
     import importlib.machinery
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
@@ -459,9 +575,16 @@ def _profiled(function, *args):
         return wrapper
 
     gen_rst.execute_code_block = execute_code_block
-    timeit.repeat = timed(timeit.repeat)
+    timeit.repeat, timeit.timeit = gpu_turn(timed(timeit.repeat)), gpu_turn(timed(timeit.timeit))
     if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); with SOL_PREIMPORT=0 it is not counted
-        sys.modules["triton.testing"].do_bench = timed(sys.modules["triton.testing"].do_bench)
+        sys.modules["triton.testing"].do_bench = gpu_turn(timed(sys.modules["triton.testing"].do_bench))
+    if "torch._inductor" in sys.modules:  # imported before the fork; its autotuner times its launch configs here
+        try:
+            from torch._inductor.runtime.benchmarking import benchmarker
+
+            benchmarker.benchmark_gpu = gpu_turn(benchmarker.benchmark_gpu)
+        except (ImportError, AttributeError):  # another Inductor: its timing goes without the turn
+            pass
     loader = importlib.machinery.SourceFileLoader
     loader.source_to_code = timed(loader.source_to_code, sources)  # a module with no bytecode cached for it
     if "triton.compiler" in sys.modules:  # a kernel's launcher imports compile from here at its first call
@@ -478,15 +601,16 @@ def _profiled(function, *args):
         if "triton" in sys.modules:  # Inductor calls triton.compile, the same function under the package's name
             sys.modules["triton"].compile = compile_named
     folder = os.environ.get("SOL_WARMUP_RECORDS")  # set where this build's warm-up ran (_warm_up)
-    record = folder and pathlib.Path(folder, f"{pathlib.Path(str(args[0])).stem}.compiled")  # args[0]: the page's file
-    result = function(*args)
+    stem = pathlib.Path(str(args[0])).stem  # args[0]: the page's file
+    record = folder and pathlib.Path(folder, f"{stem}.compiled")
+    result = gpu_turn(function)(*args) if stem in ALONE else function(*args)
     try:
         warmed = record.read_text().split("\n") if record and record.exists() else None
     except (OSError, UnicodeError):  # no record to read: nothing said of the warm-up
         warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     compiles = (sum(seconds for seconds, _ in kernels), len(kernels))
-    return result, blocks, tuple(timers), (tuple(sources), compiles, slow)
+    return result, blocks, (*timers, _turn["waited"]), (tuple(sources), compiles, slow)
 
 
 def warm_up_had(key, warmed):
@@ -509,7 +633,8 @@ SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads 
 
 
 def where_the_time_went(blocks, timers, loads, cells=3):
-    """A log line's tail: the seconds in the page's code, the timers' share of them, the slowest code blocks, and
+    """A log line's tail: the seconds in the page's code, the timers' share of them (and what they waited for the
+    GPU's turn, ``timers[2]`` where there is one), the slowest code blocks, and
     the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``), with the
     slowest kernels by name where one took ``SLOW_COMPILE`` or more (compiled there, not found in the cache) and what
     the page's warm-up compiled of it."""
@@ -518,7 +643,9 @@ def where_the_time_went(blocks, timers, loads, cells=3):
     compiled = [(seconds, key, why) for seconds, key, why in named if seconds >= SLOW_COMPILE]
     return (
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
-        f"timers {timers[0]:.1f} s in {timers[1]} calls; slowest cells: "
+        f"timers {timers[0]:.1f} s in {timers[1]} calls"
+        + (f", {timers[2]:.1f} s more waiting for the GPU's turn" if len(timers) > 2 and timers[2] >= 0.05 else "")
+        + "; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
         + ("; slowest: " if compiled else "")
@@ -528,26 +655,49 @@ def where_the_time_went(blocks, timers, loads, cells=3):
     )
 
 
+def timed_jobs(gpu):
+    """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default 4 on a GPU (a quarter of a
+    16-core machine's cores; the pages' timers take turns on the GPU), 1 without one."""
+    jobs = int(os.environ.get("SOL_TIMED_JOBS", 0)) or (min(4, os.cpu_count() or 1) if gpu else 1)
+    return max(1, jobs)
+
+
 def _isolate_pages(app):
-    """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process."""
+    """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process, the pages
+    sphinx-gallery will ask for next started ahead (``Ahead``, ``timed_jobs``), their timers taking turns on the
+    GPU."""
     import sphinx_gallery.gen_rst as gen_rst
 
     if getattr(gen_rst.generate_file_rst, "sol_isolated", False):
         return
     conf = app.config.sphinx_gallery_conf
+    gpu = bool(conf.get("plot_gallery")) and _gpu()
     if conf.get("plot_gallery") and os.environ.get("SOL_PREIMPORT", "1") != "0":
         start = time.monotonic()
-        done = preimport(gpu=_gpu())
+        done = preimport(gpu=gpu)
         _logger.info(f"phase pre-import: {time.monotonic() - start:.1f} s ({len(done)} modules the pages share)")
     in_process = gen_rst.generate_file_rst
+    jobs = timed_jobs(gpu)
+    if jobs > 1:  # the lock the pages' timers take turns on
+        os.environ["SOL_GPU_TURN"] = str(pathlib.Path(app.outdir).parent / ".sol-gpu-turn")
+        _logger.info(f"timed pass: {jobs} pages at a time, one timing on the GPU at a time")
+    ahead = Ahead(jobs, lambda *args: _profiled(in_process, *args))
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
         src = pathlib.Path(src_dir, fname)
         if not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
-        start, profile = time.monotonic(), ""
+        later = sorted(str(p.name) for p in pathlib.Path(src_dir).glob("*.py") if p.name > str(fname))
+        more = [
+            (str(pathlib.Path(src_dir, name)), name, target_dir, src_dir, gallery_conf)
+            for name in later
+            if will_run(pathlib.Path(src_dir, name), pathlib.Path(target_dir, name), gallery_conf)
+        ]
+        key, profile = str(src), ""
+        start = time.monotonic()
+        ahead.start(key, fname, target_dir, src_dir, gallery_conf)
         try:
-            result, *profiled = run_in_child(_profiled, in_process, fname, target_dir, src_dir, gallery_conf)
+            seconds, (result, *profiled) = ahead.wait(key, more)
             profile = f"; {where_the_time_went(*profiled)}"
         except ChildProcessError as err:  # the page as text only, unrun, and its failure for sphinx-gallery
             unrun = copy.copy(gallery_conf)
@@ -555,9 +705,10 @@ def _isolate_pages(app):
             intro, title, _, out_vars = in_process(fname, target_dir, src_dir, unrun)
             out_vars["formatted_exception"] = str(err)
             result = intro, title, (time.monotonic() - start, 0.0), out_vars
-        seconds = time.monotonic() - start
+            seconds = time.monotonic() - start
         _pages_time[0] += seconds
         _pages_time[1] += 1
+        _pages_time[2] = ahead
         _logger.info(
             f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
             + (" (failed)" if "formatted_exception" in result[3] else "")
@@ -570,9 +721,16 @@ def _isolate_pages(app):
 
 
 def _report_pages(app):
-    """builder-inited, after sphinx-gallery: the timed pass's total."""
-    if _pages_time[1]:
-        _logger.info(f"phase timed pages: {_pages_time[0]:.0f} s for {_pages_time[1]} pages")
+    """builder-inited, after sphinx-gallery: the timed pass's total (its wall time where pages ran side by side)."""
+    seconds, pages, ahead = _pages_time
+    if ahead and (left := ahead.drain()):  # not asked for (another order than the file names'): run, not shown
+        _logger.warning(f"timed pass: pages run ahead that sphinx-gallery did not ask for: {', '.join(left)}")
+    if pages:
+        wall = ahead.last - ahead.first if ahead and ahead.jobs > 1 and ahead.last else None
+        _logger.info(
+            f"phase timed pages: {seconds:.0f} s for {pages} pages"
+            + (f", {ahead.jobs} at a time: {wall:.0f} s from the first start to the last end" if wall else "")
+        )
 
 
 def _report_total(app, exception):
