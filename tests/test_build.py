@@ -307,7 +307,7 @@ Page {n}
 Works a second outside its timer, then times, noting when its timer ran.
 """
 import os, time, timeit
-time.sleep(1.0)  # a page's compiles and checks, outside its timers
+time.sleep({pause})  # a page's compiles and checks, outside its timers
 # %%
 def note():  # what the timer times: when it ran
     start = time.time()
@@ -322,12 +322,13 @@ print("page {n} timed")
 def test_pages_run_side_by_side_and_their_timers_take_turns(tmp_path):
     """With SOL_TIMED_JOBS=3 the timed pass starts the pages sphinx-gallery asks for next ahead of it: their work
     outside the timers overlaps, no two timers run at once, each page is rendered with its output, and the log says
-    what each waited for its turn and the pass's wall time."""
+    what each waited for its turn and the pass's wall time. The first page is the slowest: the others end before
+    sphinx-gallery asks for them (their checksums written), and are still reported as run."""
     root = _gallery(tmp_path)
     for name in ("p1_first.py", "p2_second.py"):
         (root / "examples" / name).unlink()
     for n in (1, 2, 3):
-        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n))
+        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=2.5 if n == 1 else 0.5))
     proc = _build(root, quiet=False, SOL_TIMED_JOBS="3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     spans = []
@@ -339,6 +340,9 @@ def test_pages_run_side_by_side_and_their_timers_take_turns(tmp_path):
     wall = re.search(r"phase timed pages: ([\d.]+) s for 3 pages, 3 at a time: ([\d.]+) s", proc.stdout)
     assert wall and float(wall[2]) < float(wall[1]) - 1.0, proc.stdout[-3000:]  # the seconds outside timers overlapped
     assert "more waiting for the GPU's turn" in proc.stdout, proc.stdout[-3000:]
+    for n in (1, 2, 3):
+        assert re.search(rf"^page p{n}_side: [\d.]+ s in its own process; code", proc.stdout, re.M), proc.stdout[-3000:]
+    assert "did not ask for" not in proc.stdout + proc.stderr
 
 
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):
@@ -371,6 +375,30 @@ def test_a_page_that_times_a_wall_clock_holds_the_turn_throughout(tmp_path, monk
     alone, other = f"{sol_build.ALONE[0]}.py", "01_page.py"
     assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), alone)[0] == 1
     assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), other)[0] == 0
+
+
+HELION_LIKE = """
+class BoundKernel:
+    def autotune(self, args):
+        import sol_build
+        return sol_build._turn["depth"]
+"""
+
+
+def _import_later(folder):
+    sys.path.insert(0, folder)
+    sys.meta_path.insert(0, sol_build.AfterImport("helion_like_kernel", sol_build._helion_takes_turns))
+    import helion_like_kernel  # the page's import, after the hook
+
+    return helion_like_kernel.BoundKernel().autotune([])
+
+
+def test_helions_search_takes_the_turn_where_the_page_imports_helion_later(tmp_path, monkeypatch):
+    """Helion's autotuner times configs with its own timer: a point with no stored config holds the GPU's turn for
+    its whole search. Helion is imported by the page, after the hook is in place."""
+    (tmp_path / "helion_like_kernel.py").write_text(HELION_LIKE)
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    assert sol_build.run_in_child(_import_later, str(tmp_path)) == 1
 
 
 def test_the_timed_pass_runs_pages_side_by_side_only_on_a_gpu(monkeypatch):

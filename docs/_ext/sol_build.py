@@ -19,8 +19,12 @@ the first fork, so that no page pays for it again; a forked child then checks th
 pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
 (at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
 call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
-on the CPU cores, and nothing is timed. Then the timed pass runs the pages one after another, alone on the
-GPU, and finds what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both
+on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (4
+on a GPU; 1: one after another): each page's timers (do_bench, timeit, Inductor's autotuner timing its configs,
+Helion's autotuner's search) take turns on the GPU (``gpu_turn``, a file lock), so no two pages time at once,
+while what a page does between its timers (Dynamo's tracing, code generation, checks, graph captures) overlaps
+the others' timing. The pages find what they compile in the caches (Inductor then starts no pool of compile
+workers beside them). Both
 passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
 own as they build a kernel, and a page's later kernels then go where the other pass does not look.
 Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up reads no
@@ -29,8 +33,8 @@ pages, are removed after it, so that the timed pass times the candidates alone (
 A page whose warm-up succeeded leaves a stamp beside Triton's cache (its source, the compiling packages'
 versions, the cache folders): a later build of the same source skips its warm-up. A page whose warm-up fails
 (out of GPU memory beside the others, say) is only logged: the timed pass compiles what it missed.
-Helion's kernels compile there at their stored configs; a point with none is autotuned by the timed pass,
-alone on the GPU (``SOL_HELION_AUTOTUNE=0`` in the warm-up's processes). ``SOL_WARMUP=0`` skips the pass;
+Helion's kernels compile there at their stored configs; a point with none is autotuned by the timed pass, its
+search holding the GPU's turn (``SOL_HELION_AUTOTUNE=0`` in the warm-up's processes). ``SOL_WARMUP=0`` skips the pass;
 ``SOL_WARMUP_JOBS`` caps how many pages warm up at once. Without a GPU (Triton's interpreter compiles nothing)
 there is no warm-up.
 
@@ -193,7 +197,7 @@ def warm_up(pages, jobs, log=print, record=None):
     exit code, last lines of output)}."""
     # a page per core: Inductor compiles in the page's process. Helion is not autotuned here, beside the other pages
     # on the GPU: its search would time configs under their load, and the timed pass would reuse its pick (Helion
-    # keeps it on disk); where no config is stored for a point, the timed pass autotunes it, alone on the GPU
+    # keeps it on disk); where no config is stored for a point, the timed pass autotunes it, holding the GPU's turn
     env = dict(
         os.environ,
         MPLBACKEND="Agg",
@@ -535,6 +539,40 @@ def preimport(modules=PREIMPORT, gpu=False):
     return done
 
 
+class AfterImport:
+    """A finder on ``sys.meta_path`` that calls ``then(module)`` once the module ``name`` is imported (by the page,
+    later): how a page's process wraps what it has not imported yet."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.util
+
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # the module's own finder, then its loader, run as they would
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            execute(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _helion_takes_turns(module):
+    """Helion's autotuner times configs with a timer of its own: its search (a point with no stored config) takes
+    the GPU's turn as a whole."""
+    bound = getattr(module, "BoundKernel", None)
+    if bound is not None and hasattr(bound, "autotune"):
+        bound.autotune = gpu_turn(bound.autotune)
+
+
 # Pages that hold the GPU's turn from start to end where pages run side by side: they time a wall clock around work
 # that is not only a timer's (14: each launch's first call, its compiles and autotuning's search included).
 ALONE = ("14_autotuning_against_a_launch_model",)
@@ -543,8 +581,9 @@ ALONE = ("14_autotuning_against_a_launch_model",)
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
-    calls and the seconds they waited for the GPU's turn (``gpu_turn``: each timer takes it, as does Inductor's
-    autotuner as it times configs, and an ``ALONE`` page for its whole run), and two costs a cold build may pay where
+    calls and the seconds they waited for the GPU's turn (``gpu_turn``: each timer takes it, as do Inductor's
+    autotuner as it times configs, Helion's for its whole search, and an ``ALONE`` page for its whole run), and two
+    costs a cold build may pay where
     a warm one does not: modules compiled from source (no bytecode cached for them yet) and Triton compiles in this
     process, each [seconds, count], then the three slowest of those compiles (seconds, kernel_key, what the page's
     warm-up compiled of it). Meant for a page's own process: what it patches is left patched."""
@@ -578,6 +617,10 @@ def _profiled(function, *args):
     timeit.repeat, timeit.timeit = gpu_turn(timed(timeit.repeat)), gpu_turn(timed(timeit.timeit))
     if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); with SOL_PREIMPORT=0 it is not counted
         sys.modules["triton.testing"].do_bench = gpu_turn(timed(sys.modules["triton.testing"].do_bench))
+    if "helion.runtime.kernel" in sys.modules:
+        _helion_takes_turns(sys.modules["helion.runtime.kernel"])
+    else:  # the page imports it
+        sys.meta_path.insert(0, AfterImport("helion.runtime.kernel", _helion_takes_turns))
     if "torch._inductor" in sys.modules:  # imported before the fork; its autotuner times its launch configs here
         try:
             from torch._inductor.runtime.benchmarking import benchmarker
@@ -685,7 +728,9 @@ def _isolate_pages(app):
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
         src = pathlib.Path(src_dir, fname)
-        if not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
+        key, profile = str(src), ""
+        started = key in ahead.running or key in ahead.done  # its run ahead wrote its checksum: do not ask will_run
+        if not started and not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
         later = sorted(str(p.name) for p in pathlib.Path(src_dir).glob("*.py") if p.name > str(fname))
         more = [
@@ -693,7 +738,6 @@ def _isolate_pages(app):
             for name in later
             if will_run(pathlib.Path(src_dir, name), pathlib.Path(target_dir, name), gallery_conf)
         ]
-        key, profile = str(src), ""
         start = time.monotonic()
         ahead.start(key, fname, target_dir, src_dir, gallery_conf)
         try:
