@@ -461,32 +461,68 @@ class Ahead:
         return left
 
 
-# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a page's timer waits for it, so that no
-# two pages time at once; a lock on the file SOL_GPU_TURN names, taken by each timer call (not again inside one).
-_turn = {"fd": None, "depth": 0, "waited": 0.0}
+# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a page holds it while it runs a code
+# block, so that no two pages use the GPU at once, and lets it go only while it compiles on the CPU (Dynamo's tracing,
+# Helion's code generation: ``while_compiling``), never inside a timer; a lock on the file SOL_GPU_TURN names.
+_turn = {"fd": None, "depth": 0, "timing": 0, "waited": 0.0}
 
 
-def gpu_turn(fn):
-    """fn, called with the GPU's turn held (where SOL_GPU_TURN names a lock file; else as it is)."""
+def _take_turn():
     import fcntl
 
+    if _turn["fd"] is None:  # opened in this process: a descriptor shared with another process shares its lock
+        _turn["fd"] = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR | os.O_CREAT, 0o644)
+    start = time.monotonic()
+    fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
+    _turn["waited"] += time.monotonic() - start
+
+
+def _give_turn():
+    import fcntl
+
+    fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+
+
+def gpu_turn(fn, timer=True):
+    """fn, called with the GPU's turn held (where SOL_GPU_TURN names a lock file; else as it is); a ``timer`` is
+    never interrupted by ``while_compiling``."""
+
     def with_turn(*args, **kwargs):
-        path = os.environ.get("SOL_GPU_TURN")
-        if not path or _turn["depth"]:
+        if not os.environ.get("SOL_GPU_TURN"):
             return fn(*args, **kwargs)
-        if _turn["fd"] is None:  # opened in this process: a descriptor shared with another process shares its lock
-            _turn["fd"] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        start = time.monotonic()
-        fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
-        _turn["waited"] += time.monotonic() - start
+        held = bool(_turn["depth"])
+        if not held:
+            _take_turn()
         _turn["depth"] += 1
+        _turn["timing"] += timer
         try:
             return fn(*args, **kwargs)
         finally:
+            _turn["timing"] -= timer
             _turn["depth"] -= 1
-            fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+            if not held:
+                _give_turn()
 
     return with_turn
+
+
+def while_compiling(fn):
+    """fn, called with the GPU's turn let go where this process holds it outside a timer (the main thread compiling
+    on the CPU: another page may use the GPU meanwhile), and taken again after."""
+    import threading
+
+    def without_turn(*args, **kwargs):
+        if not _turn["depth"] or _turn["timing"] or threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        depth, _turn["depth"] = _turn["depth"], 0
+        _give_turn()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _take_turn()
+            _turn["depth"] = depth
+
+    return without_turn
 
 
 # What most pages import, imported once here so that each page's process starts with them (a fork copies them):
@@ -565,28 +601,41 @@ class AfterImport:
         return spec
 
 
-def _helion_takes_turns(module):
-    """Helion's autotuner times configs with a timer of its own: its search (a point with no stored config) takes
-    the GPU's turn as a whole."""
-    bound = getattr(module, "BoundKernel", None)
+def _helion_takes_turns(module, compiling=True):
+    """Helion's autotuner times configs with a timer of its own: its search (a point with no stored config) holds
+    the GPU's turn throughout. Its code generation for a stored config (``set_config``) and its tracing of a new
+    shape (``bind``) let the turn go (``compiling``)."""
+    bound, kernel = getattr(module, "BoundKernel", None), getattr(module, "Kernel", None)
     if bound is not None and hasattr(bound, "autotune"):
         bound.autotune = gpu_turn(bound.autotune)
+    if compiling and bound is not None and hasattr(bound, "set_config"):
+        bound.set_config = while_compiling(bound.set_config)
+    if compiling and kernel is not None and hasattr(kernel, "bind"):
+        kernel.bind = while_compiling(kernel.bind)
 
 
-# Pages that hold the GPU's turn from start to end where pages run side by side: they time a wall clock around work
-# that is not only a timer's (14: each launch's first call, its compiles and autotuning's search included).
+def _let_go_while_compiling():
+    """Dynamo's compile of a frame (its tracing, AOT autograd, Inductor's code generation or its cache's load) lets
+    the GPU's turn go: CPU work, the longest a warm page does between its timers."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is not None and callable(getattr(convert_frame, "_compile", None)):
+        convert_frame._compile = while_compiling(convert_frame._compile)
+
+
+# Pages that hold the GPU's turn from start to end, compiling too, where pages run side by side: they time a wall
+# clock around work that is not only a timer's (14: each launch's first call, its compiles and autotuning's search).
 ALONE = ("14_autotuning_against_a_launch_model",)
 
 
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
-    calls and the seconds they waited for the GPU's turn (``gpu_turn``: each timer takes it, as do Inductor's
-    autotuner as it times configs, Helion's for its whole search, and an ``ALONE`` page for its whole run), and two
-    costs a cold build may pay where
-    a warm one does not: modules compiled from source (no bytecode cached for them yet) and Triton compiles in this
-    process, each [seconds, count], then the three slowest of those compiles (seconds, kernel_key, what the page's
-    warm-up compiled of it). Meant for a page's own process: what it patches is left patched."""
+    calls and the seconds the page waited for the GPU's turn (``gpu_turn``: held through each code block, let go
+    while Dynamo or Helion compiles, never inside a timer, Inductor's or Helion's autotuning, or an ``ALONE`` page),
+    and two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached
+    for them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those
+    compiles (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it
+    patches is left patched."""
     import importlib.machinery
     import sphinx_gallery.gen_rst as gen_rst
     import timeit
@@ -596,8 +645,8 @@ def _profiled(function, *args):
 
     def execute_code_block(compiler, block, *rest, **kwargs):
         start = time.monotonic()
-        try:
-            return execute(compiler, block, *rest, **kwargs)
+        try:  # a code block holds the GPU's turn (text blocks pass through here too)
+            return (gpu_turn(execute, timer=False) if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
         finally:
             if block[0] == "code":  # a Block is (type, content, lineno); text blocks pass through here too
                 blocks.append((block[2], time.monotonic() - start))
@@ -621,6 +670,7 @@ def _profiled(function, *args):
         _helion_takes_turns(sys.modules["helion.runtime.kernel"])
     else:  # the page imports it
         sys.meta_path.insert(0, AfterImport("helion.runtime.kernel", _helion_takes_turns))
+    _let_go_while_compiling()
     if "torch._inductor" in sys.modules:  # imported before the fork; its autotuner times its launch configs here
         try:
             from torch._inductor.runtime.benchmarking import benchmarker
