@@ -20,11 +20,12 @@ pages, ``_warm_up`` runs every page that the build will execute, all at once, ea
 (at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
 call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
 on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (4
-on a GPU; 1: one after another): each page's timers (do_bench, timeit, Inductor's autotuner timing its configs,
-Helion's autotuner's search) take turns on the GPU (``gpu_turn``, a file lock), so no two pages time at once,
-while what a page does between its timers (Dynamo's tracing, code generation, checks, graph captures) overlaps
-the others' timing. The pages find what they compile in the caches (Inductor then starts no pool of compile
-workers beside them). Both
+on a GPU; 1: one after another), and the GPU takes them in turns (``gpu_turn``, a file lock): a page holds it
+through each code block, so that nothing another page runs (its checks, first calls, spawned processes) shares
+the GPU with a timer, and lets it go only while Dynamo traces or Helion generates code on the CPU
+(``while_compiling``; never inside a timer or an autotuner's search): those compiles overlap the other pages'
+work. The pages find what they compile in the caches (Inductor then starts no pool of compile workers beside
+them). Both
 passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
 own as they build a kernel, and a page's later kernels then go where the other pass does not look.
 Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up reads no
@@ -400,8 +401,8 @@ def run_in_child(function, *args):
 class Ahead:
     """The timed pass's page processes, up to ``jobs`` at once: the page sphinx-gallery asks for, and the pages it
     will ask for next, started ahead of it. Each runs ``function(page, *args)`` in a forked child (``start_child``).
-    While one page times on the GPU (its timers take the GPU's turn, ``gpu_turn``), the others import, compile,
-    check and capture: what a page does between its timers overlaps the others' timing, and no two time at once."""
+    One page at a time holds the GPU's turn (``gpu_turn``); the others compile meanwhile (``while_compiling``) or
+    wait for it."""
 
     def __init__(self, jobs, function):
         self.jobs, self.function = jobs, function
@@ -750,15 +751,14 @@ def where_the_time_went(blocks, timers, loads, cells=3):
 
 def timed_jobs(gpu):
     """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default 4 on a GPU (a quarter of a
-    16-core machine's cores; the pages' timers take turns on the GPU), 1 without one."""
+    16-core machine's cores; the pages take turns on the GPU), 1 without one."""
     jobs = int(os.environ.get("SOL_TIMED_JOBS", 0)) or (min(4, os.cpu_count() or 1) if gpu else 1)
     return max(1, jobs)
 
 
 def _isolate_pages(app):
     """builder-inited, before sphinx-gallery: its generate_file_rst runs each page in a child process, the pages
-    sphinx-gallery will ask for next started ahead (``Ahead``, ``timed_jobs``), their timers taking turns on the
-    GPU."""
+    sphinx-gallery will ask for next started ahead (``Ahead``, ``timed_jobs``), taking turns on the GPU."""
     import sphinx_gallery.gen_rst as gen_rst
 
     if getattr(gen_rst.generate_file_rst, "sol_isolated", False):
@@ -773,7 +773,7 @@ def _isolate_pages(app):
     jobs = timed_jobs(gpu)
     if jobs > 1:  # the lock the pages' timers take turns on
         os.environ["SOL_GPU_TURN"] = str(pathlib.Path(app.outdir).parent / ".sol-gpu-turn")
-        _logger.info(f"timed pass: {jobs} pages at a time, one timing on the GPU at a time")
+        _logger.info(f"timed pass: {jobs} pages at a time, taking turns on the GPU")
     ahead = Ahead(jobs, lambda *args: _profiled(in_process, *args))
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
