@@ -449,12 +449,17 @@ def test_helions_search_takes_the_turn_where_the_page_imports_helion_later(tmp_p
     assert sol_build.run_in_child(_import_later, str(tmp_path)) == 1
 
 
-def test_the_timed_pass_runs_pages_side_by_side_only_on_a_gpu(monkeypatch):
+def test_the_timed_pass_runs_pages_side_by_side_only_on_a_gpu_that_holds_them(monkeypatch):
+    """4 pages at a time on an H200 (141 GiB) or an H100 (80), 2 on a 40 GB A100, 1 on a 24 GB RTX 4090 or where
+    nvidia-smi cannot say; SOL_TIMED_JOBS decides where set."""
     monkeypatch.delenv("SOL_TIMED_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert sol_build.timed_jobs(gpu=False) == 1
-    assert 1 <= sol_build.timed_jobs(gpu=True) <= 4
+    assert [sol_build.timed_jobs(True, gib) for gib in (141, 80, 40, 24, 0)] == [4, 4, 2, 1, 1]
     monkeypatch.setenv("SOL_TIMED_JOBS", "1")
-    assert sol_build.timed_jobs(gpu=True) == 1
+    assert sol_build.timed_jobs(gpu=True, memory_gib=141) == 1
+    monkeypatch.setenv("SOL_TIMED_JOBS", "3")
+    assert sol_build.timed_jobs(gpu=False) == 3
 
 
 # ---- the warm-up pass ----

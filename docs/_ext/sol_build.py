@@ -749,11 +749,34 @@ def where_the_time_went(blocks, timers, loads, cells=3):
     )
 
 
-def timed_jobs(gpu):
-    """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default 4 on a GPU (a quarter of a
-    16-core machine's cores; the pages take turns on the GPU), 1 without one."""
-    jobs = int(os.environ.get("SOL_TIMED_JOBS", 0)) or (min(4, os.cpu_count() or 1) if gpu else 1)
-    return max(1, jobs)
+PAGE_GPU_GIB = 16  # a page's GPU memory at most, with its CUDA context (the largest peak, 61's: 12.3 GB on an H200)
+
+
+def _gpu_memory_gib():
+    """GPU 0's memory in GiB, asked of nvidia-smi (this process must not start CUDA); 0 where it cannot say."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        return float(out.split()[0]) / 1024
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return 0.0
+
+
+def timed_jobs(gpu, memory_gib=None):
+    """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default, on a GPU, 4 (a quarter of a
+    16-core machine's cores; the pages take turns on the GPU) where the GPU holds 4 pages' memory (``PAGE_GPU_GIB``
+    each; its memory from nvidia-smi), fewer where it holds fewer; 1 without a GPU."""
+    if int(os.environ.get("SOL_TIMED_JOBS", 0)) > 0:
+        return int(os.environ["SOL_TIMED_JOBS"])
+    if not gpu:
+        return 1
+    memory_gib = _gpu_memory_gib() if memory_gib is None else memory_gib
+    return max(1, min(4, os.cpu_count() or 1, int(memory_gib // PAGE_GPU_GIB)))
 
 
 def _isolate_pages(app):
