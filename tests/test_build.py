@@ -426,10 +426,26 @@ def test_a_page_that_times_a_wall_clock_holds_the_turn_throughout(tmp_path, monk
 
 
 HELION_LIKE = """
+import fcntl, os
+
+
+def lock_is_free():  # asked through a descriptor of its own, as another process would
+    fd = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class BoundKernel:
+    def __init__(self):  # Helion traces a new shape here
+        self.free_while_made = lock_is_free()
+
     def autotune(self, args):
-        import sol_build
-        return sol_build._turn["depth"]
+        return lock_is_free()
 """
 
 
@@ -438,15 +454,72 @@ def _import_later(folder):
     sys.meta_path.insert(0, sol_build.AfterImport("helion_like_kernel", sol_build._helion_takes_turns))
     import helion_like_kernel  # the page's import, after the hook
 
-    return helion_like_kernel.BoundKernel().autotune([])
+    def block():  # a page's code block: tracing a shape lets the turn go; the autotuner's search holds it
+        bound = helion_like_kernel.BoundKernel()
+        return bound.free_while_made, bound.autotune([]), helion_like_kernel.lock_is_free()
+
+    return sol_build.gpu_turn(block, timer=False)()
 
 
-def test_helions_search_takes_the_turn_where_the_page_imports_helion_later(tmp_path, monkeypatch):
+def test_helion_lets_the_turn_go_while_it_traces_and_holds_it_while_it_searches(tmp_path, monkeypatch):
     """Helion's autotuner times configs with its own timer: a point with no stored config holds the GPU's turn for
-    its whole search. Helion is imported by the page, after the hook is in place."""
+    its whole search; tracing a new shape is CPU work, and lets it go. Helion is imported by the page, after the
+    hook is in place."""
     (tmp_path / "helion_like_kernel.py").write_text(HELION_LIKE)
+    (tmp_path / "turn").write_text("")
     monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
-    assert sol_build.run_in_child(_import_later, str(tmp_path)) == 1
+    assert sol_build.run_in_child(_import_later, str(tmp_path)) == (True, False, False)
+
+
+def _worker_times_while_main_compiles(turn):
+    """The main thread lets the turn go to compile; meanwhile a thread of the page times: the lock stays the
+    process's until the thread is done, and the counts come back to nothing held."""
+    import threading
+
+    os.environ["SOL_GPU_TURN"] = turn
+    sys.path.insert(0, str(os.path.dirname(turn)))
+    from helion_like_kernel import lock_is_free
+
+    seen = {}
+
+    def timer():
+        time.sleep(0.3)
+        seen["free while the thread timed"] = lock_is_free()
+
+    def compiling():
+        thread = threading.Thread(target=sol_build.gpu_turn(timer))
+        thread.start()
+        time.sleep(0.1)
+        thread.join()
+        seen["free after"] = lock_is_free()
+
+    sol_build.gpu_turn(lambda: sol_build.while_compiling(compiling)(), timer=False)()
+    return seen, sol_build._turn["holders"], sol_build._turn["depth"], lock_is_free()
+
+
+def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles(tmp_path):
+    (tmp_path / "helion_like_kernel.py").write_text(HELION_LIKE)
+    (tmp_path / "turn").write_text("")
+    seen, holders, depth, free = sol_build.run_in_child(_worker_times_while_main_compiles, str(tmp_path / "turn"))
+    assert seen == {"free while the thread timed": False, "free after": True}, seen
+    assert (holders, depth, free) == (0, 0, True)
+
+
+def _big():
+    return b"x" * (1 << 20)
+
+
+def test_a_child_whose_pipe_is_gone_exits_without_unwinding_into_the_caller(tmp_path):
+    """A child that cannot send its value (the parent stopped reading: a build cut short) leaves at once; it never
+    returns into the parent's code (in a build, Sphinx's)."""
+    parent, marker = os.getpid(), tmp_path / "unwound"
+    pid, fd = sol_build.start_child(_big)
+    if os.getpid() != parent:  # only a child that came back out of start_child runs this
+        marker.write_text("")
+        os._exit(0)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    assert not marker.exists() and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1
 
 
 def test_the_timed_pass_runs_pages_side_by_side_only_on_a_gpu_that_holds_them(monkeypatch):

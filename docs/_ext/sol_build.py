@@ -57,6 +57,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from sphinx.util import logging
@@ -351,25 +352,28 @@ def start_child(function, *args, close=()):
         gc.unfreeze()  # the parent's own collections go on as before
         os.close(write)
         return pid, read
-    os.close(read)  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers
-    for fd in close:
+    code = 1  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers, whatever
+    try:  # fails here (a closed pipe, an interrupt): it must never unwind into the parent's Sphinx
+        os.close(read)
+        for fd in close:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         try:
-            os.close(fd)
-        except OSError:
-            pass
-    code = 0
-    try:
-        try:
-            value = ("value", function(*args))
-        except BaseException as err:  # the parent raises it
-            value = ("error", err)
-        data = pickle.dumps(value)
-    except Exception as err:  # unpicklable: say so
-        data, code = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {err}"))), 1
-    with os.fdopen(write, "wb") as pipe:
-        pipe.write(data)
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(code)
+            try:
+                value = ("value", function(*args))
+            except BaseException as err:  # the parent raises it
+                value = ("error", err)
+            data, sent = pickle.dumps(value), 0
+        except BaseException as err:  # unpicklable: say so
+            data, sent = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {type(err).__name__}: {err}"))), 1
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(data)
+        sys.stdout.flush(), sys.stderr.flush()
+        code = sent  # 0: the value sent
+    finally:
+        os._exit(code)
 
 
 def finish_child(data, status):
@@ -382,7 +386,10 @@ def finish_child(data, status):
             else f"exit code {os.WEXITSTATUS(status)}"
         )
         raise ChildProcessError(f"the page's process died ({how}) before it could report")
-    kind, value = pickle.loads(data)
+    try:
+        kind, value = pickle.loads(data)
+    except Exception as err:  # cut short (killed as it wrote), or a value this process cannot rebuild
+        raise ChildProcessError(f"the page's process sent what cannot be read ({type(err).__name__}: {err})") from err
     if kind == "error":
         raise value
     return value
@@ -423,7 +430,8 @@ class Ahead:
         return max(0, self.jobs - len(self.running))
 
     def _read(self, timeout):
-        """Read what the running children wrote within ``timeout`` seconds; reap those that closed their pipe."""
+        """Read what the running children wrote within ``timeout`` seconds; reap those that closed their pipe, and
+        those that exited while a process they started still holds it open (what they wrote is in the pipe)."""
         import select
 
         fds = {fd: key for key, (_, fd, _, _) in self.running.items()}
@@ -437,11 +445,25 @@ class Ahead:
             if chunk:
                 chunks.append(chunk)
                 continue
-            os.close(fd)
             _, status = os.waitpid(pid, 0)
-            del self.running[key]
-            self.last = time.monotonic()
-            self.done[key] = (self.last - start, b"".join(chunks), status)
+            self._done(key, status)
+        for key, (pid, fd, start, chunks) in list(self.running.items()):
+            exited, status = os.waitpid(pid, os.WNOHANG)
+            if not exited:
+                continue
+            os.set_blocking(fd, False)
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            except BlockingIOError:  # all it wrote is read; a process it left holds the pipe open
+                pass
+            self._done(key, status)
+
+    def _done(self, key, status):
+        pid, fd, start, chunks = self.running.pop(key)
+        os.close(fd)
+        self.last = time.monotonic()
+        self.done[key] = (self.last - start, b"".join(chunks), status)
 
     def wait(self, key, more=()):
         """The (seconds, value) of the page ``key``'s child, its exception raised (ChildProcessError if it died);
@@ -464,24 +486,48 @@ class Ahead:
 
 # The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a page holds it while it runs a code
 # block, so that no two pages use the GPU at once, and lets it go only while it compiles on the CPU (Dynamo's tracing,
-# Helion's code generation: ``while_compiling``), never inside a timer; a lock on the file SOL_GPU_TURN names.
-_turn = {"fd": None, "depth": 0, "timing": 0, "waited": 0.0}
+# Helion's code generation: ``while_compiling``), never inside a timer; a lock on the file SOL_GPU_TURN names. The
+# lock is the process's: ``holders`` counts who holds it here (the main thread, and any other thread in a timer);
+# the first takes it, the last lets it go, after the GPU has finished what this process gave it.
+_turn = {"fd": None, "holders": 0, "depth": 0, "timing": 0, "waited": 0.0}
+_turn_guard = threading.Lock()
 
 
-def _take_turn():
+def _hold():
     import fcntl
 
-    if _turn["fd"] is None:  # opened in this process: a descriptor shared with another process shares its lock
-        _turn["fd"] = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR | os.O_CREAT, 0o644)
-    start = time.monotonic()
-    fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
-    _turn["waited"] += time.monotonic() - start
+    with _turn_guard:
+        if _turn["holders"] == 0:
+            if _turn["fd"] is None:  # opened in this process: a descriptor another process shares shares its lock
+                _turn["fd"] = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR | os.O_CREAT, 0o644)
+            start = time.monotonic()
+            fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
+            _turn["waited"] += time.monotonic() - start
+        _turn["holders"] += 1
 
 
-def _give_turn():
+def _gpu_idle():
+    """Wait for the GPU work this process queued (torch's; not inside a CUDA graph's capture, which queues none)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+    except RuntimeError:  # a GPU in a bad state: the page's own error says so
+        pass
+
+
+def _release():
     import fcntl
 
-    fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+    with _turn_guard:
+        if _turn["holders"] == 1:
+            _gpu_idle()
+            fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+        _turn["holders"] = max(0, _turn["holders"] - 1)
+
+
+def _main_thread():
+    return threading.current_thread() is threading.main_thread()
 
 
 def gpu_turn(fn, timer=True):
@@ -491,37 +537,41 @@ def gpu_turn(fn, timer=True):
     def with_turn(*args, **kwargs):
         if not os.environ.get("SOL_GPU_TURN"):
             return fn(*args, **kwargs)
-        held = bool(_turn["depth"])
-        if not held:
-            _take_turn()
-        _turn["depth"] += 1
-        _turn["timing"] += timer
+        main = _main_thread()
+        first = not (main and _turn["depth"])  # the main thread holds it already: nested
+        if first:
+            _hold()
+        if main:
+            _turn["depth"] += 1
+            _turn["timing"] += timer
         try:
             return fn(*args, **kwargs)
         finally:
-            _turn["timing"] -= timer
-            _turn["depth"] -= 1
-            if not held:
-                _give_turn()
+            if main:
+                _turn["timing"] -= timer
+                _turn["depth"] -= 1
+            if first:
+                _release()
 
     return with_turn
 
 
 def while_compiling(fn):
-    """fn, called with the GPU's turn let go where this process holds it outside a timer (the main thread compiling
-    on the CPU: another page may use the GPU meanwhile), and taken again after."""
-    import threading
+    """fn, called with the GPU's turn let go where the main thread holds it outside a timer (compiling on the CPU:
+    another page may use the GPU meanwhile, once this one's queued work is done), and taken again after."""
 
     def without_turn(*args, **kwargs):
-        if not _turn["depth"] or _turn["timing"] or threading.current_thread() is not threading.main_thread():
+        if not _turn["depth"] or _turn["timing"] or not _main_thread():
             return fn(*args, **kwargs)
         depth, _turn["depth"] = _turn["depth"], 0
-        _give_turn()
+        _release()
         try:
             return fn(*args, **kwargs)
         finally:
-            _take_turn()
-            _turn["depth"] = depth
+            try:
+                _hold()
+            finally:
+                _turn["depth"] = depth
 
     return without_turn
 
@@ -598,21 +648,24 @@ class AfterImport:
             execute(module)
             then(module)
 
-        spec.loader.exec_module = exec_module
+        try:
+            spec.loader.exec_module = exec_module
+        except AttributeError:  # a loader that takes no attribute: imported as it is, unpatched
+            pass
         return spec
 
 
 def _helion_takes_turns(module, compiling=True):
     """Helion's autotuner times configs with a timer of its own: its search (a point with no stored config) holds
     the GPU's turn throughout. Its code generation for a stored config (``set_config``) and its tracing of a new
-    shape (``bind``) let the turn go (``compiling``)."""
-    bound, kernel = getattr(module, "BoundKernel", None), getattr(module, "Kernel", None)
+    shape (``BoundKernel``'s making) let the turn go (``compiling``)."""
+    bound = getattr(module, "BoundKernel", None)
     if bound is not None and hasattr(bound, "autotune"):
         bound.autotune = gpu_turn(bound.autotune)
     if compiling and bound is not None and hasattr(bound, "set_config"):
         bound.set_config = while_compiling(bound.set_config)
-    if compiling and kernel is not None and hasattr(kernel, "bind"):
-        kernel.bind = while_compiling(kernel.bind)
+    if compiling and bound is not None:  # a new shape's tracing: once a shape (Kernel.bind finds it after)
+        bound.__init__ = while_compiling(bound.__init__)
 
 
 def _let_go_while_compiling():
@@ -664,9 +717,15 @@ def _profiled(function, *args):
         return wrapper
 
     gen_rst.execute_code_block = execute_code_block
+    if hasattr(gen_rst, "clean_modules"):  # around the page: its reset_modules free GPU memory
+        gen_rst.clean_modules = gpu_turn(gen_rst.clean_modules, timer=False)
     timeit.repeat, timeit.timeit = gpu_turn(timed(timeit.repeat)), gpu_turn(timed(timeit.timeit))
-    if "triton.testing" in sys.modules:  # imported before the fork (PREIMPORT); with SOL_PREIMPORT=0 it is not counted
-        sys.modules["triton.testing"].do_bench = gpu_turn(timed(sys.modules["triton.testing"].do_bench))
+    try:  # imported before the fork (PREIMPORT), or here
+        import triton.testing
+
+        triton.testing.do_bench = gpu_turn(timed(triton.testing.do_bench))
+    except ImportError:  # no Triton: no do_bench to time with
+        pass
     if "helion.runtime.kernel" in sys.modules:
         _helion_takes_turns(sys.modules["helion.runtime.kernel"])
     else:  # the page imports it
@@ -771,7 +830,7 @@ def timed_jobs(gpu, memory_gib=None):
     """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default, on a GPU, 4 (a quarter of a
     16-core machine's cores; the pages take turns on the GPU) where the GPU holds 4 pages' memory (``PAGE_GPU_GIB``
     each; its memory from nvidia-smi), fewer where it holds fewer; 1 without a GPU."""
-    if int(os.environ.get("SOL_TIMED_JOBS", 0)) > 0:
+    if int(os.environ.get("SOL_TIMED_JOBS") or 0) > 0:
         return int(os.environ["SOL_TIMED_JOBS"])
     if not gpu:
         return 1
