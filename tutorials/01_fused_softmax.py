@@ -52,11 +52,11 @@ def naive_softmax(x):  # rows of a 2-D tensor
 # :math:`y`. The Triton it needs:
 #
 # * ``@triton.jit`` compiles a Python function for the GPU; ``kernel[(n,)](...)`` runs ``n`` copies, the
-#   *programs* (a thread block each, its blocks of values spread over its threads); ``tl.program_id(0)`` is a
-#   program's number.
+#   *programs* (a thread block each); ``tl.program_id(0)`` is a program's number.
 # * A tensor arrives as a pointer to its first element; ``x_ptr + tl.arange(0, BLOCK_N)`` is a block of
 #   addresses, counted in elements, as torch's strides are.
-# * ``BLOCK_N: tl.constexpr`` is fixed at compile time, a power of two: the row's length rounded up.
+# * ``BLOCK_N: tl.constexpr`` is fixed at compile time, a power of two (as ``tl.arange`` needs): the row's length
+#   rounded up.
 # * ``tl.load`` and ``tl.store`` read and write a block; ``mask=`` turns off the elements past the row's end, which
 #   load ``other=`` (:math:`-\infty`, whose exponential is 0).
 # * ``tl.max`` and ``tl.sum`` reduce a block; ``.to`` converts: fp32 arithmetic, memory in the tensor's dtype
@@ -83,12 +83,12 @@ def plain_softmax_rows(x2d, y2d):
 # %%
 # Step 1: several short rows a program
 # ------------------------------------
-# In rows of 256, step 0 runs :math:`2^{18}` programs on :math:`2^{26}` elements, each paying its start with too
-# few loads in flight to hide memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows:
+# In rows of 256, step 0 runs :math:`2^{18}` programs on the ladder's :math:`2^{26}` elements, each paying its start
+# with too few loads in flight to hide memory's latency. Step 1 gives a program a tile of ``BLOCK_M`` rows:
 # ``rows[:, None] * stride + cols[None, :]`` broadcasts, as in PyTorch, into a ``BLOCK_M`` x ``BLOCK_N`` tile of
-# addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps rows past the last onto it, so every
-# load reads a real row; the store's mask drops them. ``eviction_policy="evict_last"`` has L2 evict :math:`x`'s lines
-# last: measured, a few percent faster.
+# addresses, and ``axis=1`` reduces each row of it. ``tl.minimum`` clamps rows past the last onto it, so every load
+# reads a real row; the store's mask drops them. ``eviction_policy="evict_last"`` has L2 evict :math:`x`'s lines last:
+# measured, a few percent faster.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -109,8 +109,8 @@ def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
 # **Launch parameters** come from the device. To hide memory's latency an SM needs bandwidth x latency / SMs bytes in
 # flight (Little's law; the ladder below prints this GPU's figures). A program loads its whole tile at once and an SM
 # holds 12 to 16 programs of 4 warps, so ``min_tile_bytes`` is that share, rounded up to a power of two: 2 KB or more.
-# ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) of 4 warps, more only where a
-# thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
+# ``_fused_config`` packs short rows into such a tile (a longer row is a tile alone) and gives it 4 warps, more only
+# where a thread would load over ``BYTES_PER_THREAD``: few warps keep reductions across warps cheap.
 #
 # **The range.** ``RANGE`` (in the appendix) holds the rows these kernels are for.
 
