@@ -440,14 +440,14 @@ class Ahead:
         ready, _, _ = select.select(list(fds), [], [], timeout)
         for fd in ready:
             key = fds[fd]
-            pid, _, start, chunks = self.running[key]
+            pid, _, _, chunks = self.running[key]
             chunk = os.read(fd, 1 << 20)
             if chunk:
                 chunks.append(chunk)
                 continue
             _, status = os.waitpid(pid, 0)
             self._done(key, status)
-        for key, (pid, fd, start, chunks) in list(self.running.items()):
+        for key, (pid, fd, _, chunks) in list(self.running.items()):
             exited, status = os.waitpid(pid, os.WNOHANG)
             if not exited:
                 continue
@@ -655,17 +655,18 @@ class AfterImport:
         return spec
 
 
-def _helion_takes_turns(module, compiling=True):
+def _helion_takes_turns(module):
     """Helion's autotuner times configs with a timer of its own: its search (a point with no stored config) holds
     the GPU's turn throughout. Its code generation for a stored config (``set_config``) and its tracing of a new
-    shape (``BoundKernel``'s making) let the turn go (``compiling``)."""
+    shape (``BoundKernel``'s making: once a shape, ``Kernel.bind`` finds it after) let the turn go."""
     bound = getattr(module, "BoundKernel", None)
-    if bound is not None and hasattr(bound, "autotune"):
+    if bound is None:
+        return
+    if hasattr(bound, "autotune"):
         bound.autotune = gpu_turn(bound.autotune)
-    if compiling and bound is not None and hasattr(bound, "set_config"):
+    if hasattr(bound, "set_config"):
         bound.set_config = while_compiling(bound.set_config)
-    if compiling and bound is not None:  # a new shape's tracing: once a shape (Kernel.bind finds it after)
-        bound.__init__ = while_compiling(bound.__init__)
+    bound.__init__ = while_compiling(bound.__init__)
 
 
 def _let_go_while_compiling():
@@ -696,11 +697,12 @@ def _profiled(function, *args):
 
     blocks, timers, sources, kernels = [], [0.0, 0], [0.0, 0], []  # kernels: (seconds, kernel_key) a compile
     execute = gen_rst.execute_code_block
+    execute_held = gpu_turn(execute, timer=False)
 
     def execute_code_block(compiler, block, *rest, **kwargs):
         start = time.monotonic()
         try:  # a code block holds the GPU's turn (text blocks pass through here too)
-            return (gpu_turn(execute, timer=False) if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
+            return (execute_held if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
         finally:
             if block[0] == "code":  # a Block is (type, content, lineno); text blocks pass through here too
                 blocks.append((block[2], time.monotonic() - start))
@@ -830,8 +832,9 @@ def timed_jobs(gpu, memory_gib=None):
     """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default, on a GPU, 4 (a quarter of a
     16-core machine's cores; the pages take turns on the GPU) where the GPU holds 4 pages' memory (``PAGE_GPU_GIB``
     each; its memory from nvidia-smi), fewer where it holds fewer; 1 without a GPU."""
-    if int(os.environ.get("SOL_TIMED_JOBS") or 0) > 0:
-        return int(os.environ["SOL_TIMED_JOBS"])
+    jobs = int(os.environ.get("SOL_TIMED_JOBS") or 0)
+    if jobs > 0:
+        return jobs
     if not gpu:
         return 1
     memory_gib = _gpu_memory_gib() if memory_gib is None else memory_gib
@@ -856,7 +859,7 @@ def _isolate_pages(app):
     if jobs > 1:  # the lock the pages' timers take turns on
         os.environ["SOL_GPU_TURN"] = str(pathlib.Path(app.outdir).parent / ".sol-gpu-turn")
         _logger.info(f"timed pass: {jobs} pages at a time, taking turns on the GPU")
-    ahead = Ahead(jobs, lambda *args: _profiled(in_process, *args))
+    ahead = _pages_time[2] = Ahead(jobs, lambda *args: _profiled(in_process, *args))
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
         src = pathlib.Path(src_dir, fname)
@@ -884,7 +887,6 @@ def _isolate_pages(app):
             seconds = time.monotonic() - start
         _pages_time[0] += seconds
         _pages_time[1] += 1
-        _pages_time[2] = ahead
         _logger.info(
             f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
             + (" (failed)" if "formatted_exception" in result[3] else "")
