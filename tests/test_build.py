@@ -305,41 +305,55 @@ SIDE_BY_SIDE = '''"""
 Page {n}
 ========
 
-Works outside its timer, then times, noting when each of its code blocks ran.
+Works on the GPU outside its timer, then times, noting when each ran.
 """
 import os, time, timeit
-def note(start):
-    with open(os.path.join(os.environ["GALLERY_ROOT"], "held_{n}"), "a") as f:
-        f.write(f"{{start}} {{time.time()}}\\n")
+def note(kind, start):
+    with open(os.path.join(os.environ["GALLERY_ROOT"], "spans_{n}"), "a") as f:
+        f.write(f"{{kind}} {{start}} {{time.time()}}\\n")
 start = time.time()
 time.sleep({pause})  # a page's checks, on the GPU
-note(start)
+note("work", start)
 # %%
-start = time.time()
-timeit.repeat(lambda: time.sleep(0.2), number=1, repeat=2)
+def timed():
+    start = time.time()
+    time.sleep(0.2)
+    note("timer", start)
+timeit.repeat(timed, number=1, repeat=2)
 print("page {n} timed")
-note(start)
 '''
 
 
+def _spans(lines, page):
+    return [(kind, float(a), float(b), page) for kind, a, b in (line.split() for line in lines)]
+
+
+def _overlap(x, y):
+    return x[1] < y[2] and y[1] < x[2]
+
+
 def test_pages_run_side_by_side_and_take_turns_on_the_gpu(tmp_path):
-    """With SOL_TIMED_JOBS=3 the timed pass starts the pages sphinx-gallery asks for next ahead of it; a page holds
-    the GPU's turn through each code block, so no two pages' blocks run at once; each page is rendered with its
-    output, and the log says what each waited for its turn and the pass's wall time. The first page is the slowest:
-    the others end before sphinx-gallery asks for them (their checksums written), and are still reported as run."""
+    """With SOL_TIMED_JOBS=3 the timed pass starts the pages sphinx-gallery asks for next ahead of it; a timer has
+    the GPU alone, so no page's code runs while another page times, and the pages' work outside their timers runs
+    side by side; each page is rendered with its output, and the log says what each waited for its turn and the
+    pass's wall time. The first page is the slowest: the others end before sphinx-gallery asks for them (their
+    checksums written), and are still reported as run."""
     root = _gallery(tmp_path)
     for name in ("p1_first.py", "p2_second.py"):
         (root / "examples" / name).unlink()
     for n in (1, 2, 3):
-        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=1.5 if n == 1 else 0.3))
+        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=1.5 if n == 1 else 0.5))
     proc = _build(root, quiet=False, SOL_TIMED_JOBS="3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     spans = []
     for n in (1, 2, 3):
         assert f"page {n} timed" in (root / "gallery" / f"p{n}_side.rst").read_text()
-        spans += [tuple(map(float, line.split())) for line in (root / f"held_{n}").read_text().splitlines()]
-    spans.sort()
-    assert len(spans) == 6 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"two blocks at once: {spans}"
+        spans += _spans((root / f"spans_{n}").read_text().splitlines(), n)
+    assert len(spans) == 9, spans
+    timers, work = [s for s in spans if s[0] == "timer"], [s for s in spans if s[0] == "work"]
+    clashes = [(t, s) for t in timers for s in spans if s is not t and s[3] != t[3] and _overlap(t, s)]
+    assert not clashes, f"a page ran beside another's timer: {clashes}"
+    assert any(_overlap(a, b) for a in work for b in work if a[3] < b[3]), f"no two pages' work side by side: {work}"
     assert re.search(r"phase timed pages: [\d.]+ s for 3 pages, 3 at a time: [\d.]+ s", proc.stdout), proc.stdout[
         -3000:
     ]
@@ -357,40 +371,60 @@ def _on_the_gpu(log, seconds):
 
 
 def _page_that_compiles(turn, log, timer):
-    """A page's code block: GPU work, a compile (inside a timer where told), GPU work."""
+    """A page's code block: a timer, a compile (inside a timer where told), a timer."""
     os.environ["SOL_GPU_TURN"] = turn
 
     def block():
-        _on_the_gpu(log, 0.3)
+        sol_build.gpu_turn(_on_the_gpu)(log, 0.3)
         compile_ = sol_build.while_compiling(lambda: time.sleep(1.0))
         sol_build.gpu_turn(compile_)() if timer else compile_()
-        _on_the_gpu(log, 0.3)
+        sol_build.gpu_turn(_on_the_gpu)(log, 0.3)
 
     sol_build.gpu_turn(block, timer=False)()
     return sol_build._turn["depth"]
 
 
-def _two_pages(tmp_path, timer):
+def _side_by_side(tmp_path, page, *args):
+    """Two processes running page(turn, log, *args); the seconds they took together, and the spans they logged."""
     turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
     start = time.monotonic()
-    children = [sol_build.start_child(_page_that_compiles, turn, log, timer) for _ in range(2)]
+    children = [sol_build.start_child(page, turn, log, *args) for _ in range(2)]
     for pid, fd in children:
         with os.fdopen(fd, "rb") as pipe:
             data = pipe.read()
         assert sol_build.finish_child(data, os.waitpid(pid, 0)[1]) == 0
     spans = sorted(tuple(map(float, line.split())) for line in open(log).read().splitlines())
-    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"GPU work at once: {spans}"
-    return time.monotonic() - start
+    return time.monotonic() - start, spans
+
+
+def _two_pages(tmp_path, timer):
+    seconds, spans = _side_by_side(tmp_path, _page_that_compiles, timer)
+    assert len(spans) == 4 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"two timers at once: {spans}"
+    return seconds
 
 
 def test_a_page_lets_the_gpu_go_while_it_compiles(tmp_path):
-    """Two pages of 0.6 s on the GPU and 1 s compiling each: one page's compile overlaps the other's GPU work
-    (together about 2 s, not 3.2), and their GPU work never overlaps."""
+    """Two pages of 0.6 s of timers and 1 s compiling each: one page's compile overlaps the other's timers
+    (together about 2 s, not 3.2), and their timers never overlap."""
     assert _two_pages(tmp_path, timer=False) < 2.7
 
 
 def test_a_compile_inside_a_timer_keeps_the_turn(tmp_path):
     assert _two_pages(tmp_path, timer=True) >= 3.2
+
+
+def _page_of_blocks(turn, log):
+    """A page's code block of 1 s on the GPU, no timer in it."""
+    os.environ["SOL_GPU_TURN"] = turn
+    sol_build.gpu_turn(_on_the_gpu, timer=False)(log, 1.0)
+    return 0
+
+
+def test_code_blocks_share_the_gpu(tmp_path):
+    """Two pages' code blocks outside their timers run at once: together in about 1 s, not 2."""
+    seconds, spans = _side_by_side(tmp_path, _page_of_blocks)
+    assert len(spans) == 2 and spans[1][0] < spans[0][1], f"one block after the other: {spans}"
+    assert seconds < 1.8
 
 
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):
@@ -494,7 +528,7 @@ def _worker_times_while_main_compiles(turn):
         seen["free after"] = lock_is_free()
 
     sol_build.gpu_turn(lambda: sol_build.while_compiling(compiling)(), timer=False)()
-    return seen, sol_build._turn["holders"], sol_build._turn["depth"], lock_is_free()
+    return seen, sol_build._turn["shared"] + sol_build._turn["exclusive"], sol_build._turn["depth"], lock_is_free()
 
 
 def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles(tmp_path):

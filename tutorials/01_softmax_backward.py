@@ -47,9 +47,12 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows, the last rows clamped onto the last
 # one, ``y`` and ``dy`` loaded as tiles, one reduction along each row (``tl.sum(..., axis=1)``), one store. Masked lanes
 # load 0, which adds nothing to the dot product. Both loads carry the forward's ``evict_last`` hint, measured faster in
-# the backward too. Its launch is the forward's config function ``_fused_config`` (carried in the appendix), sized as
-# fp32: :math:`y` and :math:`dy` are held in fp32, whatever their dtype. Two fp32 rows of 16 K fill the registers a
-# program has; past ``MAX_FUSED_BWD_N`` an fp32 row would spill to local memory, so ``RANGE`` stops there.
+# the backward too. Its tile is the forward's config function's ``_fused_config`` (carried in the appendix), sized
+# as fp32: :math:`y` and :math:`dy` are held in fp32, whatever their dtype. Its threads are half the forward's: each
+# loads up to 256 bytes of each input. Then two programs of a bf16 row of 16 K fit an SM's registers, and one's loads
+# overlap the other's sums and stores (measured faster; an fp32 row of 16 K fills an SM's registers either way, and
+# measured the same). Two fp32 rows of 16 K fill the registers a program has; past ``MAX_FUSED_BWD_N`` an fp32 row
+# would spill to local memory, so ``RANGE`` stops there.
 
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 RANGE = {("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}  # fp16: as bf16
@@ -70,9 +73,13 @@ def softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_r
     tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok)
 
+def _backward_config(n_cols, element_size):  # (BLOCK_M, BLOCK_N, num_warps) of softmax_bwd_kernel
+    block_m, block_n, _ = _fused_config(n_cols, 4)  # y and dy held as fp32
+    return block_m, block_n, min(32, max(4, block_m * block_n * element_size // (32 * 2 * BYTES_PER_THREAD)))
+
 def softmax_rows_backward(y, dy, dx):
     """dx = y * (dy - rowsum(y * dy)), rows of at most MAX_FUSED_BWD_N. All 2-D, unit stride along the row."""
-    block_m, block_n, num_warps = _fused_config(y.shape[1], 4)  # y and dy held as fp32
+    block_m, block_n, num_warps = _backward_config(y.shape[1], y.element_size())
     softmax_bwd_kernel[(triton.cdiv(len(y), block_m),)](y, dy, dx, *y.shape, y.stride(0), dy.stride(0), dx.stride(0),
                                                        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 

@@ -20,14 +20,13 @@ pages, ``_warm_up`` runs every page that the build will execute, all at once, ea
 (at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
 call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
 on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (4
-on a GPU; 1: one after another), and the GPU takes them in turns (``gpu_turn``, a file lock): a page holds it
-through each code block, so that nothing another page runs (its checks, first calls, spawned processes) shares
-the GPU with a timer, and lets it go only while Dynamo traces or Helion generates code on the CPU
-(``while_compiling``; never inside a timer or an autotuner's search): those compiles overlap the other pages'
-work. The pages find what they compile in the caches (Inductor then starts no pool of compile workers beside
-them). Both
-passes use the Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their
-own as they build a kernel, and a page's later kernels then go where the other pass does not look.
+on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
+alone, a code block shares it with other pages' blocks, so that nothing another page runs (its checks, first calls,
+graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces or Helion generates code on the
+CPU (``while_compiling``; never inside a timer or an autotuner's search). The pages find what they compile in the
+caches (Inductor then starts no pool of compile workers beside them). Both passes use the Triton cache folder
+conf.py names: where none is named, Inductor and Helion each name one of their own as they build a kernel, and a
+page's later kernels then go where the other pass does not look.
 Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up reads no
 stored pick (a kernel it compiles keeps all its configs in the compile cache) and its own picks, timed beside other
 pages, are removed after it, so that the timed pass times the candidates alone (``forget_autotuning``).
@@ -484,26 +483,18 @@ class Ahead:
         return left
 
 
-# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a page holds it while it runs a code
-# block, so that no two pages use the GPU at once, and lets it go only while it compiles on the CPU (Dynamo's tracing,
-# Helion's code generation: ``while_compiling``), never inside a timer; a lock on the file SOL_GPU_TURN names. The
-# lock is the process's: ``holders`` counts who holds it here (the main thread, and any other thread in a timer);
-# the first takes it, the last lets it go, after the GPU has finished what this process gave it.
-_turn = {"fd": None, "holders": 0, "depth": 0, "timing": 0, "waited": 0.0}
+# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a timer has the GPU alone and code
+# blocks share it. A lock on the file SOL_GPU_TURN names: a timer (do_bench, timeit, Inductor's and Helion's
+# autotuners) takes it exclusively, a code block shared. So no page's GPU work runs while another page times, and the
+# pages' checks, data and graph captures overlap one another. A page lets it go while it compiles on the CPU
+# (``while_compiling``: Dynamo's tracing, Helion's code generation), never inside a timer, and only after the GPU has
+# finished what this process gave it. A second lock (the gate, SOL_GPU_TURN + ".gate") puts a waiting timer first:
+# every taking passes through the gate, and a timer holds it while it waits, so no block takes the shared lock
+# meanwhile. The lock is the process's: ``shared`` and ``exclusive`` count its holders (the main thread's code block
+# and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs.
+SHARED, EXCLUSIVE = 1, 2
+_turn = {"fd": None, "gate": None, "mode": 0, "shared": 0, "exclusive": 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn_guard = threading.Lock()
-
-
-def _hold():
-    import fcntl
-
-    with _turn_guard:
-        if _turn["holders"] == 0:
-            if _turn["fd"] is None:  # opened in this process: a descriptor another process shares shares its lock
-                _turn["fd"] = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR | os.O_CREAT, 0o644)
-            start = time.monotonic()
-            fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
-            _turn["waited"] += time.monotonic() - start
-        _turn["holders"] += 1
 
 
 def _gpu_idle():
@@ -516,14 +507,44 @@ def _gpu_idle():
         pass
 
 
-def _release():
+def _settle():
+    """Move this process's lock to what its holders need (called under ``_turn_guard``)."""
     import fcntl
 
+    want = EXCLUSIVE if _turn["exclusive"] else SHARED if _turn["shared"] else 0
+    if want == _turn["mode"]:
+        return
+    if _turn["mode"]:  # let go first (the lock is not upgraded in place): two pages upgrading would wait for each other
+        _gpu_idle()
+        fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+        _turn["mode"] = 0
+    if not want:
+        return
+    if _turn["fd"] is None:  # opened in this process: a descriptor another process shares shares its lock
+        path = os.environ["SOL_GPU_TURN"]
+        _turn["fd"] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        _turn["gate"] = os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o644)
+    start = time.monotonic()
+    fcntl.flock(_turn["gate"], fcntl.LOCK_EX)
+    try:
+        fcntl.flock(_turn["fd"], fcntl.LOCK_EX if want == EXCLUSIVE else fcntl.LOCK_SH)
+    finally:
+        fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
+    _turn["waited"] += time.monotonic() - start
+    _turn["mode"] = want
+
+
+def _hold(kind):
     with _turn_guard:
-        if _turn["holders"] == 1:
-            _gpu_idle()
-            fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
-        _turn["holders"] = max(0, _turn["holders"] - 1)
+        _turn["exclusive" if kind == EXCLUSIVE else "shared"] += 1
+        _settle()
+
+
+def _release(kind):
+    with _turn_guard:
+        key = "exclusive" if kind == EXCLUSIVE else "shared"
+        _turn[key] = max(0, _turn[key] - 1)
+        _settle()
 
 
 def _main_thread():
@@ -531,16 +552,14 @@ def _main_thread():
 
 
 def gpu_turn(fn, timer=True):
-    """fn, called with the GPU's turn held (where SOL_GPU_TURN names a lock file; else as it is); a ``timer`` is
-    never interrupted by ``while_compiling``."""
+    """fn, called with the GPU's turn held (where SOL_GPU_TURN names a lock file; else as it is): alone for a
+    ``timer``, which ``while_compiling`` never interrupts; shared with other pages' code blocks otherwise."""
 
     def with_turn(*args, **kwargs):
         if not os.environ.get("SOL_GPU_TURN"):
             return fn(*args, **kwargs)
-        main = _main_thread()
-        first = not (main and _turn["depth"])  # the main thread holds it already: nested
-        if first:
-            _hold()
+        main, kind = _main_thread(), EXCLUSIVE if timer else SHARED
+        _hold(kind)
         if main:
             _turn["depth"] += 1
             _turn["timing"] += timer
@@ -550,28 +569,29 @@ def gpu_turn(fn, timer=True):
             if main:
                 _turn["timing"] -= timer
                 _turn["depth"] -= 1
-            if first:
-                _release()
+            _release(kind)
 
     return with_turn
 
 
 def while_compiling(fn):
-    """fn, called with the GPU's turn let go where the main thread holds it outside a timer (compiling on the CPU:
-    another page may use the GPU meanwhile, once this one's queued work is done), and taken again after."""
+    """fn, called with the main thread's shared turn let go where it holds one outside a timer (compiling on the
+    CPU: another page may time meanwhile, once this one's queued work is done), and taken again after."""
 
     def without_turn(*args, **kwargs):
         if not _turn["depth"] or _turn["timing"] or not _main_thread():
             return fn(*args, **kwargs)
-        depth, _turn["depth"] = _turn["depth"], 0
-        _release()
+        depth, _turn["depth"] = _turn["depth"], 0  # all shared: the main thread is in no timer
+        with _turn_guard:
+            _turn["shared"] -= depth
+            _settle()
         try:
             return fn(*args, **kwargs)
         finally:
-            try:
-                _hold()
-            finally:
-                _turn["depth"] = depth
+            with _turn_guard:
+                _turn["shared"] += depth
+                _settle()
+            _turn["depth"] = depth
 
     return without_turn
 
@@ -677,16 +697,27 @@ def _let_go_while_compiling():
         convert_frame._compile = while_compiling(convert_frame._compile)
 
 
-# Pages that hold the GPU's turn from start to end, compiling too, where pages run side by side: they time a wall
-# clock around work that is not only a timer's (14: each launch's first call, its compiles and autotuning's search).
-ALONE = ("14_autotuning_against_a_launch_model",)
+# Pages that hold the GPU's turn alone from start to end, compiling too, where pages run side by side: they time
+# what no timer above sees (14: a wall clock around each launch's first call, its compiles and autotuning's search;
+# 62: its ranks, processes of their own, time with CUDA events).
+ALONE = ("14_autotuning_against_a_launch_model", "62_cross_entropy_vocab_parallel")
+# Pages whose code blocks hold the turn alone: JAX queues work that torch's synchronize does not wait for, so a block
+# that let the turn go could leave it running into another page's timer.
+BLOCKS_ALONE = (
+    "05_jax_rms_norm",
+    "05_jax_rms_norm_backward",
+    "05_jax_rms_norm_sharded",
+    "51_rms_norm_mosaic_gpu",
+    "52_rms_norm_mosaic_gpu_backward",
+)
 
 
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
-    calls and the seconds the page waited for the GPU's turn (``gpu_turn``: held through each code block, let go
-    while Dynamo or Helion compiles, never inside a timer, Inductor's or Helion's autotuning, or an ``ALONE`` page),
+    calls and the seconds the page waited for the GPU's turn (``gpu_turn``: shared through each code block, alone
+    in a timer, Inductor's or Helion's autotuning, a ``BLOCKS_ALONE`` page's blocks and an ``ALONE`` page; let go
+    while Dynamo or Helion compiles outside those),
     and two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached
     for them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those
     compiles (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it
@@ -697,7 +728,8 @@ def _profiled(function, *args):
 
     blocks, timers, sources, kernels = [], [0.0, 0], [0.0, 0], []  # kernels: (seconds, kernel_key) a compile
     execute = gen_rst.execute_code_block
-    execute_held = gpu_turn(execute, timer=False)
+    stem = pathlib.Path(str(args[0])).stem  # args[0]: the page's file
+    execute_held = gpu_turn(execute, timer=stem in BLOCKS_ALONE)
 
     def execute_code_block(compiler, block, *rest, **kwargs):
         start = time.monotonic()
@@ -756,7 +788,6 @@ def _profiled(function, *args):
         if "triton" in sys.modules:  # Inductor calls triton.compile, the same function under the package's name
             sys.modules["triton"].compile = compile_named
     folder = os.environ.get("SOL_WARMUP_RECORDS")  # set where this build's warm-up ran (_warm_up)
-    stem = pathlib.Path(str(args[0])).stem  # args[0]: the page's file
     record = folder and pathlib.Path(folder, f"{stem}.compiled")
     result = gpu_turn(function)(*args) if stem in ALONE else function(*args)
     try:
