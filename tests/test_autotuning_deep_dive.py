@@ -181,7 +181,9 @@ def test_the_autotuner_tried_the_pruned_space_at_each_point():
         tried = {(c.kwargs["BLOCK_M"], c.num_warps) for c in PAGE["fits"](PAGE["SPACE"], x, BLOCK_N=block_n)}
         assert set(times) == tried and results.loc[(dtype, n), "autotuner: configs tried"] == len(tried)
         pick = re.fullmatch(r"(\d+) x (\d+), (\d+) warps", results.loc[(dtype, n), "autotuner: config"])
-        assert (int(pick[1]), int(pick[3])) == min(times, key=times.get) and int(pick[2]) == block_n
+        # the pick's median is the least: Triton's autotuner takes the least [median, 20th, 80th percentile] list,
+        # so of configs whose medians tie it may take any
+        assert times[int(pick[1]), int(pick[3])] == min(times.values()) and int(pick[2]) == block_n, (dtype, n)
 
 
 # A made-up GPU and a made-up sweep: the functions that read a GPU's run (its table, the sentences, the refit), which

@@ -539,6 +539,54 @@ def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles
     assert (holders, depth, free) == (0, 0, True)
 
 
+class _FakeDriver:
+    """CUDA's driver as ctypes would load it, for two GPUs: the first's primary context started by this process (its
+    queued work done only when cuCtxSynchronize runs in it), the second's not."""
+
+    def __init__(self):
+        self.calls, self.current = [], None
+
+    def __getattr__(self, name):
+        import ctypes
+
+        def call(*args):
+            self.calls.append(name)
+            if name == "cuDeviceGetCount":
+                ctypes.cast(args[0], ctypes.POINTER(ctypes.c_int))[0] = 2
+            elif name == "cuDeviceGet":
+                ctypes.cast(args[0], ctypes.POINTER(ctypes.c_int))[0] = args[1]
+            elif name == "cuDevicePrimaryCtxGetState":
+                ctypes.cast(args[2], ctypes.POINTER(ctypes.c_int))[0] = int(args[0].value == 0)
+            elif name == "cuDevicePrimaryCtxRetain":
+                ctypes.cast(args[0], ctypes.POINTER(ctypes.c_void_p))[0] = 1000 + args[1].value
+            elif name == "cuCtxPushCurrent_v2":
+                self.current = args[0].value
+            elif name == "cuCtxSynchronize":
+                self.calls.append(f"synchronized {self.current}")
+            return 0
+
+        return call
+
+
+def test_a_page_waits_for_the_gpu_work_of_every_context_it_started(monkeypatch):
+    """JAX's work runs in the GPU's primary context, where torch's synchronize does not look unless torch started
+    CUDA: the turn is let go only after cuCtxSynchronize in each primary context the process started, and none other
+    is touched; without a driver there is nothing to wait for."""
+    import ctypes
+
+    driver = _FakeDriver()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: driver)
+    assert sol_build._primary_contexts_idle() == 1
+    assert "synchronized 1000" in driver.calls and not any(c.startswith("synchronized 1001") for c in driver.calls)
+    assert driver.calls.count("cuDevicePrimaryCtxRetain") == driver.calls.count("cuDevicePrimaryCtxRelease_v2") == 1
+
+    def no_driver(name):
+        raise OSError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    assert sol_build._primary_contexts_idle() is None
+
+
 def _big():
     return b"x" * (1 << 20)
 

@@ -498,13 +498,47 @@ _turn_guard = threading.Lock()
 
 
 def _gpu_idle():
-    """Wait for the GPU work this process queued (torch's; not inside a CUDA graph's capture, which queues none)."""
+    """Wait for the GPU work this process queued: torch's (not inside a CUDA graph's capture, which queues none), and
+    JAX's, which torch's synchronize does not see where torch never started CUDA (``_primary_contexts_idle``)."""
     torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize()
     except RuntimeError:  # a GPU in a bad state: the page's own error says so
         pass
+    if "jax" in sys.modules:
+        _primary_contexts_idle()
+
+
+def _primary_contexts_idle():
+    """``cuCtxSynchronize`` on each GPU's primary context that this process has started, through CUDA's driver: every
+    stream of it, whoever made them (XLA runs JAX's work in the primary context, as torch does). Returns the number
+    of contexts waited for, or None where the driver cannot be asked."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:  # no NVIDIA driver: no GPU work to wait for
+        return None
+    count, done = ctypes.c_int(), 0
+    if cuda.cuInit(0) or cuda.cuDeviceGetCount(ctypes.byref(count)):
+        return None
+    for ordinal in range(count.value):
+        device, flags, active, context = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int(), ctypes.c_void_p()
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) or cuda.cuDevicePrimaryCtxGetState(
+            device, ctypes.byref(flags), ctypes.byref(active)
+        ):
+            return None
+        if not active.value or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device):
+            continue  # a GPU this process has not used
+        try:
+            if cuda.cuCtxPushCurrent_v2(context) == 0:
+                cuda.cuCtxSynchronize()
+                cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+                done += 1
+        finally:
+            cuda.cuDevicePrimaryCtxRelease_v2(device)
+    return done
 
 
 def _settle():
@@ -701,8 +735,8 @@ def _let_go_while_compiling():
 # what no timer above sees (14: a wall clock around each launch's first call, its compiles and autotuning's search;
 # 62: its ranks, processes of their own, time with CUDA events).
 ALONE = ("14_autotuning_against_a_launch_model", "62_cross_entropy_vocab_parallel")
-# Pages whose code blocks hold the turn alone: JAX queues work that torch's synchronize does not wait for, so a block
-# that let the turn go could leave it running into another page's timer.
+# Pages whose code blocks hold the turn alone: XLA times candidate kernels on the GPU as it compiles a program that
+# JAX's cache does not hold, with a timer no hook here sees.
 BLOCKS_ALONE = (
     "05_jax_rms_norm",
     "05_jax_rms_norm_backward",
