@@ -359,7 +359,9 @@ def test_pages_run_side_by_side_and_take_turns_on_the_gpu(tmp_path):
     ]
     assert "more waiting for the GPU's turn" in proc.stdout, proc.stdout[-3000:]
     for n in (1, 2, 3):
-        assert re.search(rf"^page p{n}_side: [\d.]+ s in its own process; code", proc.stdout, re.M), proc.stdout[-3000:]
+        line = rf"^page p{n}_side: [\d.]+ s in its own process \(\+[\d]+ s to \+[\d]+ s of the pass\); code .*"
+        line += r"[\d.]+ s holding it alone, [\d.]+ s sharing it"
+        assert re.search(line, proc.stdout, re.M), proc.stdout[-3000:]
     assert "did not ask for" not in proc.stdout + proc.stderr
 
 

@@ -407,14 +407,15 @@ def run_in_child(function, *args):
 class Ahead:
     """The timed pass's page processes, up to ``jobs`` at once: the page sphinx-gallery asks for, and the pages it
     will ask for next, started ahead of it. Each runs ``function(page, *args)`` in a forked child (``start_child``).
-    One page at a time holds the GPU's turn (``gpu_turn``); the others compile meanwhile (``while_compiling``) or
-    wait for it."""
+    A timer has the GPU alone and code blocks share it (``gpu_turn``); a page lets it go while it compiles
+    (``while_compiling``). ``spans``: each page's start and end, in seconds from the first start."""
 
     def __init__(self, jobs, function):
         self.jobs, self.function = jobs, function
         self.running = {}  # key: (pid, fd, start, chunks)
         self.done = {}  # key: (seconds, data, status)
         self.first = self.last = None  # monotonic seconds: the first start, the last end
+        self.spans = {}  # key: (start, end) in seconds from the first start
 
     def start(self, key, *args):
         if key in self.running or key in self.done:
@@ -463,6 +464,7 @@ class Ahead:
         os.close(fd)
         self.last = time.monotonic()
         self.done[key] = (self.last - start, b"".join(chunks), status)
+        self.spans[key] = (start - self.first, self.last - self.first)
 
     def wait(self, key, more=()):
         """The (seconds, value) of the page ``key``'s child, its exception raised (ChildProcessError if it died);
@@ -494,6 +496,7 @@ class Ahead:
 # and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs.
 SHARED, EXCLUSIVE = 1, 2
 _turn = {"fd": None, "gate": None, "mode": 0, "shared": 0, "exclusive": 0, "depth": 0, "timing": 0, "waited": 0.0}
+_turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
 _turn_guard = threading.Lock()
 
 
@@ -551,6 +554,7 @@ def _settle():
     if _turn["mode"]:  # let go first (the lock is not upgraded in place): two pages upgrading would wait for each other
         _gpu_idle()
         fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+        _turn_held[_turn["mode"]] += time.monotonic() - _turn_held["since"]
         _turn["mode"] = 0
     if not want:
         return
@@ -564,7 +568,8 @@ def _settle():
         fcntl.flock(_turn["fd"], fcntl.LOCK_EX if want == EXCLUSIVE else fcntl.LOCK_SH)
     finally:
         fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
-    _turn["waited"] += time.monotonic() - start
+    _turn_held["since"] = time.monotonic()
+    _turn["waited"] += _turn_held["since"] - start
     _turn["mode"] = want
 
 
@@ -830,7 +835,8 @@ def _profiled(function, *args):
         warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     compiles = (sum(seconds for seconds, _ in kernels), len(kernels))
-    return result, blocks, (*timers, _turn["waited"]), (tuple(sources), compiles, slow)
+    held = (_turn["waited"], _turn_held[EXCLUSIVE], _turn_held[SHARED])
+    return result, blocks, (*timers, *held), (tuple(sources), compiles, slow)
 
 
 def warm_up_had(key, warmed):
@@ -853,8 +859,8 @@ SLOW_COMPILE = 0.1  # seconds: a Triton kernel found in the on-disk cache loads 
 
 
 def where_the_time_went(blocks, timers, loads, cells=3):
-    """A log line's tail: the seconds in the page's code, the timers' share of them (and what they waited for the
-    GPU's turn, ``timers[2]`` where there is one), the slowest code blocks, and
+    """A log line's tail: the seconds in the page's code, the timers' share of them (and what the page waited for the
+    GPU's turn, held it alone and shared it: ``timers[2:5]`` where there are), the slowest code blocks, and
     the seconds spent compiling modules from source and Triton kernels in the page's process (``loads``), with the
     slowest kernels by name where one took ``SLOW_COMPILE`` or more (compiled there, not found in the cache) and what
     the page's warm-up compiled of it."""
@@ -865,6 +871,7 @@ def where_the_time_went(blocks, timers, loads, cells=3):
         f"code {sum(b[1] for b in blocks):.1f} s in {len(blocks)} cells; "
         f"timers {timers[0]:.1f} s in {timers[1]} calls"
         + (f", {timers[2]:.1f} s more waiting for the GPU's turn" if len(timers) > 2 and timers[2] >= 0.05 else "")
+        + (f", {timers[3]:.1f} s holding it alone, {timers[4]:.1f} s sharing it" if sum(timers[3:5]) else "")
         + "; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
@@ -952,8 +959,10 @@ def _isolate_pages(app):
             seconds = time.monotonic() - start
         _pages_time[0] += seconds
         _pages_time[1] += 1
+        span = ahead.spans.get(key) if ahead.jobs > 1 else None
         _logger.info(
             f"page {pathlib.Path(fname).stem}: {seconds:.1f} s in its own process"
+            + (f" (+{span[0]:.0f} s to +{span[1]:.0f} s of the pass)" if span else "")
             + (" (failed)" if "formatted_exception" in result[3] else "")
             + profile
         )
