@@ -541,6 +541,63 @@ def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles
     assert (holders, depth, free) == (0, 0, True)
 
 
+def _shares_now():
+    """Whether another process could take the GPU's turn shared now (the lock held shared or not at all here)."""
+    import fcntl
+
+    fd = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _xla_compile_in_a_block():
+    import types
+
+    compiler = types.SimpleNamespace(backend_compile_and_load=_shares_now)  # XLA's compile, as jax._src.compiler has
+    sol_build._xla_compiles_alone(compiler)
+
+    def block():  # a JAX page's code block: work outside the compile, the compile, work after it
+        return _shares_now(), compiler.backend_compile_and_load(), _shares_now()
+
+    return sol_build._xla["wrapped"], sol_build.gpu_turn(block, timer=False)()
+
+
+def test_xla_compiles_with_the_gpu_alone_and_jax_blocks_share_it(tmp_path, monkeypatch):
+    """XLA times candidate kernels as it compiles a program: the compile holds the GPU's turn alone, the rest of a
+    JAX page's block shares it."""
+    (tmp_path / "turn").write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    assert sol_build.run_in_child(_xla_compile_in_a_block) == (True, (True, False, True))
+
+
+def _first_block_shares(page):
+    import sphinx_gallery.gen_rst as gen_rst
+
+    os.environ.pop("SOL_WARMUP_RECORDS", None)
+    gen_rst.execute_code_block = lambda compiler, block, *rest, **kwargs: _shares_now()
+
+    def run(page):  # sphinx-gallery running the page: its first code block
+        return gen_rst.execute_code_block(None, ("code", "", 1))
+
+    return sol_build._profiled(run, page)[0]
+
+
+def test_a_jax_page_holds_the_gpu_alone_until_xla_compiles_are_wrapped(tmp_path, monkeypatch):
+    """A page that imports JAX runs its code blocks with the GPU's turn alone until JAX's compiler is wrapped (its
+    first block imports JAX); another page's blocks share it."""
+    (tmp_path / "turn").write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    (tmp_path / "05_page.py").write_text("import jax, jax.numpy as jnp\n")
+    (tmp_path / "01_page.py").write_text("import torch\n")
+    assert sol_build.run_in_child(_first_block_shares, str(tmp_path / "05_page.py")) is False
+    assert sol_build.run_in_child(_first_block_shares, str(tmp_path / "01_page.py")) is True
+
+
 class _FakeDriver:
     """CUDA's driver as ctypes would load it, for two GPUs: the first's primary context started by this process (its
     queued work done only when cuCtxSynchronize runs in it), the second's not."""

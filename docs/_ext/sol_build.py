@@ -740,23 +740,27 @@ def _let_go_while_compiling():
 # what no timer above sees (14: a wall clock around each launch's first call, its compiles and autotuning's search;
 # 62: its ranks, processes of their own, time with CUDA events).
 ALONE = ("14_autotuning_against_a_launch_model", "62_cross_entropy_vocab_parallel")
-# Pages whose code blocks hold the turn alone: XLA times candidate kernels on the GPU as it compiles a program that
-# JAX's cache does not hold, with a timer no hook here sees.
-BLOCKS_ALONE = (
-    "05_jax_rms_norm",
-    "05_jax_rms_norm_backward",
-    "05_jax_rms_norm_sharded",
-    "51_rms_norm_mosaic_gpu",
-    "52_rms_norm_mosaic_gpu_backward",
-)
+# JAX: XLA times candidate kernels on the GPU as it compiles a program that JAX's cache does not hold (its
+# autotuning), with a timer no hook here sees. Its compile holds the turn alone (``_xla_compiles_alone``); a JAX
+# page's blocks share it as others do once that is in place, and hold it alone where it cannot be (another JAX).
+_xla = {"wrapped": False}
+
+
+def _xla_compiles_alone(module):
+    """Wrap ``jax._src.compiler``'s compile of a program for XLA (not its load from JAX's cache) in the GPU's turn,
+    alone."""
+    compile_ = getattr(module, "backend_compile_and_load", None)
+    if callable(compile_):
+        module.backend_compile_and_load = gpu_turn(compile_)
+        _xla["wrapped"] = True
 
 
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
     calls and the seconds the page waited for the GPU's turn (``gpu_turn``: shared through each code block, alone
-    in a timer, Inductor's or Helion's autotuning, a ``BLOCKS_ALONE`` page's blocks and an ``ALONE`` page; let go
-    while Dynamo or Helion compiles outside those),
+    in a timer, Inductor's or Helion's autotuning, XLA's compile and an ``ALONE`` page; let go while Dynamo or
+    Helion compiles outside those),
     and two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached
     for them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those
     compiles (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it
@@ -768,12 +772,17 @@ def _profiled(function, *args):
     blocks, timers, sources, kernels = [], [0.0, 0], [0.0, 0], []  # kernels: (seconds, kernel_key) a compile
     execute = gen_rst.execute_code_block
     stem = pathlib.Path(str(args[0])).stem  # args[0]: the page's file
-    execute_held = gpu_turn(execute, timer=stem in BLOCKS_ALONE)
+    try:
+        jax_page = "import jax" in pathlib.Path(str(args[0])).read_text()
+    except (OSError, UnicodeError):  # no source to read (a test's page): none imports JAX
+        jax_page = False
+    shared, alone = gpu_turn(execute, timer=False), gpu_turn(execute, timer=True)
 
     def execute_code_block(compiler, block, *rest, **kwargs):
         start = time.monotonic()
+        held = alone if jax_page and not _xla["wrapped"] else shared
         try:  # a code block holds the GPU's turn (text blocks pass through here too)
-            return (execute_held if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
+            return (held if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
         finally:
             if block[0] == "code":  # a Block is (type, content, lineno); text blocks pass through here too
                 blocks.append((block[2], time.monotonic() - start))
@@ -799,10 +808,11 @@ def _profiled(function, *args):
         triton.testing.do_bench = gpu_turn(timed(triton.testing.do_bench))
     except ImportError:  # no Triton: no do_bench to time with
         pass
-    if "helion.runtime.kernel" in sys.modules:
-        _helion_takes_turns(sys.modules["helion.runtime.kernel"])
-    else:  # the page imports it
-        sys.meta_path.insert(0, AfterImport("helion.runtime.kernel", _helion_takes_turns))
+    for name, then in (("helion.runtime.kernel", _helion_takes_turns), ("jax._src.compiler", _xla_compiles_alone)):
+        if name in sys.modules:
+            then(sys.modules[name])
+        else:  # the page imports it
+            sys.meta_path.insert(0, AfterImport(name, then))
     _let_go_while_compiling()
     if "torch._inductor" in sys.modules:  # imported before the fork; its autotuner times its launch configs here
         try:
