@@ -598,6 +598,41 @@ def test_a_jax_page_holds_the_gpu_alone_until_xla_compiles_are_wrapped(tmp_path,
     assert sol_build.run_in_child(_first_block_shares, str(tmp_path / "01_page.py")) is True
 
 
+def _interrupted_waits():
+    """A wait for the turn interrupted (a signal's exception inside flock), for a timer and for a compile's retaking:
+    no holder is left counted, the main thread's depth comes back, and the lock is free after."""
+    settle, seen = sol_build._settle, []
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    sol_build._settle = interrupted
+    try:
+        sol_build.gpu_turn(lambda: None)()
+    except KeyboardInterrupt:
+        seen.append((sol_build._turn["shared"], sol_build._turn["exclusive"]))
+    sol_build._settle = settle
+
+    def block():
+        def compiling():
+            sol_build._settle = interrupted  # the retaking after the compile is interrupted
+
+        try:
+            sol_build.while_compiling(compiling)()
+        except KeyboardInterrupt:
+            sol_build._settle = settle
+            seen.append(sol_build._turn["depth"])
+
+    sol_build.gpu_turn(block, timer=False)()
+    return seen, sol_build._turn["shared"], sol_build._turn["exclusive"], _shares_now()
+
+
+def test_an_interrupted_wait_for_the_turn_leaves_nothing_counted(tmp_path, monkeypatch):
+    (tmp_path / "turn").write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    assert sol_build.run_in_child(_interrupted_waits) == ([(0, 0), 1], 0, 0, True)
+
+
 class _FakeDriver:
     """CUDA's driver as ctypes would load it, for two GPUs: the first's primary context started by this process (its
     queued work done only when cuCtxSynchronize runs in it), the second's not."""

@@ -493,7 +493,9 @@ class Ahead:
 # finished what this process gave it. A second lock (the gate, SOL_GPU_TURN + ".gate") puts a waiting timer first:
 # every taking passes through the gate, and a timer holds it while it waits, so no block takes the shared lock
 # meanwhile. The lock is the process's: ``shared`` and ``exclusive`` count its holders (the main thread's code block
-# and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs.
+# and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs. A lock moves
+# from shared to alone and back by letting go first: the thread that moves it waits, but where a timer on another
+# thread moves it, the main thread's code runs on meanwhile (no page times on a thread of its own).
 SHARED, EXCLUSIVE = 1, 2
 _turn = {"fd": None, "gate": None, "mode": 0, "shared": 0, "exclusive": 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
@@ -574,9 +576,14 @@ def _settle():
 
 
 def _hold(kind):
+    key = "exclusive" if kind == EXCLUSIVE else "shared"
     with _turn_guard:
-        _turn["exclusive" if kind == EXCLUSIVE else "shared"] += 1
-        _settle()
+        _turn[key] += 1
+        try:
+            _settle()
+        except BaseException:  # not taken (an interrupted wait): this holder is not counted
+            _turn[key] -= 1
+            raise
 
 
 def _release(kind):
@@ -621,16 +628,18 @@ def while_compiling(fn):
         if not _turn["depth"] or _turn["timing"] or not _main_thread():
             return fn(*args, **kwargs)
         depth, _turn["depth"] = _turn["depth"], 0  # all shared: the main thread is in no timer
-        with _turn_guard:
-            _turn["shared"] -= depth
-            _settle()
         try:
+            with _turn_guard:
+                _turn["shared"] -= depth
+                _settle()
             return fn(*args, **kwargs)
         finally:
-            with _turn_guard:
-                _turn["shared"] += depth
-                _settle()
-            _turn["depth"] = depth
+            try:
+                with _turn_guard:
+                    _turn["shared"] += depth
+                    _settle()
+            finally:
+                _turn["depth"] = depth
 
     return without_turn
 
