@@ -32,27 +32,24 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The backward pass
 # -----------------
-# With :math:`y = \mathrm{softmax}(x)` and the incoming gradient :math:`dy`, the chain rule through the
-# Jacobian :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)` gives
+# With :math:`y = \mathrm{softmax}(x)` and the incoming gradient :math:`dy`, the chain rule through the Jacobian
+# :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)` gives
 #
 # .. math::
 #
 #    dx = y \odot \left(dy - \sum_j y_j \, dy_j\right) .
 #
-# A dot product a row and an elementwise step. Saving :math:`y` (not :math:`x`) spares the exponentials. In
-# PyTorch operations that is three passes over memory or more (``y * dy``, its row sums, the last line); fused, a
-# kernel reads :math:`y` and :math:`dy` once and writes :math:`dx` once, :math:`3MN` elements, and should run at
-# the speed of a copy of those bytes.
+# A dot product a row and an elementwise step; saving :math:`y` (not :math:`x`) spares the exponentials. PyTorch's
+# operations make three passes over memory or more (``y * dy``, its row sums, the last line); a fused kernel reads
+# :math:`y` and :math:`dy` once and writes :math:`dx` once, :math:`3MN` elements: a copy's speed for those bytes.
 #
-# The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows, the last rows clamped onto the last
-# one, ``y`` and ``dy`` loaded as tiles, one reduction along each row (``tl.sum(..., axis=1)``), one store. Masked lanes
-# load 0, which adds nothing to the dot product. Both loads carry the forward's ``evict_last`` hint, measured faster in
-# the backward too. Its tile is the forward's config function's ``_fused_config`` (carried in the appendix), sized
-# as fp32: :math:`y` and :math:`dy` are held in fp32, whatever their dtype. Its threads are half the forward's: each
-# loads up to 256 bytes of each input. Then two programs of a bf16 row of 16 K fit an SM's registers, and one's loads
-# overlap the other's sums and stores (measured faster; an fp32 row of 16 K fills an SM's registers either way, and
-# measured the same). Two fp32 rows of 16 K fill the registers a program has; past ``MAX_FUSED_BWD_N`` an fp32 row
-# would spill to local memory, so ``RANGE`` stops there.
+# The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows (the last clamped onto the last row),
+# ``y`` and ``dy`` loaded as tiles with the forward's ``evict_last`` hint (masked lanes load 0, adding nothing to the
+# dot product), one reduction along each row (``tl.sum(..., axis=1)``), one store. ``_backward_config`` sizes the tile
+# as the forward's ``_fused_config`` (in the appendix) would for fp32, in which :math:`y` and :math:`dy` are held, with
+# half the threads: 256 bytes of each input a thread, so that two programs of a bf16 row of 16 K fit an SM's registers
+# and one's loads overlap the other's sums and stores (measured faster; fp32 the same). Two fp32 rows of 16 K fill a
+# program's registers; past ``MAX_FUSED_BWD_N`` one would spill to local memory, so ``RANGE`` stops there.
 
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 RANGE = {("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}  # fp16: as bf16
@@ -88,9 +85,9 @@ def softmax_rows_backward(y, dy, dx):
 # -----------
 # ``torch.library.custom_op`` makes each launch an operator (its arguments typed, as the decorator requires):
 # ``torch.compile`` keeps it as one node of its graph and does not trace the Python that launches the kernel;
-# ``register_fake`` gives the compiler its output's shape without running it, ``register_autograd`` its backward.
-# Past ``MAX_FUSED_N`` (the forward's 32 K) the forward calls PyTorch's own softmax; past ``MAX_FUSED_BWD_N`` the
-# backward reads each row twice, 16 K at a time, with the online kernel of
+# ``register_fake`` gives the compiler its output's shape without running it, ``register_autograd`` its backward. Past
+# ``MAX_FUSED_N`` (the forward's 32 K) the forward calls PyTorch's own softmax; past ``MAX_FUSED_BWD_N`` the backward
+# reads each row twice, 16 K at a time, with the online kernel of
 # :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` (carried in the appendix). ``softmax`` takes what
 # :func:`torch.softmax` takes, checks it as torch does (``_checked``, in the appendix) and moves ``dim`` last.
 
@@ -113,8 +110,7 @@ def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
     return _rows_op(softmax_rows_backward if fused else softmax_rows_backward_online, y2d, dy2d)
 softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
 
-# Grad enabled inside a backward means create_graph=True (refused); while torch.compile traces, grad mode does not
-# tell, so only eager checks
+# grad enabled in a backward: create_graph=True (refused); torch.compile's tracing does not show it, so eager checks
 def _backward(ctx, dy2d):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
@@ -133,7 +129,8 @@ def softmax(input, dim=-1, dtype=None):
 # **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node of the
 # graph, with no graph break. Inductor fuses nothing into it: a scale or a mask beside it costs a pass over memory of
 # its own. Its kernels hold rows of up to 32 K forward (PyTorch's softmax past that) and 16 K backward (streamed past
-# that); 16-bit forward rows of 16 K to 32 K run faster staged in shared memory
+# that; :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs); 16-bit forward
+# rows of 16 K to 32 K run faster staged in shared memory
 # (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`), which this drop-in does not carry.
 #
 # To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
@@ -146,14 +143,14 @@ def softmax(input, dim=-1, dtype=None):
 # What the page runs but does not teach: the fused softmax page's step 1, its config function and constants, and deep
 # dive 11's online backward kernel with its launch, letter for letter (a test keeps them the same), and the drop-in's
 # argument checks; then the machinery: the peers, the timer, the sweep, tables, plot, the sentences that read the
-# numbers; the cells after the appendix call them. :func:`triton.testing.do_bench` (median, L2 flushed) times replays
-# of a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the same tensor, timed
+# numbers; the cells after the appendix call them. :func:`triton.testing.do_bench` (median, L2 flushed) times replays of
+# a CUDA graph of each call: the GPU's cost, not Python's. The *speed of light* is a copy of the same tensor, timed
 # beside it without a graph (CUDA may make a captured copy a slower copy-engine transfer). GB/s counts the bytes a
-# perfect kernel moves: :math:`y, dy, dx`, the backward timed as in training. Helion, where installed, is a peer of
-# its own kind: a backward kernel written in PyTorch ops on a tile of rows, which Helion compiles to Triton, its
-# launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``). It is no autograd function, so it is
-# timed as one call on :math:`y` (torch's softmax of :math:`x`) and :math:`dy`, the call autograd makes to the others'
-# backward; a CUDA graph's replay runs only the kernels of either, and GB/s counts the same :math:`y, dy, dx`.
+# perfect kernel moves: :math:`y, dy, dx`, the backward timed as in training. Helion, where installed, is a peer of its
+# own kind: a backward kernel in PyTorch ops on a tile of rows, compiled by Helion to Triton, its launch chosen by its
+# autotuner (per GPU and point: ``helion_tuned``). It is no autograd function: it is timed as one call on :math:`y`
+# (torch's softmax of :math:`x`) and :math:`dy`, the call autograd makes to the others' backward; a graph's replay runs
+# only the kernels of either, and GB/s counts the same bytes.
 
 @triton.jit
 def softmax_fwd_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
@@ -546,12 +543,8 @@ print(reading(table.data) if ON_GPU else NO_SPEED)
 # %%
 # Going further
 # -------------
-# **Where this design stops.** Past 16 K one program streams a row backward, and past 32 K the forward is PyTorch's;
-# :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs.
-#
-# **Exercise.** The backward saves :math:`y`. Save :math:`x` instead and recompute :math:`y` in the backward
-# kernel: how many bytes does the backward move then, and what does the benchmark say? ``softmax(x, dim=0)``
-# copies ``x``: write the kernels that reduce down columns (:ref:`sphx_glr_tutorials_03_parallel_reduction.py`
-# shows the pattern).
+# **Exercise.** The backward saves :math:`y`. Save :math:`x` instead and recompute :math:`y` in the backward kernel: how
+# many bytes does the backward move then, and what does the benchmark say? ``softmax(x, dim=0)`` copies ``x``: write the
+# kernels that reduce down columns (:ref:`sphx_glr_tutorials_03_parallel_reduction.py` shows the pattern).
 
 environment_card()
