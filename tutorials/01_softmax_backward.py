@@ -43,13 +43,13 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # operations make three passes over memory or more (``y * dy``, its row sums, the last line); a fused kernel reads
 # :math:`y` and :math:`dy` once and writes :math:`dx` once, :math:`3MN` elements: a copy's speed for those bytes.
 #
-# The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows (the last clamped onto the last row),
-# ``y`` and ``dy`` loaded as tiles with the forward's ``evict_last`` hint (masked lanes load 0, adding nothing to the
-# dot product), one reduction along each row (``tl.sum(..., axis=1)``), one store. ``_backward_config`` sizes the tile
-# as the forward's ``_fused_config`` (in the appendix) would for fp32, in which :math:`y` and :math:`dy` are held, with
-# half the threads: 256 bytes of each input a thread, so that two programs of a bf16 row of 16 K fit an SM's registers
-# and one's loads overlap the other's sums and stores (measured faster; fp32 the same). Two fp32 rows of 16 K fill a
-# program's registers; past ``MAX_FUSED_BWD_N`` one would spill to local memory, so ``RANGE`` stops there.
+# The kernel is the forward's step 1 with two inputs: a tile of ``BLOCK_M`` rows (rows past the end clamped onto the
+# last), ``y`` and ``dy`` loaded as tiles with the forward's ``evict_last`` hint (masked lanes load 0, adding nothing to
+# the dot product), one reduction along each row (``tl.sum(..., axis=1)``), one store. ``_backward_config`` takes the
+# forward's tile for fp32, the dtype :math:`y` and :math:`dy` are held in, and its warps from each input's bytes at 256
+# a thread (twice ``BYTES_PER_THREAD``). At bf16 16 K: 4 warps, 255 registers a thread (a little spilled), two programs
+# an SM, one's loads overlapping the other's sums and stores; measured faster than 16 warps (fp32: 8, as fast as 16).
+# Two fp32 rows of 16 K take most of an SM's registers; past ``MAX_FUSED_BWD_N`` they spill: ``RANGE`` stops there.
 
 MAX_FUSED_BWD_N = 16384  # backward: it holds two rows (y and dy); past this an fp32 row spills (to local memory)
 RANGE = {("backward", t): range(1, MAX_FUSED_BWD_N + 1) for t in ("float32", "bfloat16")}  # fp16: as bf16
@@ -110,7 +110,7 @@ def softmax_bwd_op(y2d: torch.Tensor, dy2d: torch.Tensor) -> torch.Tensor:
     return _rows_op(softmax_rows_backward if fused else softmax_rows_backward_online, y2d, dy2d)
 softmax_bwd_op.register_fake(lambda y2d, dy2d: y2d.new_empty(y2d.shape))
 
-# grad enabled in a backward: create_graph=True (refused); torch.compile's tracing does not show it, so eager checks
+# eager: grad enabled inside this backward means create_graph=True, refused (torch.compile's tracing cannot tell)
 def _backward(ctx, dy2d):
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
         raise RuntimeError("softmax: a gradient of this gradient (create_graph=True) is not supported: the "
@@ -128,9 +128,9 @@ def softmax(input, dim=-1, dtype=None):
 # %%
 # **In your model.** ``softmax`` is a PyTorch operator: ``torch.compile(fullgraph=True)`` keeps it as one node of the
 # graph, with no graph break. Inductor fuses nothing into it: a scale or a mask beside it costs a pass over memory of
-# its own. Its kernels hold rows of up to 32 K forward (PyTorch's softmax past that) and 16 K backward (streamed past
-# that; :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits such rows over programs); 16-bit forward
-# rows of 16 K to 32 K run faster staged in shared memory
+# its own. Its kernels hold rows of up to 32 K forward (PyTorch's softmax past that) and 16 K backward (past that one
+# program streams each row; :ref:`sphx_glr_tutorials_deep_dives_11_softmax_long_rows.py` splits them over programs);
+# 16-bit forward rows of 16 K to 32 K run faster staged in shared memory
 # (:ref:`sphx_glr_tutorials_deep_dives_12_softmax_staged_gluon.py`), which this drop-in does not carry.
 #
 # To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
