@@ -542,17 +542,16 @@ def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles
 
 
 def _shares_now():
-    """Whether another process could take the GPU's turn shared now (the lock held shared or not at all here)."""
+    """Whether another process could take the GPU's turn shared now (the lock held shared or not at all here); its
+    own descriptor's lock goes when the file closes."""
     import fcntl
 
-    fd = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+    with open(os.environ["SOL_GPU_TURN"]) as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
 
 
 def _xla_compile_in_a_block():
