@@ -578,6 +578,8 @@ def _first_block_shares(page):
     import sphinx_gallery.gen_rst as gen_rst
 
     os.environ.pop("SOL_WARMUP_RECORDS", None)
+    sys.modules.pop("jax._src.compiler", None)  # as in a page's process: JAX not imported yet (this child only)
+    sol_build._xla["wrapped"] = False
     gen_rst.execute_code_block = lambda compiler, block, *rest, **kwargs: _shares_now()
 
     def run(page):  # sphinx-gallery running the page: its first code block
