@@ -671,6 +671,7 @@ def test_a_page_waits_for_the_gpu_work_of_every_context_it_started(monkeypatch):
 
     driver = _FakeDriver()
     monkeypatch.setattr(ctypes, "CDLL", lambda name: driver)
+    sol_build._cuda_driver.cache_clear()  # the driver is loaded once a process: here, the stand-ins
     assert sol_build._primary_contexts_idle() == 1
     assert "synchronized 1000" in driver.calls and not any(c.startswith("synchronized 1001") for c in driver.calls)
     assert driver.calls.count("cuDevicePrimaryCtxRetain") == driver.calls.count("cuDevicePrimaryCtxRelease_v2") == 1
@@ -679,7 +680,9 @@ def test_a_page_waits_for_the_gpu_work_of_every_context_it_started(monkeypatch):
         raise OSError(name)
 
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    sol_build._cuda_driver.cache_clear()
     assert sol_build._primary_contexts_idle() is None
+    sol_build._cuda_driver.cache_clear()
 
 
 def _big():

@@ -46,6 +46,7 @@ measure there: a call that failed in the warm-up compiles in the timed pass.
 """
 
 import copy
+import functools
 import gc
 import importlib.metadata
 import inspect
@@ -496,8 +497,8 @@ class Ahead:
 # and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs. A lock moves
 # from shared to alone and back by letting go first: the thread that moves it waits, but where a timer on another
 # thread moves it, the main thread's code runs on meanwhile (no page times on a thread of its own).
-SHARED, EXCLUSIVE = 1, 2
-_turn = {"fd": None, "gate": None, "mode": 0, "shared": 0, "exclusive": 0, "depth": 0, "timing": 0, "waited": 0.0}
+SHARED, EXCLUSIVE = "shared", "exclusive"  # the lock's modes, and the names of their holders' counts in _turn
+_turn = {"fd": None, "gate": None, "mode": None, SHARED: 0, EXCLUSIVE: 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
 _turn_guard = threading.Lock()
 
@@ -515,15 +516,25 @@ def _gpu_idle():
         _primary_contexts_idle()
 
 
+@functools.cache
+def _cuda_driver():
+    """CUDA's driver library, loaded once a process; None where there is none."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
 def _primary_contexts_idle():
     """``cuCtxSynchronize`` on each GPU's primary context that this process has started, through CUDA's driver: every
     stream of it, whoever made them (XLA runs JAX's work in the primary context, as torch does). Returns the number
     of contexts waited for, or None where the driver cannot be asked."""
     import ctypes
 
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:  # no NVIDIA driver: no GPU work to wait for
+    cuda = _cuda_driver()
+    if cuda is None:  # no NVIDIA driver: no GPU work to wait for
         return None
     count, done = ctypes.c_int(), 0
     if cuda.cuInit(0) or cuda.cuDeviceGetCount(ctypes.byref(count)):
@@ -550,14 +561,14 @@ def _settle():
     """Move this process's lock to what its holders need (called under ``_turn_guard``)."""
     import fcntl
 
-    want = EXCLUSIVE if _turn["exclusive"] else SHARED if _turn["shared"] else 0
+    want = EXCLUSIVE if _turn[EXCLUSIVE] else SHARED if _turn[SHARED] else None
     if want == _turn["mode"]:
         return
     if _turn["mode"]:  # let go first (the lock is not upgraded in place): two pages upgrading would wait for each other
         _gpu_idle()
         fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
         _turn_held[_turn["mode"]] += time.monotonic() - _turn_held["since"]
-        _turn["mode"] = 0
+        _turn["mode"] = None
     if not want:
         return
     if _turn["fd"] is None:  # opened in this process: a descriptor another process shares shares its lock
@@ -575,21 +586,19 @@ def _settle():
     _turn["mode"] = want
 
 
-def _hold(kind):
-    key = "exclusive" if kind == EXCLUSIVE else "shared"
+def _hold(mode):
     with _turn_guard:
-        _turn[key] += 1
+        _turn[mode] += 1
         try:
             _settle()
         except BaseException:  # not taken (an interrupted wait): this holder is not counted
-            _turn[key] -= 1
+            _turn[mode] -= 1
             raise
 
 
-def _release(kind):
+def _release(mode):
     with _turn_guard:
-        key = "exclusive" if kind == EXCLUSIVE else "shared"
-        _turn[key] = max(0, _turn[key] - 1)
+        _turn[mode] = max(0, _turn[mode] - 1)
         _settle()
 
 
@@ -604,8 +613,8 @@ def gpu_turn(fn, timer=True):
     def with_turn(*args, **kwargs):
         if not os.environ.get("SOL_GPU_TURN"):
             return fn(*args, **kwargs)
-        main, kind = _main_thread(), EXCLUSIVE if timer else SHARED
-        _hold(kind)
+        main, mode = _main_thread(), EXCLUSIVE if timer else SHARED
+        _hold(mode)
         if main:
             _turn["depth"] += 1
             _turn["timing"] += timer
@@ -615,7 +624,7 @@ def gpu_turn(fn, timer=True):
             if main:
                 _turn["timing"] -= timer
                 _turn["depth"] -= 1
-            _release(kind)
+            _release(mode)
 
     return with_turn
 
@@ -630,13 +639,13 @@ def while_compiling(fn):
         depth, _turn["depth"] = _turn["depth"], 0  # all shared: the main thread is in no timer
         try:
             with _turn_guard:
-                _turn["shared"] -= depth
+                _turn[SHARED] -= depth
                 _settle()
             return fn(*args, **kwargs)
         finally:
             try:
                 with _turn_guard:
-                    _turn["shared"] += depth
+                    _turn[SHARED] += depth
                     _settle()
             finally:
                 _turn["depth"] = depth
