@@ -16,7 +16,8 @@ else
 DEPS :=
 endif
 
-SPHINX = SOL_TUTORIAL="$(TUTORIAL)" $(PYTHON) -m sphinx -b html -c . -W --keep-going $(SPHINXOPTS) docs $(BUILD)/html
+# -j auto: the pages read and written by a process a core (the gallery runs before, in its own processes)
+SPHINX = SOL_TUTORIAL="$(TUTORIAL)" $(PYTHON) -m sphinx -b html -c . -W --keep-going -j auto $(SPHINXOPTS) docs $(BUILD)/html
 
 .PHONY: html html-noplot test clean setup
 

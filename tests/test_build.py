@@ -365,6 +365,26 @@ def test_pages_run_side_by_side_and_take_turns_on_the_gpu(tmp_path):
     assert "did not ask for" not in proc.stdout + proc.stderr
 
 
+def test_pages_in_a_subsection_start_ahead_too(tmp_path):
+    """The pages started ahead come from the whole gallery: a subsection's page starts while the top folder's last
+    page still runs (two at a time), not after sphinx-gallery has moved on to the subsection."""
+    root = _gallery(tmp_path)
+    for name in ("p1_first.py", "p2_second.py"):
+        (root / "examples" / name).unlink()
+    (root / "examples" / "p1_side.py").write_text(SIDE_BY_SIDE.format(n=1, pause=2.0))
+    (root / "examples" / "deeper").mkdir()
+    (root / "examples" / "deeper" / "README.txt").write_text("Deeper\n------\n")
+    (root / "examples" / "deeper" / "p2_side.py").write_text(SIDE_BY_SIDE.format(n=2, pause=0.3))
+    proc = _build(root, quiet=False, SOL_TIMED_JOBS="2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "page 2 timed" in (root / "gallery" / "deeper" / "p2_side.rst").read_text()
+    first, second = (_spans((root / f"spans_{n}").read_text().splitlines(), n) for n in (1, 2))
+    work = [s for s in first if s[0] == "work"][0]
+    assert min(s[1] for s in second) < work[2], f"the subsection's page waited for the top folder's: {first, second}"
+    assert "did not ask for" not in proc.stdout + proc.stderr
+    assert proc.stdout.count("page p2_side:") == 1, proc.stdout[-3000:]
+
+
 def _on_the_gpu(log, seconds):
     start = time.time()
     time.sleep(seconds)

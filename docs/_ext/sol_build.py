@@ -184,6 +184,24 @@ def pages_to_run(gallery_conf, tutorials, generated):
     ]
 
 
+def gallery_runs(gallery_conf):
+    """(key, fname, target_dir, src_dir, gallery_conf) of each page the build will run, in the order sphinx-gallery
+    asks for them (each gallery's top folder, then its subsections: folders with a README), its folders named as
+    sphinx-gallery names them (key: ``str(Path(src_dir, fname))``), so that a page started ahead in another folder
+    is the page it later asks for."""
+    src_root, runs = pathlib.Path(gallery_conf["src_dir"]), []
+    examples, galleries = gallery_conf["examples_dirs"], gallery_conf["gallery_dirs"]
+    for examples_dir, gallery_dir in zip(*([d] if isinstance(d, str) else d for d in (examples, galleries))):
+        tutorials, generated = src_root / examples_dir, src_root / gallery_dir
+        readme = ("README.txt", "README.rst")
+        subsections = sorted(d.name for d in tutorials.iterdir() if any((d / name).is_file() for name in readme))
+        for src_dir, target_dir in [(tutorials, generated)] + [(tutorials / d, generated / d) for d in subsections]:
+            for page in sorted(src_dir.glob("*.py")):
+                if will_run(page, target_dir / page.name, gallery_conf):
+                    runs.append((str(page), page.name, target_dir, src_dir, gallery_conf))
+    return runs
+
+
 def unmeasured(output, most=5):
     """The lines of a page's output that say a call was not measured (a peer's error, printed by the page), cut to
     160 characters, at most ``most`` of them."""
@@ -959,7 +977,13 @@ def _isolate_pages(app):
     if jobs > 1:  # the lock the pages' timers take turns on
         os.environ["SOL_GPU_TURN"] = str(pathlib.Path(app.outdir).parent / ".sol-gpu-turn")
         _logger.info(f"timed pass: {jobs} pages at a time, taking turns on the GPU")
-    ahead = _pages_time[2] = Ahead(jobs, lambda *args: _profiled(in_process, *args))
+
+    def run_page(fname, target_dir, src_dir, conf):  # the folders sphinx-gallery makes as it enters a subsection
+        pathlib.Path(target_dir, "images", "thumb").mkdir(parents=True, exist_ok=True)
+        return _profiled(in_process, fname, target_dir, src_dir, conf)
+
+    ahead = _pages_time[2] = Ahead(jobs, run_page)
+    order = []  # (key, fname, target_dir, src_dir, gallery_conf) of each page the build runs, in the gallery's order
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
         src = pathlib.Path(src_dir, fname)
@@ -967,12 +991,10 @@ def _isolate_pages(app):
         started = key in ahead.running or key in ahead.done  # its run ahead wrote its checksum: do not ask will_run
         if not started and not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
-        later = sorted(str(p.name) for p in pathlib.Path(src_dir).glob("*.py") if p.name > str(fname))
-        more = [
-            (str(pathlib.Path(src_dir, name)), name, target_dir, src_dir, gallery_conf)
-            for name in later
-            if will_run(pathlib.Path(src_dir, name), pathlib.Path(target_dir, name), gallery_conf)
-        ]
+        if not order:  # asked once: the pages after this one, in every folder of the gallery, start ahead
+            order.extend(gallery_runs(gallery_conf))
+        keys = [run[0] for run in order]
+        more = order[keys.index(key) + 1 :] if key in keys else []
         start = time.monotonic()
         ahead.start(key, fname, target_dir, src_dir, gallery_conf)
         try:
