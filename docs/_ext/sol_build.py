@@ -19,8 +19,8 @@ the first fork, so that no page pays for it again; a forked child then checks th
 pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
 (at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
 call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
-on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (4
-on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
+on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (up to
+6 on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
 alone, a code block shares it with other pages' blocks, so that nothing another page runs (its checks, first calls,
 graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces or Helion generates code on the
 CPU (``while_compiling``; never inside a timer or an autotuner's search). The pages find what they compile in the
@@ -928,6 +928,9 @@ def where_the_time_went(blocks, timers, loads, cells=3):
     )
 
 
+# The timed pass's pages at once: the pass took 182 s with 4, 165 s with 6 (a warm build, H200, 16 cores). More pages
+# wait longer for each timer's turn: the timers, 75 s of it in all, run one at a time whatever the count
+TIMED_JOBS = 6
 PAGE_GPU_GIB = 16  # a page's GPU memory at most, with its CUDA context (the largest peak, 61's: 12.3 GB on an H200)
 
 
@@ -947,16 +950,16 @@ def _gpu_memory_gib():
 
 
 def timed_jobs(gpu, memory_gib=None):
-    """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default, on a GPU, 4 (a quarter of a
-    16-core machine's cores; the pages take turns on the GPU) where the GPU holds 4 pages' memory (``PAGE_GPU_GIB``
-    each; its memory from nvidia-smi), fewer where it holds fewer; 1 without a GPU."""
+    """How many pages the timed pass runs side by side: ``SOL_TIMED_JOBS``; by default, on a GPU, as many as the GPU
+    holds (``PAGE_GPU_GIB`` each; its memory from nvidia-smi), at most a page for two cores and at most ``TIMED_JOBS``;
+    1 without a GPU."""
     jobs = int(os.environ.get("SOL_TIMED_JOBS") or 0)
     if jobs > 0:
         return jobs
     if not gpu:
         return 1
     memory_gib = _gpu_memory_gib() if memory_gib is None else memory_gib
-    return max(1, min(4, os.cpu_count() or 1, int(memory_gib // PAGE_GPU_GIB)))
+    return max(1, min(TIMED_JOBS, (os.cpu_count() or 1) // 2, int(memory_gib // PAGE_GPU_GIB)))
 
 
 def _isolate_pages(app):
