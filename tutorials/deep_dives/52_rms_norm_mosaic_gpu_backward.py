@@ -520,15 +520,15 @@ TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (10, 21)) if ON_GPU else (2**13, (1, 1)
 SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
 NO_SPEED = "No GPU here: this run checks the kernels' values through Mosaic GPU's interpreter; it measures no speed."
 
-def bench(fn, *args):  # one run: CALLS calls and a wait for the last
-    for _ in range(CALLS):
-        out = fn(*args)
-    jax.block_until_ready(out)
+def bench(fn, *args):  # ms of one call, from one run of CALLS calls and a wait for the last
+    def run():
+        for _ in range(CALLS):
+            out = fn(*args)
+        jax.block_until_ready(out)
+    return 1e3 * timeit.timeit(run, number=1) / CALLS
 
 def beside_copy(fn, args, x):  # the copy's ms in PAIRS pairs of runs (copy, fn), and the median of fn's over it
-    runs = itertools.cycle([lambda: bench(copy, x), lambda: bench(fn, *args)])  # copy, fn, copy, fn, ...
-    ms = [1e3 * s / CALLS for s in timeit.repeat(lambda: next(runs)(), number=1, repeat=2 * (1 + PAIRS))]
-    pairs = list(zip(ms[0::2], ms[1::2]))[1:]  # the first pair compiles, warms up
+    pairs = [(bench(copy, x), bench(fn, *args)) for _ in range(1 + PAIRS)][1:]  # the first compiles, warms up
     return [c for c, _ in pairs], statistics.median(t / c for c, t in pairs)
 
 copy, pull, records = jax.jit(jnp.copy), jax.jit(lambda pullback, dy: pullback(dy)), []
