@@ -449,6 +449,50 @@ def test_code_blocks_share_the_gpu(tmp_path):
     assert seconds < 1.8
 
 
+def _page_in_turn(turn, log, role):
+    """One page of three, each writing its spans to log: 'block' runs a code block that times 0.3 s, then works on
+    0.2 s (its block holding the shared turn again); 'first' asks to time 0.3 s at 0.1 s, while that timer runs;
+    'second' at 0.45 s, while the first waits or runs."""
+    os.environ["SOL_GPU_TURN"] = turn
+
+    def on_the_gpu(name, seconds):
+        start = time.time()
+        time.sleep(seconds)
+        with open(log, "a") as f:
+            f.write(f"{name} {start} {time.time()}\n")
+
+    if role == "block":
+
+        def block():
+            sol_build.gpu_turn(on_the_gpu)("its timer", 0.3)
+            on_the_gpu("its work after", 0.2)
+
+        sol_build.gpu_turn(block, timer=False)()
+    else:
+        time.sleep(0.1 if role == "first" else 0.45)
+        sol_build.gpu_turn(on_the_gpu)(role, 0.3)
+    return 0
+
+
+def test_timers_asked_for_meanwhile_run_back_to_back_before_a_block_takes_the_turn_again(tmp_path):
+    """A page's code block times, and two other pages ask to time while that timer runs or the next waits: the
+    three timers run one after another, and the block's work after its timer waits for both others (a block does
+    not take the turn back between timers that wait, so that they run back to back and blocks together after)."""
+    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
+    children = [sol_build.start_child(_page_in_turn, turn, log, role) for role in ("block", "first", "second")]
+    for pid, fd in children:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+        assert sol_build.finish_child(data, os.waitpid(pid, 0)[1]) == 0
+    spans = {}
+    for line in open(log).read().splitlines():
+        *name, start, end = line.split()
+        spans[" ".join(name)] = (float(start), float(end))
+    timers = sorted(spans[name] for name in ("its timer", "first", "second"))
+    assert all(a[1] <= b[0] for a, b in zip(timers, timers[1:])), f"two timers at once: {spans}"
+    assert spans["its work after"][0] >= spans["second"][1], f"the block took the turn between timers: {spans}"
+
+
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):
     root = _gallery(tmp_path)
     (root / "die").write_text("")

@@ -504,17 +504,20 @@ class Ahead:
         return left
 
 
-# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a timer has the GPU alone and code
-# blocks share it. A lock on the file SOL_GPU_TURN names: a timer (do_bench, timeit, Inductor's and Helion's
-# autotuners) takes it exclusively, a code block shared. So no page's GPU work runs while another page times, and the
-# pages' checks, data and graph captures overlap one another. A page lets it go while it compiles on the CPU
-# (``while_compiling``: Dynamo's tracing, Helion's code generation), never inside a timer, and only after the GPU has
-# finished what this process gave it. A second lock (the gate, SOL_GPU_TURN + ".gate") puts a waiting timer first:
-# every taking passes through the gate, and a timer holds it while it waits, so no block takes the shared lock
-# meanwhile. The lock is the process's: ``shared`` and ``exclusive`` count its holders (the main thread's code block
-# and timers, and any other thread's timer), and the lock follows them: exclusive while any timer runs. A lock moves
-# from shared to alone and back by letting go first: the thread that moves it waits, but where a timer on another
-# thread moves it, the main thread's code runs on meanwhile (no page times on a thread of its own).
+# The GPU's turn: where the build runs pages side by side (SOL_TIMED_JOBS), a timer has the GPU alone and code blocks
+# share it. A lock on the file SOL_GPU_TURN names: a timer (do_bench, timeit, Inductor's and Helion's autotuners) takes
+# it exclusively, a code block shared. So no page's GPU work runs while another page times, and the pages' checks, data
+# and graph captures overlap one another. A page lets it go while it compiles on the CPU (``while_compiling``: Dynamo's
+# tracing, Helion's code generation), never inside a timer, and only after the GPU has finished what this process gave
+# it. A second lock (the gate, SOL_GPU_TURN + ".gate") puts waiting timers first, together: a timer holds it shared from
+# its wait to its end, and a block passes it alone (takes it exclusively and lets go) before it takes the shared lock.
+# So no block starts while a timer waits or runs: the timers asked for while blocks run go back to back, then the blocks
+# that waited start together. (A block let in between two waiting timers would make the pages take turns one block and
+# one timer at a time: dev/DESIGN.md has the figures.) The lock is the process's: ``shared`` and ``exclusive`` count its
+# holders (the main thread's code block and timers, and any other thread's timer), and the lock follows them: exclusive
+# while any timer runs. A lock moves from shared to alone and back by letting go first: the thread that moves it waits,
+# but where a timer on another thread moves it, the main thread's code runs on meanwhile (no page times on a thread of
+# its own).
 SHARED, EXCLUSIVE = "shared", "exclusive"  # the lock's modes, and the names of their holders' counts in _turn
 _turn = {"fd": None, "gate": None, "mode": None, SHARED: 0, EXCLUSIVE: 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
@@ -585,6 +588,8 @@ def _settle():
     if _turn["mode"]:  # let go first (the lock is not upgraded in place): two pages upgrading would wait for each other
         _gpu_idle()
         fcntl.flock(_turn["fd"], fcntl.LOCK_UN)
+        if _turn["mode"] == EXCLUSIVE:  # this timer is done: it no longer holds the blocks back
+            fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
         _turn_held[_turn["mode"]] += time.monotonic() - _turn_held["since"]
         _turn["mode"] = None
     if not want:
@@ -594,11 +599,19 @@ def _settle():
         _turn["fd"] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         _turn["gate"] = os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o644)
     start = time.monotonic()
-    fcntl.flock(_turn["gate"], fcntl.LOCK_EX)
-    try:
-        fcntl.flock(_turn["fd"], fcntl.LOCK_EX if want == EXCLUSIVE else fcntl.LOCK_SH)
-    finally:
-        fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
+    if want == EXCLUSIVE:  # the gate shared from the wait to the timer's end: no block takes the shared lock meanwhile
+        fcntl.flock(_turn["gate"], fcntl.LOCK_SH)
+        try:
+            fcntl.flock(_turn["fd"], fcntl.LOCK_EX)
+        except BaseException:  # not taken (an interrupted wait): the gate let go too
+            fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
+            raise
+    else:  # a block passes the gate alone, once no timer waits or runs: the timers queued meanwhile run back to back
+        try:
+            fcntl.flock(_turn["gate"], fcntl.LOCK_EX)
+        finally:  # let go however the wait ended (unlocking a lock not taken does nothing)
+            fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
+        fcntl.flock(_turn["fd"], fcntl.LOCK_SH)
     _turn_held["since"] = time.monotonic()
     _turn["waited"] += _turn_held["since"] - start
     _turn["mode"] = want
