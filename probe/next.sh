@@ -3,7 +3,8 @@
 #   c1: carry .whl .whl-helion .whl-quack/1 -> installs (quack's first part)
 #   c2: carry .whl-quack/2                  -> quack; a COLD build (4 pages at a time, pages ahead across folders, -j auto)
 #   c3: (nothing carried)                   -> make clean; a WARM build with SOL_TIMED_JOBS=${JOBS:-6}
-#   t1/t2: GPU tests, two halves of the files
+#   t1/t2: GPU tests, two halves of the files (the whole suite with -n 4 took 344 s: one call does)
+#   p3: python3 probe/p3.py (06's loss and gradient, a whole row in registers against the page's kernel)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/tmp/site:/tmp/helion-site:/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages
@@ -14,8 +15,8 @@ keep() {
     (cd docs/_generated && tar czf "$OUT/results_$1.tgz" results)
 }
 summary() { grep -E "^phase|GPU build:|WARNING|^timed pass|removed|failed|^build:" "$OUT/build.log" | cut -c1-220; }
-half() {  # the test files, every other one by size (largest first)
-    ls -S tests/test_*.py | grep -v -E "test_site|test_browser" | awk -v h="$1" 'NR % 2 == h'
+half() {  # the test files, every other one by size (largest first): t1 the odd ones, t2 the even ones
+    ls -S tests/test_*.py | grep -v -E "test_site|test_browser" | awk -v h="$1" 'NR % 2 == h % 2'
 }
 case "$1" in
 c1)
@@ -33,4 +34,6 @@ c3)
 t1|t2)
     timeout 560 python3 -m pytest $(half "${1#t}") -q -n 4 -p no:cacheprovider > $OUT/tests_$1.log 2>&1
     echo "tests rc $?"; tail -15 $OUT/tests_$1.log ;;
+p3)
+    timeout 300 python3 probe/p3.py 2>&1 | grep -v Warning ;;
 esac

@@ -163,7 +163,7 @@ def test_poisoned_outputs_fully_written(bwd, fwd, shape, weight):
     dx_store = torch.full((m * n + 64,), float("nan"), device=DEVICE, dtype=torch.bfloat16)
     dx = dx_store[: m * n].view(m, n)
     ones = torch.ones(n, device=DEVICE, dtype=torch.bfloat16)
-    for step in (0, 1, 2):
+    for step in (0, 1):
         dw = bwd["rms_norm_rows_backward"](x, ones if w is None else w, rstd, dy, dx, step=step)
         assert not dx.isnan().any() and not dw.isnan().any()
         assert dx_store[m * n :].isnan().all(), "the backward wrote past the end of dx"
@@ -185,8 +185,8 @@ def test_dw_bitwise_deterministic(tut):
 
 
 def test_steps_agree(bwd):
-    """Step 0 (a row a program), step 1 (a program a block) and step 2 (the persistent grid, several blocks a program):
-    the same dx bits, dw from different partials, each against float64."""
+    """Step 0 (a row a program) and step 1 (the persistent grid, several blocks a program): dx within a rounding of
+    each other, dw from different partials, each against float64."""
     x = torch.randn(700, 40, device=DEVICE)
     w = torch.randn(40, device=DEVICE)
     dy = torch.randn(700, 40, device=DEVICE)
@@ -195,12 +195,12 @@ def test_steps_agree(bwd):
     meta, grid = bwd["_bwd_config"](700, 40, 4)[1:]
     assert grid < math.ceil(700 / meta["BLOCK_M"]) or DEVICE == "cuda"  # several blocks a program on the CPU
     dxs = []
-    for step in (0, 1, 2):
+    for step in (0, 1):
         dx = torch.full_like(x, float("nan"))
         dw = bwd["rms_norm_rows_backward"](x, w, rstd, dy, dx, step=step)
         assert rel(dw, dw64) <= 1e-5 and rel(dx, dx64) <= 1e-5, f"step {step}"
         dxs.append(dx)
-    assert torch.equal(dxs[1], dxs[2]) and torch.allclose(dxs[0], dxs[1], rtol=1e-6, atol=1e-6)
+    assert torch.allclose(dxs[0], dxs[1], rtol=1e-6, atol=1e-6)
 
 
 def test_configs_keep_todays_launch_parameters(bwd, fwd):
@@ -387,7 +387,7 @@ def test_ladder_step_0_matches_float64(bwd, n):
 # each page: the direction it benchmarks, its ladder's steps, the columns of its errors' table
 MEASURED = {
     "04_rms_norm": ("forward", {0, 1}, ["step 0", "step 1", "torch"]),
-    "04_rms_norm_backward": ("backward", {0, 1, 2}, ["step 0", "step 1", "step 2", "torch"]),
+    "04_rms_norm_backward": ("backward", {0, 1}, ["step 0", "step 1", "torch"]),
     "04_rms_norm_operator": ("forward+backward", None, ["y", "dx", "dw"]),  # no ladder: the drop-in
 }
 

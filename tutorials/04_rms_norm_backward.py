@@ -5,8 +5,9 @@ RMSNorm backward
 :ref:`sphx_glr_tutorials_04_rms_norm.py` built RMSNorm's forward. This page writes its backward, whose weight gradient
 sums down every column, and measures it against PyTorch, ``torch.compile``, Liger-Kernel, quack and Helion.
 
-**What you will learn**: one backward kernel on three grids, from a row a program to a persistent grid that sums the
-weight gradient in registers, in a fixed order. Prerequisite: the forward page. Rows of up to 8 K elements.
+**What you will learn**: one backward kernel on two grids, from a row a program to a persistent grid that sums the
+weight gradient in registers, in a fixed order. Prerequisite: the forward page. Rows of up to 8 K elements; the next
+page makes it a PyTorch operator that ``torch.compile`` keeps in its graph.
 """
 
 import datetime, math, os, torch, torch.nn.functional as F
@@ -33,21 +34,21 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # :math:`dx` sums along each row; :math:`dw` sums down each column, over all :math:`M` rows. At best the backward
 # reads :math:`x` and :math:`dy` and writes :math:`dx`: :math:`3MN` elements, at a copy's speed.
 #
-# One kernel, three grids
-# -----------------------
+# One kernel, two grids
+# ---------------------
 # A program takes blocks of ``BLOCK_M`` rows, a tile as in the forward page's step 1, and writes each block's
-# :math:`dx`. :math:`dw` it adds up in ``dw_partial``, an fp32 tile of the same shape (``tl.zeros``), each thread in
-# its own registers; the sum down its rows, across threads, comes once, at the end: a row of partials a program, which
-# torch's ``.sum(0)`` adds in a fixed order: the same bits on every run. The grid sets how many partials there are:
+# :math:`dx`. :math:`dw` it adds up in ``dw_partial``, an fp32 tile of the same shape (``tl.zeros``): each thread sums
+# its own elements in registers, block after block. Only at the end does the program sum the tile down its rows and
+# write one row of partials. Torch's ``.sum(0)`` adds the programs' rows in a fixed order, so dw has the same bits on
+# every run (atomic adds into one dw would not). The grid sets how many rows of partials there are:
 #
 # - **Step 0**, a row a program (``BLOCK_M = 1``, 4 warps, M programs, the loop run once): M rows of fp32 partials,
-#   written then read by the sum, 8 bytes an element beside the 6 of :math:`x`, :math:`dy`, :math:`dx` in bf16.
-# - **Step 1**, a tile a program, the loop still run once: a row of 256 bf16 is too few bytes to keep memory busy;
-#   ``M / BLOCK_M`` partials.
-# - **Step 2**, a persistent grid: P programs, each walking blocks ``pid``, ``pid + P``, ... with
+#   written then read by the sum: 8 bytes an element beside the 6 of :math:`x`, :math:`dy`, :math:`dx` in bf16, a
+#   copy's speed times 6 / 14 at best.
+# - **Step 1**, a persistent grid: P programs, each walking blocks ``pid``, ``pid + P``, ... with
 #   ``tl.range(start, end, step)`` (``P = tl.num_programs(0)``, the grid's size; ``tl.cdiv`` divides rounding up),
-#   adding their dw into the same registers: P partials. Each pass issues the next block's loads (``x_next``) before
-#   computing this one.
+#   adding their dw into the same registers: P rows of partials, a few an SM. Each pass issues the next block's loads
+#   (``x_next``) before computing this one: a load stalls only where its value is used, so they arrive meanwhile.
 
 @triton.jit
 def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols,
@@ -77,14 +78,14 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
 # %%
 # **Launch parameters**: tiles of ``MIN_ELEMENTS`` (4096) values or more, twice that in fp32; ``_warps`` gives a thread
 # 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64 of an fp32 tile (both in the
-# appendix). Step 2's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
+# appendix). Step 1's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
 # registers), times the SMs. 16-bit rows of 2 KB or less take tiles of 2 KB on 4 warps, 8 programs an SM (32 warps,
 # 64 registers a thread, more than such a tile needs): the same bytes in flight, in more programs, so that one
 # program's loads go on while another sums its rows (measured faster on Hopper at N = 512 and 1,024).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 
-def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 2
+def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 1
     block_n = triton.next_power_of_2(n_cols)
     # fp32: blocks of 2 x MIN_ELEMENTS (32 KB of x, of dy), 64 bytes a thread: 16 warps, one program an SM (a single
     # row: 32 warps). Measured on Hopper: 2-25% faster than the 16-bit rule below would be on fp32
@@ -99,15 +100,14 @@ def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: th
     return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
         max(1, min(triton.cdiv(n_rows, block_m), max(1, warps_per_sm // num_warps) * NUM_SMS))
 
-RANGE = {("backward", dtype): range(1, 8193) for dtype in ("float32", "bfloat16")}  # the N step 2 is for (fp16 too)
+RANGE = {("backward", dtype): range(1, 8193) for dtype in ("float32", "bfloat16")}  # the N step 1 is for (fp16 too)
 
-# The three steps' launches; the drop-in's backward is step 2:
+# The two steps' launches; the drop-in's backward (the next page) is step 1:
 
-def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; returns dw in fp32
+def rms_norm_rows_backward(x, w, rstd, dy, dx, step=1):  # contiguous rows; returns dw in fp32
     kernel, meta, grid = _bwd_config(*x.shape, x.element_size())
-    if step < 2:  # a program a block: step 1's tile, or step 0's single row on 4 warps
-        meta = meta if step == 1 else dict(meta, BLOCK_M=1, num_warps=4)
-        grid = triton.cdiv(len(x), meta["BLOCK_M"])
+    if step == 0:  # a program a row, on 4 warps
+        meta, grid = dict(meta, BLOCK_M=1, num_warps=4), len(x)
     dw_partial = torch.empty((grid, x.shape[1]), device=x.device)
     kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, *x.shape, **meta)
     return dw_partial.sum(0)
@@ -119,7 +119,7 @@ def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; retu
 # test keeps the two the same); then the machinery. :math:`MN = 2^{26}` elements on a GPU;
 # :func:`triton.testing.do_bench` (median, L2 flushed) of CUDA-graph replays; the *speed of light*: a copy of x,
 # without a graph. GB/s counts :math:`x, dy, dx`. The peers' backward is timed as training runs it, through autograd
-# after their forward; ours is step 2's launch as the drop-in's backward makes it (the kernel, the partials' sum, dw's
+# after their forward; ours is step 1's launch as the drop-in's backward makes it (the kernel, the partials' sum, dw's
 # cast to the weight's dtype), on ``rstd`` computed beforehand. Errors are relative to float64 (dx's against its
 # terms' size, ``r * g``: they cancel at N = 1), within a few roundings of the dtype (the interpreter truncates to
 # bf16: twice a GPU's error). Helion, where installed, is a peer of its own kind: a kernel written in PyTorch ops on
@@ -271,12 +271,12 @@ if helion:
         dx, dw_partial = helion_backward(x, w, rstd, dy)
         return dx, dw_partial.sum(0).to(w.dtype)
     fns["Helion"] = helion_dx_dw
-fns["ours"] = None  # step 2's launch, timed apart: benchmark()
+fns["ours"] = None  # step 1's launch, timed apart: benchmark()
 
-LADDER = {0: "a row a program, 4 warps: a dw partial per row", 1: "a tile of rows a program, warps sized to the tile",
-          2: "persistent, the next block's loads in flight: dw in registers across blocks"}
+LADDER = {0: "a row a program, 4 warps: a dw partial per row",
+          1: "persistent, the next block's loads in flight: dw in registers across blocks"}
 
-def measure_ladder():  # the backward with dw on bf16 rows of 256 (packing matters) and 4096 (a row fills a program)
+def measure_ladder():  # the backward with dw on bf16 rows of 256 (the partials weigh most) and 4096
     rows = []
     for n_cols in (256, 4096):
         x, w, dy, light = tensors(n_cols, torch.bfloat16)
@@ -291,7 +291,7 @@ def show_ladder(ladder):  # the interpreter's times are no GPU's speeds
     return shown.style.format({"N": "{:,}", "GB/s": "{:,.0f}", "% of light": "{:.3g}%"}).hide()
 
 PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
-def benchmark():  # step 2 against its peers' backward: (records, table)
+def benchmark():  # step 1 against its peers' backward: (records, table)
     records = []
     for dtype, n_cols in [(dtype, n) for dtype in SWEEP_DTYPES for n in SWEEP_N]:
         x, w, dy, light = tensors(n_cols, dtype)
@@ -299,7 +299,7 @@ def benchmark():  # step 2 against its peers' backward: (records, table)
         dx, rstd = torch.empty_like(x), torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
         for name, fn in fns.items():
             try:
-                if name == "ours":  # step 2's launch, dw cast to the weight's dtype: the drop-in's backward
+                if name == "ours":  # step 1's launch, dw cast to the weight's dtype: the drop-in's backward
                     run = lambda: rms_norm_rows_backward(x, w, rstd, dy, dx).to(w.dtype)
                 elif name == "Helion":  # its whole backward, dx and dw, on the same rstd: timed as ours
                     run = lambda: fn(x, w, rstd, dy)
@@ -347,18 +347,13 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     if not ON_GPU:
         return NO_SPEED
     speed, s = ladder.set_index(["step", "N"])["GB/s"], ladder[ladder.N == 256].set_index("step")["% of light"]
-    text = (f"Step 1 ran {speed[1, 256] / speed[0, 256]:.2f}x as fast as step 0 at N = 256, "
-            f"{speed[1, 4096] / speed[0, 4096]:.2f}x at 4,096; step 2 ran {speed[2, 256] / speed[1, 256]:.2f}x and "
-            f"{speed[2, 4096] / speed[1, 4096]:.2f}x as fast as step 1.")
-    for step, n in ((step, n) for step in (1, 2) for n in (256, 4096) if speed[step, n] < speed[step - 1, n]):
-        meta, grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[1:]
-        text += f"\nStep {step} lost at N = {n:,} ({speed[step, n] / speed[step - 1, n]:.2f}x): " + (
-            f"its programs of {meta['BLOCK_M']} rows and {meta['num_warps']} warps moved less than step 0's of one row "
-            "and 4 warps." if step == 1 and meta["BLOCK_M"] > 1 else
-            f"a tile there is one row, so step 1 is step 0 with {meta['num_warps']} warps instead of 4: nothing to "
-            "pack, and more warps a row cost." if step == 1 else
-            f"its {grid:,} programs ({grid // NUM_SMS} an SM) have fewer loads in flight than step 1's one a block, "
-            "and fewer partials did not pay for it.")
+    text = (f"Step 1 ran {speed[1, 256] / speed[0, 256]:.2f}x as fast as step 0 at N = 256 and "
+            f"{speed[1, 4096] / speed[0, 4096]:.2f}x at 4,096.")
+    for n in (n for n in (256, 4096) if speed[1, n] < speed[0, n]):
+        grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[2]
+        text += (f"\nStep 1 lost at N = {n:,} ({speed[1, n] / speed[0, n]:.2f}x): its {grid:,} programs "
+                 f"({grid // NUM_SMS} an SM) have fewer loads in flight than step 0's one a row, and fewer partials "
+                 "did not pay for it.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
     naive = (table.ours / table.naive)[inside]["backward", "float32"]
@@ -379,9 +374,9 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
         text += (f"\nHelion's kernel (PyTorch ops on tiles of rows, dx and a dw partial a program, its launch "
                  f"autotuned) ran the whole backward inside the range at {helion_pct.min():.3g}-"
                  f"{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
-    return text + (f"\nTake away the bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a "
-                   f"partial per row (step 0), {s[2]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} "
-                   "partials in all (step 2).")
+    return text + (f"\nIn bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a row of "
+                   f"partials for each row (step 0), {s[1]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} "
+                   "rows of partials in all (step 1).")
 
 def environment_card():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
@@ -399,12 +394,12 @@ def environment_card():
 # Each step's error against float64 (dx's, or dw's if larger), beside torch's:
 
 errors = check(CHECK_SHAPES)
-errors.style.format("{:.1e}", subset=["step 0", "step 1", "step 2", "torch"]).hide(axis="index")
+errors.style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="index")
 
 # %%
 # The ladder, measured
 # --------------------
-# The backward with dw on bf16 rows of 256 (packing matters) and 4096 (a row fills a tile):
+# The backward with dw on bf16 rows of 256 (where step 0's partials weigh most) and 4096:
 
 ladder = measure_ladder()
 show_ladder(ladder)
@@ -412,7 +407,8 @@ show_ladder(ladder)
 # %%
 # Benchmark
 # ---------
-# Step 2 against its peers' backward ("-": a peer's limit), in GB/s, then as a plot:
+# Step 1 against its peers' backward ("-": not measured there; the lines above the table say why), in GB/s, then as a
+# plot:
 
 results, table = benchmark()
 show(table)

@@ -25,7 +25,7 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # %%
 # The drop-in
 # -----------
-# The forward page's step 1 and the backward page's step 2 do the work; the appendix carries them, letter for letter.
+# The forward page's step 1 and the backward page's step 1 do the work; the appendix carries them, letter for letter.
 # The launchers' checks and fallbacks need not be traced: ``torch.library.custom_op`` makes each launch a PyTorch
 # operator that stays in a compiled graph, one forward and one backward; ``register_fake`` gives the compiler their
 # outputs' shapes and dtypes without running them; ``register_autograd`` makes the backward operator the forward's
@@ -192,7 +192,7 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 
-def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 2
+def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: the persistent one of step 1
     block_n = triton.next_power_of_2(n_cols)
     # fp32: blocks of 2 x MIN_ELEMENTS (32 KB of x, of dy), 64 bytes a thread: 16 warps, one program an SM (a single
     # row: 32 warps). Measured on Hopper: 2-25% faster than the 16-bit rule below would be on fp32
@@ -207,11 +207,10 @@ def _bwd_config(n_rows, n_cols, element_size):  # (kernel, meta, grid); grid: th
     return rms_norm_bwd_kernel, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps), \
         max(1, min(triton.cdiv(n_rows, block_m), max(1, warps_per_sm // num_warps) * NUM_SMS))
 
-def rms_norm_rows_backward(x, w, rstd, dy, dx, step=2):  # contiguous rows; returns dw in fp32
+def rms_norm_rows_backward(x, w, rstd, dy, dx, step=1):  # contiguous rows; returns dw in fp32
     kernel, meta, grid = _bwd_config(*x.shape, x.element_size())
-    if step < 2:  # a program a block: step 1's tile, or step 0's single row on 4 warps
-        meta = meta if step == 1 else dict(meta, BLOCK_M=1, num_warps=4)
-        grid = triton.cdiv(len(x), meta["BLOCK_M"])
+    if step == 0:  # a program a row, on 4 warps
+        meta, grid = dict(meta, BLOCK_M=1, num_warps=4), len(x)
     dw_partial = torch.empty((grid, x.shape[1]), device=x.device)
     kernel[(grid,)](x, w, rstd, dy, dx, dw_partial, *x.shape, **meta)
     return dw_partial.sum(0)
