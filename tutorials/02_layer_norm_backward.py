@@ -485,7 +485,7 @@ WHY_SLOWER = ("staging copies every block through shared memory, a cost where a 
               "memory busy")
 def reading(table, ladder):  # the sentences that read this run's numbers
     inside = pd.Series([n in RANGE[d, t] for d, t, n in table.index], index=table.index)
-    mine, past, bwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc["backward"]
+    mine, past, bwd = table.loc[inside, "ours, % of light"], table.loc[~inside, "ours, % of light"], table.loc[inside]
     speed = ladder.set_index(["step", "N"])["GB/s"]
     peers = table[inside].filter(items=PEERS)
     lost = [f"{peers.loc[i].idxmax()} at {i[1]} N = {i[2]:,} ({peers.loc[i].max():,.0f} GB/s, ours {table.ours[i]:,.0f})"
@@ -496,7 +496,7 @@ def reading(table, ladder):  # the sentences that read this run's numbers
         f"Inside RANGE ours ran at {mine.min():.3g}-{mine.max():.3g}% of the copy, at least "
         f"{table['ours / best peer'][inside].min():.2g}x the fastest peer, {(bwd.ours / bwd.naive).median():.2g}x "
         f"autograd through the naive layer norm (median){won}. Past RANGE it fell to {past.min():.3g}%: past the kernel's "
-        "widths torch computes, and deep dive 23 takes over there." + (
+        "widths torch computes dx and ours copies it (a pass more); deep dive 23 takes over there." + (
         f" Where ours read above 100% ({', '.join(f'{t} N = {n:,}' for _, t, n in mine[mine > 100].index)}), it moved "
         "its bytes faster than the copy: the backward reads two elements for each it writes, and reads stream faster "
         "than the copy's even mix of reads and writes (the copy is also timed without a CUDA graph, ours from one)."

@@ -377,7 +377,7 @@ def _need(ok, error, why):  # why: a function, called only on failure (a compile
 def _backward(ctx, dloss, *_):
     _need(not torch.is_grad_enabled() or torch.compiler.is_compiling(), RuntimeError, lambda: "a gradient of this "
           "gradient (create_graph=True) is not supported: the backward is a Triton kernel; use torch's cross_entropy")
-    try:  # the gradient the forward wrote, scaled in place below: a second backward finds it changed
+    try:  # the forward's gradient, scaled in place below: gone (or changed, with retain_graph) after a backward
         (dx,) = ctx.saved_tensors
     except RuntimeError:
         raise RuntimeError("cross_entropy: this loss's backward already ran (its gradient is handed over): "
