@@ -391,3 +391,59 @@ def test_the_built_pages_link_to_colab_and_their_scripts_all_or_none(built_site)
     if not os.environ.get("SOL_BUILT_SITE"):
         told = bool(os.environ.get("SOL_REPOSITORY_URL", "").strip() or os.environ.get("GITHUB_REPOSITORY", "").strip())
         assert set(linked.values()) == {told}, "the pages link to a repository if and only if the build was told one"
+
+
+FOLDED_PAGE = """Title
+=====
+
+Intro.
+
+.. code-block:: Python
+
+    x = 1
+
+Appendix: how this page measures
+--------------------------------
+What the page runs but does not teach.
+
+.. code-block:: Python
+
+    import os
+{code}
+
+.. rst-class:: sphx-glr-script-out
+
+ .. code-block:: none
+
+    quack: not measured here (not installed).
+
+.. code-block:: Python
+
+    short = 1
+
+Correctness
+-----------
+
+.. code-block:: Python
+
+{code}
+"""
+
+
+def test_the_appendix_folds_its_long_code_blocks_only():
+    """In a page's appendix, each code block of FOLD_FROM lines or more sits in a closed <details>; its prose, its
+    printed output, its short blocks and every section before and after it are left as they are."""
+    code = "\n".join(f"    line_{i} = {i}" for i in range(sol_notebooks.FOLD_FROM))
+    page = FOLDED_PAGE.format(code=code)
+    folded = sol_notebooks.fold_appendix_code(page)
+    opened = '   <details class="sol-fold"><summary>The measuring code, 11 lines'
+    assert folded.count("sol-fold") == 1 and opened in folded, folded
+    start, end = folded.index(opened), folded.index("   </details>")
+    inside = folded[start:end]
+    assert "import os" in inside and "line_0 = 0" in inside and "not measured" not in inside
+    assert "short = 1" in folded[end:] and "What the page runs" in folded[:start], "prose or a short block folded"
+    after = folded[folded.index("Correctness") :]
+    assert after == page[page.index("Correctness") :], "the section after the appendix changed"
+    assert sol_notebooks.fold_appendix_code(page.replace("Appendix: how", "Notes: how")) == page.replace(
+        "Appendix: how", "Notes: how"
+    ), "a page without the appendix changed"

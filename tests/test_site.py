@@ -150,6 +150,20 @@ def test_core_page_keeps_its_plumbing_in_one_labelled_cell(stem):
 
 
 @pytest.mark.parametrize("stem", LADDERS)
+def test_core_page_folds_its_appendix_code_and_shows_its_results(built_site, stem):
+    """On the built page the appendix's long code blocks are folded (a closed <details>) and nothing after the
+    appendix is: its results are a short scroll past the appendix's prose."""
+    text = page(built_site, stem)
+    appendix = text.index('id="appendix-how-this-page-measures"')
+    after = text.index("<section", appendix + 1)  # the next section: the results
+    folds = [m.start() for m in re.finditer(r'<details class="sol-fold">', text)]
+    assert folds and all(appendix < f < after for f in folds), f"{stem}: no fold, or one outside the appendix"
+    for start in folds:
+        inside = text[start : text.index("</details>", start)]
+        assert "<summary>" in inside and 'class="highlight' in inside, f"{stem}: a fold without its code"
+
+
+@pytest.mark.parametrize("stem", LADDERS)
 def test_core_page_shows_its_ladder_measured(built_site, stem):
     """The build measures each step: a table step | idea | N | GB/s | % of light, steps 0, 1 and at most 2 (a CPU
     run that says it measures no speed shows step | idea | N)."""

@@ -622,6 +622,52 @@ def _header_of(app, docname):
     return None
 
 
+APPENDIX_TITLE = "Appendix: how this page measures"
+FOLD_FROM = 10  # lines of code: an appendix's shorter blocks stay open
+_UNDERLINE = re.compile(r"^([-=~^\"'`#*+])\1*$")
+
+
+def fold_appendix_code(rst):
+    """A gallery page's rst with each code block of its appendix (the section titled ``APPENDIX_TITLE``) folded in an
+    HTML ``<details>``, closed: the appendix's prose and printed output stay in view, its machinery's code opens on a
+    click, and the results after it are a short scroll away. Other pages come back as they are."""
+    lines = rst.split("\n")
+    starts = [i for i in range(len(lines) - 1) if lines[i] == APPENDIX_TITLE and _UNDERLINE.match(lines[i + 1])]
+    if not starts:
+        return rst
+    out, i = lines[: starts[0] + 2], starts[0] + 2
+    while i < len(lines):
+        line = lines[i]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and not line[0].isspace() and _UNDERLINE.match(nxt) and len(nxt) >= len(line.rstrip()):
+            return "\n".join(out + lines[i:])  # the next section's title: the appendix ends
+        if line.startswith(".. code-block::"):
+            end = i + 1
+            while end < len(lines) and (not lines[end].strip() or lines[end][0].isspace()):
+                end += 1
+            while end > i + 1 and not lines[end - 1].strip():  # the blank lines after it stay outside
+                end -= 1
+            code = sum(1 for text in lines[i + 1 : end] if text.strip() and not text.strip().startswith(":"))
+            if code < FOLD_FROM:  # a few lines read faster than a click
+                out += lines[i:end]
+                i = end
+                continue
+            summary = f"The measuring code, {code} lines (the results follow the appendix)"
+            out += [".. raw:: html", "", f'   <details class="sol-fold"><summary>{summary}</summary>', ""]
+            out += lines[i:end] + ["", ".. raw:: html", "", "   </details>", ""]
+            i = end
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def _fold_appendix(app, docname, source):
+    """source-read: a gallery page's appendix code folded (``fold_appendix_code``)."""
+    if _script_of(app, docname) is not None:
+        source[0] = fold_appendix_code(source[0])
+
+
 def _links_in_source(app, docname, source):
     """source-read: a gallery page gets its Colab and source links."""
     script = _script_of(app, docname)
@@ -656,6 +702,7 @@ def setup(app):
     app.add_config_value("sol_source_branch", "main", "html")
     app.add_config_value("sol_notebooks_branch", "gh-pages", "html")
     app.connect("source-read", _links_in_source)
+    app.connect("source-read", _fold_appendix)
     app.connect("env-updated", _rewrite_notebooks)
     app.connect("html-page-context", _view_and_edit)
     app.connect("build-finished", _publish_notebooks)
