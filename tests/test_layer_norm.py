@@ -597,3 +597,30 @@ def test_rows_past_the_backward_kernel_with_a_weight_of_another_dtype(ln, dtype)
     check_against_float64(ln["layer_norm"], x, (n,), w, b, 1e-5, dtype, what="16-bit x, fp32 weight, past 8 K")
     same = torch.randn(n, device=DEVICE).to(dtype).requires_grad_(True)
     check_against_float64(ln["layer_norm"], x, (n,), same, None, 1e-5, dtype, what="one dtype, past 8 K")
+
+
+def test_past_the_kernels_widths_the_drop_in_hands_torchs_dx_over(ln, monkeypatch):
+    """Past MAX_BWD_FUSED_N the backward operator returns the dx torch's backward made, not a copy of it (a copy
+    would move dx's bytes twice more), and it is right against float64; within the widths the kernel writes it."""
+    made = []
+    torch_rows = ln["torch_rows_backward"]
+
+    def recorded(*args):
+        out = torch_rows(*args)
+        made.append(out)
+        return out
+
+    monkeypatch.setitem(ln.data, "torch_rows_backward", recorded)
+    for n in (ln["MAX_BWD_FUSED_N"], ln["MAX_BWD_FUSED_N"] + 1):
+        x = torch.randn(2, n, device=DEVICE, requires_grad=True)
+        w, b = (torch.randn(n, device=DEVICE, requires_grad=True) for _ in range(2))
+        dy = torch.randn(2, n, device=DEVICE)
+        dx, dw, db = torch.autograd.grad(ln["layer_norm"](x, (n,), w, b), (x, w, b), dy)
+        wide = n > ln["MAX_BWD_FUSED_N"]
+        assert len(made) == wide, f"N = {n}: torch's backward {'not ' if wide else ''}called"
+        if wide:
+            assert dx.data_ptr() == made[0].data_ptr(), "torch's dx copied"
+        ins = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+        refs = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5), ins, dy.double())
+        for name, out, ref in zip(("dx", "dw", "db"), (dx, dw, db), refs):
+            assert rel_error(out, ref) <= TOL[torch.float32], f"N = {n}, {name}"

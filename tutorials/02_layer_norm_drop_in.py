@@ -54,8 +54,12 @@ def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torc
     """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors."""
     dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
     if dx2d.numel() > 0:
-        layer_norm_rows_backward(_rows(x, *x.shape), _rows(dy, *x.shape), dx2d, w if w is None else w.contiguous(),
-                                 mean.contiguous(), rstd.contiguous(), *((dw, db) if compute_dwdb else ()))
+        rows = _rows(x, *x.shape), _rows(dy, *x.shape)
+        rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), *((dw, db) if compute_dwdb else ())
+        if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
+            dx2d = torch_rows_backward(*rows, None, *rest)
+        else:
+            layer_norm_rows_backward(*rows, dx2d, *rest)
     return dx2d.zero_() if x.shape[1] == 1 else dx2d, dw, db  # N = 1, y = b: dx is 0, not a GPU's rounding
 @layer_norm_bwd_op.register_fake
 def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
@@ -215,7 +219,7 @@ def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None): 
         g = dy * w.float()
         grads = ((g - (x_hat * (x_hat * g).mean(1, keepdim=True) + g.mean(1, keepdim=True))) * rstd[:, None], (dy * x_hat).sum(0), dy.sum(0))
     [out.copy_(grad) for out, grad in zip((dx2d, dw, db), grads) if out is not None]
-    return 0
+    return grads[0].to(x2d.dtype) if dx2d is None else 0  # no dx2d: torch's dx in x's dtype, not copied
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _rows_and_cols(input, normalized_shape, weight, bias, eps):
     """(rows, columns) of input as layer_norm sees them, once its arguments pass torch's checks (clear errors)."""
