@@ -369,7 +369,7 @@ def reading(table, ladder):
                     "points: it moves the same bytes the same way as the copy (a read for each write), so the gap "
                     "is how the two timings differ (the copy is timed without a CUDA graph), not a faster way to "
                     "move bytes.")
-    if "Helion" in table:
+    if "Helion" in table and inside.Helion.notna().any():  # else no point of Helion's ran
         helion_pct, ratio = inside.Helion / inside["speed of light"] * 100, inside.ours / inside.Helion
         text.append(f"Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "
                     f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-"

@@ -440,7 +440,7 @@ def reading(table):
         text.append(f"The backward ran above 100% of the copy ({points(over)}): a copy reads a byte for each byte it "
                     "writes, the backward two (y and dy) for each byte of dx, and memory serves reads faster than a mix "
                     "of reads and writes; the copy is also timed without a CUDA graph.")
-    if "Helion" in table:
+    if "Helion" in table and inside.Helion.notna().any():  # else no point of Helion's ran
         helion_pct, ratio = inside.Helion / inside["speed of light"] * 100, inside.ours / inside.Helion
         text.append(f"Helion's backward kernel (PyTorch ops on a tile of rows, its launch autotuned, called on y and "
                     f"dy without autograd) ran inside the range at {helion_pct.min():.3g}-{helion_pct.max():.3g}% of "

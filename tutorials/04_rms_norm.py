@@ -420,7 +420,7 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
              f"{peer.min():.3g}-{peer.max():.3g}x the best peer. The fp32 forward there ran "
              f"{naive.min():.3g}-{naive.max():.3g}x the naive speed (the bytes model: 3.5x, were each naive operation "
              f"as fast as a copy{'; they ran slower' if naive.min() > 3.5 else ''}).{won}")
-    if "Helion" in table:
+    if "Helion" in table and table.Helion[inside].notna().any():  # else no point of Helion's ran
         helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
         text += (f"\nHelion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran inside the range at "
                  f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-"

@@ -276,7 +276,7 @@ fns["ours"] = None  # step 1's launch, timed apart: benchmark()
 LADDER = {0: "a row a program, 4 warps: a dw partial per row",
           1: "persistent, the next block's loads in flight: dw in registers across blocks"}
 
-def measure_ladder():  # the backward with dw on bf16 rows of 256 (the partials weigh most) and 4096
+def measure_ladder():  # the backward with dw on bf16 rows of 256 (short) and 4096 (long)
     rows = []
     for n_cols in (256, 4096):
         x, w, dy, light = tensors(n_cols, torch.bfloat16)
@@ -352,7 +352,7 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     for n in (n for n in (256, 4096) if speed[1, n] < speed[0, n]):
         grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[2]
         text += (f"\nStep 1 lost at N = {n:,} ({speed[1, n] / speed[0, n]:.2f}x): its {grid:,} programs "
-                 f"({grid // NUM_SMS} an SM) have fewer loads in flight than step 0's one a row, and fewer partials "
+                 f"({grid // NUM_SMS} an SM) have fewer loads in flight than step 0's program a row, and fewer partials "
                  "did not pay for it.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
@@ -369,7 +369,7 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
         where = ", ".join(f"{t} N = {n:,}: {v:.1f}%" for (_, t, n), v in over.items())
         text += (f" Where ours read above 100% of the copy ({where}), it moved its bytes faster than the copy: it reads "
                  "x and dy for each dx it writes, and reads stream faster than the copy's even mix of reads and writes.")
-    if "Helion" in table:
+    if "Helion" in table and table.Helion[inside].notna().any():  # else no point of Helion's ran
         helion_pct, ratio = (table.Helion / table["speed of light"] * 100)[inside], (table.ours / table.Helion)[inside]
         text += (f"\nHelion's kernel (PyTorch ops on tiles of rows, dx and a dw partial a program, its launch "
                  f"autotuned) ran the whole backward inside the range at {helion_pct.min():.3g}-"
@@ -399,7 +399,7 @@ errors.style.format("{:.1e}", subset=["step 0", "step 1", "torch"]).hide(axis="i
 # %%
 # The ladder, measured
 # --------------------
-# The backward with dw on bf16 rows of 256 (where step 0's partials weigh most) and 4096:
+# The backward with dw on bf16 rows of 256 (short: 512 bytes of each input a row) and 4096 (long):
 
 ladder = measure_ladder()
 show_ladder(ladder)

@@ -397,7 +397,7 @@ def reading(table, ladder):
             f"to {eager.max():.2f}x eager PyTorch, whose forward also writes log_softmax (the bytes model: 2x). Its "
             f"slowest point is {dtype} at V = {n:,}; in the ladder, bf16, step 2 runs at {last.min():.3g}-"
             f"{last.max():.3g}% of light.")
-    if "Helion" in table:
+    if "Helion" in table and table.Helion.notna().any():  # else no point of Helion's ran
         helion_pct, ratio = table.Helion / table["speed of light"] * 100, table.ours / table.Helion
         text += (f" Helion's kernel (PyTorch ops on a tile of rows, its launch autotuned) ran at "
                  f"{helion_pct.min():.3g}-{helion_pct.max():.3g}% of a read pass; ours ran {ratio.min():.2f}x to "
