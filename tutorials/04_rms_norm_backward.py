@@ -76,9 +76,9 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
     tl.store(dw_partial_ptr + pid.to(tl.int64) * n_cols + cols, tl.sum(dw_partial, axis=0), mask=cols < n_cols)
 
 # %%
-# **Launch parameters**: tiles of ``MIN_ELEMENTS`` (4096) values or more, twice that in fp32; ``_warps`` gives a thread
-# 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64 of an fp32 tile (both in the
-# appendix). Step 1's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
+# **Launch parameters**: tiles of ``MIN_ELEMENTS`` (4096) values or a whole row, twice that in fp32 (short 16-bit rows:
+# below); ``_warps`` gives a thread 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64
+# of an fp32 tile of rows, 32 of one row (both in the appendix). Step 1's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
 # registers), times the SMs. 16-bit rows of 2 KB or less take tiles of 2 KB on 4 warps, 8 programs an SM (32 warps,
 # 64 registers a thread, more than such a tile needs): the same bytes in flight, in more programs, so that one
 # program's loads go on while another sums its rows (measured faster on Hopper at N = 512 and 1,024).
