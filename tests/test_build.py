@@ -846,7 +846,7 @@ def test_only_pages_the_build_will_run_are_warmed(tmp_path):
     src, out = tmp_path / "tutorials", tmp_path / "docs" / "tutorials"
     (src / "deep_dives").mkdir(parents=True)
     (out / "deep_dives").mkdir(parents=True)
-    for name in ("01_a.py", "02_b.py", "deep_dives/11_c.py", "README.txt"):
+    for name in ("01_a.py", "02_b.py", "deep_dives/11_c.py", "README.txt", "deep_dives/README.txt"):
         (src / name).write_text(f"print({name!r})\n")
     (out / "02_b.py.md5").write_text(get_md5sum(str(src / "02_b.py"), mode="t"))  # ran unchanged last time
     (out / "01_a.py.md5").write_text("an older source")

@@ -175,30 +175,29 @@ def shown_not_run():
 
 
 def pages_to_run(gallery_conf, tutorials, generated):
-    """The gallery scripts (paths) under tutorials/ this build will execute, in gallery order."""
-    tutorials = pathlib.Path(tutorials)
+    """The gallery scripts (paths) under tutorials/ this build will execute, in the order sphinx-gallery asks for them:
+    the top folder's, then each subsection's (a folder with a README), each folder's by file name."""
+    tutorials, generated, readme = pathlib.Path(tutorials), pathlib.Path(generated), ("README.txt", "README.rst")
+    subsections = sorted(d.name for d in tutorials.iterdir() if any((d / name).is_file() for name in readme))
     return [
-        src
-        for src in sorted(tutorials.rglob("[0-9][0-9]_*.py"), key=lambda p: p.relative_to(tutorials).parts)
-        if will_run(src, pathlib.Path(generated) / src.relative_to(tutorials), gallery_conf)
+        page
+        for folder in [tutorials] + [tutorials / d for d in subsections]
+        for page in sorted(folder.glob("*.py"))
+        if will_run(page, generated / page.relative_to(tutorials), gallery_conf)
     ]
 
 
 def gallery_runs(gallery_conf):
-    """(key, fname, target_dir, src_dir, gallery_conf) of each page the build will run, in the order sphinx-gallery
-    asks for them (each gallery's top folder, then its subsections: folders with a README), its folders named as
-    sphinx-gallery names them (key: ``str(Path(src_dir, fname))``), so that a page started ahead in another folder
-    is the page it later asks for."""
+    """(key, fname, target_dir, src_dir, gallery_conf) of each page the build will run (``pages_to_run`` of each
+    gallery), its folders named as sphinx-gallery names them (key: ``str(Path(src_dir, fname))``), so that a page
+    started ahead in another folder is the page it later asks for."""
     src_root, runs = pathlib.Path(gallery_conf["src_dir"]), []
     examples, galleries = gallery_conf["examples_dirs"], gallery_conf["gallery_dirs"]
     for examples_dir, gallery_dir in zip(*([d] if isinstance(d, str) else d for d in (examples, galleries))):
         tutorials, generated = src_root / examples_dir, src_root / gallery_dir
-        readme = ("README.txt", "README.rst")
-        subsections = sorted(d.name for d in tutorials.iterdir() if any((d / name).is_file() for name in readme))
-        for src_dir, target_dir in [(tutorials, generated)] + [(tutorials / d, generated / d) for d in subsections]:
-            for page in sorted(src_dir.glob("*.py")):
-                if will_run(page, target_dir / page.name, gallery_conf):
-                    runs.append((str(page), page.name, target_dir, src_dir, gallery_conf))
+        for page in pages_to_run(gallery_conf, tutorials, generated):
+            target_dir = generated / page.parent.relative_to(tutorials)
+            runs.append((str(page), page.name, target_dir, page.parent, gallery_conf))
     return runs
 
 
