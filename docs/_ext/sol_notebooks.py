@@ -650,11 +650,10 @@ def fold_appendix_code(rst):
             code = sum(1 for text in lines[i + 1 : end] if text.strip() and not text.strip().startswith(":"))
             if code < FOLD_FROM:  # a few lines read faster than a click
                 out += lines[i:end]
-                i = end
-                continue
-            summary = f"The measuring code, {code} lines (the results follow the appendix)"
-            out += [".. raw:: html", "", f'   <details class="sol-fold"><summary>{summary}</summary>', ""]
-            out += lines[i:end] + ["", ".. raw:: html", "", "   </details>", ""]
+            else:
+                summary = f"The measuring code, {code} lines (the results follow the appendix)"
+                out += [".. raw:: html", "", f'   <details class="sol-fold"><summary>{summary}</summary>', ""]
+                out += lines[i:end] + ["", ".. raw:: html", "", "   </details>", ""]
             i = end
             continue
         out.append(line)
