@@ -54,8 +54,8 @@ def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torc
     """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors."""
     dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
     if dx2d.numel() > 0:
-        rows = _rows(x, *x.shape), _rows(dy, *x.shape)
-        rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), *((dw, db) if compute_dwdb else ())
+        rows, sums = (_rows(x, *x.shape), _rows(dy, *x.shape)), (dw, db) if compute_dwdb else ()
+        rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), *sums
         if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
             dx2d = torch_rows_backward(*rows, None, *rest)
         else:

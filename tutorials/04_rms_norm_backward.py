@@ -77,11 +77,12 @@ def rms_norm_bwd_kernel(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, 
 
 # %%
 # **Launch parameters**: tiles of ``MIN_ELEMENTS`` (4096) values or a whole row, twice that in fp32 (short 16-bit rows:
-# below); ``_warps`` gives a thread 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64
-# of an fp32 tile of rows, 32 of one row (both in the appendix). Step 1's grid: ``16 // num_warps`` programs an SM (16 warps leave a thread 128 of an SM's 65,536
-# registers), times the SMs. 16-bit rows of 2 KB or less take tiles of 2 KB on 4 warps, 8 programs an SM (32 warps,
-# 64 registers a thread, more than such a tile needs): the same bytes in flight, in more programs, so that one
-# program's loads go on while another sums its rows (measured faster on Hopper at N = 512 and 1,024).
+# below); ``_warps`` gives a thread 32 bytes of a 16-bit tile, 16 on rows of 16 KB or more (more loads in flight), 64 of
+# an fp32 tile of rows, 32 of one row (both in the appendix). Step 1's grid: ``16 // num_warps`` programs an SM (16
+# warps leave a thread 128 of an SM's 65,536 registers), times the SMs. 16-bit rows of 2 KB or less take tiles of 2 KB
+# on 4 warps, 8 programs an SM (32 warps, 64 registers a thread, more than such a tile needs): the same bytes in flight,
+# in more programs, so that one program's loads go on while another sums its rows (measured faster on Hopper at N = 512
+# and 1,024).
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4 on the CPU
 
@@ -352,8 +353,8 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
     for n in (n for n in (256, 4096) if speed[1, n] < speed[0, n]):
         grid = _bwd_config(TOTAL_ELEMENTS // n, n, 2)[2]
         text += (f"\nStep 1 lost at N = {n:,} ({speed[1, n] / speed[0, n]:.2f}x): its {grid:,} programs "
-                 f"({grid // NUM_SMS} an SM) have fewer loads in flight than step 0's program a row, and fewer partials "
-                 "did not pay for it.")
+                 f"({grid // NUM_SMS} an SM) have fewer loads in flight than step 0's program a row, and fewer "
+                 "partials did not pay for it.")
     inside = [n in RANGE.get((d, t), ()) for d, t, n in table.index]
     light, peer = table["ours, % of light"][inside], table["ours / best peer"][inside]
     naive = (table.ours / table.naive)[inside]["backward", "float32"]
@@ -374,9 +375,9 @@ def reading(ladder, table):  # three to five sentences computed from this run's 
         text += (f"\nHelion's kernel (PyTorch ops on tiles of rows, dx and a dw partial a program, its launch "
                  f"autotuned) ran the whole backward inside the range at {helion_pct.min():.3g}-"
                  f"{helion_pct.max():.3g}% of the copy; ours ran {ratio.min():.3g}-{ratio.max():.3g}x its speed.")
+    partials = _bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]
     return text + (f"\nIn bytes: at N = 256 the same x, dy, dx moved at {s[0]:.3g}% of the copy with a row of "
-                   f"partials for each row (step 0), {s[1]:.3g}% with {_bwd_config(TOTAL_ELEMENTS // 256, 256, 2)[2]:,} "
-                   "rows of partials in all (step 1).")
+                   f"partials for each row (step 0), {s[1]:.3g}% with {partials:,} rows of partials in all (step 1).")
 
 def environment_card():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
