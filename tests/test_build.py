@@ -385,11 +385,11 @@ def test_pages_in_a_subsection_start_ahead_too(tmp_path):
     assert proc.stdout.count("page p2_side:") == 1, proc.stdout[-3000:]
 
 
-def _on_the_gpu(log, seconds):
+def _on_the_gpu(log, seconds, name=None):  # a span "start end" in log, after the name where one is given
     start = time.time()
     time.sleep(seconds)
     with open(log, "a") as f:
-        f.write(f"{start} {time.time()}\n")
+        f.write(("" if name is None else f"{name} ") + f"{start} {time.time()}\n")
 
 
 def _page_that_compiles(turn, log, timer):
@@ -454,23 +454,16 @@ def _page_in_turn(turn, log, role):
     0.2 s (its block holding the shared turn again); 'first' asks to time 0.3 s at 0.1 s, while that timer runs;
     'second' at 0.45 s, while the first waits or runs."""
     os.environ["SOL_GPU_TURN"] = turn
-
-    def on_the_gpu(name, seconds):
-        start = time.time()
-        time.sleep(seconds)
-        with open(log, "a") as f:
-            f.write(f"{name} {start} {time.time()}\n")
-
     if role == "block":
 
         def block():
-            sol_build.gpu_turn(on_the_gpu)("its timer", 0.3)
-            on_the_gpu("its work after", 0.2)
+            sol_build.gpu_turn(_on_the_gpu)(log, 0.3, "its timer")
+            _on_the_gpu(log, 0.2, "its work after")
 
         sol_build.gpu_turn(block, timer=False)()
     else:
         time.sleep(0.1 if role == "first" else 0.45)
-        sol_build.gpu_turn(on_the_gpu)(role, 0.3)
+        sol_build.gpu_turn(_on_the_gpu)(log, 0.3, role)
     return 0
 
 
