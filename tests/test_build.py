@@ -125,7 +125,9 @@ def _gallery(tmp_path):
 
 
 def _build(root, quiet=True, **more):
-    env = dict(os.environ, GALLERY_ROOT=str(root), SOL_WARMUP="0", **more)
+    # Triton's cache folder holds the warm-up's stamps and the record of pages' seconds: the test's own
+    env = {**os.environ, "GALLERY_ROOT": str(root), "SOL_WARMUP": "0", "TRITON_CACHE_DIR": str(root / ".triton")}
+    env.update(more)
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", *(["-q"] if quiet else []), str(root), str(root / "_build")],
         cwd=root,
@@ -383,6 +385,42 @@ def test_pages_in_a_subsection_start_ahead_too(tmp_path):
     assert min(s[1] for s in second) < work[2], f"the subsection's page waited for the top folder's: {first, second}"
     assert "did not ask for" not in proc.stdout + proc.stderr
     assert proc.stdout.count("page p2_side:") == 1, proc.stdout[-3000:]
+
+
+def test_the_timed_pass_starts_the_longest_pages_first_and_records_their_seconds(tmp_path):
+    """With the last pass's seconds on record (beside the warm-up's stamps), the pages started ahead go longest first:
+    two at a time, page 3 (the longest on record) starts beside page 1, before page 2. The pass then records each
+    page's seconds for the next."""
+    root = _gallery(tmp_path)
+    for name in ("p1_first.py", "p2_second.py"):
+        (root / "examples" / name).unlink()
+    for n in (1, 2, 3):
+        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=1.0 if n == 1 else 0.3))
+    folder = root / ".triton" / "sol-warm-up"
+    sol_build.record_page_seconds({"p1_side": 5.0, "p2_side": 1.0, "p3_side": 9.0}, folder)
+    proc = _build(root, quiet=False, SOL_TIMED_JOBS="2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    starts = {n: min(s[1] for s in _spans((root / f"spans_{n}").read_text().splitlines(), n)) for n in (1, 2, 3)}
+    assert starts[3] < starts[2], f"page 2 started before page 3, the longest on record: {starts}"
+    recorded = sol_build.page_seconds(folder)
+    assert set(recorded) == {"p1_side", "p2_side", "p3_side"} and recorded["p3_side"] != 9.0, recorded
+    assert all(0 < seconds < 60 for seconds in recorded.values()), recorded
+    assert "did not ask for" not in proc.stdout + proc.stderr
+
+
+def test_pages_go_longest_first_by_the_first_guess_that_knows_them_all(tmp_path):
+    """The last pass's seconds where they cover every page, else this build's warm-up's, else the gallery's order;
+    a record that cannot be read is no record."""
+    runs = [(f"k{n}", f"p{n}.py") for n in (1, 2, 3)]
+    last, warm = {"p1": 1.0, "p2": 3.0}, {"p1": 2.0, "p2": 1.0, "p3": 3.0}
+    assert [r[0] for r in sol_build.longest_first(runs, last | {"p3": 2.0}, warm)] == ["k2", "k3", "k1"]
+    assert [r[0] for r in sol_build.longest_first(runs, last, warm)] == ["k3", "k1", "k2"]
+    assert sol_build.longest_first(runs, last, {}) == runs
+    (tmp_path / sol_build.PAGE_SECONDS).write_text("[1, 2")
+    assert sol_build.page_seconds(tmp_path) == {}
+    sol_build.record_page_seconds({"p1": 1.5}, tmp_path)
+    sol_build.record_page_seconds({"p2": 2.5}, tmp_path)
+    assert sol_build.page_seconds(tmp_path) == {"p1": 1.5, "p2": 2.5}
 
 
 def _on_the_gpu(log, seconds, name=None):  # a span "start end" in log, after the name where one is given

@@ -663,10 +663,10 @@ def layer_norm_02_takes(p, dtype, n, variant):
 
 def layer_norm_locks_24(p, dtype, n, variant):
     x, dy, dx = (matrix(n, dtype) for _ in range(3))
-    w, dw, db = (torch.empty(n, device=DEVICE, dtype=dtype) for _ in range(3))
+    w, dwdb = torch.empty(n, device=DEVICE, dtype=dtype), torch.empty(2, n, device=DEVICE)
     mean, rstd = (torch.empty(len(x), device=DEVICE) for _ in range(2))
     launcher = p["backward_classic"] if variant == "classic" else p["backward_persistent"]
-    launcher(x, dy, dx, w, mean, rstd, dw, db)
+    launcher(x, dy, dx, w, mean, rstd, dwdb)
 
 
 def layer_norm_locks_24_takes(p, dtype, n, variant):

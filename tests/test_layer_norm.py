@@ -216,12 +216,9 @@ def test_torch_path_past_the_kernels_matches_float64(ln, dtype):
         )
         used = ln["layer_norm_rows_forward"](x, y, w, b, mean, rstd, 1e-5)
         assert (used is ln["layer_norm_fwd_chunked_kernel"]) == (n > ln["MAX_FUSED_N"]), f"N = {n}: {used}"
-        dx, dw, db = (
-            torch.full_like(x, nan),
-            torch.full_like(w, nan, dtype=torch.float32),
-            torch.full_like(w, nan, dtype=torch.float32),
-        )
-        assert ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db) == 0, "the backward's torch path"
+        dx, dwdb = torch.full_like(x, nan), torch.full((2, n), nan, device=DEVICE)
+        assert ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dwdb) == 0, "the backward's torch path"
+        dw, db = dwdb
         ins = [t.double().requires_grad_(True) for t in (x, w, b)]
         y64 = ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5)
         g64 = torch.autograd.grad(y64, ins, dy.double())
@@ -273,9 +270,9 @@ def test_backward_writes_every_element(ln, monkeypatch):
         y, mean, rstd = torch.empty_like(x), real_empty(m, device=DEVICE), real_empty(m, device=DEVICE)
         ln["layer_norm_rows_forward"](x, y, w, None, mean, rstd, 1e-5)
         monkeypatch.setattr(torch, "empty", poisoned_empty)
-        dx, dw, db = torch.empty_like(x).fill_(float("nan")), torch.empty(n), torch.empty(n)
-        dx, dw, db = dx.to(DEVICE), dw.to(DEVICE), db.to(DEVICE)
-        ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dw, db, programs=programs)
+        dx, dwdb = torch.empty_like(x).fill_(float("nan")).to(DEVICE), torch.empty(2, n).to(DEVICE)
+        ln["layer_norm_rows_backward"](x, dy, dx, w, mean, rstd, dwdb, programs=programs)
+        dw, db = dwdb
         monkeypatch.setattr(torch, "empty", real_empty)
         for name, t in (("dx", dx), ("dw", dw), ("db", db)):
             assert torch.isfinite(t).all(), f"{m} x {n}, programs={programs}: {name} not all written"
@@ -474,9 +471,9 @@ def test_backward_operator_passes_opcheck(ln):
             torch.library.opcheck(op, (x, dy, weight, mean, rstd, compute))
     empty = torch.empty(0, 7, device=DEVICE)
     torch.library.opcheck(op, (empty, empty, w, empty[:, 0], empty[:, 0], True))
-    dx, dw, db = op(empty, empty, w, empty[:, 0], empty[:, 0], True)
+    dx, (dw, db) = op(empty, empty, w, empty[:, 0], empty[:, 0], True)
     assert dx.shape == (0, 7) and not dw.any() and not db.any() and dw.shape == db.shape == (7,), "a sum over none"
-    dx, dw, db = op(x, dys[0], w, mean, rstd, True)
+    dx, (dw, db) = op(x, dys[0], w, mean, rstd, True)
     torch.testing.assert_close(db, dys[0].sum(0), rtol=1e-5, atol=1e-5)  # the operator computes, not just shapes
 
 
@@ -624,3 +621,20 @@ def test_past_the_kernels_widths_the_drop_in_hands_torchs_dx_over(ln, monkeypatc
         refs = torch.autograd.grad(ref_layer_norm(ins[0], (n,), ins[1], ins[2], 1e-5), ins, dy.double())
         for name, out, ref in zip(("dx", "dw", "db"), (dx, dw, db), refs):
             assert rel_error(out, ref) <= TOL[torch.float32], f"N = {n}, {name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_backward_sums_dw_and_db_in_one_launch_and_fills_nothing(ln, dtype):
+    """The drop-in's backward adds the lines of dw and of db with one torch.sum and casts both with one copy (none in
+    fp32), and zero-fills nothing: each small launch beside the kernel adds its start to a training step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 96, device=DEVICE, dtype=dtype, requires_grad=True)
+    w, b = (torch.randn(96, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(2))
+    y, dy = ln["layer_norm"](x, (96,), w, b), torch.randn(64, 96, device=DEVICE, dtype=dtype)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
+    ops = [e.name for e in prof.events()]
+    counts = {op: ops.count(f"aten::{op}") for op in ("sum", "_to_copy", "zero_", "zeros", "new_zeros", "ones")}
+    assert counts == dict(sum=1, _to_copy=int(dtype != torch.float32), zero_=0, zeros=0, new_zeros=0, ones=0), counts
+    assert dw.dtype == db.dtype == dtype and rel_error(db, dy.double().sum(0)) <= TOL[dtype], "db"

@@ -35,9 +35,10 @@ def test_both_designs_match_float64_and_write_everything(page, design, dtype):
     for m, n in [(300, 7), (37, 100), (9, 257), (5, 1)]:
         x = (torch.randn(m, n, device=DEVICE) * 2 + 10).to(dtype)
         w, dy = torch.randn(n, device=DEVICE).to(dtype), torch.randn(m, n, device=DEVICE, dtype=dtype)
-        outs = (torch.full_like(x, float("nan")), torch.full_like(w, float("nan")), torch.full_like(w, float("nan")))
+        dx, dwdb = torch.full_like(x, float("nan")), torch.full((2, n), float("nan"), device=DEVICE)
         mean, rstd = page["row_statistics"](x)
-        backward(x, dy, outs[0], w, mean, rstd, outs[1], outs[2])
+        backward(x, dy, dx, w, mean, rstd, dwdb)
+        outs = dx, *dwdb
         terms = (dy.double() * w.double() * rstd.double()[:, None]).norm()  # dx cancels entirely when n = 1
         for name, out, ref in zip(("dx", "dw", "db"), outs, reference(x, w, dy)):
             assert torch.isfinite(out).all(), f"{design}, {m} x {n}: {name} not all written"
@@ -51,7 +52,7 @@ def test_classic_design_names_its_limit(page):
     w, dy = torch.randn(20_000, device=DEVICE), torch.randn(2, 20_000, device=DEVICE)
     with pytest.raises(ValueError, match="exceeds its limit of 64 KB"):
         page["backward_classic"](
-            x, dy, torch.empty_like(x), w, *page["row_statistics"](x), torch.empty_like(w), torch.empty_like(w)
+            x, dy, torch.empty_like(x), w, *page["row_statistics"](x), torch.empty(2, 20_000, device=DEVICE)
         )
 
 
@@ -67,11 +68,10 @@ def test_carried_persistent_design_is_tutorial_02s(page):
         x = torch.randn(70, 300, device=DEVICE, dtype=dtype)
         w, dy = torch.randn(300, device=DEVICE, dtype=dtype), torch.randn_like(x)
         mean, rstd = page["row_statistics"](x)
-        ours = [torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)]
-        theirs = [torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)]
-        page["backward_persistent"](x, dy, ours[0], w, mean, rstd, *ours[1:])
-        core["layer_norm_rows_backward"](x, dy, theirs[0], w, mean, rstd, *theirs[1:])
-        for name, a, b in zip(("dx", "dw", "db"), ours, theirs):
+        ours, theirs = ([torch.empty_like(x), torch.empty(2, 300, device=DEVICE)] for _ in range(2))
+        page["backward_persistent"](x, dy, *ours[:1], w, mean, rstd, *ours[1:])
+        core["layer_norm_rows_backward"](x, dy, *theirs[:1], w, mean, rstd, *theirs[1:])
+        for name, a, b in zip(("dx", "dw", "db"), (ours[0], *ours[1]), (theirs[0], *theirs[1])):
             assert torch.equal(a, b), f"{dtype}: {name} differs from tutorial 02's backward"
 
 

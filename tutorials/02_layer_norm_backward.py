@@ -26,13 +26,13 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # :math:`dx = r \, (g - \overline{g} - \hat{x} \, \overline{g \hat{x}})` (bars: row means): a row's *dx* needs only
 # that row, as the forward. A perfect backward reads *x*, *dy* and writes *dx*: *3MN* elements.
 #
-# The weight gradients are sums over all rows, :math:`dw = \sum dy \, \hat{x}` and :math:`db = \sum dy`: every
-# program adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs,
-# program *p* of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...* (``tl.cdiv``: division rounded
-# up), sums its share in fp32 registers (``tl.zeros``) and writes it once to its own line of a ``[P, N]`` buffer.
-# torch's ``.sum(0)`` adds the *P* lines in a fixed order: the same bits every run, no lock, no atomic. Step 0 stages
-# nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the loads of the next ``STAGES - 1``
-# blocks, through shared memory, while this one is computed.
+# The weight gradients are sums over all rows, :math:`dw = \sum dy \, \hat{x}` and :math:`db = \sum dy`: every program
+# adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs, program *p*
+# of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...* (``tl.cdiv``: division rounded up), sums
+# its share in fp32 registers (``tl.zeros``) and writes it once to its own line of a ``[2, P, N]`` buffer. One
+# ``torch.sum`` adds the *P* lines of *dw* and of *db* in a fixed order: the same bits every run, no lock, no atomic,
+# one small launch. Step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the
+# loads of the next ``STAGES - 1`` blocks, through shared memory, while this one is computed.
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
@@ -67,7 +67,7 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
 # memory the device gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law,
 # ``IN_FLIGHT``); where one program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM.
 # Rows of up to 8 K; past ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over
-# programs). Without a weight it passes ones; without ``dw`` it leaves the lines unsummed.
+# programs). Without a weight it passes ones; without ``dwdb`` (*dw*, *db*: ``[2, N]``) it leaves the lines unsummed.
 
 PROPS = torch.cuda.get_device_properties() if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
@@ -92,17 +92,17 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
-def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw=None, db=None, programs=None, stages=None):
-    """dx2d, and dw, db if given (fp32); programs caps the lines. Returns the number of lines (0: torch's path)."""
+def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dwdb=None, programs=None, stages=None):
+    """dx2d; dw, db into dwdb ([2, N], fp32) if given; programs caps the lines. Returns the lines (0: torch's path)."""
     if x2d.shape[1] > MAX_BWD_FUSED_N:
-        return torch_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw, db)
+        return torch_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dwdb)
     n_rows, n_cols = x2d.shape
     meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs, stages)
-    partials = [torch.empty((lines, n_cols), device=dx2d.device) for _ in "wb"]  # a line of dw, db a program
+    partials = torch.empty((2, lines, n_cols), device=dx2d.device)  # a line of dw and one of db a program
     layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, x2d.new_ones(n_cols) if w is None else w, mean, rstd, *partials,
                                     n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
-    if dw is not None:  # the lines' sums, in a fixed order: the same bits every run
-        torch.sum(partials[0], 0, out=dw), torch.sum(partials[1], 0, out=db)
+    if dwdb is not None:  # the lines' sums, dw's and db's in one launch, in a fixed order: the same bits every run
+        torch.sum(partials, 1, out=dwdb)
     return lines
 
 
@@ -229,15 +229,15 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
     var = (xc * xc).mean(dim=-1, keepdim=True)  # xc read, its square written, then read: 3MN
     return xc * torch.rsqrt(var + eps) * weight + bias  # three ops, each reads MN and writes MN: 6MN
-def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None):  # past MAX_BWD_FUSED_N: torch's own
+def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dwdb=None):  # past MAX_BWD_FUSED_N: torch's own
     w = x2d.new_ones(x2d.shape[1]) if weight is None else weight  # backward (deep dive 23's, which splits rows, is faster)
     if x2d.is_cuda and w.dtype == x2d.dtype:  # torch's fused kernels: mean and rstd in fp32 on a GPU (x's dtype on a CPU)
-        grads = torch.ops.aten.native_layer_norm_backward(dy2d.contiguous(), x2d, x2d.shape[1:], mean[:, None], rstd[:, None], w, w, [True, dw is not None, dw is not None])
+        grads = torch.ops.aten.native_layer_norm_backward(dy2d.contiguous(), x2d, x2d.shape[1:], mean[:, None], rstd[:, None], w, w, [True, dwdb is not None, dwdb is not None])
     else:  # fp32, as the kernel (and where the weight is not of x's dtype)
         x_hat, dy = (x2d.float() - mean[:, None]) * rstd[:, None], dy2d.float()
         g = dy * w.float()
         grads = ((g - (x_hat * (x_hat * g).mean(1, keepdim=True) + g.mean(1, keepdim=True))) * rstd[:, None], (dy * x_hat).sum(0), dy.sum(0))
-    [out.copy_(grad) for out, grad in zip((dx2d, dw, db), grads) if out is not None]
+    [out.copy_(grad) for out, grad in zip((dx2d, *(() if dwdb is None else dwdb)), grads) if out is not None]
     return grads[0].to(x2d.dtype) if dx2d is None else 0  # no dx2d: torch's dx in x's dtype, not copied
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _rows_and_cols(input, normalized_shape, weight, bias, eps):
@@ -276,20 +276,21 @@ def layer_norm_fwd_fake(x, w, b, eps):  # shapes and dtypes only
     return x.new_empty(x.shape), *(x.new_empty(x.shape[0], dtype=torch.float32) for _ in range(2))
 @torch.library.custom_op("sol::layer_norm_bwd_02", mutates_args=())
 def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torch.Tensor], mean: torch.Tensor,
-                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors."""
-    dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
-    if dx2d.numel() > 0:
-        rows, sums = (_rows(x, *x.shape), _rows(dy, *x.shape)), (dw, db) if compute_dwdb else ()
-        rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), *sums
-        if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
-            dx2d = torch_rows_backward(*rows, None, *rest)
-        else:
-            layer_norm_rows_backward(*rows, dx2d, *rest)
-    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dw, db  # N = 1, y = b: dx is 0, not a GPU's rounding
+                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx, and dw, db as the rows of one tensor (fp32 sums, 0 over no rows; [2, 0] unless compute_dwdb), all new."""
+    dx2d, dwdb = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
+    if dx2d.numel() == 0:  # no rows (dw, db: 0) or no columns
+        return dx2d, dwdb.zero_()
+    rows = _rows(x, *x.shape), _rows(dy, *x.shape)
+    rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), dwdb if compute_dwdb else None
+    if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
+        dx2d = torch_rows_backward(*rows, None, *rest)
+    else:
+        layer_norm_rows_backward(*rows, dx2d, *rest)
+    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dwdb  # N = 1, y = b: dx is 0, not a GPU's rounding
 @layer_norm_bwd_op.register_fake
 def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
-    return x.new_empty(x.shape), *(mean.new_zeros(x.shape[1] if compute_dwdb else 0) for _ in range(2))  # fp32
+    return x.new_empty(x.shape), mean.new_empty((2, x.shape[1] if compute_dwdb else 0))  # dw, db: fp32
 def _setup(ctx, inputs, output):  # keeps x, w, b and the rows' statistics for the backward
     ctx.save_for_backward(*inputs[:3], *output[1:]), ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)  # no zero-filled "gradients" of mean and rstd: no launch for them
@@ -298,7 +299,9 @@ def _backward(ctx, dy2d, _mean, _rstd):
         raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
                            "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
     (x2d, w, b, mean, rstd), need = ctx.saved_tensors, ctx.needs_input_grad[1:3]
-    dx2d, dw, db = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
+    dx2d, dwdb = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
+    dtypes = {t.dtype for t, needed in zip((w, b), need) if needed}
+    dw, db = dwdb.to(*dtypes) if len(dtypes) == 1 else dwdb  # one launch casts both (none where they are fp32)
     return dx2d, dw.to(w.dtype) if need[0] else None, db.to(b.dtype) if need[1] else None, None
 layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -433,11 +436,11 @@ def measure(fns):  # (every provider's backward GB/s, the ladder's rows), each c
             gbs = lambda times, ms: times * x.numel() * x.element_size() / ms * 1e-6
             light, reference = gbs(2, bench(lambda: out.copy_(x), graph=False)), F.layer_norm(x.float(), (n_cols,), w32, b32)
             if dtype == torch.bfloat16 and n_cols in LADDER_N:  # the backward's steps 0 and 1
-                mean, rstd, dw, db = (torch.empty(n, device=DEVICE) for n in (len(x), len(x), n_cols, n_cols))
+                mean, rstd, dwdb = (torch.empty(n, device=DEVICE) for n in (len(x), len(x), (2, n_cols)))
                 layer_norm_rows_forward(x, out, w, b, mean, rstd, 1e-5)
                 for step, stages, idea in ((0, 1, "a program an SM, its own line of dw, db; STAGES = 1"),
                                            (1, None, "the next blocks' loads staged: STAGES as configured")):
-                    ms = bench(lambda: layer_norm_rows_backward(x, dy, out, w, mean, rstd, dw, db, stages=stages))
+                    ms = bench(lambda: layer_norm_rows_backward(x, dy, out, w, mean, rstd, dwdb, stages=stages))
                     steps.append((step, idea, n_cols, gbs(3, ms), light))
             inputs = [t.requires_grad_() for t in (x, w, b)]
             for name, fn in fns.items():

@@ -50,20 +50,21 @@ def layer_norm_fwd_fake(x, w, b, eps):  # shapes and dtypes only
     return x.new_empty(x.shape), *(x.new_empty(x.shape[0], dtype=torch.float32) for _ in range(2))
 @torch.library.custom_op("sol::layer_norm_bwd_02_drop_in", mutates_args=())
 def layer_norm_bwd_op(x: torch.Tensor, dy: torch.Tensor, w: typing.Optional[torch.Tensor], mean: torch.Tensor,
-                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx, and dw, db (fp32 sums, 0 over no rows; empty unless compute_dwdb), in new tensors."""
-    dx2d, dw, db = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
-    if dx2d.numel() > 0:
-        rows, sums = (_rows(x, *x.shape), _rows(dy, *x.shape)), (dw, db) if compute_dwdb else ()
-        rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), *sums
-        if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
-            dx2d = torch_rows_backward(*rows, None, *rest)
-        else:
-            layer_norm_rows_backward(*rows, dx2d, *rest)
-    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dw, db  # N = 1, y = b: dx is 0, not a GPU's rounding
+                      rstd: torch.Tensor, compute_dwdb: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx, and dw, db as the rows of one tensor (fp32 sums, 0 over no rows; [2, 0] unless compute_dwdb), all new."""
+    dx2d, dwdb = layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb)
+    if dx2d.numel() == 0:  # no rows (dw, db: 0) or no columns
+        return dx2d, dwdb.zero_()
+    rows = _rows(x, *x.shape), _rows(dy, *x.shape)
+    rest = w if w is None else w.contiguous(), mean.contiguous(), rstd.contiguous(), dwdb if compute_dwdb else None
+    if x.shape[1] > MAX_BWD_FUSED_N:  # torch's backward: its dx handed over as it is (a copy: a pass more)
+        dx2d = torch_rows_backward(*rows, None, *rest)
+    else:
+        layer_norm_rows_backward(*rows, dx2d, *rest)
+    return dx2d.zero_() if x.shape[1] == 1 else dx2d, dwdb  # N = 1, y = b: dx is 0, not a GPU's rounding
 @layer_norm_bwd_op.register_fake
 def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
-    return x.new_empty(x.shape), *(mean.new_zeros(x.shape[1] if compute_dwdb else 0) for _ in range(2))  # fp32
+    return x.new_empty(x.shape), mean.new_empty((2, x.shape[1] if compute_dwdb else 0))  # dw, db: fp32
 
 # %%
 # ``register_autograd`` gives the forward operator its backward: ``_setup`` keeps what the backward needs (*x*, *w*,
@@ -77,7 +78,9 @@ def _backward(ctx, dy2d, _mean, _rstd):
         raise RuntimeError("layer_norm: a gradient of this gradient (create_graph=True) is not supported: the "
                            "backward is a Triton kernel, not differentiable; use torch's layer_norm there")
     (x2d, w, b, mean, rstd), need = ctx.saved_tensors, ctx.needs_input_grad[1:3]
-    dx2d, dw, db = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
+    dx2d, dwdb = layer_norm_bwd_op(x2d, dy2d, w, mean, rstd, any(need))
+    dtypes = {t.dtype for t, needed in zip((w, b), need) if needed}
+    dw, db = dwdb.to(*dtypes) if len(dtypes) == 1 else dwdb  # one launch casts both (none where they are fp32)
     return dx2d, dw.to(w.dtype) if need[0] else None, db.to(b.dtype) if need[1] else None, None
 layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 
@@ -210,15 +213,15 @@ def naive_layer_norm(x, weight, bias, eps=1e-5):
     xc = x - x.mean(dim=-1, keepdim=True)  # mean reads x (MN), the subtraction reads x, writes xc: 3MN
     var = (xc * xc).mean(dim=-1, keepdim=True)  # xc read, its square written, then read: 3MN
     return xc * torch.rsqrt(var + eps) * weight + bias  # three ops, each reads MN and writes MN: 6MN
-def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dw=None, db=None):  # past MAX_BWD_FUSED_N: torch's own
+def torch_rows_backward(x2d, dy2d, dx2d, weight, mean, rstd, dwdb=None):  # past MAX_BWD_FUSED_N: torch's own
     w = x2d.new_ones(x2d.shape[1]) if weight is None else weight  # backward (deep dive 23's, which splits rows, is faster)
     if x2d.is_cuda and w.dtype == x2d.dtype:  # torch's fused kernels: mean and rstd in fp32 on a GPU (x's dtype on a CPU)
-        grads = torch.ops.aten.native_layer_norm_backward(dy2d.contiguous(), x2d, x2d.shape[1:], mean[:, None], rstd[:, None], w, w, [True, dw is not None, dw is not None])
+        grads = torch.ops.aten.native_layer_norm_backward(dy2d.contiguous(), x2d, x2d.shape[1:], mean[:, None], rstd[:, None], w, w, [True, dwdb is not None, dwdb is not None])
     else:  # fp32, as the kernel (and where the weight is not of x's dtype)
         x_hat, dy = (x2d.float() - mean[:, None]) * rstd[:, None], dy2d.float()
         g = dy * w.float()
         grads = ((g - (x_hat * (x_hat * g).mean(1, keepdim=True) + g.mean(1, keepdim=True))) * rstd[:, None], (dy * x_hat).sum(0), dy.sum(0))
-    [out.copy_(grad) for out, grad in zip((dx2d, dw, db), grads) if out is not None]
+    [out.copy_(grad) for out, grad in zip((dx2d, *(() if dwdb is None else dwdb)), grads) if out is not None]
     return grads[0].to(x2d.dtype) if dx2d is None else 0  # no dx2d: torch's dx in x's dtype, not copied
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _rows_and_cols(input, normalized_shape, weight, bias, eps):
@@ -292,17 +295,17 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
-def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw=None, db=None, programs=None, stages=None):
-    """dx2d, and dw, db if given (fp32); programs caps the lines. Returns the number of lines (0: torch's path)."""
+def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dwdb=None, programs=None, stages=None):
+    """dx2d; dw, db into dwdb ([2, N], fp32) if given; programs caps the lines. Returns the lines (0: torch's path)."""
     if x2d.shape[1] > MAX_BWD_FUSED_N:
-        return torch_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dw, db)
+        return torch_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dwdb)
     n_rows, n_cols = x2d.shape
     meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs, stages)
-    partials = [torch.empty((lines, n_cols), device=dx2d.device) for _ in "wb"]  # a line of dw, db a program
+    partials = torch.empty((2, lines, n_cols), device=dx2d.device)  # a line of dw and one of db a program
     layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, x2d.new_ones(n_cols) if w is None else w, mean, rstd, *partials,
                                     n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
-    if dw is not None:  # the lines' sums, in a fixed order: the same bits every run
-        torch.sum(partials[0], 0, out=dw), torch.sum(partials[1], 0, out=db)
+    if dwdb is not None:  # the lines' sums, dw's and db's in one launch, in a fixed order: the same bits every run
+        torch.sum(partials, 1, out=dwdb)
     return lines
 
 

@@ -50,6 +50,7 @@ import functools
 import gc
 import importlib.metadata
 import inspect
+import json
 import os
 import pathlib
 import pickle
@@ -65,6 +66,7 @@ from sphinx.util import logging
 _logger = logging.getLogger(__name__)
 _started = time.monotonic()
 _pages_time = [0.0, 0, None]  # seconds the timed pass spent in page processes, pages run, its Ahead
+_warm_seconds = {}  # page stem: seconds its warm-up took in this build
 
 
 def kernel_key(src, options=None):
@@ -315,6 +317,7 @@ def _warm_up(app):
         folder.mkdir(parents=True, exist_ok=True)
         since = int(time.time())  # whole seconds: some file systems keep no finer times
         done = warm_up(cold, jobs, log=_logger.info, record=folder)
+        _warm_seconds.update((stem, seconds) for stem, (seconds, _, _) in done.items())
         if removed := forget_autotuning(since):
             _logger.info(f"warm-up: {removed} of Inductor's autotuning picks, timed beside other pages, removed")
         for page in cold:
@@ -420,6 +423,37 @@ def run_in_child(function, *args):
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
     return finish_child(data, status)
+
+
+PAGE_SECONDS = "page-seconds.json"  # beside the warm-up's stamps: each page's seconds in the last timed pass
+
+
+def page_seconds(folder=None):
+    """{page stem: seconds} of the last timed pass that recorded them (``record_page_seconds``); {} where none did."""
+    path = pathlib.Path(folder or _stamp_folder()) / PAGE_SECONDS
+    try:
+        seconds = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {}
+
+
+def record_page_seconds(seconds, folder=None):
+    """Adds ``seconds`` ({page stem: seconds}) to the record ``page_seconds`` reads."""
+    folder = pathlib.Path(folder or _stamp_folder())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PAGE_SECONDS).write_text(json.dumps(page_seconds(folder) | seconds, indent=1, sort_keys=True))
+
+
+def longest_first(runs, *guesses):
+    """``runs`` ((key, fname, ...) tuples, the gallery's order) reordered to start the longest pages first: by the
+    first of ``guesses`` ({page stem: seconds}) that knows every page, in the gallery's order where none does. A page
+    started late that runs long is the pass's tail, run with few pages beside it."""
+    stems = [pathlib.Path(run[1]).stem for run in runs]
+    for seconds in guesses:
+        if seconds and all(stem in seconds for stem in stems):
+            return [run for _, run in sorted(zip(stems, runs), key=lambda pair: -seconds[pair[0]])]
+    return list(runs)
 
 
 class Ahead:
@@ -998,7 +1032,8 @@ def _isolate_pages(app):
         return _profiled(in_process, fname, target_dir, src_dir, conf)
 
     ahead = _pages_time[2] = Ahead(jobs, run_page)
-    order = []  # (key, fname, target_dir, src_dir, gallery_conf) of each page the build runs, in the gallery's order
+    order = []  # (key, fname, target_dir, src_dir, gallery_conf) of each page the build runs, the longest first
+    asked = set()  # the keys sphinx-gallery asked for: run, or running
 
     def generate_file_rst(fname, target_dir, src_dir, gallery_conf):
         src = pathlib.Path(src_dir, fname)
@@ -1006,10 +1041,10 @@ def _isolate_pages(app):
         started = key in ahead.running or key in ahead.done  # its run ahead wrote its checksum: do not ask will_run
         if not started and not will_run(src, pathlib.Path(target_dir, fname), gallery_conf):
             return in_process(fname, target_dir, src_dir, gallery_conf)  # not run: nothing to isolate
-        if not order:  # asked once: the pages after this one, in every folder of the gallery, start ahead
-            order.extend(gallery_runs(gallery_conf))
-        keys = [run[0] for run in order]
-        more = order[keys.index(key) + 1 :] if key in keys else []
+        if not order:  # asked once: the pages the gallery runs, in every folder, start ahead of their turn
+            order.extend(longest_first(gallery_runs(gallery_conf), page_seconds(), _warm_seconds))
+        asked.add(key)
+        more = [run for run in order if run[0] not in asked]
         start = time.monotonic()
         ahead.start(key, fname, target_dir, src_dir, gallery_conf)
         try:
@@ -1044,6 +1079,8 @@ def _report_pages(app):
         _logger.warning(f"timed pass: pages run ahead that sphinx-gallery did not ask for: {', '.join(left)}")
     if pages:
         wall = ahead.last - ahead.first if ahead and ahead.jobs > 1 and ahead.last else None
+        if wall:  # the next pass starts the longest pages first
+            record_page_seconds({pathlib.Path(key).stem: end - start for key, (start, end) in ahead.spans.items()})
         _logger.info(
             f"phase timed pages: {seconds:.0f} s for {pages} pages"
             + (f", {ahead.jobs} at a time: {wall:.0f} s from the first start to the last end" if wall else "")

@@ -174,16 +174,17 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
 
-def sum_partials(dw_partial, db_partial, dw, db):
-    """dw = dw_partial.sum(0), db = db_partial.sum(0) in fp32, in the fixed order torch adds a column (the core
-    page's second pass)."""
-    torch.sum(dw_partial, 0, out=dw), torch.sum(db_partial, 0, out=db)
+def sum_partials(partials, dwdb):
+    """dwdb = partials.sum(1): the lines of dw ([0]) and of db ([1]) in one launch, in fp32, in the fixed order torch
+    adds a column (the core page's second pass)."""
+    torch.sum(partials, 1, out=dwdb)
 
 
 # %%
-# The two launchers, on 2-D tensors whose rows have unit stride: ``dx2d``, ``dw`` and ``db`` are written.
+# The two launchers, on 2-D tensors whose rows have unit stride: ``dx2d`` and ``dwdb`` (*dw*, *db*: ``[2, N]``,
+# fp32) are written.
 
-def backward_classic(x2d, dy2d, dx2d, weight, mean, rstd, dw, db):
+def backward_classic(x2d, dy2d, dx2d, weight, mean, rstd, dwdb):
     """Design 1: one program per row, dw and db added under GROUP_SIZE_M spin locks into fp32 buffers."""
     n_rows, n_cols = x2d.shape
     if triton.next_power_of_2(n_cols) * x2d.element_size() > 65536:
@@ -196,19 +197,19 @@ def backward_classic(x2d, dy2d, dx2d, weight, mean, rstd, dw, db):
         x2d, dy2d, dx2d, weight, mean, rstd, buffers[0], buffers[1], locks, n_cols,
         x2d.stride(0), dy2d.stride(0), dx2d.stride(0), GROUP_SIZE_M=groups, HAS_W=True,
         BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
-    sum_partials(buffers[0], buffers[1], dw, db)
+    sum_partials(buffers, dwdb)
 
-def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dw, db, programs=None):
+def backward_persistent(x2d, dy2d, dx2d, weight, mean, rstd, dwdb, programs=None):
     """Design 2, as the core page launches it for rows that fit in one program."""
     n_rows, n_cols = x2d.shape
     if n_cols > MAX_BWD_FUSED_N:
         raise ValueError(f"rows of {n_cols} columns take deep dive 23's kernels, not carried here")
     meta, lines = _bwd_config(n_rows, n_cols, x2d.element_size(), programs)
     # one line per program, every line written: nothing needs clearing
-    dw_partial, db_partial = (torch.empty((lines, n_cols), device=x2d.device, dtype=torch.float32) for _ in range(2))
-    layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, dw_partial, db_partial, n_rows, n_cols,
+    partials = torch.empty((2, lines, n_cols), device=x2d.device, dtype=torch.float32)
+    layer_norm_bwd_kernel[(lines,)](x2d, dy2d, dx2d, weight, mean, rstd, partials[0], partials[1], n_rows, n_cols,
                                     x2d.stride(0), dy2d.stride(0), dx2d.stride(0), **meta)
-    sum_partials(dw_partial, db_partial, dw, db)
+    sum_partials(partials, dwdb)
 
 DESIGNS = {"1: spin locks": backward_classic, "2: persistent": backward_persistent}
 
@@ -227,8 +228,9 @@ def check(shape, dtype):
     refs = torch.autograd.grad(y64, (x64, w64, b64), dy.double())
     row = {"shape": f"{shape[0]} x {shape[1]}", "dtype": str(dtype)[6:]}
     for design, backward in DESIGNS.items():
-        outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(w))
-        backward(x, dy, *outs[:1], w, *row_statistics(x), *outs[1:])
+        dx, dwdb = torch.empty_like(x), torch.empty(2, shape[1], device=DEVICE)
+        backward(x, dy, dx, w, *row_statistics(x), dwdb)
+        outs = dx, *dwdb
         for q, out, ref in zip(("dx", "dw", "db"), outs, refs):
             row[f"{design[:1]}: {q}"] = ((out.double() - ref).norm() / ref.norm()).item()
     return row
@@ -253,9 +255,10 @@ for dtype in (torch.float32, torch.bfloat16):
     x = torch.randn(DETERMINISM_SHAPE, device=DEVICE, dtype=dtype)
     dy, w, stats = torch.randn_like(x), torch.randn(x.shape[1], device=DEVICE, dtype=dtype), row_statistics(x)
     for design, backward in DESIGNS.items():
-        runs = [(torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)) for _ in range(RUNS)]
-        for dx, dw, db in runs:
-            backward(x, dy, dx, w, *stats, dw, db)
+        runs = [(torch.empty_like(x), torch.empty(2, x.shape[1], device=DEVICE)) for _ in range(RUNS)]
+        for dx, dwdb in runs:
+            backward(x, dy, dx, w, *stats, dwdb)
+        runs = [(dx, *dwdb) for dx, dwdb in runs]
         dws = torch.stack([run[1].float() for run in runs])
         rows.append({"design": design, "dtype": str(dtype)[6:], "runs": RUNS} | {
             f"unlike run 1: {g}": sum(not torch.equal(run[i].view(torch.uint8), runs[0][i].view(torch.uint8))
@@ -353,10 +356,10 @@ for dtype in (torch.float32, torch.bfloat16):
         w, b = (torch.randn(n_cols, device=DEVICE, dtype=dtype) for _ in range(2))
         dy, out, nbytes = torch.randn_like(x), torch.empty_like(x), x.numel() * x.element_size()
         light = 2 * nbytes / bench(lambda: out.copy_(x), graph=False) * 1e-6
-        stats, dx, dw, db = row_statistics(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+        stats, dx, dwdb = row_statistics(x), torch.empty_like(x), torch.empty(2, n_cols, device=DEVICE)
         times = {}
         for name, backward in DESIGNS.items():
-            times[name] = bench(lambda: backward(x, dy, dx, w, *stats, dw, db))
+            times[name] = bench(lambda: backward(x, dy, dx, w, *stats, dwdb))
         inputs = [t.requires_grad_(True) for t in (x, w, b)]
         w32, b32 = w.detach().float(), b.detach().float()  # for quack, outside the timing
         for name, fn in peers.items():
