@@ -68,7 +68,9 @@ def layer_norm_bwd_fake(x, dy, w, mean, rstd, compute_dwdb):
 
 # %%
 # ``register_autograd`` gives the forward operator its backward: ``_setup`` keeps what the backward needs (*x*, *w*,
-# *b* and the rows' statistics), ``_backward`` calls the backward operator and returns one gradient an input.
+# *b* and the rows' statistics), ``_backward`` calls the backward operator and returns one gradient an input. *dw*
+# and *db* come back as the two rows of one tensor: one small launch adds up their lines, one casts both to the
+# weight's dtype (none in fp32), where two each would add their starts to every training step.
 
 def _setup(ctx, inputs, output):  # keeps x, w, b and the rows' statistics for the backward
     ctx.save_for_backward(*inputs[:3], *output[1:]), ctx.mark_non_differentiable(*output[1:])
