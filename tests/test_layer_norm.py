@@ -408,8 +408,10 @@ def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     monkeypatch.setitem(ln.data, "IN_FLIGHT", 0)  # a bandwidth not known: one program an SM (the next test: both)
     assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)
     assert bwd(10_000, 8192, 2)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)
-    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2)
+    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=1)  # a 64 KB tile: unstaged
     assert bwd(10_000, 512, 2, stages=1)[0]["STAGES"] == 1
+    monkeypatch.setitem(ln.data, "SMEM_PER_BLOCK", 101376)  # 99 KB a block (sm_86, sm_89): 32 KB tiles keep 2 stages
+    assert bwd(10_000, 8192, 2)[0]["STAGES"] == 2 and bwd(10_000, 8192, 4)[0]["STAGES"] == 1
     assert bwd(10, 512, 2, programs=5)[1] == 2  # 2 blocks of 8 rows: 2 programs, one line each
 
 
@@ -425,7 +427,7 @@ def test_backward_shares_an_sm_where_one_programs_stages_hold_too_few_bytes(ln, 
         meta, lines = bwd(264 * 64, n, element_size)  # as many blocks for each program
         assert (meta["STAGES"], lines) == ((3, 264) if two else (4, 132)), (n, element_size)
     assert bwd(264 * 64, 8192, 2) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3), 132)
-    assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=2), 132)
+    assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=1), 132)  # 64 KB: unstaged
     monkeypatch.setitem(ln.data, "SMEM_PER_SM", 102400)  # an SM of 100 KB of shared memory holds one program's stages
     assert bwd(264 * 64, 512, 2)[1] == 132
 
