@@ -30,9 +30,9 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # adds to the same *N* values. Rather than lock them, the grid is *persistent*: as many programs as SMs, program *p*
 # of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...* (``tl.cdiv``: division rounded up), sums
 # its share in fp32 registers (``tl.zeros``) and writes it once to its own line of a ``[2, P, N]`` buffer. One
-# ``torch.sum`` adds the *P* lines of *dw* and of *db* in a fixed order: the same bits every run, no lock, no atomic,
-# one small launch. Step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the
-# loads of the next ``STAGES - 1`` blocks, through shared memory, while this one is computed.
+# ``torch.sum`` adds the *P* lines of both in a fixed order: the same bits every run, no lock, no atomic, one small
+# launch. Step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the loads of the
+# next ``STAGES - 1`` blocks, through shared memory, while this one is computed.
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
@@ -67,7 +67,7 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
 # memory the device gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law,
 # ``IN_FLIGHT``); where one program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM.
 # Rows of up to 8 K; past ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over
-# programs). Without a weight it passes ones; without ``dwdb`` (*dw*, *db*: ``[2, N]``) it leaves the lines unsummed.
+# programs). Without a weight it passes ones; without ``dwdb`` it leaves the lines unsummed.
 
 PROPS = torch.cuda.get_device_properties() if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
@@ -79,8 +79,8 @@ MAX_BWD_FUSED_N = 8192  # x, dy and two accumulators held in registers
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
     # blocks of 8 KB of x (a row, where one is longer), 32 fp32 values a thread (more would spill); a stage holds a
-    # block of x and of dy, the stages under 96 KB (two at least, but one of 64 KB: staging a second ran slower) and
-    # within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
+    # block of x and of dy, the stages under 96 KB (two at least; one of 64 KB, which loads in one go) and within
+    # SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(budget := 98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))

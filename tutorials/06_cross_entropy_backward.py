@@ -95,9 +95,10 @@ def _backward(ctx, dloss, *_):
                            "compute the loss again, not retain_graph=True") from None
     ce_bwd_op(dx, dloss)
     return dx, None, None, None, None, None
-ce_fwd_op.register_autograd(_backward, setup_context=lambda ctx, inputs, output: (  # dx: saved, not differentiable
-    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1]),
-    ctx.set_materialize_grads(False)))  # else autograd hands _backward a zero-filled dx-sized "gradient" of dx: a pass
+def _setup(ctx, inputs, output):  # the forward's gradient, saved for the backward; not itself differentiable
+    ctx.save_for_backward(output[1]), ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # else autograd hands _backward a zero-filled "gradient" of dx: a pass over dx
+ce_fwd_op.register_autograd(_backward, setup_context=_setup)
 
 def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     n_classes, ignore_index = _check(logits, target, weight, ignore_index, reduction, label_smoothing)
@@ -114,13 +115,13 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
     return loss.view(target.shape) if reduction == "none" else loss
 
 # %%
-# **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the logits'
-# dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same loss
-# (``retain_graph=True``) says it cannot. A gradient of the gradient (``create_graph=True``) is refused too. To take it
-# into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks, not the
-# machinery after them. A forward with gradients enabled writes the gradient whether a backward follows or not: evaluate
-# under ``torch.no_grad()``. Unsmoothed, a class out of range raises ``IndexError``, compiled or not (the check waits
-# for the GPU once a call); in a captured CUDA graph (``mode="reduce-overhead"``) it cannot look: its row's loss is NaN.
+# **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the
+# logits' dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same
+# loss (``retain_graph=True``), or a gradient of the gradient (``create_graph=True``), is refused. To take it into
+# your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks. A forward with
+# gradients enabled writes the gradient whether a backward follows or not: evaluate under ``torch.no_grad()``.
+# Unsmoothed, a class out of range raises ``IndexError``, compiled or not (the check waits for the GPU once a call);
+# in a captured CUDA graph (``mode="reduce-overhead"``) it cannot look: its row's loss is NaN.
 
 # %%
 # Appendix: how this page measures
@@ -252,14 +253,12 @@ def _check_targets(target1d, n_classes, ignore_index):  # an IndexError, as torc
 
 # %%
 # :math:`2^{30}` logits in bf16, :math:`2^{29}` in fp32 (2 GiB, far past L2), ``'mean'``; every provider on the same
-# tensors, the loss and its gradient through ``torch.autograd.grad``, timed by :func:`triton.testing.do_bench` (median,
-# L2 flushed), CUDA graphs replayed. GB/s counts the bytes a perfect kernel moves: the logits read, their gradient
-# written. The *speed of light* is a copy of the logits, timed beside them. Liger (given a copy: it overwrites its
-# input) syncs with the host: no graph. Helion, where installed, is a peer of its own kind: one kernel in PyTorch ops on
-# a tile of rows that writes each row's loss and the gradient, as ours, which Helion compiles to Triton, its launch
-# chosen by Helion's autotuner (per GPU and point: ``helion_tuned``); its backward hands the gradient over where
-# :math:`g` is 1, which the host reads: no graph either. The check: errors relative to float64, beside PyTorch's, of the
-# loss (``'none'``) and its gradient, with rows ignored, class weights and smoothing.
+# tensors, the loss and its gradient through ``torch.autograd.grad``, timed by :func:`triton.testing.do_bench`
+# (median, L2 flushed), CUDA graphs replayed. The copy (the speed of light) is timed beside them. Liger (given a copy:
+# it overwrites its input) syncs with the host: no graph. Helion, where installed, is a peer of its own kind: one
+# kernel in PyTorch ops on a tile of rows that writes each row's loss and the gradient, as ours, which Helion compiles
+# to Triton, its launch chosen by Helion's autotuner (per GPU and point: ``helion_tuned``); its backward hands the
+# gradient over where :math:`g` is 1, which the host reads: no graph either.
 
 TOTAL = {torch.bfloat16: 2**30, torch.float32: 2**29} if ON_GPU else {torch.bfloat16: 2**12, torch.float32: 2**12}
 SWEEP_V = [32000, 50304, 128256, 151936, 262144] if ON_GPU else [300, 1000]
@@ -528,8 +527,9 @@ check_compiled(lambda: cross_entropy(layer(h), target, weight=class_weight), lay
 # %%
 # Benchmark
 # ---------
-# The loss and its gradient as training asks for them (``torch.autograd.grad`` of each provider's loss), GB/s (higher
-# is better) against a copy; "-": a point a peer cannot run.
+# The loss and its gradient as training asks for them (``torch.autograd.grad`` of each provider's loss), in GB/s: the
+# bytes a perfect kernel moves (the logits read, their gradient written) over the time, higher is better; the speed of
+# light is a copy of the logits. "-": a point a peer cannot run.
 
 results, table = measure_providers()
 table_style(table) if ON_GPU else print(NO_GPU)

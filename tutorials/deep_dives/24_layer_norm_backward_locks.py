@@ -160,8 +160,8 @@ RANGE = {}
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
     # blocks of 8 KB of x (a row, where one is longer), 32 fp32 values a thread (more would spill); a stage holds a
-    # block of x and of dy, the stages under 96 KB (two at least, but one of 64 KB: staging a second ran slower) and
-    # within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
+    # block of x and of dy, the stages under 96 KB (two at least; one of 64 KB, which loads in one go) and within
+    # SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(budget := 98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
