@@ -421,6 +421,8 @@ def test_pages_go_longest_first_by_the_first_guess_that_knows_them_all(tmp_path)
     sol_build.record_page_seconds({"p1": 1.5}, tmp_path)
     sol_build.record_page_seconds({"p2": 2.5}, tmp_path)
     assert sol_build.page_seconds(tmp_path) == {"p1": 1.5, "p2": 2.5}
+    (tmp_path / "a file").write_text("")
+    sol_build.record_page_seconds({"p1": 1.0}, tmp_path / "a file")  # no folder to write in: said, not raised
 
 
 def _on_the_gpu(log, seconds, name=None):  # a span "start end" in log, after the name where one is given

@@ -439,10 +439,14 @@ def page_seconds(folder=None):
 
 
 def record_page_seconds(seconds, folder=None):
-    """Adds ``seconds`` ({page stem: seconds}) to the record ``page_seconds`` reads."""
+    """Adds ``seconds`` ({page stem: seconds}) to the record ``page_seconds`` reads; where it cannot be written, the
+    next pass keeps the gallery's order (a hint, not a reason to fail a build)."""
     folder = pathlib.Path(folder or _stamp_folder())
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / PAGE_SECONDS).write_text(json.dumps(page_seconds(folder) | seconds, indent=1, sort_keys=True))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / PAGE_SECONDS).write_text(json.dumps(page_seconds(folder) | seconds, indent=1, sort_keys=True))
+    except OSError as err:
+        _logger.info(f"timed pass: the pages' seconds not recorded ({err})")
 
 
 def longest_first(runs, *guesses):
