@@ -31,17 +31,17 @@ NO_GPU = "No GPU here: this run checks the kernels' values through Triton's inte
 # The backward
 # ------------
 # Autograd calls a loss's backward with :math:`g`, the gradient of what follows with respect to the loss: 1 for
-# ``loss.backward()``, one value a row for ``reduction='none'``. The logits' gradient is :math:`g` times the one the
-# forward wrote, :math:`w\,(p - \mathrm{onehot}(t))` and the mean's factor (1 / the rows' summed weights). A usual
-# backward would save :math:`x`, read it again and recompute the softmax: 2 more bytes a bf16 logit. Here the forward
-# wrote the gradient already, each logit read from memory once (a row's second read hits L2 where it fits) and its
+# ``loss.backward()``, one value a row for ``reduction='none'``. The forward wrote the logits' gradient already,
+# :math:`w\,(p - \mathrm{onehot}(t))` times the mean's factor (1 / the rows' summed weights): the backward only
+# multiplies it by :math:`g`. A usual backward would save :math:`x`, read it again and recompute the softmax: 2 more
+# bytes a bf16 logit. Here each logit is read from memory once (a row's second read hits L2 where it fits) and its
 # gradient written once: 4 bytes a bf16 logit, a copy's, the least. The backward scales it in place, **lazily**: a
 # program reads its row's :math:`g` and, where it is exactly 1, touches no logit.
 #
 # Beyond the earlier pages' Triton: ``if g != 1.0`` branches on a value read at run time, each program on its own row;
-# ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound, as ``tl.range``; ``dloss_stride`` 0 reads
-# one :math:`g` for every row (a scalar loss). The grid: ``MAX_PROGRAMS_PER_SM`` programs an SM, each walking rows
-# ``p, p + P, ...``. A loss scaled before its backward makes :math:`g \ne 1`: one more pass over the gradient.
+# ``range(0, n_cols, CHUNK)`` in a kernel is a loop over a run-time bound (as ``tl.range``, which also takes
+# ``num_stages``); ``dloss_stride`` 0 reads one :math:`g` for every row (a scalar loss). The grid: *P* programs,
+# ``MAX_PROGRAMS_PER_SM`` an SM (the appendix), *p* walking rows ``p, p + P, ...``.
 
 RANGE = {}  # forward+backward: the site recommends deep dive 61; the loss alone: the first cross-entropy page
 
@@ -60,12 +60,12 @@ def scale_grad_kernel(dx_ptr, dloss_ptr, n_rows, n_cols, dx_row_stride, dloss_st
 # The drop-in, as PyTorch operators
 # ---------------------------------
 # ``cross_entropy`` takes what :func:`torch.nn.functional.cross_entropy` takes for class-index targets; with
-# ``label_smoothing`` it calls that function itself (deep dive 61 carries the kernel with smoothing inside). The
-# launches are operators (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph,
-# unopened: a check that reads the targets' values runs inside one, compiled or not. ``register_fake`` gives the
-# compiler their outputs' shapes without running a kernel. The forward operator runs the previous page's launcher,
-# ``cross_entropy_rows`` (in the appendix), and returns the gradient as a second output; ``register_autograd`` saves it
-# for the backward operator, which scales it in place, saying so (``mutates_args``). The checks are in the appendix.
+# ``label_smoothing`` it calls that function itself (deep dive 61's kernel smooths). The launches are operators
+# (``torch.library.custom_op``), which ``torch.compile(fullgraph=True)`` keeps in its graph untraced: a check inside
+# one that reads the targets' values (a wait for the GPU) runs, compiled or not. ``register_fake`` gives the compiler
+# their outputs' shapes without running a kernel. The forward operator runs the previous page's launcher,
+# ``cross_entropy_rows`` (in the appendix, with the checks), and returns the gradient as a second output;
+# ``register_autograd`` saves it for the backward operator, which scales it in place, saying so (``mutates_args``).
 
 @torch.library.custom_op("sol::cross_entropy_bwd_06", mutates_args=("dx",))
 def ce_bwd_op(dx: torch.Tensor, dloss: torch.Tensor) -> None:
@@ -116,12 +116,12 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 
 # %%
 # **In your model.** The drop-in keeps the gradient from the forward to the backward, :math:`M \times V` in the
-# logits' dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over, so a second backward of the same
-# loss (``retain_graph=True``), or a gradient of the gradient (``create_graph=True``), is refused. To take it into
-# your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks. A forward with
-# gradients enabled writes the gradient whether a backward follows or not: evaluate under ``torch.no_grad()``.
-# Unsmoothed, a class out of range raises ``IndexError``, compiled or not (the check waits for the GPU once a call);
-# in a captured CUDA graph (``mode="reduce-overhead"``) it cannot look: its row's loss is NaN.
+# logits' dtype, as PyTorch keeps its ``log_softmax``; the backward hands it over (uncopied, as the logits' gradient),
+# so a second backward of the same loss (``retain_graph=True``), or a gradient of the gradient
+# (``create_graph=True``), is refused. To take it, copy the page above its appendix and the appendix's carried code. A
+# forward with gradients enabled writes the gradient whether a backward follows or not: evaluate under
+# ``torch.no_grad()``. Unsmoothed, a class out of range raises ``IndexError``, compiled or not (a wait for the GPU a
+# call); in a captured CUDA graph (``mode="reduce-overhead"``) it cannot look: its row's loss is NaN.
 
 # %%
 # Appendix: how this page measures
