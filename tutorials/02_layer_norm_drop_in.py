@@ -284,8 +284,8 @@ MAX_BWD_FUSED_N = 8192  # x, dy and two accumulators held in registers
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
     # blocks of 8 KB of x (a row, where one is longer), 32 fp32 values a thread (more would spill); a stage holds a
-    # block of x and of dy, the stages under 96 KB (two at least; one of 64 KB, which loads in one go) and within
-    # SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
+    # block of x and of dy, the stages under 96 KB (two at least; one of 64 KB: its loads alone pass IN_FLIGHT) and
+    # within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
     fit = min(budget := 98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
@@ -296,7 +296,7 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
                 STAGES=stages or (3 if two else max(min(2, budget), min(4, fit))))  # 4 of 16 KB tiles, 3 of 32, 1 of 64
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
-    return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # as many blocks a program, the same lines
+    return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # blocks spread evenly: no line left idle
 def layer_norm_rows_backward(x2d, dy2d, dx2d, w, mean, rstd, dwdb=None, programs=None, stages=None):
     """dx2d; dw, db into dwdb ([2, N], fp32) if given; programs caps the lines. Returns the lines (0: torch's path)."""
     if x2d.shape[1] > MAX_BWD_FUSED_N:
