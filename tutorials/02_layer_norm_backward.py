@@ -31,8 +31,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # of *P* (``tl.num_programs(0)``) takes the blocks of rows *p, p + P, ...* (``tl.cdiv``: division rounded up), sums
 # its share in fp32 registers (``tl.zeros``) and writes it once to its own line of a ``[2, P, N]`` buffer. One
 # ``torch.sum`` adds the *P* lines of both in a fixed order: the same bits every run, no lock, no atomic, one small
-# launch. Step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)`` issues the loads of the
-# next ``STAGES - 1`` blocks, through shared memory, while this one is computed.
+# launch. Two steps, timed below: step 0 stages nothing (``STAGES = 1``); step 1: ``tl.range(..., num_stages=STAGES)``
+# issues the loads of the next ``STAGES - 1`` blocks through shared memory while this one computes.
 
 @triton.jit
 def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
@@ -64,10 +64,10 @@ def layer_norm_bwd_kernel(x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_p
 # Launch parameters
 # -----------------
 # As many programs as SMs, each a block of 8 KB of *x* (or one longer row) at a time, its stages within the shared
-# memory the device gives a block. An SM needs bandwidth x latency / SMs bytes in flight (Little's law,
+# memory the device gives a block. An SM needs bandwidth x latency (1 us) / SMs bytes in flight (Little's law,
 # ``IN_FLIGHT``); where one program's stages hold less than twice that, as at 4.8 TB/s, two programs share each SM.
-# Rows of up to 8 K; past ``MAX_BWD_FUSED_N`` the launcher computes with torch (deep dive 23 splits such rows over
-# programs). Without a weight it passes ones; without ``dwdb`` it leaves the lines unsummed.
+# Past ``MAX_BWD_FUSED_N`` (8 K) the launcher computes with torch (deep dive 23 splits such rows). Without a weight it
+# passes ones; without ``dwdb`` it leaves the lines unsummed.
 
 PROPS = torch.cuda.get_device_properties() if ON_GPU else None
 NUM_SMS = PROPS.multi_processor_count if ON_GPU else 4  # any will do on a CPU
