@@ -40,6 +40,8 @@ import zipfile
 
 from sphinx.util import logging
 
+from sol_reading import APPENDIX_TITLE
+
 _logger = logging.getLogger(__name__)
 
 # ---- the first cell: what the page imports, and the versions ----
@@ -622,7 +624,6 @@ def _header_of(app, docname):
     return None
 
 
-APPENDIX_TITLE = "Appendix: how this page measures"
 FOLD_FROM = 10  # lines of code: an appendix's shorter blocks stay open
 _UNDERLINE = re.compile(r"^([-=~^\"'`#*+])\1*$")
 

@@ -15,7 +15,8 @@ import re
 WORDS_PER_MINUTE = 110
 SECONDS_PER_KERNEL_LINE = 40
 SECONDS_PER_CODE_LINE = 12
-APPENDIX = re.compile(r"^# Appendix: how this page measures\n# -+\n.*?(?=^# %%\n# [^\n]+\n# [-=]{3,}$|\Z)", re.M | re.S)
+APPENDIX_TITLE = "Appendix: how this page measures"  # the heading of a page's appendix (sol_notebooks folds its code)
+APPENDIX = re.compile(rf"^# {re.escape(APPENDIX_TITLE)}\n# -+\n.*?(?=^# %%\n# [^\n]+\n# [-=]{{3,}}$|\Z)", re.M | re.S)
 
 
 def _kernel_lines(text):
