@@ -334,17 +334,23 @@ def _overlap(x, y):
     return x[1] < y[2] and y[1] < x[2]
 
 
+def _side_by_side_gallery(tmp_path, *pauses):
+    """_gallery with its two pages replaced by SIDE_BY_SIDE pages p1_side, p2_side, ..., one a pause (seconds)."""
+    root = _gallery(tmp_path)
+    for name in ("p1_first.py", "p2_second.py"):
+        (root / "examples" / name).unlink()
+    for n, pause in enumerate(pauses, 1):
+        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=pause))
+    return root
+
+
 def test_pages_run_side_by_side_and_take_turns_on_the_gpu(tmp_path):
     """With SOL_TIMED_JOBS=3 the timed pass starts the pages sphinx-gallery asks for next ahead of it; a timer has
     the GPU alone, so no page's code runs while another page times, and the pages' work outside their timers runs
     side by side; each page is rendered with its output, and the log says what each waited for its turn and the
     pass's wall time. The first page is the slowest: the others end before sphinx-gallery asks for them (their
     checksums written), and are still reported as run."""
-    root = _gallery(tmp_path)
-    for name in ("p1_first.py", "p2_second.py"):
-        (root / "examples" / name).unlink()
-    for n in (1, 2, 3):
-        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=1.5 if n == 1 else 0.5))
+    root = _side_by_side_gallery(tmp_path, 1.5, 0.5, 0.5)
     proc = _build(root, quiet=False, SOL_TIMED_JOBS="3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     spans = []
@@ -370,10 +376,7 @@ def test_pages_run_side_by_side_and_take_turns_on_the_gpu(tmp_path):
 def test_pages_in_a_subsection_start_ahead_too(tmp_path):
     """The pages started ahead come from the whole gallery: a subsection's page starts while the top folder's last
     page still runs (two at a time), not after sphinx-gallery has moved on to the subsection."""
-    root = _gallery(tmp_path)
-    for name in ("p1_first.py", "p2_second.py"):
-        (root / "examples" / name).unlink()
-    (root / "examples" / "p1_side.py").write_text(SIDE_BY_SIDE.format(n=1, pause=2.0))
+    root = _side_by_side_gallery(tmp_path, 2.0)
     (root / "examples" / "deeper").mkdir()
     (root / "examples" / "deeper" / "README.txt").write_text("Deeper\n------\n")
     (root / "examples" / "deeper" / "p2_side.py").write_text(SIDE_BY_SIDE.format(n=2, pause=0.3))
@@ -391,11 +394,7 @@ def test_the_timed_pass_starts_the_longest_pages_first_and_records_their_seconds
     """With the last pass's seconds on record (beside the warm-up's stamps), the pages started ahead go longest first:
     two at a time, page 3 (the longest on record) starts beside page 1, before page 2. The pass then records each
     page's seconds for the next."""
-    root = _gallery(tmp_path)
-    for name in ("p1_first.py", "p2_second.py"):
-        (root / "examples" / name).unlink()
-    for n in (1, 2, 3):
-        (root / "examples" / f"p{n}_side.py").write_text(SIDE_BY_SIDE.format(n=n, pause=1.0 if n == 1 else 0.3))
+    root = _side_by_side_gallery(tmp_path, 1.0, 0.3, 0.3)
     folder = root / ".triton" / "sol-warm-up"
     sol_build.record_page_seconds({"p1_side": 5.0, "p2_side": 1.0, "p3_side": 9.0}, folder)
     proc = _build(root, quiet=False, SOL_TIMED_JOBS="2")
