@@ -41,8 +41,10 @@ status=$?
 echo "GPU build: $(( $(date +%s) - start )) s, exit $status" | tee -a "$out/build.log"
 tar czf "$out/site.tar.gz" -C _build html
 if [ "${GPU_TESTS:-1}" != 0 ]; then
-    # the kernel tests, on the GPU (the site and browser tests belong to the CPU CI)
-    python3 -m pytest tests -q -x -p no:cacheprovider --ignore=tests/test_site.py --ignore=tests/test_browser.py \
+    # the kernel tests, on the GPU (the site and browser tests belong to the CPU CI), on the site just built: without
+    # SOL_BUILT_SITE the notebook tests build the whole site again, cold on a fresh machine, beside the other tests
+    SOL_BUILT_SITE=$PWD/_build python3 -m pytest tests -q -x -n auto -p no:cacheprovider --ignore=tests/test_site.py \
+        --ignore=tests/test_browser.py \
         2>&1 | tee "$out/tests.log"
     status=$(( status || $? ))
 fi

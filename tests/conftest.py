@@ -126,11 +126,11 @@ class LazyTutorial:
 def pytest_xdist_auto_num_workers(config):
     """`make test` passes `-n auto`: one test worker per core on a CPU-only machine, where Triton's interpreter
     keeps one core busy per process. Where a CUDA GPU is present, no workers (one process), so that nothing else
-    runs on the GPU while the site's build times its pages; but 4 where the run builds no site (SOL_BUILT_SITE:
+    runs on the GPU while the site's build times its pages; but 8 where the run builds no site (SOL_BUILT_SITE:
     no test times anything)."""
     cores = max(1, len(os.sched_getaffinity(0)))
     if torch.cuda.is_available():
-        return min(4, cores) if os.environ.get("SOL_BUILT_SITE") else 0
+        return min(8, cores) if os.environ.get("SOL_BUILT_SITE") else 0
     return cores
 
 

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import sys
 
 import pytest
@@ -15,6 +16,17 @@ def test_every_tool_in_dev_is_described_in_its_readme():
     assert tools, "dev/ has no tools"
     missing = [name for name in tools if f"| `{name}` |" not in readme]
     assert not missing, f"dev/README.md's table does not describe {missing}"
+
+
+def test_the_gpu_build_tests_the_site_it_built():
+    """dev/gpu_build.sh's tests read the site its `make html` just wrote (SOL_BUILT_SITE at the Makefile's BUILD):
+    without it the notebook tests build the whole site again beside the kernel tests, cold on a fresh machine."""
+    script = (ROOT / "dev" / "gpu_build.sh").read_text(encoding="utf-8")
+    build = re.search(r"^BUILD\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)[1]
+    (make,) = [ln for ln in script.splitlines() if re.match(r"\s*make html", ln)]
+    assert "BUILD=" not in make, make
+    (tests,) = [ln for ln in script.splitlines() if "-m pytest" in ln]
+    assert re.match(rf"\s*SOL_BUILT_SITE=\$PWD/{build} python3 -m pytest tests ", tests), tests
 
 
 def test_design_record_is_short_and_names_no_diary_entry():

@@ -392,7 +392,7 @@ def test_drop_in_page_checks_passed(ln):
 def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     """The launch parameters chosen by measurement (dev/DESIGN.md): forward tiles of min_tile_bytes() of x (4 KB with
     no device), 32 fp32 values a thread on 2 warps or more, evict_last on x; rows of 64 KB or more no hint, those of
-    64 KB 64 values a thread. The backward's blocks of 8 KB in 2 to 4 stages, a program an SM."""
+    64 KB 64 values a thread. The backward's blocks of 8 KB in 1, 3 or 4 stages, a program an SM."""
     monkeypatch.setitem(ln.data, "min_tile_bytes", lambda: 4096)
     cfg, last = ln["_fwd_config"], "evict_last"
     assert cfg(1000, 512, 2) == (dict(BLOCK_M=4, BLOCK_N=512, EVEN=True, EVICT=last, num_warps=2), 250)
@@ -408,10 +408,11 @@ def test_configs_keep_todays_launch_parameters(ln, monkeypatch):
     monkeypatch.setitem(ln.data, "IN_FLIGHT", 0)  # a bandwidth not known: one program an SM (the next test: both)
     assert bwd(32 * sms, 512, 2) == (dict(BLOCK_M=8, BLOCK_N=512, num_warps=4, STAGES=4), sms)
     assert bwd(10_000, 8192, 2)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)
-    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=1)  # a 64 KB tile: unstaged
+    assert bwd(10_000, 8192, 4)[0] == dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3)  # 64 KB tiles: 3 fit
     assert bwd(10_000, 512, 2, stages=1)[0]["STAGES"] == 1
-    monkeypatch.setitem(ln.data, "SMEM_PER_BLOCK", 101376)  # 99 KB a block (sm_86, sm_89): 32 KB tiles keep 2 stages
-    assert bwd(10_000, 8192, 2)[0]["STAGES"] == 2 and bwd(10_000, 8192, 4)[0]["STAGES"] == 1
+    monkeypatch.setitem(ln.data, "SMEM_PER_BLOCK", 101376)  # 99 KB a block (sm_86, sm_89): 32 KB tiles, 1 stage not 2
+    assert bwd(10_000, 8192, 2)[0]["STAGES"] == 1 and bwd(10_000, 8192, 4)[0]["STAGES"] == 1
+    assert bwd(10_000, 2048, 4)[0]["STAGES"] == 4
     assert bwd(10, 512, 2, programs=5)[1] == 2  # 2 blocks of 8 rows: 2 programs, one line each
 
 
@@ -427,9 +428,22 @@ def test_backward_shares_an_sm_where_one_programs_stages_hold_too_few_bytes(ln, 
         meta, lines = bwd(264 * 64, n, element_size)  # as many blocks for each program
         assert (meta["STAGES"], lines) == ((3, 264) if two else (4, 132)), (n, element_size)
     assert bwd(264 * 64, 8192, 2) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3), 132)
-    assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=1), 132)  # 64 KB: unstaged
+    assert bwd(264 * 64, 8192, 4) == (dict(BLOCK_M=1, BLOCK_N=8192, num_warps=8, STAGES=3), 132)  # 3 of 64 KB fit
     monkeypatch.setitem(ln.data, "SMEM_PER_SM", 102400)  # an SM of 100 KB of shared memory holds one program's stages
     assert bwd(264 * 64, 512, 2)[1] == 132
+
+
+@pytest.mark.parametrize("smem_per_block", [101376, 166912, 232448])  # sm_86/sm_89, sm_80, sm_90
+def test_backward_stages_are_never_two_and_fit_the_block(ln, smem_per_block, monkeypatch):
+    """Two stages ran slower than one at every N measured: the config picks 1, 3 or 4, and the stages' tiles (x and
+    dy, 16-bit values counted at 4 bytes) stay within the block's shared memory less 16 KB."""
+    monkeypatch.setitem(ln.data, "SMEM_PER_BLOCK", smem_per_block)
+    for n in (16, 100, 512, 1000, 2048, 4096, 5000, 8192):
+        for element_size in (2, 4):
+            meta, _ = ln["_bwd_config"](10_000, n, element_size)
+            tile = 2 * meta["BLOCK_M"] * meta["BLOCK_N"] * max(element_size, 4)
+            assert meta["STAGES"] in (1, 3, 4), (smem_per_block, n, element_size, meta)
+            assert meta["STAGES"] == 1 or meta["STAGES"] * tile <= smem_per_block - 16384, (smem_per_block, n, meta)
 
 
 def _fwd_samples():

@@ -160,16 +160,17 @@ RANGE = {}
 def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     """(meta, lines): a line of partials a program, ``programs`` lines at most; ``stages`` replaces STAGES."""
     # blocks of 8 KB of x (a row, where one is longer), 32 fp32 values a thread (more would spill); a stage holds a
-    # block of x and of dy, the stages under 96 KB (two at least; one of 64 KB: its loads alone pass IN_FLIGHT) and
-    # within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare)
+    # block of x and of dy, within SMEM_PER_BLOCK (16-bit tiles count 4 bytes a value; 16 KB spare): up to 4 under
+    # 96 KB, else 3 where they fit, else 1 (2 stages ran slower than 1 at every N measured)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
-    fit = min(budget := 98304 // (tile * element_size), (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
+    room = (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4))
+    fit = min(98304 // (tile * element_size), room)
     # where one program's 4 stages hold less than 2 latencies' bytes, two programs of 3 stages share the SM: one
     # loads while the other reduces and stores
     two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=min(32, max(4, block_m * block_n // 1024)),
-                STAGES=stages or (3 if two else max(min(2, budget), min(4, fit))))  # 4 of 16 KB tiles, 3 of 32, 1 of 64
+                STAGES=stages or (3 if two or fit < 3 <= room else min(4, fit) if fit >= 3 else 1))  # 4 of 16 KB, 3 of 32
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # blocks spread evenly: no line left idle
