@@ -83,8 +83,7 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     # 96 KB, else 3 where they fit, else 1 (2 stages ran slower than 1 at every N measured)
     block_m = max(1, 8192 // element_size // (block_n := triton.next_power_of_2(n_cols)))
     tile = 2 * block_m * block_n
-    room = (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4))
-    fit = min(98304 // (tile * element_size), room)
+    fit = min(98304 // (tile * element_size), room := (SMEM_PER_BLOCK - 16384) // (tile * max(element_size, 4)))
     # where one program's 4 stages hold less than 2 latencies' bytes, two programs of 3 stages share the SM: one
     # loads while the other reduces and stores
     two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
