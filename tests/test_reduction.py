@@ -411,13 +411,16 @@ def test_row_sums_with_and_without_masks_agree(rows, shape):
     assert _rel_error(out, x.double().sum(1)) <= TOLERANCE[torch.bfloat16]
 
 
+@pytest.mark.parametrize("warps_per_sm, per_sm", [(64, 4), (48, 3)])  # sm_80, sm_90; sm_86, sm_89
 @pytest.mark.parametrize("n", [1, 4096, 4097, 2**20, 2**28])
-def test_vector_config_is_a_persistent_grid_of_16_warp_programs(tut, n):
-    """_vector_config: 4096 elements a program a step, 16 warps, one program a block up to 4 programs an SM; loads
-    marked evict_first up to 4 times the L2's bytes, unmarked past."""
+def test_vector_config_is_a_persistent_grid_of_16_warp_programs(tut, n, warps_per_sm, per_sm, monkeypatch):
+    """_vector_config: 4096 elements a program a step, 16 warps, one program a block up to as many programs an SM as
+    its warp slots hold (4 on sm_80 and sm_90, 3 on sm_86 and sm_89); loads marked evict_first up to 4 times the L2's
+    bytes, unmarked past."""
+    monkeypatch.setitem(tut.data, "WARPS_PER_SM", warps_per_sm)
     for element_size in (2, 4):
         grid, meta = tut["_vector_config"](n, element_size)
-        assert grid == min(-(-n // 4096), 4 * tut["NUM_SMS"]), n
+        assert grid == min(-(-n // 4096), per_sm * tut["NUM_SMS"]), n
         evict = "evict_first" if n * element_size <= 4 * tut["L2_BYTES"] else ""
         assert meta == dict(BLOCK=4096, EVICT=evict, num_warps=16), (n, element_size)
     assert tut["_vector_config"](2**28, 2)[1]["EVICT"] == "" and tut["_vector_config"](2**20, 4)[1]["EVICT"]

@@ -35,12 +35,12 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 # ``tl.range`` its step) and stores one partial sum.
 #
 # Then the partials must be added. Each program takes a *ticket*: ``tl.atomic_add`` on one counter returns its
-# value before the add, so exactly one program draws the last ticket, ``P - 1``. ``sem="acq_rel"`` orders memory
+# value before the add, so of the P programs one draws the last ticket, ``P - 1``. ``sem="acq_rel"`` orders memory
 # around it: a program's store is visible before its ticket, and the last program's loads see every store made
 # before. That program loads the P partials as one block of ``PARTIALS``, P rounded up to a power of two
-# (``volatile``: read past L1, where no stale copy can hide), adds them in an order fixed by the code and the grid, so
-# every run gives the same bits, and puts the counter back to 0 for the next call (``tl.atomic_xchg``). All in one
-# launch: a second launch to add the partials would cost a few microseconds, the time to read megabytes.
+# (``volatile``: read past L1, a guard beside acq_rel), adds them in an order fixed by the code and the grid, so
+# every run gives the same bits, and puts the counter back to 0 for the next call (``tl.atomic_xchg``). One launch: a
+# second to add the partials would cost microseconds, the time to read megabytes.
 
 @triton.jit
 def sum_kernel(x_ptr, partials_ptr, ticket_ptr, out_ptr, n, BLOCK: tl.constexpr, PARTIALS: tl.constexpr,
@@ -53,7 +53,7 @@ def sum_kernel(x_ptr, partials_ptr, ticket_ptr, out_ptr, n, BLOCK: tl.constexpr,
         x = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy=EVICT)  # read once
         acc += x.to(tl.float32)
     tl.store(partials_ptr + pid, tl.sum(acc, axis=0))  # this program's partial sum
-    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == n_programs - 1:  # the last ticket: every partial is stored
+    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == n_programs - 1:  # a run-time if: the last program enters
         p = tl.arange(0, PARTIALS)
         total = tl.sum(tl.load(partials_ptr + p, mask=p < n_programs, other=0.0, volatile=True), axis=0)
         tl.store(out_ptr, total.to(out_ptr.dtype.element_ty))
@@ -61,18 +61,19 @@ def sum_kernel(x_ptr, partials_ptr, ticket_ptr, out_ptr, n, BLOCK: tl.constexpr,
 
 # %%
 # **Launch parameters**, by Little's law as on the row-sum page: a program loads 4096 elements a step (16 KB of fp32;
-# 8 a thread with 16 warps, 16-byte loads), and 4 programs an SM make 64 warps, as many as an sm_80 or sm_90 SM holds
-# (sm_86 and sm_89 hold 48). ``EVICT``: ``"evict_first"`` lets L2 drop these lines first; measured faster up to a few
-# L2s of *x*, slower past, it is asked for up to 4. The counter is made once a device and stream, zeroed; every
-# launch leaves it at 0. ``RANGE``: every n.
+# 16 warps of 8 a thread, 16-byte loads), as many programs an SM as its warps hold (``WARPS_PER_SM`` / 16: 4 on sm_80
+# and sm_90, 3 on sm_86 and sm_89). ``EVICT``: ``"evict_first"`` lets L2 drop these lines first; measured faster while
+# *x* fits in 4 L2s, slower past. The counter is made once a device and stream, zeroed; every launch leaves it at 0.
+# ``RANGE``: every n.
 
 NUM_SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4  # 4: the CPU's stand-in
 L2_BYTES = torch.cuda.get_device_properties(DEVICE).L2_cache_size if ON_GPU else 2**25
+WARPS_PER_SM = torch.cuda.get_device_properties(DEVICE).max_threads_per_multi_processor // 32 if ON_GPU else 64
 RANGE = {("sum of all elements", t): range(1, 2**40) for t in ("float32", "bfloat16")}  # 2**40: no last
 
 def _vector_config(n, element_size):  # (grid, meta) of sum_kernel over n elements
     evict = "evict_first" if n * element_size <= 4 * L2_BYTES else ""  # (the paragraph above)
-    return min(triton.cdiv(n, 4096), 4 * NUM_SMS), dict(BLOCK=4096, EVICT=evict, num_warps=16)
+    return min(triton.cdiv(n, 4096), WARPS_PER_SM // 16 * NUM_SMS), dict(BLOCK=4096, EVICT=evict, num_warps=16)
 
 _TICKETS = {}  # one counter a device and stream
 
@@ -91,16 +92,15 @@ def sum_vector(x, out):
 # %%
 # The drop-in function
 # --------------------
-# ``reduce_sum`` takes what :func:`torch.sum` takes and checks it as torch does (``_checked``, in the appendix). The
+# ``reduce_sum`` takes :func:`torch.sum`'s arguments and checks them as torch does (``_checked``, in the appendix). The
 # reduced dims are moved last and flattened into rows (a view where the strides allow, else one copy) for the row-sum
-# page's ``sum_rows``, carried in the appendix; all of them is one long row for step 2. Its checks and copies need not
-# be traced: ``torch.library.custom_op`` makes the sum an operator that stays in a compiled graph,
+# page's ``sum_rows``, carried in the appendix; a sum of every dim is one long row for step 2. What runs inside need
+# not be traced: ``torch.library.custom_op`` makes the sum an operator that stays in a compiled graph,
 # ``register_fake`` gives the compiler its output's shape and dtype without running it, ``register_autograd`` its
 # backward. The gradient of a sum is the upstream one broadcast back over the reduced dims: torch ops, no kernel.
 #
-# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
-# leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
-# recompile limit.
+# To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and
+# helpers; leave the machinery after them.
 
 @torch.library.custom_op("sol::reduce_sum_03", mutates_args=())
 def sum_op(x: torch.Tensor, dims: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -132,7 +132,7 @@ sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
 def reduce_sum(input, dim=None, keepdim=False, *, dtype=None):  # torch's names, so keywords work too
     """Drop-in for ``torch.sum`` on float32, float16 and bfloat16 tensors, with autograd."""
     dims = _checked(input, dim, dtype)  # sorted; None or (): every dim
-    x = input if dtype in (None, input.dtype, torch.float32) else input.to(dtype)  # to fp32: exact, the kernels do it
+    x = input if dtype in (None, input.dtype, torch.float32) else input.to(dtype)  # fp32: the kernels add in it
     out = sum_op(x, dims, x.dtype if dtype is None else dtype)
     return out.view([1 if d in dims else n for d, n in enumerate(x.shape)]) if keepdim else out
 
@@ -504,7 +504,7 @@ print(reading(table, steps, fixed_cost()))
 # **Other designs.** :ref:`sphx_glr_tutorials_deep_dives_31_reduction_rows_and_columns.py` measures two launches, a
 # program per block, and ``tl.atomic_add`` into one number, which adds in whatever order programs finish.
 #
-# **Exercise.** Change ``_vector_config``'s constants (4096 elements a step, 4 programs an SM): which sizes move, and
+# **Exercise.** Change ``_vector_config``'s constants (4096 elements a step, 16 warps a program): which sizes move, and
 # why?
 #
 # References: Mark Harris, *Optimizing Parallel Reduction in CUDA*; CUB's device-wide reductions.
