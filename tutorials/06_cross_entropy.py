@@ -33,8 +33,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #    \mathrm{loss} = \ell - x_t ,
 #
 # and ``reduction='mean'`` averages the rows. The loss alone needs each logit read once: **2 bytes** a bf16 logit.
-# PyTorch's eager forward moves 4 (*x* read, ``log_softmax(x)`` written). Predicted: twice eager's speed, a read
-# pass's.
+# PyTorch's eager forward moves 4 (*x* read, ``log_softmax(x)`` written). Predicted: twice eager's speed, that of a
+# read-only pass.
 #
 # Step 0: the whole row in registers
 # ----------------------------------
@@ -54,16 +54,16 @@ def ce_row_kernel(x_ptr, target_ptr, loss_ptr, n_cols, x_row_stride, BLOCK_V: tl
 def step0_loss(x2d, target):  # step 0: each row's loss
     loss, block = torch.empty(len(x2d), device=x2d.device), triton.next_power_of_2(x2d.shape[1])
     ce_row_kernel[(len(x2d),)](x2d, target, loss, x2d.shape[1], x2d.stride(0), BLOCK_V=block,
-                               num_warps=min(32, max(4, block // 512)))  # 16 logits a thread
+                               num_warps=min(32, max(4, block // 512)))  # 16 logits a thread to 16 K
     return loss
 
 # %%
 # Step 1: the row in chunks, an online log-sum-exp
 # ------------------------------------------------
 # At 32 K logits, step 0 holds 32 fp32 logits a thread and their exponentials; 128 K spill. Step 1 walks the row in
-# chunks of ``CHUNK`` with an *online* softmax (deep dive 11 derives it): a running maximum :math:`m` and, a lane of the
-# chunk each, running sums :math:`s` of :math:`e^{x - m}`, rescaled by :math:`e^{m - m'}` when a chunk raises the
-# maximum, added up after the loop. ``tl.range`` is a loop compiled as one (``num_stages``: the next chunks loaded
+# chunks of ``CHUNK`` with an *online* softmax (deep dive 11 derives it): a running maximum :math:`m` and running sums
+# :math:`s` of :math:`e^{x - m}` (one a lane of the chunk), rescaled by :math:`e^{m - m'}` when a chunk raises the
+# maximum, added up after the loop. ``tl.range`` is ``range`` with options (``num_stages``: the next chunks loaded
 # early); ``exp2`` is one instruction. The loop is a ``@triton.jit`` function, inlined where a kernel calls it (the
 # next page's does too, with a cache hint, ``KEEP``). Program ``p`` takes rows ``p, p + P, ...``: step 1
 # launches :math:`P = M`.
@@ -86,16 +86,16 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ...
         x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # M * V passes 2**31
         x_t = tl.load(x_row + tl.load(target_ptr + row)).to(tl.float32)
-        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # keeps the row in L2 longer: faster at some V
+        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # an L2 hint: measured faster, nothing rereads
         tl.store(loss_ptr + row, m - x_t + log_s)
 
 # %%
 # Step 2: a grid that keeps every SM busy
 # ---------------------------------------
-# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs). Step 2 runs programs
-# of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64): a grid sized to
-# the GPU. Each stages as many chunks ahead in shared memory as all its SM's programs' fit. On long rows registers
-# hold about half those programs at once: the grid runs in two waves.
+# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs each). Step 2 runs
+# programs of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64): a grid
+# sized to the GPU. Its stages: the chunks its share of the SM's shared memory holds, plus one, 3 at most. Registers
+# hold about half those programs at once: the others start as the first finish.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
@@ -112,11 +112,11 @@ def loss_config(n_rows, n_cols, element_size, step=2):  # (meta-parameters, grid
     return meta | dict(STAGES=min(STAGES, sm_stages)), min(n_rows, per_sm * NUM_SMS)
 
 # %%
-# ``loss_rows`` launches steps 1 and 2; the site recommends them for the loss alone at every :math:`V` (``RANGE``).
+# ``loss_rows`` launches step 1 or 2; ``RANGE``: the :math:`V` the site recommends step 2 at, every one.
 
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # (direction, dtype) -> the V it is for
 
-def loss_rows(x2d, target, step=2):  # every row counted: no class weights, no ignored rows (the next page's)
+def loss_rows(x2d, target, step=2):  # no class weights, no ignored rows (-100 reads out of bounds): the drop-in's
     losses = torch.empty(len(x2d), device=x2d.device, dtype=torch.float32)
     meta, grid = loss_config(*x2d.shape, x2d.element_size(), step)
     loss_kernel[(grid,)](x2d, target, losses, *x2d.shape, x2d.stride(0), **meta)
