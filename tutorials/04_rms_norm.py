@@ -48,7 +48,7 @@ def naive_rms_norm(x, weight, eps):
 #   is a program's number: its row.
 # - A tensor arrives as a pointer to its first element; ``x_ptr + offs`` is a block of addresses.
 # - ``BLOCK_N: tl.constexpr``, fixed at compile time, is the row's length rounded up to a power of two;
-#   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` marks the row's.
+#   ``tl.arange(0, BLOCK_N)`` numbers the columns, ``mask`` its real columns.
 # - ``tl.load(..., mask=mask, other=0.0)`` reads where the mask holds, 0 elsewhere; ``tl.store`` writes there.
 # - ``tl.sum(..., axis=0)`` adds the row across the program's threads (4 warps by default); ``.to`` converts.
 
@@ -76,7 +76,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: int32 indices (cheaper) below 2**31 rows
+    # + 0 * n_rows: rows in n_rows' type (int32 below 2**31); offsets int64
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
@@ -84,7 +84,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                 eviction_policy="evict_last").to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
+    # run-time if: values past 1e19 overflow sum_sq; such rows sum (x / 2**80)**2
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
@@ -99,7 +99,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
 # %%
 # **Launch parameters**: the 12-16 programs of 4 warps an SM holds share those bytes, so a tile holds
 # ``min_tile_bytes()`` or more (appendix), a thread at most ``BYTES_PER_THREAD``. ``eviction_policy="evict_last"`` has
-# L2 evict x's lines last: measured, a few percent faster.
+# L2 evict x's lines last: measured faster.
 #
 # **The range.** ``RANGE`` stops at 16 K: past that a 16-bit row fills an SM alone;
 # :ref:`sphx_glr_tutorials_deep_dives_42_rms_norm_staged_gluon.py` and
@@ -479,7 +479,8 @@ print(reading(ladder, table))
 # %%
 # Going further
 # -------------
-# **Next**: the backward, :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`.
+# **Next**: :ref:`sphx_glr_tutorials_04_rms_norm_backward.py`; the drop-in:
+# :ref:`sphx_glr_tutorials_04_rms_norm_operator.py`.
 # **Exercise**: ``BYTES_PER_THREAD`` at 32: which rows gain, and why? Reference: Zhang, Sennrich (2019).
 
 environment_card()
