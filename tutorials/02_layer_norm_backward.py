@@ -243,7 +243,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _rows_and_cols(input, normalized_shape, weight, bias, eps):
     """(rows, columns) of input as layer_norm sees them, once its arguments pass torch's checks (clear errors)."""
     shape = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
-    if not hasattr(eps, "__float__"):  # None, a str: torch's TypeError, named
+    if not isinstance(eps, (int, float)) and not hasattr(eps, "__float__"):  # None, a str: torch's TypeError, named
         raise TypeError(f"layer_norm: eps must be a float (torch's default: 1e-5), got {type(eps).__name__}")
     for t, name in zip((input, weight, bias), ("input", "weight", "bias")):
         if t is None and name != "input":
