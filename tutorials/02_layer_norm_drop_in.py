@@ -238,8 +238,8 @@ def _rows_and_cols(input, normalized_shape, weight, bias, eps):
             raise TypeError(f"layer_norm: {name} is {getattr(t, 'dtype', type(t))}, not a torch.Tensor of dtype float32, "
                             "float16 and bfloat16")
         if t.device.type != DEVICE.type or t.device != input.device or t is not input and t.shape != shape:
-            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected "
-                             f"normalized_shape {list(shape)} (weight, bias) on input's {DEVICE.type} device")
+            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected {DEVICE.type} "
+                             f"tensors on one device, weight and bias of normalized_shape {list(shape)}")
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be ints, got {normalized_shape!r}")
     if not shape or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:
@@ -468,7 +468,7 @@ print(reading(table) if ON_GPU else NO_SPEED)
 # -------------
 # **Past the kernels' widths**: :ref:`sphx_glr_tutorials_deep_dives_21_layer_norm_wide_forward.py` and
 # :ref:`sphx_glr_tutorials_deep_dives_23_layer_norm_wide_backward.py`. **Exercise**: register the drop-in in a model
-# of your own (an ``nn.LayerNorm`` whose ``forward`` calls ``layer_norm``), compile it with ``fullgraph=True`` and
-# find the two operators in ``torch._dynamo.explain``'s graph.
+# of your own (an ``nn.LayerNorm`` whose ``forward`` calls ``layer_norm``), compile it with ``fullgraph=True``, find
+# the forward operator in ``torch._dynamo.explain``'s graph and the backward's in ``TORCH_LOGS=aot_graphs``' output.
 
 environment_card()
