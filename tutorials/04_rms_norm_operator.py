@@ -118,7 +118,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                         HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # + 0 * n_rows: int32 indices (cheaper) below 2**31 rows
+    # + 0 * n_rows: rows in n_rows' type (int32 below 2**31); offsets int64
     rows = (tl.program_id(0) + 0 * n_rows) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # clamp: a duplicate row, never stored
@@ -126,7 +126,7 @@ def rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, x_row_str
                 eviction_policy="evict_last").to(tl.float32)
     sum_sq = tl.sum(x * x, axis=1)  # padding columns add 0
     rstd = tl.rsqrt(sum_sq / n_cols + eps)
-    # past about 1e19 sum_sq overflows fp32: such rows sum (x / 2**80)**2 instead
+    # run-time if: values past 1e19 overflow sum_sq; such rows sum (x / 2**80)**2
     if tl.sum((sum_sq == float("inf")).to(tl.int32), axis=0) > 0:
         x_small = x * 2.0**-80
         rstd = tl.where(sum_sq < float("inf"), rstd, 2.0**-80 * tl.rsqrt(tl.sum(x_small * x_small, axis=1) / n_cols))
