@@ -89,12 +89,12 @@ layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup)
 # %%
 # The drop-in
 # -----------
-# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it as torch does (errors name the
-# argument; ``_rows_and_cols``, in the appendix) and flattens the normalized dims into rows (``_rows`` copies only
-# rows that are not contiguous). In a model, call it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s
-# ``forward``), then ``torch.compile(model, fullgraph=True)`` as before. Inductor fuses nothing into it: a residual
-# add before it stays a pass of its own. ``torch.autocast`` leaves it alone: it runs in its input's dtype (sums in
-# fp32), where autocast would run PyTorch's layer norm in fp32.
+# ``layer_norm`` takes what :func:`torch.nn.functional.layer_norm` takes, checks it (errors name the argument and the
+# kernels' limits: float32, float16, bfloat16 on the GPU; ``_rows_and_cols``, in the appendix) and flattens the
+# normalized dims into rows (``_rows`` copies the input only where a row's elements are not adjacent). In a model, call
+# it where ``F.layer_norm`` was (or in an ``nn.LayerNorm``'s ``forward``), then ``torch.compile(model, fullgraph=True)``
+# as before. Inductor fuses nothing into it: a residual add before it stays a pass of its own. ``torch.autocast`` leaves
+# it alone: it runs in its input's dtype (sums in fp32), where autocast would run PyTorch's layer norm in fp32.
 #
 # To take it into your code, copy the page above its appendix and the appendix's carried kernels, launchers and checks;
 # leave the machinery after them, which moves the page to a CUDA stream of its own and raises ``torch.compile``'s
