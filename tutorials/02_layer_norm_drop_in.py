@@ -293,7 +293,7 @@ def _bwd_config(n_rows, n_cols, element_size, programs=None, stages=None):
     # loads while the other reduces and stores
     two = fit >= 6 and 4 * tile * element_size < 2 * IN_FLIGHT and 6 * tile * max(element_size, 4) + 32768 < SMEM_PER_SM
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=min(32, max(4, block_m * block_n // 1024)),
-                STAGES=stages or (3 if two or fit < 3 <= room else min(4, fit) if fit >= 3 else 1))  # 4 of 16 KB, 3 of 32
+                STAGES=stages or (3 if two else min(4, fit) if fit >= 3 else 3 if room >= 3 else 1))  # 4 of 16 KB tiles
     n_blocks = triton.cdiv(n_rows, block_m)
     lines = max(1, min(NUM_SMS * (1 + two) if programs is None else programs, n_blocks))
     return meta, triton.cdiv(n_blocks, triton.cdiv(n_blocks, lines))  # blocks spread evenly: no line left idle
