@@ -238,8 +238,8 @@ def _rows_and_cols(input, normalized_shape, weight, bias, eps):
             raise TypeError(f"layer_norm: {name} is {getattr(t, 'dtype', type(t))}, not a torch.Tensor of dtype float32, "
                             "float16 and bfloat16")
         if t.device.type != DEVICE.type or t.device != input.device or t is not input and t.shape != shape:
-            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected {DEVICE.type} "
-                             f"tensors on one device, weight and bias of normalized_shape {list(shape)}")
+            raise ValueError(f"layer_norm: {name} has shape {list(t.shape)} and is on {t.device}; expected "
+                             f"{DEVICE.type} tensors on one device, weight and bias of normalized_shape {list(shape)}")
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise TypeError(f"layer_norm: normalized_shape must be ints, got {normalized_shape!r}")
     if not shape or input.shape[input.dim() - len(shape):] != shape or math.prod(shape) >= 2**31:

@@ -86,7 +86,7 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):  # rows p, p + P, ...
         x_row = x_ptr + tl.cast(row, tl.int64) * x_row_stride  # M * V passes 2**31
         x_t = tl.load(x_row + tl.load(target_ptr + row)).to(tl.float32)
-        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # an L2 hint: measured faster, nothing rereads
+        m, log_s = log_sum_exp(x_row, n_cols, CHUNK, STAGES, "evict_last")  # an L2 hint, measured faster (no reread)
         tl.store(loss_ptr + row, m - x_t + log_s)
 
 # %%
