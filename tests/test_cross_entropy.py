@@ -332,9 +332,9 @@ def test_the_forward_alone(tut, small_chunks, dtype, option):
 
 
 def test_the_forward_alone_on_the_most_programs(tut, monkeypatch):
-    """A GPU of 150 SMs of 64 warp slots: a 16-bit forward alone on 4800 programs, 32 an SM, each walking its rows."""
-    monkeypatch.setitem(tut.data, "NUM_SMS", 150)
-    monkeypatch.setitem(tut.data, "WARPS_PER_SM", 64)  # 32 programs of 2 warps an SM (a forward alone)
+    """A GPU of 300 SMs of 64 warp slots: a 16-bit forward alone on 4800 programs, 16 an SM, each walking its rows."""
+    monkeypatch.setitem(tut.data, "NUM_SMS", 300)
+    monkeypatch.setitem(tut.data, "WARPS_PER_SM", 64)  # 16 programs of 2 warps an SM (a forward alone): half its slots
     x, target, gen = make((5000, 16), torch.bfloat16, seed=11)
     assert tut["_config"](5000, 16, 2, grad=False)[1] == 4800
     loss64, _ = reference(x, target, torch.ones((), device=DEVICE), reduction="sum")
@@ -403,21 +403,19 @@ def test_launch_parameters(gradient, forward):
         and config(8192, 32000, 2, grad=False)[0]["STAGES"] == gradient["STAGES"] > 1
     )
     assert config(8192, 32000, 2, per_sm=1)[0]["STAGES"] == gradient["STAGES"]
-    # the forward alone: chunks of 1024 on 2 warps, programs to fill the SM's warp slots; as many stages as all the
-    # programs' stages fit the SM's shared memory, at most STAGES (an H100's 228 KB: 16-bit 3, fp32 2)
-    for size in (2, 4):
+    # the forward alone: 16 logits a thread, chunks of 1024 on 2 warps (16-bit) or 2048 on 4 (fp32), programs for half
+    # the SM's warp slots (what its registers hold at 64 a thread); as many stages as all the programs' stages fit the
+    # SM's shared memory, at most STAGES (an H100's 228 KB: 3)
+    for size, chunk, warps in ((2, 1024, 2), (4, 2048, 4)):
         meta, grid = config(100_000, 262144, size, grad=False)
-        assert (meta["CHUNK"], meta["num_warps"], grid) == (1024, 2, gradient["WARPS_PER_SM"] // 2 * sms), (
-            size,
-            meta,
-            grid,
-        )
-        per_program = grid // sms * 1024 * size  # one stage of every program on an SM
+        per_sm = gradient["WARPS_PER_SM"] // 2 // warps
+        assert (meta["CHUNK"], meta["num_warps"], grid) == (chunk, warps, per_sm * sms), (size, meta, grid)
+        per_program = grid // sms * chunk * size  # one stage of every program on an SM
         assert meta["STAGES"] == min(gradient["STAGES"], 1 + gradient["SMEM_PER_SM"] // per_program) > 1, (size, meta)
         assert (meta["STAGES"] - 1) * per_program <= gradient["SMEM_PER_SM"] < meta["STAGES"] * per_program or (
             meta["STAGES"] == gradient["STAGES"]
         )
-    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 1024
+    assert config(8192, 32000, 4, grad=False)[0]["CHUNK"] == 2048
     assert (config(8192, 128256, 4)[0]["CHUNK"], config(8192, 128256, 4)[0]["num_warps"]) == (8192, 16)
     for n_cols, size in ((32000, 2), (50304, 2), (128256, 2), (262144, 2), (32000, 4), (151936, 4)):
         per_sm = config(100_000, n_cols, size)[1] // sms
@@ -590,7 +588,8 @@ def test_the_later_pages_carry_the_earlier_ones_letter_for_letter(tut, forward, 
     def jit_source(page, name):  # from its def: inspect gives the decorator's line with some of them, not others
         return inspect.getsource(page[name].fn).removeprefix("@triton.jit\n")
 
-    assert jit_source(gradient, "log_sum_exp") == jit_source(forward, "log_sum_exp") == jit_source(tut, "log_sum_exp")
+    for name in ("add_chunk", "log_sum_exp"):
+        assert jit_source(gradient, name) == jit_source(forward, name) == jit_source(tut, name), name
     assert jit_source(tut, "cross_entropy_kernel") == jit_source(gradient, "cross_entropy_kernel")
     for name in ("_config", "cross_entropy_rows"):
         assert inspect.getsource(tut[name]) == inspect.getsource(gradient[name]), name

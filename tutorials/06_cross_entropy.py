@@ -60,25 +60,26 @@ def step0_loss(x2d, target):  # step 0: each row's loss
 # %%
 # Step 1: the row in chunks, an online log-sum-exp
 # ------------------------------------------------
-# At 32 K logits, step 0 holds 32 fp32 logits a thread and their exponentials; 128 K spill. Step 1 walks the row in
-# chunks of ``CHUNK`` with an *online* softmax (deep dive 11 derives it): a running maximum :math:`m` and running sums
-# :math:`s` of :math:`e^{x - m}` (one a lane of the chunk), rescaled by :math:`e^{m - m'}` when a chunk raises the
-# maximum, added up after the loop. ``tl.range`` is ``range`` with options (``num_stages``: the next chunks loaded
-# early); ``exp2`` is one instruction. The loop is a ``@triton.jit`` function, inlined where a kernel calls it (the
-# next page's does too, with a cache hint, ``KEEP``). Program ``p`` takes rows ``p, p + P, ...``: step 1
-# launches :math:`P = M`.
+# From 128 K logits step 0's registers spill. Step 1 walks the row in chunks of ``CHUNK`` with an *online* softmax
+# (deep dive 11): a running maximum :math:`m` and running sums :math:`s` of :math:`e^{x - m}` (one a lane), rescaled
+# by :math:`e^{m - m'}` when a chunk raises the maximum, summed after the loop. ``tl.range`` is ``range`` with options
+# (``num_stages``: the next chunks loaded early). Whole chunks load without a mask (bf16's loss nearly fills an SM's
+# issue slots; a mask adds instructions), the rest with one. A ``@triton.jit`` function is inlined where called.
+# Program ``p`` takes rows ``p, p + P, ...``: step 1 launches :math:`P = M`.
+
+@triton.jit
+def add_chunk(m, s, x):  # a chunk x (fp32) into the running maximum m and sums s; e^a = 2^(a log2 e), one instruction
+    m_new = tl.maximum(m, tl.max(x, axis=0))
+    shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
+    return m_new, s * tl.exp2((m - shift) * 1.4426950408889634) + tl.exp2((x - shift) * 1.4426950408889634)
 
 @triton.jit
 def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr):  # (m, log_s)
-    LOG2E: tl.constexpr = 1.4426950408889634
-    cols = tl.arange(0, CHUNK)
+    cols, full = tl.arange(0, CHUNK), n_cols // CHUNK * CHUNK  # logits in whole chunks: loaded without a mask
     m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
-    for chunk in tl.range(0, tl.cdiv(n_cols, CHUNK), num_stages=STAGES):
-        offs = chunk * CHUNK + cols
-        x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
-        s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
+    for start in tl.range(0, full, CHUNK, num_stages=STAGES):
+        m, s = add_chunk(m, s, tl.load(x_row + start + cols, eviction_policy=KEEP).to(tl.float32))
+    m, s = add_chunk(m, s, tl.load(x_row + full + cols, mask=cols < n_cols - full, other=-float("inf")).to(tl.float32))
     return m, tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
 
 @triton.jit
@@ -92,27 +93,27 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
 # %%
 # Step 2: a grid that keeps every SM busy
 # ---------------------------------------
-# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs each). Step 2 runs
-# programs of 2 warps on chunks of ``FORWARD_CHUNK_N``, as many an SM as its threads hold (its threads / 64): a grid
-# sized to the GPU. Its stages: the chunks its share of the SM's shared memory holds, plus one, 3 at most. Registers
-# hold about half those programs at once: the others start as the first finish.
+# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs each). Step 2 runs as
+# many programs an SM as its registers hold, on chunks of 16 logits a thread: a grid sized to the GPU. Its stages: the
+# chunks its share of the SM's shared memory holds, plus one, 3 at most.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
-FORWARD_CHUNK_N = 1024  # the loss alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
+FORWARD_CHUNK_N = 1024  # bf16 logits a chunk of the loss alone (fp32: twice), 16 a thread
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 
 def loss_config(n_rows, n_cols, element_size, step=2):  # (meta-parameters, grid) of the loss alone
-    meta = dict(CHUNK=max(16, min(FORWARD_CHUNK_N, triton.next_power_of_2(n_cols))), num_warps=2)
+    chunk = max(16, min(FORWARD_CHUNK_N * element_size // 2, triton.next_power_of_2(n_cols)))
+    meta = dict(CHUNK=chunk, num_warps=max(2, chunk * element_size // 2048))
     if step == 1:  # a program per row, no pipelining
         return meta | dict(STAGES=1), n_rows
-    per_sm = WARPS_PER_SM // 2
-    sm_stages = 1 + SMEM_PER_SM // (per_sm * meta["CHUNK"] * element_size)  # every program's stages, on one SM
+    per_sm = WARPS_PER_SM // 2 // meta["num_warps"]  # half its warp slots: what registers hold at 64 a thread
+    sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * element_size)  # every program's stages, on one SM
     return meta | dict(STAGES=min(STAGES, sm_stages)), min(n_rows, per_sm * NUM_SMS)
 
 # %%
-# ``loss_rows`` launches step 1 or 2; ``RANGE``: the :math:`V` the site recommends step 2 at, every one.
+# ``loss_rows`` launches step 1 or 2; ``RANGE``: the :math:`V` the site recommends step 2 at (all).
 
 RANGE = {("forward", t): range(1, 2**31) for t in ("bfloat16", "float32")}  # (direction, dtype) -> the V it is for
 
@@ -411,8 +412,8 @@ def reading(table, ladder):
 # %%
 # Correctness
 # -----------
-# Relative errors against float64, beside PyTorch's; the page stops unless each of ours is a few roundings of its
-# dtype, or at most twice PyTorch's.
+# Relative errors against float64, beside PyTorch's; the page stops unless ours are within a few roundings of the
+# dtype or twice PyTorch's.
 
 errors = check(CHECK_SHAPES)
 errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}, na_rep="-").hide(axis="index")
@@ -428,7 +429,7 @@ show_ladder(ladder)
 # %%
 # Against every provider
 # ----------------------
-# ``'mean'``; GB/s (higher is better) against a read pass, and as a plot; "-": a point a peer cannot run.
+# ``'mean'``; GB/s (higher is better) against a read pass; "-": a point a peer cannot run.
 
 results, table = measure_providers()
 plot(results)
@@ -443,9 +444,9 @@ print(reading(table, ladder))
 # %%
 # Going further
 # -------------
-# **The gradient**, in the same launch: :ref:`sphx_glr_tutorials_06_cross_entropy_and_gradient.py`. There a row is
-# read twice; :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` splits it across programs and reads
-# it once, :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py` across GPUs. References: Milakov and
+# With the gradient (the next page) a row is read twice;
+# :ref:`sphx_glr_tutorials_deep_dives_61_cross_entropy_split_rows.py` splits it across programs and reads it once,
+# :ref:`sphx_glr_tutorials_deep_dives_62_cross_entropy_vocab_parallel.py` across GPUs. References: Milakov and
 # Gimelshein (2018), online softmax; Liger-Kernel; quack.
 #
 # **Exercise.** Set ``STAGES = 1`` and rerun the ladder: what does staging buy?

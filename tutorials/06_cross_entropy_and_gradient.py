@@ -87,12 +87,12 @@ L2_SHARE = 0.7  # of L2 for the rows in flight
 MAX_PROGRAMS_PER_SM = 4  # short rows: loads overlap across rows; the backward's grid too
 
 def _config(n_rows, n_cols, element_size, step=2, stages=None, per_sm=None, grad=True):  # (meta-parameters, grid)
-    chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
+    chunk = max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N * element_size // 2, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4 if grad else 2, min(16, chunk * element_size // 2048)))
     if step == 1:  # a program per row, no cache hints, no pipelining
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else WARPS_PER_SM // meta["num_warps"])
+                        if grad else WARPS_PER_SM // 2 // meta["num_warps"])
     # a loop (two with the gradient) stages STAGES - 1 chunks; 1 KB for the reductions
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * element_size)
     sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * element_size)  # every program's stages, on one SM
@@ -128,20 +128,22 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2)
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
-FORWARD_CHUNK_N = 1024  # the loss alone: 2 warps a program (16 logits, 32 or 64 bytes a thread), 32 an SM
+FORWARD_CHUNK_N = 1024  # bf16 logits a chunk of the loss alone (fp32: twice), 16 a thread
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 
 @triton.jit
+def add_chunk(m, s, x):  # a chunk x (fp32) into the running maximum m and sums s; e^a = 2^(a log2 e), one instruction
+    m_new = tl.maximum(m, tl.max(x, axis=0))
+    shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
+    return m_new, s * tl.exp2((m - shift) * 1.4426950408889634) + tl.exp2((x - shift) * 1.4426950408889634)
+
+@triton.jit
 def log_sum_exp(x_row, n_cols, CHUNK: tl.constexpr, STAGES: tl.constexpr, KEEP: tl.constexpr):  # (m, log_s)
-    LOG2E: tl.constexpr = 1.4426950408889634
-    cols = tl.arange(0, CHUNK)
+    cols, full = tl.arange(0, CHUNK), n_cols // CHUNK * CHUNK  # logits in whole chunks: loaded without a mask
     m, s = tl.full([], -float("inf"), tl.float32), tl.zeros([CHUNK], tl.float32)
-    for chunk in tl.range(0, tl.cdiv(n_cols, CHUNK), num_stages=STAGES):
-        offs = chunk * CHUNK + cols
-        x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"), eviction_policy=KEEP).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
-        s, m = s * tl.exp2((m - shift) * LOG2E) + tl.exp2((x - shift) * LOG2E), m_new
+    for start in tl.range(0, full, CHUNK, num_stages=STAGES):
+        m, s = add_chunk(m, s, tl.load(x_row + start + cols, eviction_policy=KEEP).to(tl.float32))
+    m, s = add_chunk(m, s, tl.load(x_row + full + cols, mask=cols < n_cols - full, other=-float("inf")).to(tl.float32))
     return m, tl.log(tl.sum(s, axis=0))  # l = m + log_s, kept apart: at m = 1e20 the sum rounds log_s away
 
 # %%

@@ -516,7 +516,7 @@ errors.style.format({c: "{:.1e}" for c in errors.columns[2:]}).hide(axis="index"
 # As 51: each provider in ``PAIRS`` pairs of runs with the copy of :math:`x`, counting :math:`3MN` elements; ours and
 # XLA's run as ``jax.vjp``'s pullback, 05's with the :math:`r` its forward would have saved.
 
-TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (10, 21)) if ON_GPU else (2**13, (1, 1))
+TOTAL_ELEMENTS, (CALLS, PAIRS) = (2**27, (20, 9)) if ON_GPU else (2**13, (1, 1))
 SWEEP_N = [8192, 16384, 24576, 32768] if ON_GPU else [2048, 4096]
 NO_SPEED = "No GPU here: this run checks the kernels' values through Mosaic GPU's interpreter; it measures no speed."
 

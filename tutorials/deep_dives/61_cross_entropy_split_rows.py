@@ -35,7 +35,7 @@ SMEM_PER_BLOCK, SMEM_PER_SM = (props.shared_memory_per_block_optin, props.shared
     else (232448, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 CHUNK_N = 8192  # logits of a row a step (16 KB bf16, 32 KB fp32): 64 bytes a thread, 8 or 16 warps
-FORWARD_CHUNK_N = 1024  # the forward alone: 2 warps a program, enough programs to fill the SM's warp slots
+FORWARD_CHUNK_N = 1024  # bf16 logits a chunk of the forward alone (fp32: twice), 16 a thread
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 L2_SHARE = 0.7  # the rows in flight stay under this share of L2, leaving room for what else passes through it
 MAX_PROGRAMS_PER_SM = 4  # short rows: several programs an SM, so that loads also overlap across row boundaries
@@ -110,15 +110,15 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, consts_ptr, loss_ptr, dx
 
 def _config(n_rows, n_cols, element_size, step=2, chunk=None, stages=None, per_sm=None, grad=True, staged=0):
     """(meta-parameters, grid); step 1: a program per row, no cache hints, no pipelining."""
-    chunk = chunk or max(16, min(CHUNK_N if grad else FORWARD_CHUNK_N, triton.next_power_of_2(n_cols)))
+    forward_n = FORWARD_CHUNK_N * element_size // 2  # the forward alone: bf16 1024, fp32 2048
+    chunk = chunk or max(16, min(CHUNK_N if grad else forward_n, triton.next_power_of_2(n_cols)))
     meta = dict(CHUNK=chunk, num_warps=max(4 if grad else 2, min(16, chunk * element_size // 2048)))
     if step == 1:
         return meta | dict(KEEP="", DROP="", STREAM="", STAGES=1), n_rows
-    # rows in flight under L2_SHARE of L2; no gradient: nothing to keep there, programs for every warp slot
+    # rows in flight under L2_SHARE of L2; no gradient: nothing to keep there, as many programs as registers hold
     per_sm = per_sm or (max(1, min(MAX_PROGRAMS_PER_SM, int(L2_SHARE * L2_BYTES) // (NUM_SMS * n_cols * element_size)))
-                        if grad else WARPS_PER_SM // meta["num_warps"])
-    # stages within the device's shared memory a program (a loop, two with the gradient, stages STAGES - 1 chunks of
-    # logits and of weights, ``staged`` bytes each; 1 KB for reductions) and, without the gradient, an SM's programs'
+                        if grad else WARPS_PER_SM // 2 // meta["num_warps"])
+    # stages within shared memory a program (loops stage STAGES - 1 chunks, ``staged`` weight bytes a logit) and an SM's
     fit = 1 + (SMEM_PER_BLOCK - 1024) // ((1 + grad) * chunk * (element_size + staged))
     sm_stages = 1 + SMEM_PER_SM // (per_sm * chunk * (element_size + staged))
     stages = min(stages or (STAGES if grad and per_sm == 1 else 1 if grad else min(STAGES, sm_stages)), fit)
