@@ -38,9 +38,8 @@ print(f"Built on {WHERE} · torch {torch.__version__} · Triton {triton.__versio
 #
 # Step 0: the whole row in registers
 # ----------------------------------
-# One program a row loads it whole: the launch ``[(M,)]`` runs :math:`M` programs of ``num_warps`` warps;
-# ``tl.program_id(0)`` is the row, ``tl.arange(0, BLOCK_V)`` its columns (``BLOCK_V``, a ``tl.constexpr``, is a
-# compile-time power of 2), masked to the :math:`V` that exist, the padding read as :math:`-\infty`.
+# One program a row (``[(M,)]``, as on page 01) loads it whole: ``tl.arange(0, BLOCK_V)``, a power of 2, masked to the
+# :math:`V` columns that exist, the padding read as :math:`-\infty`.
 
 @triton.jit
 def ce_row_kernel(x_ptr, target_ptr, loss_ptr, n_cols, x_row_stride, BLOCK_V: tl.constexpr):
@@ -61,15 +60,16 @@ def step0_loss(x2d, target):  # step 0: each row's loss
 # Step 1: the row in chunks, an online log-sum-exp
 # ------------------------------------------------
 # From 128 K logits step 0's registers spill. Step 1 walks the row in chunks of ``CHUNK`` with an *online* softmax
-# (deep dive 11): a running maximum :math:`m` and running sums :math:`s` of :math:`e^{x - m}` (one a lane), rescaled
-# by :math:`e^{m - m'}` when a chunk raises the maximum, summed after the loop. ``tl.range`` is ``range`` with options
-# (``num_stages``: the next chunks loaded early). Whole chunks load without a mask (bf16's loss nearly fills an SM's
-# issue slots; a mask adds instructions), the rest with one. A ``@triton.jit`` function is inlined where called.
-# Program ``p`` takes rows ``p, p + P, ...``: step 1 launches :math:`P = M`.
+# (deep dive 11): a running maximum :math:`m` and running sums :math:`s` of :math:`e^{x - m}` (one a column of the
+# chunk), rescaled by :math:`e^{m - m'}` when a chunk raises it to :math:`m'`, summed after the loop. ``tl.range`` is
+# ``range`` with options (``num_stages``: the next chunks loaded early). Whole chunks load without a mask (at bf16 this
+# loop nearly fills an SM's issue slots; a mask adds instructions), the rest with one. A ``@triton.jit`` function is
+# inlined where called. Program ``p`` of ``P = tl.num_programs(0)`` takes rows ``p, p + P, ...``: step 1 launches
+# :math:`P = M`.
 
 @triton.jit
-def add_chunk(m, s, x):  # a chunk x (fp32) into the running maximum m and sums s; e^a = 2^(a log2 e), one instruction
-    m_new = tl.maximum(m, tl.max(x, axis=0))
+def add_chunk(m, s, x):  # a chunk x (fp32) into running maximum m and sums s; e^a as 2^(a log2 e): 1 instruction, not 4
+    m_new = tl.maximum(m, tl.max(x, axis=0))  # tl.max: the chunk's largest; tl.maximum: the larger of two, elementwise
     shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
     return m_new, s * tl.exp2((m - shift) * 1.4426950408889634) + tl.exp2((x - shift) * 1.4426950408889634)
 
@@ -93,11 +93,11 @@ def loss_kernel(x_ptr, target_ptr, loss_ptr, n_rows, n_cols, x_row_stride, CHUNK
 # %%
 # Step 2: a grid that keeps every SM busy
 # ---------------------------------------
-# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency / SMs each). Step 2 runs as
-# many programs an SM as its registers hold, on chunks of 16 logits a thread: a grid sized to the GPU. Its stages: the
-# chunks its share of the SM's shared memory holds, plus one, 3 at most.
+# An SM hides memory's latency with bytes in flight (Little's law: bandwidth x latency, shared by the SMs). Step 2
+# launches one wave, as many programs an SM as its registers hold, each walking many rows with its next chunks in
+# flight: what its share of the SM's shared memory holds, plus one, 3 at most.
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100 SM's sizes, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 FORWARD_CHUNK_N = 1024  # bf16 logits a chunk of the loss alone (fp32: twice), 16 a thread

@@ -125,15 +125,15 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2)
 # check, the timer, the sweep, the table, plot and the sentences that read the numbers; the cells after the appendix
 # call them.
 
-props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100's, 4 SMs
+props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100 SM's sizes, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)
 WARPS_PER_SM = props.max_threads_per_multi_processor // 32 if ON_GPU else 64
 FORWARD_CHUNK_N = 1024  # bf16 logits a chunk of the loss alone (fp32: twice), 16 a thread
 STAGES = 3  # chunks in flight (two staged in shared memory, where it holds them)
 
 @triton.jit
-def add_chunk(m, s, x):  # a chunk x (fp32) into the running maximum m and sums s; e^a = 2^(a log2 e), one instruction
-    m_new = tl.maximum(m, tl.max(x, axis=0))
+def add_chunk(m, s, x):  # a chunk x (fp32) into running maximum m and sums s; e^a as 2^(a log2 e): 1 instruction, not 4
+    m_new = tl.maximum(m, tl.max(x, axis=0))  # tl.max: the chunk's largest; tl.maximum: the larger of two, elementwise
     shift = tl.where(m_new == -float("inf"), 0.0, m_new)  # every logit -inf so far: no -inf - (-inf)
     return m_new, s * tl.exp2((m - shift) * 1.4426950408889634) + tl.exp2((x - shift) * 1.4426950408889634)
 
