@@ -121,9 +121,9 @@ def cross_entropy_rows(x2d, target, weight, ignore_index, mean, dx=None, step=2)
 # Appendix: how this page measures
 # --------------------------------
 # What the page runs but does not teach. First, what it runs of the first page, letter for letter (a test keeps them
-# the same): the device's figures and the constants of the loss alone, and ``log_sum_exp``. Then the machinery: the
-# check, the timer, the sweep, the table, plot and the sentences that read the numbers; the cells after the appendix
-# call them.
+# the same): the device's figures and the constants of the loss alone, ``add_chunk`` and ``log_sum_exp``. Then the
+# machinery: the check, the timer, the sweep, the table, plot and the sentences that read the numbers; the cells after
+# the appendix call them.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100 SM's sizes, 4 SMs
 NUM_SMS, SMEM_PER_SM = (props.multi_processor_count, props.shared_memory_per_multiprocessor) if ON_GPU else (4, 233472)

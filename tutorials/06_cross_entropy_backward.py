@@ -126,9 +126,9 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# First, the two pages before, letter for letter (a test keeps them so): the first's device figures, constants and
-# ``log_sum_exp``; the second's kernel, constants, config and launcher. Then the drop-in's checks of its arguments,
-# each error naming the argument and the limit (``_need`` formats a message only on failure, so a compiled model
+# First, the two pages before, letter for letter (a test keeps them so): the first's device figures, constants,
+# ``add_chunk`` and ``log_sum_exp``; the second's kernel, constants, config, launcher. Then the drop-in's checks, each
+# error naming the argument and the limit (``_need`` formats a message only on failure, so a compiled model
 # formats none). Then the machinery (check, peers, timer, sweep, table, plot, sentences), which later cells call.
 
 props = torch.cuda.get_device_properties(DEVICE) if ON_GPU else None  # on the CPU, below: an H100 SM's sizes, 4 SMs
