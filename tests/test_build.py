@@ -3,6 +3,7 @@ break the pages after it; a warm-up pass that compiles every page before any is 
 which must run what they time once, eagerly, before they capture it in a CUDA graph."""
 
 import ast
+import collections
 import gc
 import hashlib
 import os
@@ -523,6 +524,59 @@ def test_timers_asked_for_meanwhile_run_back_to_back_before_a_block_takes_the_tu
     timers = sorted(spans[name] for name in ("its timer", "first", "second"))
     assert all(a[1] <= b[0] for a, b in zip(timers, timers[1:])), f"two timers at once: {spans}"
     assert spans["its work after"][0] >= spans["second"][1], f"the block took the turn between timers: {spans}"
+
+
+def _page_that_times_often(turn, log, role):
+    """'often': a code block of 30 timers of 0.02 s, each right after the last (nothing between them), then 0.2 s of
+    work; 'blocks': from 0.1 s on, 8 code blocks of 0.2 s of work each, a timer of 0.02 s after each but the last.
+    Returns what the page kept the turn for: its timers that kept the lock alone for the next."""
+    os.environ["SOL_GPU_TURN"] = turn
+    if role == "often":
+
+        def block():
+            for _ in range(30):
+                sol_build.gpu_turn(_on_the_gpu)(log, 0.02, "often timer")
+            _on_the_gpu(log, 0.2, "often work after")
+
+        sol_build.gpu_turn(block, timer=False)()
+    else:
+        time.sleep(0.1)
+        for n in range(8):
+
+            def block():
+                _on_the_gpu(log, 0.2, "blocks work")
+                if n < 7:
+                    sol_build.gpu_turn(_on_the_gpu)(log, 0.02, "blocks timer")
+
+            sol_build.gpu_turn(block, timer=False)()
+    return sol_build._turn["kept"]
+
+
+def test_a_page_that_times_again_at_once_keeps_the_turn(tmp_path, monkeypatch):
+    """A page whose timers follow each other with nothing between keeps the lock alone from one to the next (for at
+    most LINGER_CAP seconds in a row): beside a page whose blocks hold the shared turn 0.2 s at a time, its 30 timers
+    take about 0.6 s, not a block's wait each (1.6 s or more: the other page's 8 blocks one after another). Nothing
+    of another page runs beside a timer, the page's blocks let the lock go at their ends, and a page whose timers
+    come 0.2 s apart keeps nothing."""
+    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
+    children = [sol_build.start_child(_page_that_times_often, turn, log, role) for role in ("often", "blocks")]
+    kept = []
+    for pid, fd in children:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+        kept.append(sol_build.finish_child(data, os.waitpid(pid, 0)[1]))
+    spans = collections.defaultdict(list)
+    for line in open(log).read().splitlines():
+        *name, start, end = line.split()
+        spans[" ".join(name)].append((float(start), float(end)))
+    for timer in ("often timer", "blocks timer"):
+        other = [s for name, ss in spans.items() if name.split()[0] != timer.split()[0] for s in ss]
+        clashes = [(t, s) for t in spans[timer] for s in other if t[0] < s[1] and s[0] < t[1]]
+        assert not clashes, f"another page ran beside a timer: {clashes}"
+    often = spans["often timer"]
+    assert len(often) == 30 and len(spans["blocks timer"]) == 7, dict(spans)
+    assert often[-1][1] - often[0][0] < 1.2, f"30 timers of 0.02 s took {often[-1][1] - often[0][0]:.2f} s"
+    assert kept[0] >= 20 and kept[1] == 0, kept
 
 
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):

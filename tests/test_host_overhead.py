@@ -7,6 +7,8 @@ microseconds, several times one of torch's own operators. They catch gross slown
 slow read a launch is most likely to make, the device's memory clock (more than half a millisecond a read).
 """
 
+import contextlib
+import ctypes
 import time
 
 import pytest
@@ -41,17 +43,40 @@ def arguments(n, dtype):
     return x, extra
 
 
+CU_CTX_SCHED_MASK, CU_CTX_SCHED_BLOCKING_SYNC = 0x07, 0x04  # cuda.h
+
+
+@contextlib.contextmanager
+def waits_that_sleep():
+    """A wait for the GPU (a synchronize, a tensor's value read on the host) that sleeps instead of spinning, so that
+    it costs the process no CPU time; CUDA spins by default. A drop-in that reads a value (06's check of its targets)
+    waits a call, and on a GPU shared with other test workers a spin can last longer than the call's own work. The
+    scheduling flags of this thread's CUDA context are set through the driver (cuCtxSetFlags, CUDA 12.1 and up) and
+    restored after; where the driver has no such call, waits spin as before."""
+    torch.cuda.synchronize()  # the context exists and is this thread's
+    cuda, flags = ctypes.CDLL("libcuda.so.1"), ctypes.c_uint()
+    if not hasattr(cuda, "cuCtxSetFlags") or cuda.cuCtxGetFlags(ctypes.byref(flags)):
+        yield
+        return
+    assert cuda.cuCtxSetFlags((flags.value & ~CU_CTX_SCHED_MASK) | CU_CTX_SCHED_BLOCKING_SYNC) == 0
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize()
+        cuda.cuCtxSetFlags(flags.value)
+
+
 def host_us_a_call(fn, calls=200):
     """Microseconds of this process's CPU time a call: the host's work, which other processes on the machine (the
-    other test workers) do not stretch as they stretch the wall clock."""
+    other test workers) do not stretch as they stretch the wall clock, its waits for the GPU sleeping."""
     for _ in range(10):
         fn()
-    torch.cuda.synchronize()
-    start = time.process_time()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.process_time() - start) / calls * 1e6
+    with waits_that_sleep():
+        start = time.process_time()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        return (time.process_time() - start) / calls * 1e6
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)

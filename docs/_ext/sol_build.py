@@ -555,8 +555,16 @@ class Ahead:
 # while any timer runs. A lock moves from shared to alone and back by letting go first: the thread that moves it waits,
 # but where a timer on another thread moves it, the main thread's code runs on meanwhile (no page times on a thread of
 # its own).
+# A page that times again soon keeps the turn: where the main thread's last timer followed the one before it within
+# ``LINGER_GAP`` seconds of the page's own work (51's and 52's pairs of runs: nothing between them), its timer's end
+# keeps the lock alone for the next, for at most ``LINGER_CAP`` seconds in a row; the page's work between them runs
+# alone too. Else each of its timers would wait for every block of every other page running beside it: 0.2-0.4 s a
+# timer at 6 pages, 480 timers a page (dev/DESIGN.md). The block's end, a compile (``while_compiling``) and any other
+# move of the lock let it go.
 SHARED, EXCLUSIVE = "shared", "exclusive"  # the lock's modes, and the names of their holders' counts in _turn
+LINGER_GAP, LINGER_CAP = 0.01, 1.0
 _turn = {"fd": None, "gate": None, "mode": None, SHARED: 0, EXCLUSIVE: 0, "depth": 0, "timing": 0, "waited": 0.0}
+_turn |= {"resumed": -float("inf"), "gap": float("inf"), "kept": 0}  # the main thread's timers: kept the lock for next
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
 _turn_guard = threading.Lock()
 
@@ -664,9 +672,13 @@ def _hold(mode):
             raise
 
 
-def _release(mode):
+def _release(mode, linger=False):
     with _turn_guard:
         _turn[mode] = max(0, _turn[mode] - 1)
+        if linger and _turn["mode"] == EXCLUSIVE and _turn[SHARED] and not _turn[EXCLUSIVE]:
+            if _turn["gap"] < LINGER_GAP and time.monotonic() - _turn_held["since"] < LINGER_CAP:
+                _turn["kept"] += 1
+                return  # the lock stays alone, for this page's next timer
         _settle()
 
 
@@ -682,6 +694,9 @@ def gpu_turn(fn, timer=True):
         if not os.environ.get("SOL_GPU_TURN"):
             return fn(*args, **kwargs)
         main, mode = _main_thread(), EXCLUSIVE if timer else SHARED
+        outer_timer = main and timer and not _turn["timing"]  # the page's own timer, not one inside another
+        if outer_timer:  # the page's own work since its last timer (its waits for the turn left out)
+            _turn["gap"] = time.monotonic() - _turn["resumed"]
         _hold(mode)
         if main:
             _turn["depth"] += 1
@@ -692,7 +707,9 @@ def gpu_turn(fn, timer=True):
             if main:
                 _turn["timing"] -= timer
                 _turn["depth"] -= 1
-            _release(mode)
+            _release(mode, linger=outer_timer)
+            if outer_timer:
+                _turn["resumed"] = time.monotonic()
 
     return with_turn
 
@@ -931,7 +948,7 @@ def _profiled(function, *args):
         warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     compiles = (sum(seconds for seconds, _ in kernels), len(kernels))
-    held = (_turn["waited"], _turn_held[EXCLUSIVE], _turn_held[SHARED])
+    held = (_turn["waited"], _turn_held[EXCLUSIVE], _turn_held[SHARED], _turn["kept"])
     return result, blocks, (*timers, *held), (tuple(sources), compiles, slow)
 
 
@@ -968,6 +985,7 @@ def where_the_time_went(blocks, timers, loads, cells=3):
         f"timers {timers[0]:.1f} s in {timers[1]} calls"
         + (f", {timers[2]:.1f} s more waiting for the GPU's turn" if len(timers) > 2 and timers[2] >= 0.05 else "")
         + (f", {timers[3]:.1f} s holding it alone, {timers[4]:.1f} s sharing it" if sum(timers[3:5]) else "")
+        + (f", {timers[5]} timers kept it for the next" if len(timers) > 5 and timers[5] else "")
         + "; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
