@@ -555,14 +555,15 @@ class Ahead:
 # while any timer runs. A lock moves from shared to alone and back by letting go first: the thread that moves it waits,
 # but where a timer on another thread moves it, the main thread's code runs on meanwhile (no page times on a thread of
 # its own).
-# A page that times again soon keeps the turn: where the main thread's last timer followed the one before it within
+# A page that times again at once keeps the turn: where the main thread's last timer followed the one before it within
 # ``LINGER_GAP`` seconds of the page's own work (51's and 52's pairs of runs: nothing between them), its timer's end
 # keeps the lock alone for the next, for at most ``LINGER_CAP`` seconds in a row; the page's work between them runs
-# alone too. Else each of its timers would wait for every block of every other page running beside it: 0.2-0.4 s a
-# timer at 6 pages, 480 timers a page (dev/DESIGN.md). The block's end, a compile (``while_compiling``) and any other
-# move of the lock let it go.
+# alone too. Else each of its timers waits for the blocks of every page beside it: 0.2-0.4 s a timer at 6 pages, 480
+# timers a page. The block's end, a compile (``while_compiling``) and any other move of the lock let it go. A longer
+# gap (10 ms: most pages' checks and graph captures between timers) ran more of the pages' work alone and the pass
+# no faster (dev/DESIGN.md).
 SHARED, EXCLUSIVE = "shared", "exclusive"  # the lock's modes, and the names of their holders' counts in _turn
-LINGER_GAP, LINGER_CAP = 0.01, 1.0
+LINGER_GAP, LINGER_CAP = 0.001, 1.0
 _turn = {"fd": None, "gate": None, "mode": None, SHARED: 0, EXCLUSIVE: 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn |= {"resumed": -float("inf"), "gap": float("inf"), "kept": 0}  # the main thread's timers: kept the lock for next
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
