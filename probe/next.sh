@@ -6,7 +6,8 @@
 #   t: GPU tests on the site c2/c3 built (SOL_BUILT_SITE=$PWD/_build: without it the notebook tests build the whole
 #      site again beside the kernel tests: on a fresh machine past 560 s, with errors), 8 workers (274.6 s)
 #   Every call writes its output under $OUT (the tail of a long output is all that comes back otherwise).
-#   c1 also runs p9: the host's time a drop-in call costs under load, waits spinning against sleeping
+#   b: carry .whl-quack/2 -> quack; p9. t with .site carried: the site a build made elsewhere (html/), then the tests
+#   p9: the host's time a drop-in call costs under load, waits spinning against sleeping
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/tmp/site:/tmp/helion-site:/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages
@@ -22,6 +23,9 @@ c1)
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/helion-site .whl-helion/*.whl
     bash dev/quack_install.sh; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+ ;;
+b)
+    bash dev/quack_install.sh
     timeout 200 python3 probe/p9.py > $OUT/p9.log 2>&1; echo "p9 rc $?"; grep "load=" $OUT/p9.log ;;
 c2)
     bash dev/quack_install.sh
@@ -32,6 +36,7 @@ c3)
     SOL_TIMED_JOBS=${JOBS:-6} SOL_HELION_AUTOTUNE=0 GPU_TESTS=0 OUT=$OUT timeout 540 bash dev/gpu_build.sh > /dev/null 2>&1
     echo "build rc $?"; summary; keep warm ;;
 t)
+    if [ -f .site/site.tar.gz ]; then rm -rf _build && mkdir -p _build && tar xzf .site/site.tar.gz -C _build; fi
     SOL_BUILT_SITE=$PWD/_build timeout 560 python3 -m pytest tests -q -n ${WORKERS:-12} -p no:cacheprovider --durations=20 --ignore=tests/test_site.py \
         --ignore=tests/test_browser.py > $OUT/tests.log 2>&1
     echo "tests rc $?"; grep -v "^\.\.\.\." $OUT/tests.log | tail -30 ;;
