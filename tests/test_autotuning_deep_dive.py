@@ -12,6 +12,7 @@ import ast
 import importlib.util
 import inspect
 import itertools
+import json
 import math
 import re
 import types
@@ -143,7 +144,7 @@ def test_the_table_has_every_point_and_each_ways_columns():
     if torch.cuda.is_available():
         for way in ways:
             assert (way, "GB/s") in table and (way, "% of light") in table and (way, "config") in table
-        assert ("autotuner", "tuning s") in table
+        assert ("autotuner", "first call s") in table
     else:  # the interpreter's times are no speeds, and its picks follow them: neither is shown
         assert not [c for c in table if c[1] in ("GB/s", "% of light")] and ("autotuner", "config") not in table
 
@@ -255,7 +256,7 @@ def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
     assert now == (2048, 128)  # 4.1 TB/s, a microsecond, 132 SMs: 31 KB an SM over 16 programs, 1.9 KB each
     results, tuning = made_up_sweep(page, (8192, 64))
     table = page["summary"](results).data
-    assert ("autotuner", "tuning s") in table and ("Helion", "% of light") in table and ("copy", "GB/s") in table
+    assert ("autotuner", "first call s") in table and ("Helion", "% of light") in table and ("copy", "GB/s") in table
     page["plot"](results)
     text = page["reading"](results)
     same = (results["autotuner: config"] == results["model: config"]).sum()
@@ -281,7 +282,8 @@ def test_a_gpus_run_reads_its_numbers_and_refits_the_model(on_a_gpu):
 
 def test_a_gpus_run_counts_only_gains_past_its_noise_and_names_helions_code_where_the_launch_is_the_models(on_a_gpu):
     """A pick that beats the model's launch by under 1% bought nothing measurable; where Helion ran the model's own
-    launch (rows a tile, warps) more than 1% slower, the gap is its code, and the reading says so at those points."""
+    launch (rows a tile, warps) more than 1% slower, the gap lies past the tile, and the reading says so at those
+    points."""
     page = on_a_gpu
     results, _ = made_up_sweep(page, (8192, 64))
     differ = results["autotuner: config"] != results["model: config"]
@@ -300,6 +302,42 @@ def test_a_gpus_run_counts_only_gains_past_its_noise_and_names_helions_code_wher
     text = page["reading"](results)
     said = f"At {first[0]} N = {first[1]}, {second[0]} N = {second[1]} Helion ran the model's own launch"
     assert said in text and "4.8-7.4% slower than the model's" in text, text
+    assert "what else its config sets" in text, text
+
+
+def test_helions_search_time_is_read_from_the_stored_configs_and_reported(on_a_gpu, tmp_path, monkeypatch):
+    """Helion's stored configs carry their search's seconds where dev/helion_tune.py recorded them: the page reads
+    them for this GPU and op only, shows them as a column, and the reading gives their span and sum beside the
+    autotuner's; where none was stored it says so, with no NaN."""
+    page = on_a_gpu
+    store = {
+        page["WHERE"]: {
+            "configs": {
+                "softmax forward": {
+                    "float32": {"256": {"config": {}, "seconds": 12.5}, "1024": {"config": {}}},
+                    "bfloat16": {"4096": {"config": {}, "seconds": 30.0}},
+                },
+                "softmax backward": {"float32": {"512": {"config": {}, "seconds": 99.0}}},
+            }
+        },
+        "Another GPU": {"configs": {"softmax forward": {"float32": {"16384": {"config": {}, "seconds": 77.0}}}}},
+    }
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps(store))
+    monkeypatch.setenv("SOL_HELION_CONFIGS", str(path))
+    seconds = page["helion_search_seconds"]("softmax forward")
+    assert seconds == {("float32", 256): 12.5, ("bfloat16", 4096): 30.0}, seconds
+    monkeypatch.setenv("SOL_HELION_CONFIGS", str(tmp_path / "absent.json"))
+    assert page["helion_search_seconds"]("softmax forward") == {}
+
+    results, _ = made_up_sweep(page, (8192, 64))
+    text = page["reading"](results)  # no column: no time stored
+    assert "their search time was not stored with them" in text and "nan" not in text.lower(), text
+    results["Helion: tuned s"] = [seconds.get(key, math.nan) for key in results.index]
+    assert ("Helion", "tuned s") in page["summary"](results).data
+    text = page["reading"](results)
+    assert f"12.5-30 s a point at the 2 of {len(results)} points whose time was stored with it (42.5 s in all)" in text
+    assert "nan" not in text.lower(), text
 
 
 def test_a_pick_below_the_models_floor_of_warps_is_named_a_missing_term(on_a_gpu):

@@ -100,10 +100,11 @@ def model_softmax(x):
 # options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
-# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two from 1 to 16, the model's picks at
-# rows of 256 or more wherever its tile, ``min_tile_bytes()``, is at most 8 KB (16 rows of 256 16-bit values), and more
-# rows where it is less; ``num_warps`` over its clamp (4 to 32) and the two powers below it, which the model never picks
-# (one warp reduces its rows in registers: no shared memory, no barrier between warps). Pruned, at each row length, to
+# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two from 1 to 16. That holds every
+# pick the model makes at rows of 256 or more on a GPU whose ``min_tile_bytes()`` is at most 8 KB (16 rows of 256
+# 16-bit values; the table below gives this GPU's picks), and packs more rows than the model where its tile is smaller.
+# ``num_warps`` runs over the model's clamp (4 to 32) and the two powers below it, which the model never picks (one
+# warp reduces its rows in registers: no shared memory, no barrier between warps). Pruned, at each row length, to
 # the tiles of at most ``MAX_FUSED_N`` elements, the largest tile the model ever launches, and to at most 4 x
 # ``BYTES_PER_THREAD`` bytes a thread (past that a thread's values crowd its 255 registers). The autotuner may pack more
 # rows than the model or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's
@@ -266,6 +267,16 @@ def helion_tuned(kernel, op, points):
         return bound(*args)
     return run
 
+def helion_search_seconds(op):
+    """{(dtype, N): seconds} that Helion's own search took at each point where its config was tuned on this GPU
+    ahead of the build and its time stored with it (the file helion_tuned reads)."""
+    path = os.environ.get("SOL_HELION_CONFIGS", "")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        stored = json.load(f).get(WHERE, {}).get("configs", {}).get(op, {})
+    return {(t, int(n)): r["seconds"] for t, by_n in stored.items() for n, r in by_n.items() if r.get("seconds")}
+
 def ways():
     """Way -> softmax(x) along the rows: the model's launch, the autotuner's, Helion's where it runs."""
     found = {"model": model_softmax, "autotuner": autotuned_softmax}
@@ -311,7 +322,7 @@ def helion_config(x, block_n):
 def sweep(fns):
     """Per point: each way's config, first call, error against float64 and GB/s next to a copy's; and the
     autotuner's timing of every config it tried, {(dtype, N): {(BLOCK_M, num_warps): ms}}."""
-    records, tuning = [], {}
+    records, tuning, searched = [], {}, helion_search_seconds("softmax forward")
     autotuned.cache.clear()  # every point tunes here, whatever ran before
     for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_N:
@@ -342,6 +353,7 @@ def sweep(fns):
                                                     else t for c, t in autotuned.configs_timings.items()}
                 else:
                     row["Helion: config"] = helion_config(x, block_n)
+                    row["Helion: tuned s"] = searched.get((row["dtype"], n_cols), math.nan)
             records.append(row)
             del x, out
     return pd.DataFrame(records).set_index(["dtype", "N"]), tuning
@@ -357,8 +369,9 @@ def summary(results):
         columns = ["copy: GB/s", "model: config", "model: GB/s", "model: % of light", "autotuner: config",
                    "autotuner: GB/s", "autotuner: % of light", "autotuner: configs tried", "autotuner: first call s"]
         if "Helion: GB/s" in results:
-            columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "first call s")]
-        shown = results[columns].rename(columns={"autotuner: first call s": "autotuner: tuning s"})
+            columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "tuned s", "first call s")
+                        if f"Helion: {c}" in results]
+        shown = results[columns]
     shown = shown.set_axis(pd.MultiIndex.from_tuples([tuple(c.split(": ")) for c in shown.columns]), axis=1)
     fmt = {c: "{:,.0f}" if c[1] == "GB/s" else "{:.3g}%" if c[1] == "% of light" else "{:.3g}"
            for c in shown.columns if c[1] not in ("config", "configs tried")}
@@ -426,8 +439,7 @@ def reading(results):
                    + "; at the other points it never does." if len(calls) else
                    "It picked the model's own config everywhere: the tuning confirmed the model and bought nothing "
                    "else." if same.all() else f"Where its pick differed it ran within {NOISE}% of the model's "
-                   "launch, no more than this page's run-to-run noise: the tuning bought nothing measurable in this "
-                   "run."))
+                   "launch, the least gap this page calls faster: the tuning bought nothing measurable in this run."))
     if "Helion" in names:
         alike = results["Helion: config"] == results["model: config"]
         slower = (100 * (1 - gbs.Helion / gbs.model))[alike]
@@ -435,10 +447,18 @@ def reading(results):
         if len(slower):
             text.append(f"At {', '.join(point(k) for k in slower.index)} Helion ran the model's own launch (the same "
                         f"rows a tile and warps) {span(slower)}% slower than the model's: "
-                        "there the gap is the code Helion generates, not the launch.")
+                        "the same tile, so the gap lies in what else its config sets (loads' eviction, stages, "
+                        "indexing) or in the code it generates.")
         text.append(f"Helion's first call took {results['Helion: first call s'].min():.3g}-"
                     f"{results['Helion: first call s'].max():.3g} s a point: its compile at a stored config, or its "
                     "autotuning where none was stored (the Helion line above says which).")
+        tuned = results.get("Helion: tuned s", pd.Series(dtype=float)).dropna()
+        tried = span(results["autotuner: configs tried"])
+        text.append(f"Its stored configs came from its own search on this GPU ahead of the build (effort quick): "
+                    f"{tuned.min():.3g}-{tuned.max():.3g} s a point at the {len(tuned)} of {len(results)} points "
+                    f"whose time was stored with it ({tuned.sum():.3g} s in all), against the autotuner's "
+                    f"{extra.min():.3g}-{extra.max():.3g} s over {tried} configs." if len(tuned) else
+                    "Where its configs were tuned ahead of the build, their search time was not stored with them.")
     return "\n".join(text)
 
 def model_pick(n_cols, element_size, tile_bytes, per_thread):
@@ -541,8 +561,11 @@ def environment_card():
 # Three launches, measured
 # ------------------------
 # Each point's GB/s and % of the copy for each way: the model's config beside the autotuner's pick, its configs tried
-# and tuning time (first call); Helion's config (its own space) and first call. Past 100%: the copy runs without a CUDA
-# graph, each way in one; the autotuner's pick, timed by it without one, may run slower here, within ``NOISE``.
+# and its first call (the tuning, each config compiled and timed); Helion's config (from its own space, searched on
+# this GPU ahead of the build), that search's seconds where they were stored with it, and its first call. Past 100%:
+# the copy is timed without a CUDA graph, each way through one. The autotuner timed its configs without one, so here
+# its pick may trail another config it tried by up to ``NOISE``. Every point moves M x N = 2^26 elements, several
+# waves of programs or more at every launch: this page does not measure fewer rows than fill the GPU.
 
 results, tuning = sweep(ways())
 table = summary(results)
