@@ -579,6 +579,61 @@ def test_a_page_that_times_again_at_once_keeps_the_turn(tmp_path, monkeypatch):
     assert kept[0] >= 20 and kept[1] == 0, kept
 
 
+def _page_that_checks(turn, log, role, yields):
+    """'checks': one code block of 60 steps of 0.01 s of work, each ended by a sync (``Tensor.item``), with the syncs
+    wrapped where ``yields``; 'timer': once that block has begun, 8 code blocks each holding a timer of 0.02 s.
+    Returns the times the page let a waiting timer go first."""
+    import torch
+
+    os.environ["SOL_GPU_TURN"] = turn
+    if yields:
+        assert sol_build.yield_at_syncs() == list(sol_build.SYNCS)
+    if role == "checks":
+
+        def block():
+            for _ in range(60):
+                _on_the_gpu(log, 0.01, "checks work")
+                torch.zeros(1).item()
+
+        sol_build.gpu_turn(block, timer=False)()
+    else:
+        for _ in range(1000):  # until the block has begun (its first step logged), at most 5 s
+            if os.path.exists(log) and "checks work" in open(log).read():
+                break
+            time.sleep(0.005)
+        for _ in range(8):
+            sol_build.gpu_turn(lambda: sol_build.gpu_turn(_on_the_gpu)(log, 0.02, "timer"), timer=False)()
+    return sol_build._turn["yielded"]
+
+
+@pytest.mark.parametrize("yields", [True, False])
+def test_a_block_that_syncs_lets_a_waiting_timer_go_first(tmp_path, yields):
+    """A block of many synced steps (a check) beside a page that times: with its syncs wrapped (``SOL_YIELD=1``) the
+    timers run between its steps, all before its last (else they wait out the whole 0.6 s block); nothing of the
+    block runs beside a timer either way."""
+    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
+    begun = time.time()
+    children = [sol_build.start_child(_page_that_checks, turn, log, role, yields) for role in ("checks", "timer")]
+    yielded = []
+    for pid, fd in children:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+        yielded.append(sol_build.finish_child(data, os.waitpid(pid, 0)[1]))
+    spans = collections.defaultdict(list)
+    for line in open(log).read().splitlines():
+        *name, start, end = line.split()
+        spans[" ".join(name)].append((float(start), float(end)))
+    assert len(spans["timer"]) == 8 and len(spans["checks work"]) == 60, dict(spans)
+    clashes = [(t, w) for t in spans["timer"] for w in spans["checks work"] if t[0] < w[1] and w[0] < t[1]]
+    assert not clashes, f"the block ran beside a timer: {clashes}"
+    timers, steps = spans["timer"], spans["checks work"]
+    if yields:  # the timers ran between the block's steps, all before its last
+        assert yielded[0] >= 1 and yielded[1] == 0, yielded
+        assert timers[-1][1] <= steps[-1][0], f"the last timer ended at {timers[-1][1] - begun:.2f} s, after the block"
+    else:  # every timer waited for the whole block
+        assert yielded == [0, 0] and timers[0][0] >= steps[-1][1], (yielded, timers[0][0] - begun, steps[-1][1] - begun)
+
+
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):
     root = _gallery(tmp_path)
     (root / "die").write_text("")
