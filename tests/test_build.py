@@ -526,6 +526,23 @@ def test_timers_asked_for_meanwhile_run_back_to_back_before_a_block_takes_the_tu
     assert spans["its work after"][0] >= spans["second"][1], f"the block took the turn between timers: {spans}"
 
 
+def _pages_side_by_side(page, tmp_path, roles, *args):
+    """page(turn, log, role, *args) in a child process for each role, all at once on one turn: what each returned,
+    and the spans they logged by name."""
+    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
+    children = [sol_build.start_child(page, turn, log, role, *args) for role in roles]
+    returned = []
+    for pid, fd in children:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+        returned.append(sol_build.finish_child(data, os.waitpid(pid, 0)[1]))
+    spans = collections.defaultdict(list)
+    for line in open(log).read().splitlines():
+        *name, start, end = line.split()
+        spans[" ".join(name)].append((float(start), float(end)))
+    return returned, spans
+
+
 def _page_that_times_often(turn, log, role):
     """'often': a code block of 30 timers of 0.02 s, each right after the last (nothing between them), then 0.2 s of
     work; 'blocks': from 0.1 s on, 8 code blocks of 0.2 s of work each, a timer of 0.02 s after each but the last.
@@ -558,17 +575,7 @@ def test_a_page_that_times_again_at_once_keeps_the_turn(tmp_path, monkeypatch):
     take about 0.6 s, not a block's wait each (1.6 s or more: the other page's 8 blocks one after another). Nothing
     of another page runs beside a timer, the page's blocks let the lock go at their ends, and a page whose timers
     come 0.2 s apart keeps nothing."""
-    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
-    children = [sol_build.start_child(_page_that_times_often, turn, log, role) for role in ("often", "blocks")]
-    kept = []
-    for pid, fd in children:
-        with os.fdopen(fd, "rb") as pipe:
-            data = pipe.read()
-        kept.append(sol_build.finish_child(data, os.waitpid(pid, 0)[1]))
-    spans = collections.defaultdict(list)
-    for line in open(log).read().splitlines():
-        *name, start, end = line.split()
-        spans[" ".join(name)].append((float(start), float(end)))
+    kept, spans = _pages_side_by_side(_page_that_times_often, tmp_path, ("often", "blocks"))
     for timer in ("often timer", "blocks timer"):
         other = [s for name, ss in spans.items() if name.split()[0] != timer.split()[0] for s in ss]
         clashes = [(t, s) for t in spans[timer] for s in other if t[0] < s[1] and s[0] < t[1]]
@@ -611,18 +618,8 @@ def test_a_block_that_syncs_lets_a_waiting_timer_go_first(tmp_path, yields):
     """A block of many synced steps (a check) beside a page that times: with its syncs wrapped (``SOL_YIELD=1``) the
     timers run between its steps, all before its last (else they wait out the whole 0.6 s block); nothing of the
     block runs beside a timer either way."""
-    turn, log = str(tmp_path / "turn"), str(tmp_path / "log")
     begun = time.time()
-    children = [sol_build.start_child(_page_that_checks, turn, log, role, yields) for role in ("checks", "timer")]
-    yielded = []
-    for pid, fd in children:
-        with os.fdopen(fd, "rb") as pipe:
-            data = pipe.read()
-        yielded.append(sol_build.finish_child(data, os.waitpid(pid, 0)[1]))
-    spans = collections.defaultdict(list)
-    for line in open(log).read().splitlines():
-        *name, start, end = line.split()
-        spans[" ".join(name)].append((float(start), float(end)))
+    yielded, spans = _pages_side_by_side(_page_that_checks, tmp_path, ("checks", "timer"), yields)
     assert len(spans["timer"]) == 8 and len(spans["checks work"]) == 60, dict(spans)
     clashes = [(t, w) for t in spans["timer"] for w in spans["checks work"] if t[0] < w[1] and w[0] < t[1]]
     assert not clashes, f"the block ran beside a timer: {clashes}"
