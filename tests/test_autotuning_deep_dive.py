@@ -332,11 +332,11 @@ def test_helions_search_time_is_read_from_the_stored_configs_and_reported(on_a_g
 
     results, _ = made_up_sweep(page, (8192, 64))
     text = page["reading"](results)  # no column: no time stored
-    assert "their search time was not stored with them" in text and "nan" not in text.lower(), text
+    assert "search's time was not stored with its configs" in text and "nan" not in text.lower(), text
     results["Helion: tuned s"] = [seconds.get(key, math.nan) for key in results.index]
     assert ("Helion", "tuned s") in page["summary"](results).data
     text = page["reading"](results)
-    assert f"12.5-30 s a point at the 2 of {len(results)} points whose time was stored with it (42.5 s in all)" in text
+    assert f"took 12.5-30 s a point at the 2 of {len(results)} points whose time was stored (42.5 s in all)" in text
     assert "nan" not in text.lower(), text
 
 

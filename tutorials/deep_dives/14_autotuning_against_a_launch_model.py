@@ -100,15 +100,14 @@ def model_softmax(x):
 # options such as ``num_warps``; the caller passes the rest (here ``BLOCK_N``, fixed by the row) and the grid as a
 # function of the config. ``prune_configs_by={"early_config_prune": ...}`` drops configs before any is compiled.
 #
-# The space is the model's own, and a little more: ``BLOCK_M`` over the powers of two from 1 to 16. That holds every
-# pick the model makes at rows of 256 or more on a GPU whose ``min_tile_bytes()`` is at most 8 KB (16 rows of 256
-# 16-bit values; the table below gives this GPU's picks), and packs more rows than the model where its tile is smaller.
-# ``num_warps`` runs over the model's clamp (4 to 32) and the two powers below it, which the model never picks (one
-# warp reduces its rows in registers: no shared memory, no barrier between warps). Pruned, at each row length, to
-# the tiles of at most ``MAX_FUSED_N`` elements, the largest tile the model ever launches, and to at most 4 x
-# ``BYTES_PER_THREAD`` bytes a thread (past that a thread's values crowd its 255 registers). The autotuner may pack more
-# rows than the model or fewer, and give them more warps or fewer. On a GPU it times each config with Triton's
-# benchmarker (the median of many runs); under the interpreter each config runs once on the CPU's wall clock.
+# The space is the model's own, and a little more: ``BLOCK_M`` from 1 to 16 (powers of two) holds every pick the
+# model makes at rows of 256 or more where ``min_tile_bytes()`` is at most 8 KB (the table below gives this GPU's),
+# and more rows where it is less; ``num_warps`` runs over the model's clamp (4 to 32) and the two powers below it,
+# which the model never picks (one warp reduces its rows in registers: no shared memory, no barrier between warps).
+# Pruned, at each row length, to tiles of at most ``MAX_FUSED_N`` elements, the largest the model launches, and to
+# at most 4 x ``BYTES_PER_THREAD`` bytes a thread (past that its values crowd its 255 registers). On a GPU the
+# autotuner times each config with Triton's benchmarker (the median of many runs); under the interpreter, once on
+# the CPU's wall clock.
 
 WARPS = [1, 2, 4, 8, 16, 32]  # _fused_config's clamp (4 to 32), and below it
 BLOCK_MS = [1, 2, 4, 8, 16]  # rows of 256 or more in a tile
@@ -189,38 +188,32 @@ errors.style.format({"model": "{:.1e}", "autotuner": "{:.1e}"}).hide(axis="index
 # %%
 # Appendix: how this page measures
 # --------------------------------
-# At each point (dtype, N; :math:`M N = 2^{26}` elements on a GPU) the page makes a tensor, times a copy of it (the
-# speed of light, timed without a CUDA graph: CUDA may make a captured copy a slower copy-engine transfer), and runs
-# each way once on a wall clock, its *first call*: the model's compiles one kernel; the autotuner's compiles and
-# times every config of its space (the model's was compiled already), its *tuning*; Helion's compiles its kernel at
-# the config stored for this GPU, or autotunes where none is stored. Each result is checked against float64; then
-# :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call. GB/s counts the
-# bytes a perfect kernel moves: :math:`x` read and :math:`y` written. The autotuner keeps its own timing of every
-# config it tried (``configs_timings``, without a graph): the last section reads the model against those. Triton
-# keeps what it compiles on disk (``~/.triton/cache``): where an earlier run compiled the configs (the site's build
-# compiles every page once before it times them), the tuning time is the timing alone; a first run adds each compile.
+# At each point (dtype, N; :math:`M N = 2^{26}` elements on a GPU) the page times a copy of the tensor (the speed of
+# light, without a CUDA graph: CUDA may make a captured copy a slower copy-engine transfer) and runs each way once on
+# a wall clock, its *first call*: the model's compiles one kernel; the autotuner's compiles and times every config of
+# its space, its *tuning*; Helion's compiles at its stored config, or autotunes. Each result is checked against
+# float64; then :func:`triton.testing.do_bench` (median, L2 flushed) times replays of a CUDA graph of each call. GB/s
+# counts :math:`x` read and :math:`y` written. The autotuner keeps its timing of every config it tried
+# (``configs_timings``, without a graph): the last section reads the model against those. Where an earlier run left
+# the configs in Triton's cache (the site's build compiles every page first), the tuning is the timing alone.
 #
-# Helion, where installed, is a kernel written in PyTorch ops on a tile of rows (the core page's ``helion_softmax``),
-# which Helion compiles to Triton. On a GPU it runs at the config that ``dev/helion_tune.py`` tuned for the core
-# page's points (the same kernel, shapes and dtypes) where the build names the file that holds them, read by the
-# core page's ``helion_tuned``, and autotunes (effort "quick") where none is stored; without a GPU, in Helion's
-# reference mode (eager PyTorch), which checks its values and times nothing.
+# Helion, where installed, is the core page's ``helion_softmax`` (PyTorch ops on a tile of rows, compiled to Triton),
+# run at the configs its own search found for the core page's points on this GPU (``helion_tuned``), autotuning where
+# none is stored; without a GPU, in Helion's reference mode (eager PyTorch), which checks its values and times nothing.
 
 # %%
-import importlib.metadata, importlib.util, json, subprocess
+import importlib.metadata, importlib.util, json, pathlib, subprocess
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
 
 def load_helion():
     """Helion's module, or None (no column), saying why in one line."""
-    if importlib.util.find_spec("helion") is None:
-        return print("Helion: not measured here (not installed).")
+    why = "not installed" if importlib.util.find_spec("helion") is None else ""
     try:
-        import helion
+        return print(f"Helion: not measured here ({why}).") if why else importlib.import_module("helion")
     except Exception as err:  # installed, yet it does not load here
-        return print(f"Helion: not measured here ({' '.join(f'{type(err).__name__}: {err}'.split())[:100]}).")
-    return helion
+        print(f"Helion: not measured here ({' '.join(f'{type(err).__name__}: {err}'.split())[:100]}).")
 
 helion = load_helion()
 if helion:  # a tile of rows a program, as step 1; Helion picks the tile, warps and loads
@@ -268,14 +261,11 @@ def helion_tuned(kernel, op, points):
     return run
 
 def helion_search_seconds(op):
-    """{(dtype, N): seconds} that Helion's own search took at each point where its config was tuned on this GPU
-    ahead of the build and its time stored with it (the file helion_tuned reads)."""
-    path = os.environ.get("SOL_HELION_CONFIGS", "")
-    if not os.path.isfile(path):
-        return {}
-    with open(path) as f:
-        stored = json.load(f).get(WHERE, {}).get("configs", {}).get(op, {})
-    return {(t, int(n)): r["seconds"] for t, by_n in stored.items() for n, r in by_n.items() if r.get("seconds")}
+    """{(dtype, N): seconds} of Helion's search on this GPU at each point whose time helion_tuned's file stores."""
+    path = pathlib.Path(os.environ.get("SOL_HELION_CONFIGS", ""))
+    entry = json.loads(path.read_text()).get(WHERE, {}) if path.is_file() else {}
+    return {(t, int(n)): r["seconds"] for t, by_n in entry.get("configs", {}).get(op, {}).items()
+            for n, r in by_n.items() if r.get("seconds")}
 
 def ways():
     """Way -> softmax(x) along the rows: the model's launch, the autotuner's, Helion's where it runs."""
@@ -306,12 +296,11 @@ def bench(fn, graph=True):
 
 def first_call(fn):
     """(fn()'s result, its wall-clock seconds, the GPU's work included)."""
-    if ON_GPU:
-        torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if ON_GPU else lambda: None
+    sync()
     start = time.perf_counter()
     out = fn()
-    if ON_GPU:
-        torch.cuda.synchronize()
+    sync()
     return out, time.perf_counter() - start
 
 def helion_config(x, block_n):
@@ -453,12 +442,9 @@ def reading(results):
                     f"{results['Helion: first call s'].max():.3g} s a point: its compile at a stored config, or its "
                     "autotuning where none was stored (the Helion line above says which).")
         tuned = results.get("Helion: tuned s", pd.Series(dtype=float)).dropna()
-        tried = span(results["autotuner: configs tried"])
-        text.append(f"Its stored configs came from its own search on this GPU ahead of the build (effort quick): "
-                    f"{tuned.min():.3g}-{tuned.max():.3g} s a point at the {len(tuned)} of {len(results)} points "
-                    f"whose time was stored with it ({tuned.sum():.3g} s in all), against the autotuner's "
-                    f"{extra.min():.3g}-{extra.max():.3g} s over {tried} configs." if len(tuned) else
-                    "Where its configs were tuned ahead of the build, their search time was not stored with them.")
+        text.append(f"Its search (effort quick, ahead of the build) took {tuned.min():.3g}-{tuned.max():.3g} s a point "
+                    f"at the {len(tuned)} of {len(results)} points whose time was stored ({tuned.sum():.3g} s in all)."
+                    if len(tuned) else "Its search's time was not stored with its configs.")
     return "\n".join(text)
 
 def model_pick(n_cols, element_size, tile_bytes, per_thread):
@@ -560,12 +546,10 @@ def environment_card():
 # %%
 # Three launches, measured
 # ------------------------
-# Each point's GB/s and % of the copy for each way: the model's config beside the autotuner's pick, its configs tried
-# and its first call (the tuning, each config compiled and timed); Helion's config (from its own space, searched on
-# this GPU ahead of the build), that search's seconds where they were stored with it, and its first call. Past 100%:
-# the copy is timed without a CUDA graph, each way through one. The autotuner timed its configs without one, so here
-# its pick may trail another config it tried by up to ``NOISE``. Every point moves M x N = 2^26 elements, several
-# waves of programs or more at every launch: this page does not measure fewer rows than fill the GPU.
+# Each way's config, GB/s, % of the copy and first call (the autotuner's: its tuning); Helion's search time, where
+# stored. Past 100%: the copy is timed without a CUDA graph, each way through one; the autotuner timed its configs
+# without one, so its pick may trail another it tried by up to ``NOISE``. Every point moves 2^26 elements, waves of
+# programs at every launch: fewer rows than fill the GPU are not measured here.
 
 results, tuning = sweep(ways())
 table = summary(results)
@@ -586,26 +570,21 @@ print(reading(results) if ON_GPU else NO_SPEED)
 # Making the model choose what the autotuner chose
 # ------------------------------------------------
 # The two picks meet in the model's terms. A config's *tile* is ``BLOCK_M`` x ``BLOCK_N`` elements: the model's is
-# ``min_tile_bytes()`` for short rows and one row past it, so an autotuner's pick of a bigger tile at short rows says
-# the SM needs more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them); a pick of one
-# row where the model packs several says it needs fewer. Its *bytes a thread* are the tile's bytes over
-# ``32 * num_warps`` threads: the model gives each thread at most ``BYTES_PER_THREAD``. The autotuner timed every config
-# of the space, the model's included, so it also says what the model's choice costs at each point: below, its time over
-# the best config's and its rank.
+# ``min_tile_bytes()`` for short rows and one row past it, so a pick of a bigger tile at short rows says the SM needs
+# more bytes in flight than bandwidth x ``LATENCY`` / SMs (a longer ``LATENCY`` gives them); a pick of one row where
+# the model packs several says it needs fewer. Its *bytes a thread* are the tile's bytes over ``32 * num_warps``
+# threads: the model gives each at most ``BYTES_PER_THREAD``. The autotuner timed every config, the model's included,
+# so it also says what the model's choice costs at each point: below, its time over the best config's and its rank.
 #
 # Changing the numbers: try every pair of tile bytes and bytes a thread (powers of two) whose picks lie in the
 # space, score each by the autotuner's own timings of the configs it would pick, and keep the best. One pair for
 # every row length and both dtypes is the point of a model: where no pair comes close, the model lacks a term (the
 # dtype, the row's length), not a number.
 
-if ON_GPU:
-    comparison = implied(results, tuning)
-    print(adjusting(comparison, refit(tuning)))
-    comparison = comparison.style.format({"model: time / best": "{:.3f}x", "model: tile": "{:,}", "pick: tile": "{:,}"})
-else:
-    print(NO_SPEED)
-    comparison = None
-comparison
+comparison = implied(results, tuning) if ON_GPU else None
+print(adjusting(comparison, refit(tuning)) if ON_GPU else NO_SPEED)
+comparison if comparison is None else comparison.style.format(
+    {"model: time / best": "{:.3f}x", "model: tile": "{:,}", "pick: tile": "{:,}"})
 
 # %%
 # Going further
@@ -619,8 +598,6 @@ comparison
 # * Where a model and an autotuner disagree the model can also be missing a term: deep dive 13
 #   (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`) reads the compiled kernel (registers, programs an
 #   SM) that such a term would come from.
-# * Triton's ``triton.autotune`` (``key``, ``prune_configs_by``, ``cache_results``) and Helion's autotuner
-#   (``autotune_effort``) are documented with their projects.
 #
 # Where this page was made
 # ------------------------
