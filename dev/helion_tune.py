@@ -16,16 +16,18 @@ as the page sets them on a GPU).
     python3 dev/helion_tune.py backward --n 4096 8192  # only these N of the ops whose name holds "backward"
 
 The file: {GPU name (torch.cuda.get_device_name): {"helion": version, "torch": ..., "triton": ..., "tuned": date,
-"configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ..., "seconds": ...}}}},
+"configs": {op: {dtype: {N: {"config": helion.Config's fields, "effort": ..., "seconds": ..., "tested": ...}}}},
 "untuned": {op: {dtype: {N: {"why": ..., "effort": ..., "seconds": ...}}}}}}: a point whose search stored no config
 says why. It is written after every point, so a run cut short keeps what it tuned, and a later run goes on from there
 (a point it left untuned is searched again). A GPU's configs from another Helion version are dropped (a config names
-the options of the version that made it). Each tuned config is checked against torch in float64 before it is stored.
+the options of the version that made it). Each tuned config is checked against torch in float64 before it is stored,
+with the search's wall time and how many configs it tested (the size of the search, as Helion's metrics count it).
 Helion's own autotune cache is neither read nor written (HELION_SKIP_CACHE).
 """
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -218,9 +220,12 @@ def read_store(path):
     return json.loads(pathlib.Path(path).read_text(encoding="utf-8")) if pathlib.Path(path).is_file() else {}
 
 
-def store_config(path, gpu, op, dtype, n, config, effort, versions, seconds):
-    """Add one point's config to the file at path (written whole, atomically): the writer the pages read."""
+def store_config(path, gpu, op, dtype, n, config, effort, versions, seconds, tested=None):
+    """Add one point's config to the file at path (written whole, atomically): the writer the pages read. tested: how
+    many configs the search tested, where Helion counted them."""
     record = {"config": json.loads(config.to_json()), "effort": effort, "seconds": round(seconds, 1)}
+    if tested:
+        record["tested"] = tested
     _store_point(path, gpu, op, dtype, n, versions, "configs", record)
 
 
@@ -260,6 +265,20 @@ def stored_points(path, gpu, op, helion_version):
     if entry.get("helion") != helion_version:
         return set()
     return {(t, int(n)) for t, by_n in entry.get("configs", {}).get(op, {}).items() for n in by_n}
+
+
+@contextlib.contextmanager
+def counting_searches():
+    """Within it, a list that gets how many configs each of Helion's searches tested (its post-autotune hook)."""
+    from helion.autotuner import metrics
+
+    tested = []
+    hook = lambda done: tested.append(done.num_configs_tested)  # noqa: E731
+    metrics.register_post_autotune_hook(hook)
+    try:
+        yield tested
+    finally:
+        metrics.remove_post_autotune_hook(hook)
 
 
 def autotune(kernel, args, effort, seconds=None):
@@ -341,7 +360,8 @@ def main(argv=None):
                 print(f"{op} {dtype} {m}x{n}: {why}; not stored", flush=True)
 
             try:
-                config = autotune(kernel, args, options.effort, options.seconds)
+                with counting_searches() as tested:
+                    config = autotune(kernel, args, options.effort, options.seconds)
             except helion.exc.NoConfigFound:  # every config it tried failed to compile or to run
                 untuned("Helion's search found no working config")
                 continue
@@ -355,8 +375,11 @@ def main(argv=None):
             except AssertionError as failed:  # the search's pick is wrong by more than the page allows
                 untuned(f"its pick failed the float64 check: {failed}")
                 continue
-            store_config(options.store, gpu, op, dtype, n, config, effort, found, seconds)
-            print(f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {seconds:.0f} s)", flush=True)
+            store_config(options.store, gpu, op, dtype, n, config, effort, found, seconds, sum(tested))
+            print(
+                f"{op} {dtype} {m}x{n}: {config} (error {error:.1e}, {seconds:.0f} s, {sum(tested)} configs tested)",
+                flush=True,
+            )
     print(f"{options.store}: configs for {gpu}, {time.monotonic() - start:.0f} s")
     return 0
 

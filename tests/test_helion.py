@@ -307,12 +307,17 @@ def not_the_default(kernel, args):
 @needs_helion
 def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkeypatch, on_meta):
     """dev/helion_tune.py's run: every op's every point stored under this GPU's name, each at the config its autotuner
-    returned; a second run tunes nothing, --force all again; another Helion's configs are replaced."""
+    returned and the number of configs its searches tested (as Helion's metrics hook reports them); a second run tunes
+    nothing, --force all again; another Helion's configs are replaced."""
+    from helion.autotuner import metrics
+
     store, tuned = tmp_path / "configs.json", []
 
     def autotune(kernel, args, effort, seconds=None):
         assert seconds in (None, 7)
         tuned.append((str(args[0].dtype)[6:], args[0].shape[1]))
+        for count in (args[0].shape[1] // 100, 3):  # two searches, as a search in stages reports them
+            metrics._run_post_autotune_hooks(metrics.AutotuneMetrics(num_configs_tested=count))
         return not_the_default(kernel, args)
 
     monkeypatch.setattr(helion_tune, "autotune", autotune)
@@ -327,6 +332,11 @@ def test_the_tool_tunes_each_point_once_and_keeps_what_it_tuned(tmp_path, monkey
     }
     stored = [p for c in entry["configs"].values() for by_n in c.values() for p in by_n.values()]
     assert all(p["effort"] == "quick, cut at 7 s" and p["seconds"] >= 0 for p in stored)
+    assert sorted(p["tested"] for by_n in entry["configs"]["softmax forward"].values() for p in by_n.values()) == [
+        5,
+        13,
+    ]
+    assert not metrics._post_autotune_hooks, "the tool left its hook in Helion"
     assert len(tuned) == 2 * len(OPS)
     helion_tune.main(["--store", str(store)])
     assert len(tuned) == 2 * len(OPS), "stored points were tuned again"
