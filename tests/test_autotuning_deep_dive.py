@@ -306,15 +306,15 @@ def test_a_gpus_run_counts_only_gains_past_its_noise_and_names_helions_code_wher
 
 
 def test_helions_search_time_is_read_from_the_stored_configs_and_reported(on_a_gpu, tmp_path, monkeypatch):
-    """Helion's stored configs carry their search's seconds where dev/helion_tune.py recorded them: the page reads
-    them for this GPU and op only, shows them as a column, and the reading gives their span and sum beside the
-    autotuner's; where none was stored it says so, with no NaN."""
+    """Helion's stored configs carry their search's seconds and configs tested where dev/helion_tune.py recorded
+    them: the page reads them for this GPU and op only, shows them as columns, and the reading gives their span and
+    sum beside the autotuner's; where none was stored it says so, with no NaN."""
     page = on_a_gpu
     store = {
         page["WHERE"]: {
             "configs": {
                 "softmax forward": {
-                    "float32": {"256": {"config": {}, "seconds": 12.5}, "1024": {"config": {}}},
+                    "float32": {"256": {"config": {}, "seconds": 12.5, "tested": 80}, "1024": {"config": {}}},
                     "bfloat16": {"4096": {"config": {}, "seconds": 30.0}},
                 },
                 "softmax backward": {"float32": {"512": {"config": {}, "seconds": 99.0}}},
@@ -325,18 +325,24 @@ def test_helions_search_time_is_read_from_the_stored_configs_and_reported(on_a_g
     path = tmp_path / "configs.json"
     path.write_text(json.dumps(store))
     monkeypatch.setenv("SOL_HELION_CONFIGS", str(path))
-    seconds = page["helion_search_seconds"]("softmax forward")
-    assert seconds == {("float32", 256): 12.5, ("bfloat16", 4096): 30.0}, seconds
+    searched = page["helion_searches"]("softmax forward")
+    assert searched.keys() == {("float32", 256), ("float32", 1024), ("bfloat16", 4096)}, searched
+    assert searched["float32", 256] == (12.5, 80) and searched["bfloat16", 4096][0] == 30.0
+    assert all(math.isnan(v) for v in (*searched["float32", 1024], searched["bfloat16", 4096][1]))
     monkeypatch.setenv("SOL_HELION_CONFIGS", str(tmp_path / "absent.json"))
-    assert page["helion_search_seconds"]("softmax forward") == {}
+    assert page["helion_searches"]("softmax forward") == {}
 
     results, _ = made_up_sweep(page, (8192, 64))
     text = page["reading"](results)  # no column: no time stored
     assert "search's time was not stored with its configs" in text and "nan" not in text.lower(), text
-    results["Helion: tuned s"] = [seconds.get(key, math.nan) for key in results.index]
-    assert ("Helion", "tuned s") in page["summary"](results).data
+    for i, column in enumerate(("tuned s", "configs tested")):
+        results[f"Helion: {column}"] = [searched.get(key, (math.nan, math.nan))[i] for key in results.index]
+    assert {("Helion", "tuned s"), ("Helion", "configs tested")} <= set(page["summary"](results).data)
     text = page["reading"](results)
+    tried = results["autotuner: configs tried"]
     assert f"took 12.5-30 s a point at the 2 of {len(results)} points whose time was stored (42.5 s in all)" in text
+    span = f"{tried.min()}" + (f"-{tried.max()}" if tried.max() > tried.min() else "")
+    assert f"and tested 80 configs a point (80 in all; the autotuner tried {span})." in text, text
     assert "nan" not in text.lower(), text
 
 

@@ -122,6 +122,7 @@ def test_what_a_page_writes_the_build_reads(tmp_path):
         (lambda t: t.assign(**{"ours, % of light": "fast"}), r"'ours, % of light' holds something other than numbers"),
         (lambda t: t.reset_index(drop=True), r"no column 'direction', 'dtype', 'N'"),
         (lambda t: t.assign(extra=1.0), r"column 'extra' is none of"),
+        (lambda t: t.assign(**{"ours / Helion": "slow"}), r"'ours / Helion' holds something other than numbers"),
     ],
 )
 def test_a_file_that_breaks_the_contract_is_named(tmp_path, change, message):
@@ -325,6 +326,36 @@ def test_a_row_misses_the_targets_it_falls_short_of():
         "11_not_run": [],
     }
     assert sol_results.missed_targets("11_no_peer", rows_of(results)["11_no_peer", "backward, float32"]) == []
+
+
+def test_a_row_under_helions_target_misses_it_wherever_it_ran(tmp_path):
+    """A page that measured Helion writes ours / Helion beside its columns: the build reads it, and a row whose worst
+    point is under 0.98x Helion's kernel misses that target, named with its figure and N, even where every other
+    target is met (Helion slower than a faster peer); points where Helion did not run, and pages without the column,
+    miss nothing of it. The landing page lists such a row with the counters measured at its N."""
+    table = page_table()[[*COLUMNS, "recommended"]].assign(recommended=1, **{"ours, % of light": 97.0})
+    table = table.assign(**{"ours / best peer": 1.01, "ours / Helion": [0.975, NAN, 1.2, 0.99, 1.3, NAN]})
+    table.to_csv(tmp_path / "01_fused_softmax.csv")
+    table.drop(columns="ours / Helion").to_csv(tmp_path / "04_rms_norm.csv")
+    found = sol_results.read_results(tmp_path)
+    assert "ours / Helion" in found["01_fused_softmax"] and "ours / Helion" not in found["04_rms_norm"]
+    rows = rows_of(found)
+    assert sol_results.missed_targets("01_fused_softmax", rows["01_fused_softmax", "forward, float32"]) == [
+        "worst 0.975x Helion's tuned kernel (N = 256), under 0.98x"
+    ]
+    assert sol_results.missed_targets("01_fused_softmax", rows["01_fused_softmax", "backward, float32"]) == []
+    assert sol_results.missed_targets("04_rms_norm", rows["04_rms_norm", "forward, float32"]) == []
+    counters = {"points": [{"page": "01_fused_softmax", "direction": None, "dtype": "float32", "N": 256, "calls": []}]}
+    text = "\n".join(
+        sol_results._misses_section(
+            list(sol_results.page_rows(found, sol_results.recommend(found)[0])),
+            lambda stem: stem,
+            counters,
+            "a test GPU",
+        )
+    )
+    assert "Helion's kernel ran, ours at least 0.98x its speed" in text and "- N = 256: no call measured" in text, text
+    assert "worst 0.975x Helion's tuned kernel (N = 256), under 0.98x" in text, text
 
 
 def test_a_core_page_inside_its_range_has_the_higher_floor():

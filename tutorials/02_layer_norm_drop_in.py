@@ -332,7 +332,7 @@ def bench(fn, graph=True):  # median ms of fn(); without a GPU, NaN: one call, t
     if graph:
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=1, rep=5, return_mode="median")
 def providers():  # name -> fn(x, w, b), ours last
     found = {"naive": naive_layer_norm, "torch": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)}
     if load_peer("torch.compile", "torch._inductor"):  # on a CPU, Inductor would time a C++ compiler

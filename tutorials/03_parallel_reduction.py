@@ -178,7 +178,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=1, rep=5, return_mode="median")
 
 def peer_missing(peer, why):
     """The one wording of a peer this run cannot measure."""

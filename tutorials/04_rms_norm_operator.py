@@ -388,7 +388,7 @@ def bench(fn, graph=True):  # ms; on the CPU, one call's wall clock
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=1, rep=5, return_mode="median")
 
 def tensors(n_cols, dtype):  # x, w, dy and a copy's GB/s
     x = torch.randn(TOTAL_ELEMENTS // n_cols, n_cols, device=DEVICE, dtype=dtype)

@@ -168,14 +168,15 @@ def bench(fn):  # median ms: CUDA-graph replays (GPU), or one call's wall clock 
     captured = torch.cuda.CUDAGraph()
     with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
         fn()
-    return triton.testing.do_bench(captured.replay, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(captured.replay, warmup=1, rep=20, return_mode="median")
 
 def copy_gbs(x):
     """GB/s of a copy of x: the faster of two (no graph: CUDA may pick a slower copy engine there)."""
     out, nbytes = torch.empty_like(x), 2 * x.numel() * x.element_size()
     if not ON_GPU:
         return nbytes / bench(lambda: out.copy_(x)) * 1e-6
-    return max(nbytes / triton.testing.do_bench(lambda: out.copy_(x), return_mode="median") * 1e-6 for _ in range(2))
+    return max(nbytes / triton.testing.do_bench(lambda: out.copy_(x), warmup=1, rep=20, return_mode="median") * 1e-6
+               for _ in range(2))
 
 def reference(x, target, weight):
     """float64: each row's loss, and the gradient of their 'mean'."""

@@ -13,6 +13,8 @@ benchmark sweep, with exactly these columns (any order; an index written by pand
   without a GPU);
 * ``ours / best peer``: our GB/s over the fastest peer's (PyTorch, ``torch.compile``, Liger-Kernel, quack,
   Helion, XLA: whichever ran) at the same point; empty where no peer ran;
+* ``ours / Helion`` (optional: a page that measures Helion's kernel): our GB/s over Helion's tuned kernel's at the
+  same point; empty where Helion did not run;
 * ``recommended``: 1 where the site recommends this page's kernel for this direction, dtype and N, else 0.
   The page reads it from one constant beside its launch parameters, ``RANGE``: {(direction, dtype): the N
   its design is for, a ``range``}. A page that compares designs the site recommends elsewhere
@@ -42,11 +44,11 @@ naming the page recommended there; and a figure of those rows.
 
 Last, the rows of that table that miss a target (``TARGETS``, ``missed_targets``): ours / best peer at the row's worst N
 and its median over the row's N; ours' lowest % of light over the row's N, higher for a core page inside its range
-than for a deep dive or a core page's N past its range. Beside each, what the GPU's hardware counters measured at
-the row's N: ``dev/counters.py`` runs the pages' calls (ours, the peers, a copy kernel as the streaming yardstick)
-under Nsight Compute and stores, per GPU, each call's kernels, time, DRAM bytes, DRAM throughput, achieved
-occupancy and waves (``read_counters`` describes the file, which the build names in ``SOL_COUNTERS``). A GPU for
-which the file holds nothing gets one sentence saying so instead.
+than for a deep dive or a core page's N past its range; ours / Helion at the row's worst N, where Helion ran. Beside
+each, what the GPU's hardware counters measured at the row's N: ``dev/counters.py`` runs the pages' calls (ours, the
+peers, a copy kernel as the streaming yardstick) under Nsight Compute and stores, per GPU, each call's kernels, time,
+DRAM bytes, DRAM throughput, achieved occupancy and waves (``read_counters`` describes the file, which the build
+names in ``SOL_COUNTERS``). A GPU for which the file holds nothing gets one sentence saying so instead.
 
 The build's side (``setup`` below). sphinx-gallery runs the tutorials in its ``builder-inited`` handler;
 before it, ``_ask_for_results`` empties ``<build>/results`` and names it in ``SOL_RESULTS`` (only when
@@ -80,11 +82,13 @@ SIZE = "N"
 METRICS = ("ours, % of light", "ours / best peer")
 FLAG = "recommended"
 COLUMNS = (*KEYS, SIZE, *METRICS, FLAG)
+HELION = "ours / Helion"  # a column a page that measures Helion adds
 OPS = {"1": "softmax", "2": "layer norm", "3": "reduction", "4": "RMSNorm", "5": "RMSNorm in JAX", "6": "cross-entropy"}
 # What a row of the per-page table should reach (missed_targets() names what it does not): ours / best peer at the row's
 # worst N and its median over the row's N; ours' lowest % of light over the row's N, on a core page inside its range
-# ("lowest, core") and on every other row (a deep dive, a core page's N past its range)
-TARGETS = {"worst ratio": 0.97, "median ratio": 1.0, "lowest, core": 93.0, "lowest": 90.0}
+# ("lowest, core") and on every other row (a deep dive, a core page's N past its range); ours / Helion's tuned kernel at
+# the row's worst N where it ran
+TARGETS = {"worst ratio": 0.97, "median ratio": 1.0, "lowest, core": 93.0, "lowest": 90.0, "worst vs Helion": 0.98}
 # pages whose timed calls dev/counters.py cannot profile, and where the page itself says why it misses
 NOT_COUNTED = {
     "62_cross_entropy_vocab_parallel": "not counted: the page times its calls in rank processes of their own, which "
@@ -133,20 +137,20 @@ def _read(path):
             f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results have the columns "
             f"{', '.join(map(repr, COLUMNS))}"
         )
-    unknown = [c for c in frame.columns if c not in COLUMNS]
+    unknown = [c for c in frame.columns if c not in (*COLUMNS, HELION)]
     if unknown:
         raise ValueError(
             f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, COLUMNS))} "
             "(an index without a name? write the summary indexed by direction, dtype and N)"
         )
-    for column in (SIZE, *METRICS, FLAG):
+    for column in (SIZE, *METRICS, FLAG, *[HELION] * (HELION in frame)):
         if not pd.api.types.is_numeric_dtype(frame[column]):
             raise ValueError(f"{path.name}: column {column!r} holds something other than numbers")
     if not frame[FLAG].isin([0, 1]).all():
         raise ValueError(f"{path.name}: column {FLAG!r} holds something other than 1 (recommended here) and 0")
     if frame[[*KEYS, SIZE]].isna().any().any() or frame.duplicated([*KEYS, SIZE]).any():
         raise ValueError(f"{path.name}: each row needs its own direction, dtype and N")
-    return frame[list(COLUMNS)]
+    return frame[list(COLUMNS) + [HELION] * (HELION in frame)]
 
 
 def op_of(stem):
@@ -244,6 +248,9 @@ def summarize(frame, stem="", chosen=None):
                 "sizes": sizes,
                 **_stats(list(zip(points[SIZE].map(_size), points[METRICS[0]], points[METRICS[1]]))),
             }
+            helion = sorted((v, _size(n)) for n, v in zip(points[SIZE], points.get(HELION, [])) if not math.isnan(v))
+            if helion:  # ours / Helion: its worst, where
+                row["worst vs Helion"], row["worst vs Helion at"] = helion[0]
             if past:
                 see = {}
                 for n in (n for n in sizes if (direction, dtype, n) in chosen):
@@ -377,6 +384,12 @@ def missed_targets(stem, row):
         )
     if row["peer points"] and row["median ratio"] < median:
         found.append(f"median {_under(row['median ratio'], median)}x, under {median:g}x")
+    helion = TARGETS["worst vs Helion"]
+    if row.get("worst vs Helion", math.inf) < helion:
+        found.append(
+            f"worst {_under(row['worst vs Helion'], helion)}x Helion's tuned kernel{_at(row['worst vs Helion at'])}, "
+            f"under {helion:g}x"
+        )
     return found
 
 
@@ -386,7 +399,8 @@ def _targets_sentence():
     return (
         f"The targets of a row of the table above: ours / best peer at least {worst:g}x at its worst *N* and "
         f"{median:g}x at the median over its *N*, and ours' lowest % of light over its *N* at least {core:g}% on a "
-        f"core page inside its range, {lowest:g}% on every other row (a deep dive, a core page past its range). A row "
+        f"core page inside its range, {lowest:g}% on every other row (a deep dive, a core page past its range); "
+        f"where Helion's kernel ran, ours at least {TARGETS['worst vs Helion']:g}x its speed at every *N*. A row "
         "where no peer ran has no ratio target; one where ours was not measured, none."
     )
 

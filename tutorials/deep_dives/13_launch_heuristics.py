@@ -305,7 +305,7 @@ def bench(fn, graph=True):
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=1, rep=5, return_mode="median")
 
 
 rows = []

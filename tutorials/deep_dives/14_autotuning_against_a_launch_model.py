@@ -162,9 +162,8 @@ space
 # %%
 # Correctness
 # -----------
-# Both launches against float64, at rows that are not powers of two (relative errors; the autotuner tunes at each
-# new row length and dtype, its ``key``, so every check runs its own pick). Helion's kernel is checked at every point
-# of the sweep below.
+# Both launches against float64 at rows that are not powers of two (relative errors; the autotuner tunes at each
+# row length and dtype, its ``key``, so each check runs its own pick); Helion's at every point of the sweep below.
 
 CHECK_SHAPES = [(33, 257), (5, 3000)]
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # a few roundings (the interpreter's bf16 truncates)
@@ -197,12 +196,11 @@ errors.style.format({"model": "{:.1e}", "autotuner": "{:.1e}"}).hide(axis="index
 # (``configs_timings``, without a graph): the last section reads the model against those. Where an earlier run left
 # the configs in Triton's cache (the site's build compiles every page first), the tuning is the timing alone.
 #
-# Helion, where installed, is the core page's ``helion_softmax`` (PyTorch ops on a tile of rows, compiled to Triton),
-# run at the configs its own search found for the core page's points on this GPU (``helion_tuned``), autotuning where
-# none is stored; without a GPU, in Helion's reference mode (eager PyTorch), which checks its values and times nothing.
+# Helion, where installed, runs the core page's ``helion_softmax`` at the configs its search found for each point on
+# this GPU (``helion_tuned``), autotuning where none is stored; without a GPU, in its reference mode (values only).
 
 # %%
-import importlib.metadata, importlib.util, json, pathlib, subprocess
+import collections, importlib.metadata, importlib.util, json, pathlib, subprocess
 
 NO_SPEED = "No GPU here: this run checks the kernels' values through Triton's interpreter; it measures no speed."
 TOTAL_ELEMENTS = 2**26 if ON_GPU else 2**15
@@ -260,12 +258,13 @@ def helion_tuned(kernel, op, points):
         return bound(*args)
     return run
 
-def helion_search_seconds(op):
-    """{(dtype, N): seconds} of Helion's search on this GPU at each point whose time helion_tuned's file stores."""
+def helion_searches(op):
+    """{(dtype, N): (seconds, configs tested)} of Helion's searches on this GPU, from helion_tuned's file; else NaN."""
     path = pathlib.Path(os.environ.get("SOL_HELION_CONFIGS", ""))
     entry = json.loads(path.read_text()).get(WHERE, {}) if path.is_file() else {}
-    return {(t, int(n)): r["seconds"] for t, by_n in entry.get("configs", {}).get(op, {}).items()
-            for n, r in by_n.items() if r.get("seconds")}
+    return collections.defaultdict(lambda: (math.nan, math.nan), {
+        (t, int(n)): (r.get("seconds", math.nan), r.get("tested", math.nan))
+        for t, by_n in entry.get("configs", {}).get(op, {}).items() for n, r in by_n.items()})
 
 def ways():
     """Way -> softmax(x) along the rows: the model's launch, the autotuner's, Helion's where it runs."""
@@ -292,7 +291,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=1, rep=5, return_mode="median")
 
 def first_call(fn):
     """(fn()'s result, its wall-clock seconds, the GPU's work included)."""
@@ -311,7 +310,7 @@ def helion_config(x, block_n):
 def sweep(fns):
     """Per point: each way's config, first call, error against float64 and GB/s next to a copy's; and the
     autotuner's timing of every config it tried, {(dtype, N): {(BLOCK_M, num_warps): ms}}."""
-    records, tuning, searched = [], {}, helion_search_seconds("softmax forward")
+    records, tuning, searched = [], {}, helion_searches("softmax forward")
     autotuned.cache.clear()  # every point tunes here, whatever ran before
     for dtype in SWEEP_DTYPES:
         for n_cols in SWEEP_N:
@@ -342,7 +341,7 @@ def sweep(fns):
                                                     else t for c, t in autotuned.configs_timings.items()}
                 else:
                     row["Helion: config"] = helion_config(x, block_n)
-                    row["Helion: tuned s"] = searched.get((row["dtype"], n_cols), math.nan)
+                    row["Helion: tuned s"], row["Helion: configs tested"] = searched[row["dtype"], n_cols]
             records.append(row)
             del x, out
     return pd.DataFrame(records).set_index(["dtype", "N"]), tuning
@@ -358,8 +357,8 @@ def summary(results):
         columns = ["copy: GB/s", "model: config", "model: GB/s", "model: % of light", "autotuner: config",
                    "autotuner: GB/s", "autotuner: % of light", "autotuner: configs tried", "autotuner: first call s"]
         if "Helion: GB/s" in results:
-            columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "tuned s", "first call s")
-                        if f"Helion: {c}" in results]
+            columns += [f"Helion: {c}" for c in ("config", "GB/s", "% of light", "tuned s", "configs tested",
+                                                 "first call s") if f"Helion: {c}" in results]
         shown = results[columns]
     shown = shown.set_axis(pd.MultiIndex.from_tuples([tuple(c.split(": ")) for c in shown.columns]), axis=1)
     fmt = {c: "{:,.0f}" if c[1] == "GB/s" else "{:.3g}%" if c[1] == "% of light" else "{:.3g}"
@@ -388,8 +387,8 @@ def plot(results):
 def point(key):
     return f"{key[0]} N = {key[1]}"
 
-def span(values):  # "2.1-7.9", or "7.9" for one value
-    low, high = f"{values.min():.2g}", f"{values.max():.2g}"
+def span(values, digits=".2g"):  # "2.1-7.9", or "7.9" for one value
+    low, high = f"{values.min():{digits}}", f"{values.max():{digits}}"
     return low if low == high else f"{low}-{high}"
 
 LABEL = {"model": "the model's launch", "autotuner": "the autotuner's", "Helion": "Helion's"}
@@ -441,9 +440,11 @@ def reading(results):
         text.append(f"Helion's first call took {results['Helion: first call s'].min():.3g}-"
                     f"{results['Helion: first call s'].max():.3g} s a point: its compile at a stored config, or its "
                     "autotuning where none was stored (the Helion line above says which).")
-        tuned = results.get("Helion: tuned s", pd.Series(dtype=float)).dropna()
+        tuned, tested = (results.get(f"Helion: {c}", pd.Series()).dropna() for c in ("tuned s", "configs tested"))
         text.append(f"Its search (effort quick, ahead of the build) took {tuned.min():.3g}-{tuned.max():.3g} s a point "
-                    f"at the {len(tuned)} of {len(results)} points whose time was stored ({tuned.sum():.3g} s in all)."
+                    f"at the {len(tuned)} of {len(results)} points whose time was stored ({tuned.sum():.3g} s in all)"
+                    + (f" and tested {span(tested, '.0f')} configs a point ({tested.sum():.0f} in all; the autotuner "
+                       f"tried {span(results['autotuner: configs tried'], '.0f')})" if len(tested) else "") + "."
                     if len(tuned) else "Its search's time was not stored with its configs.")
     return "\n".join(text)
 
@@ -546,8 +547,8 @@ def environment_card():
 # %%
 # Three launches, measured
 # ------------------------
-# Each way's config, GB/s, % of the copy and first call (the autotuner's: its tuning); Helion's search time, where
-# stored. Past 100%: the copy is timed without a CUDA graph, each way through one; the autotuner timed its configs
+# Each way's config, GB/s, % of the copy and first call (the autotuner's: its tuning); Helion's search (seconds,
+# configs tested), where stored. Past 100%: the copy is timed without a CUDA graph, each way through one; the autotuner timed its configs
 # without one, so its pick may trail another it tried by up to ``NOISE``. Every point moves 2^26 elements, waves of
 # programs at every launch: fewer rows than fill the GPU are not measured here.
 
@@ -592,9 +593,8 @@ comparison if comparison is None else comparison.style.format(
 # * **Exercise.** Where the last section names a pair other than the model's, set ``LATENCY`` and
 #   ``BYTES_PER_THREAD`` above to it and rerun the page: does the model now pick what the autotuner picks, and does the
 #   core page's benchmark move? Where it names none, shift each number by a power of two and watch the picks' cost.
-# * **Exercise.** Widen the space (``BLOCK_M`` past 16, ``num_stages``) and watch the tuning
-#   time grow with it against what the picks gain. ``prune_configs_by`` also takes a ``perf_model`` and ``top_k``:
-#   the model itself can rank the space, so that only its few best configs are timed.
+# * **Exercise.** Widen the space (``BLOCK_M`` past 16, ``num_stages``) and watch the tuning time grow against what
+#   the picks gain. ``prune_configs_by`` also takes a ``perf_model`` and ``top_k``: the model can rank the space.
 # * Where a model and an autotuner disagree the model can also be missing a term: deep dive 13
 #   (:ref:`sphx_glr_tutorials_deep_dives_13_launch_heuristics.py`) reads the compiled kernel (registers, programs an
 #   SM) that such a term would come from.

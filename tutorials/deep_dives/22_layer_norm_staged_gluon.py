@@ -368,7 +368,7 @@ def bench(fn, graph=True):
             with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
                 fn()
             timed = captured.replay
-        return triton.testing.do_bench(timed, warmup=5, rep=15, return_mode="median")
+        return triton.testing.do_bench(timed, warmup=1, rep=5, return_mode="median")
     times = []
     for _ in range(3):
         start = time.perf_counter()

@@ -364,7 +364,7 @@ def bench(fn, graph=True):
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
-    return triton.testing.do_bench(captured.replay if graph else fn, warmup=5, rep=15, return_mode="median")
+    return triton.testing.do_bench(captured.replay if graph else fn, warmup=1, rep=5, return_mode="median")
 
 LIGHT = "the read-only pass" if ON_GPU else "the copy"  # on the CPU (the interpreter reads slowly) the copy stands in
 

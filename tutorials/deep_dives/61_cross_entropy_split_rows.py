@@ -477,7 +477,7 @@ def bench(fn, graph=True):  # median ms: CUDA-graph replays timed by do_bench (G
         with torch.cuda.graph(captured := torch.cuda.CUDAGraph(), stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
             fn()
         fn = captured.replay
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=1, rep=20, return_mode="median")
 
 @triton.jit
 def read_kernel(words_ptr, out_ptr, n_words, BLOCK: tl.constexpr):

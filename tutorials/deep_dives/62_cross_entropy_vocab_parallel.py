@@ -486,7 +486,7 @@ SWEEP = [(m, v) for m in (8192, 16384) for v in (128256, 262144)]  # rows M, voc
 def bench(fn):  # median ms on one GPU (do_bench), or one call's wall clock (CPU)
     if not torch.cuda.is_available():
         return 1e3 * timeit.timeit(fn, number=1)
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=1, rep=20, return_mode="median")
 
 @for_ranks
 def step_ms(fn, trials=5, calls=3):
