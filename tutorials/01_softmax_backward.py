@@ -385,8 +385,7 @@ def sweep(fns):
 
 PEERS = ["torch", "torch.compile", "Liger", "quack", "Helion"]  # what "ours / best peer" and the reading compare with
 def summary(results):
-    """The table of GB/s by direction, dtype and N, with ours in % of light and against the best peer; written for
-    the site's landing page when the build names a folder for it."""
+    """GB/s by direction, dtype and N, ours in % of light and against the best peer (and the landing page's CSV)."""
     fns, index = list(results.provider.unique()), ["direction", "dtype", "N"]
     peers = [p for p in PEERS if p in fns]
     table = results.pivot_table(index=index, columns="provider", values="GB/s", dropna=False)[fns]

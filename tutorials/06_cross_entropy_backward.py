@@ -315,8 +315,7 @@ def save_results(table):
         ).to_csv(os.path.join(os.environ["SOL_RESULTS"], "06_cross_entropy_backward.csv"))
 
 def check_compiled(loss, *params):
-    """loss() compiled whole: fullgraph=True raises at a graph break (no GPU: aot_eager, not a C++ compiler); the
-    compiled step's gradients must be eager's."""
+    """loss() compiled whole (fullgraph=True: a graph break raises; no GPU: aot_eager); its gradients are eager's."""
     compiled = torch.compile(loss, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
     torch.testing.assert_close(*[torch.autograd.grad(fn(), params) for fn in (compiled, loss)])
     return "compiled with fullgraph=True: one graph, forward and backward; its gradients are eager's"
