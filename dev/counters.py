@@ -118,7 +118,7 @@ def _sol_results():
 
 def missed_points(folder):
     """{stem: {(dtype, N)}}: for each row of the landing page's per-page table that misses a target, the N of its
-    lowest % of light and of its worst ours / best peer."""
+    lowest % of light, of its worst ours / best peer and of its worst ours / Helion (where Helion ran)."""
     sol_results = _sol_results()
     results = sol_results.read_results(folder)
     points = {}
@@ -127,7 +127,7 @@ def missed_points(folder):
         if not missed:
             continue
         dtype = row["what"].split(", ")[1]
-        for n in {row["lowest at"], row["worst at"]} - {None}:
+        for n in {row["lowest at"], row["worst at"], row.get("worst vs Helion at")} - {None}:
             points.setdefault(stem, set()).add((dtype, int(n)))
     return points
 

@@ -180,6 +180,22 @@ def _ncu_csv(kernels):
     return out.getvalue()
 
 
+def test_counters_take_the_points_where_a_row_misses_a_target(tmp_path):
+    """--misses: for each row that misses a target, the N of its lowest % of light, its worst ratio to the best peer
+    and its worst ratio to Helion's kernel; a row that meets every target gives none."""
+    import pandas as pd
+
+    rows = [("forward", "float32", n, light, peer, 1) for n, light, peer in ((256, 95.0, 1.1), (1024, 97.0, 1.05))]
+    rows += [("forward", "bfloat16", n, light, peer, 1) for n, light, peer in ((256, 99.0, 1.2), (1024, 98.0, 1.1))]
+    frame = pd.DataFrame(
+        rows, columns=["direction", "dtype", "N", "ours, % of light", "ours / best peer", "recommended"]
+    )
+    frame.assign(**{"ours / Helion": [1.1, 1.0, 1.0, 0.95]}).to_csv(tmp_path / "01_fused_softmax.csv", index=False)
+    assert _counters().missed_points(tmp_path) == {"01_fused_softmax": {("bfloat16", 1024)}}
+    frame.assign(**{"ours / Helion": 1.0}).to_csv(tmp_path / "01_fused_softmax.csv", index=False)
+    assert _counters().missed_points(tmp_path) == {}
+
+
 def test_counters_fall_to_their_calls_and_sum_over_each_calls_kernels():
     """A marker kernel (grid = the call's number) opens each call; a call's kernels sum their time and DRAM bytes,
     weight DRAM busy and warps active by time; a call with no kernel (a cudaMemcpy copy) is no entry; the page's name
