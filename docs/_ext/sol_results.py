@@ -137,20 +137,21 @@ def _read(path):
             f"{path.name}: no column {', '.join(map(repr, lacking))}; a page's results have the columns "
             f"{', '.join(map(repr, COLUMNS))}"
         )
-    unknown = [c for c in frame.columns if c not in (*COLUMNS, HELION)]
+    optional, known = [HELION] if HELION in frame else [], (*COLUMNS, HELION)
+    unknown = [c for c in frame.columns if c not in known]
     if unknown:
         raise ValueError(
-            f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, COLUMNS))} "
+            f"{path.name}: column {', '.join(map(repr, unknown))} is none of {', '.join(map(repr, known))} "
             "(an index without a name? write the summary indexed by direction, dtype and N)"
         )
-    for column in (SIZE, *METRICS, FLAG, *[HELION] * (HELION in frame)):
+    for column in (SIZE, *METRICS, FLAG, *optional):
         if not pd.api.types.is_numeric_dtype(frame[column]):
             raise ValueError(f"{path.name}: column {column!r} holds something other than numbers")
     if not frame[FLAG].isin([0, 1]).all():
         raise ValueError(f"{path.name}: column {FLAG!r} holds something other than 1 (recommended here) and 0")
     if frame[[*KEYS, SIZE]].isna().any().any() or frame.duplicated([*KEYS, SIZE]).any():
         raise ValueError(f"{path.name}: each row needs its own direction, dtype and N")
-    return frame[list(COLUMNS) + [HELION] * (HELION in frame)]
+    return frame[[*COLUMNS, *optional]]
 
 
 def op_of(stem):
