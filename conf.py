@@ -308,7 +308,19 @@ def _write_reading_path(app):
         out.write_text(text, encoding="utf-8")
 
 
+def _no_code_links(app):
+    """sphinx-gallery's post-transform that links names in the pages' code to their documentation, removed: with no
+    API documented here and no inventory of another site's it links nothing, yet it re-tokenizes every code block in
+    Sphinx's main process, where pages are resolved one at a time (about half of a build's writing)."""
+    try:
+        from sphinx_gallery._doctree_links import CodeLinksTransform
+    except ImportError:  # a sphinx-gallery without it
+        return
+    app.registry.post_transforms[:] = [t for t in app.registry.post_transforms if t is not CodeLinksTransform]
+
+
 def setup(app):
+    app.connect("builder-inited", _no_code_links)
     app.connect("builder-inited", _write_reading_path)
     app.connect("source-read", _reading_time_in_header)
     app.connect("builder-inited", _drop_cdn_scripts, priority=900)  # after sphinx-gallery wrote them

@@ -654,13 +654,32 @@ def test_a_timer_inside_a_timer_does_not_wait_for_itself(tmp_path, monkeypatch):
     assert sol_build.run_in_child(_nested_turns) == 2  # both held, the lock taken once (else: a deadlock)
 
 
-def test_a_page_that_times_a_wall_clock_holds_the_turn_throughout(tmp_path, monkeypatch):
+def _blocks_modes(page, codes):  # each code block's hold on the GPU's turn as the page's process runs it
+    import sphinx_gallery.gen_rst as gen_rst
+
+    gen_rst.execute_code_block = lambda compiler, block, *rest, **kwargs: sol_build._turn["mode"]
+    return sol_build._profiled(lambda fname: [gen_rst.execute_code_block(None, ("code", c, 1)) for c in codes], page)[0]
+
+
+def test_a_block_that_times_a_wall_clock_holds_the_turn_alone_and_the_pages_other_blocks_share_it(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
     monkeypatch.delenv("SOL_WARMUP_RECORDS", raising=False)
     assert sol_build.ALONE, "no page holds the turn: the test has nothing to check"
-    alone, other = f"{sol_build.ALONE[0]}.py", "01_page.py"
-    assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), alone)[0] == 1
-    assert sol_build.run_in_child(sol_build._profiled, lambda page: _turn_depth(), other)[0] == 0
+    for stem, marker in sol_build.ALONE.items():
+        codes = [f"results = {marker}", "errors = check()"]
+        modes = sol_build.run_in_child(_blocks_modes, f"{stem}.py", codes)
+        assert modes == [sol_build.EXCLUSIVE, sol_build.SHARED], (stem, modes)
+        assert sol_build.run_in_child(_blocks_modes, "01_page.py", codes) == [sol_build.SHARED] * 2
+
+
+def test_each_block_that_holds_the_turn_alone_is_in_its_page():
+    """A page's wall-clock cell renamed would share the turn unseen: each marker is in its page's code."""
+    for stem, marker in sol_build.ALONE.items():
+        (page,) = (ROOT / "tutorials").rglob(f"{stem}.py")
+        code = [line for line in page.read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert any(marker in line and "def " not in line for line in code), (stem, marker)
 
 
 HELION_LIKE = """
@@ -774,6 +793,47 @@ def test_xla_compiles_with_the_gpu_alone_and_jax_blocks_share_it(tmp_path, monke
     (tmp_path / "turn").write_text("")
     monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
     assert sol_build.run_in_child(_xla_compile_in_a_block) == (True, (True, False, True))
+
+
+def _free_now():
+    """Whether another process could take the GPU's turn alone now (no one holds it)."""
+    import fcntl
+
+    with open(os.environ["SOL_GPU_TURN"]) as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
+
+
+def _jax_cache_load_in_a_block():
+    import types
+
+    seen = []
+    compiler = types.SimpleNamespace(backend_compile_and_load=lambda: seen.append(("compile", _shares_now())))
+
+    def compile_or_get_cached(hit):  # a load from JAX's cache, or (a miss) XLA's compile inside it
+        seen.append(("load" if hit else "miss", _free_now()))
+        if not hit:
+            compiler.backend_compile_and_load()
+
+    compiler.compile_or_get_cached = compile_or_get_cached
+    sol_build._xla_compiles_alone(compiler)
+
+    def block():
+        compiler.compile_or_get_cached(True), compiler.compile_or_get_cached(False)
+        return _free_now()
+
+    return seen, sol_build.gpu_turn(block, timer=False)()
+
+
+def test_a_program_from_jaxs_cache_loads_with_the_turn_let_go_and_xla_compiles_alone(tmp_path, monkeypatch):
+    (tmp_path / "turn").write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    seen, free_in_block = sol_build.run_in_child(_jax_cache_load_in_a_block)
+    assert seen == [("load", True), ("miss", True), ("compile", False)], seen
+    assert free_in_block is False  # the block holds its share again after each
 
 
 def _first_block_shares(page):

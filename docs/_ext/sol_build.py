@@ -16,10 +16,11 @@ the first fork, so that no page pays for it again; a forked child then checks th
 
 **Compile first, then time.** On a GPU most of a cold build is compiling: Triton's kernels, Inductor's for the
 ``torch.compile`` columns, XLA's for tutorial 05, quack's CuTe-DSL kernels. Before sphinx-gallery runs the
-pages, ``_warm_up`` runs every page that the build will execute, all at once, each in its own Python process
-(at most one per CPU core), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by a single
-call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in parallel
-on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (up to
+pages, ``_warm_up`` runs every page that the build will execute, at most one per CPU core at a time, each in a
+fork of the Sphinx process (after the pre-import), the longest first (by an earlier warm-up's seconds: beside the
+caches, else ``docs/warm-up-seconds.json``), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by
+a single call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in
+parallel on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (up to
 6 on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
 alone, a code block shares it with other pages' blocks, so that nothing another page runs (its checks, first calls,
 graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces or Helion generates code on the
@@ -49,12 +50,12 @@ import copy
 import functools
 import gc
 import importlib.metadata
-import inspect
 import json
 import os
 import pathlib
 import pickle
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -94,45 +95,122 @@ def _options(args, kwargs):
     return kwargs.get("options", args[1] if len(args) > 1 else None)
 
 
-# What a warm-up process runs: the page as a script, its timer replaced by one call of what it times; with a second
-# argument, a file where each kernel it compiles is recorded (kernel_key).
-_WARM_UP = (
-    inspect.getsource(kernel_key)
-    + inspect.getsource(_options)
-    + r"""
-import runpy, sys, timeit
-import triton.testing
-
-def once(fn, *args, **kwargs):  # compiles and runs what the page would time; times nothing
+def _once(fn, *args, **kwargs):  # a warm-up's do_bench: compiles and runs what the page would time; times nothing
     fn()
     return 1.0
 
-def repeat_once(stmt, *args, repeat=5, **kwargs):  # the same for a page that times with timeit (05's JAX)
+
+def _repeat_once(stmt, *args, repeat=5, **kwargs):  # the same for a page that times with timeit (05's JAX)
     stmt()
     return [1.0] * repeat
 
-triton.testing.do_bench, timeit.repeat = once, repeat_once
-try:  # Inductor reads no stored pick here: a kernel compiled here keeps all its launch configs (the compile cache
-    # keeps the kernel as compiled), for the timed pass to time alone; the picks this pass stores are removed after it
-    from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-    AutotuneCache.read_best = lambda self, *args, **kwargs: None
-except Exception:  # no Inductor here, or another one: its picks are still removed after the pass
-    pass
-if len(sys.argv) > 2:
-    import triton.compiler  # a kernel's launcher imports compile from here at its first call
+# What a warm-up's page sees of its process (besides what the build's own process has): no results written, and no
+# Helion search (``warm_up``); the one setting Inductor reads at import (its compile workers) the build's process sets
+# before it imports Inductor (``_preimport``).
+WARM_UP_ENV = {"MPLBACKEND": "Agg", "SOL_WARMUP": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "SOL_HELION_AUTOTUNE": "0"}
 
-    compile_ = triton.compiler.compile
 
-    def compile_recorded(src, *args, **kwargs):
-        with open(sys.argv[2], "a") as record:
-            record.write(kernel_key(src, _options(args, kwargs)) + "\n")
-        return compile_(src, *args, **kwargs)
+def _warm_up_page(page, record=None):
+    """What a warm-up's process runs: the page as a script (its folder the working one), do_bench and timeit.repeat
+    each replaced by one call of what they time, Inductor reading no stored autotuning pick (a kernel compiled here
+    keeps all its launch configs in the compile cache, for the timed pass to time alone; the picks this pass stores are
+    removed after it: ``forget_autotuning``); with ``record`` (a file), each Triton compile written there, a
+    ``kernel_key`` a line. Meant for a process of its own: what it sets and patches stays so."""
+    import runpy
+    import timeit
 
-    triton.compiler.compile = triton.compile = compile_recorded  # Inductor calls the second
-runpy.run_path(sys.argv[1], run_name="__main__")
-"""
-)
+    os.environ.update(WARM_UP_ENV)
+    os.environ.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
+    if "matplotlib" in sys.modules:  # imported before the fork: the backend it chose then
+        sys.modules["matplotlib"].use("Agg")
+    page = pathlib.Path(page)
+    os.chdir(page.parent)
+    sys.argv, sys.path[:0] = [str(page)], [str(page.parent)]
+    try:
+        import triton.testing
+
+        triton.testing.do_bench = _once
+    except ImportError:  # no Triton: nothing timed with it
+        pass
+    timeit.repeat = _repeat_once
+    try:
+        from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+        AutotuneCache.read_best = lambda self, *args, **kwargs: None
+    except Exception:  # no Inductor here, or another one: its picks are still removed after the pass
+        pass
+    if record:
+        import triton.compiler  # a kernel's launcher imports compile from here at its first call
+
+        compile_ = triton.compiler.compile
+
+        def compile_recorded(src, *args, **kwargs):
+            with open(record, "a") as lines:
+                lines.write(kernel_key(src, _options(args, kwargs)) + "\n")
+            return compile_(src, *args, **kwargs)
+
+        triton.compiler.compile = triton.compile = compile_recorded  # Inductor calls the second
+    runpy.run_path(str(page), run_name="__main__")
+
+
+def _exit_code(exit_):
+    """The exit code a SystemExit gives a process (what Python gives ``sys.exit(code)``)."""
+    if exit_.code is None or isinstance(exit_.code, int):
+        return exit_.code or 0
+    print(exit_.code, file=sys.stderr)
+    return 1
+
+
+def start_warm_up(page, record=None, close=()):
+    """Fork a warm-up process for ``page`` (``_warm_up_page``): a fork of this one, so that what it imported (the
+    pre-import) is not imported again by every page; its output (stdout and stderr) goes up a pipe. ``close``: file
+    descriptors of the parent's that the child closes (other warm-ups' pipes). Returns (pid, the pipe's end to read,
+    non-blocking)."""
+    import traceback
+
+    read, write = os.pipe()
+    sys.stdout.flush(), sys.stderr.flush()
+    gc.freeze()  # as start_child: what the child inherits is never scanned by its collections
+    pid = os.fork()
+    if pid:
+        gc.unfreeze()
+        os.close(write)
+        os.set_blocking(read, False)
+        return pid, read
+    code = 1  # the child: whatever fails here must never unwind into the parent's Sphinx
+    try:
+        os.close(read)
+        for fd in close:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.dup2(write, 1), os.dup2(write, 2), os.close(write)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # the page's prints, line by line, up the pipe
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        try:
+            _warm_up_page(page, record)
+            code = 0
+        except SystemExit as exit_:
+            code = _exit_code(exit_)
+        except BaseException:
+            traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush(), sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _drain(fd, chunks):
+    """Read what is in a non-blocking pipe now into chunks; False once its writers have all closed it."""
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return False
+    except BlockingIOError:
+        return True
 
 
 def _gpu():
@@ -211,50 +289,44 @@ def unmeasured(output, most=5):
     return lines[:most]
 
 
-def warm_up(pages, jobs, log=print, record=None):
-    """Run each page once with do_bench as a single call, ``jobs`` processes at a time (largest pages first, as
-    the longest to compile), then each page that failed once more, alone; with ``record`` (a folder), each page's
+def warm_up(pages, jobs, log=print, record=None, seconds=None):
+    """Run each page once with do_bench as a single call (``start_warm_up``: a fork of this process each), ``jobs`` at
+    a time, the longest first (by ``seconds``, {page stem: seconds of an earlier warm-up}, where it knows every page;
+    else the largest files first), then each page that failed once more, alone; with ``record`` (a folder), each page's
     Triton compiles are written to ``record/<page>.compiled``, a ``kernel_key`` a line. Returns {page name: (seconds,
-    exit code, last lines of output)}."""
+    exit code, last lines of output)}; each page's line in the log gives its span in the pass."""
     # a page per core: Inductor compiles in the page's process. Helion is not autotuned here, beside the other pages
     # on the GPU: its search would time configs under their load, and the timed pass would reuse its pick (Helion
     # keeps it on disk); where no config is stored for a point, the timed pass autotunes it, holding the GPU's turn
-    env = dict(
-        os.environ,
-        MPLBACKEND="Agg",
-        SOL_WARMUP="1",
-        PYTHONUNBUFFERED="1",
-        TORCHINDUCTOR_COMPILE_THREADS="1",
-        SOL_HELION_AUTOTUNE="0",
-    )
-    env.pop("SOL_RESULTS", None)  # a warm-up's numbers are not results
-    queue = sorted(pages, key=lambda p: -p.stat().st_size)
-    running, done = {}, {}
+    if seconds and all(page.stem in seconds for page in pages):
+        queue = sorted(pages, key=lambda p: -seconds[p.stem])
+    else:
+        queue = sorted(pages, key=lambda p: -p.stat().st_size)
+    running, done, first = {}, {}, time.monotonic()
     while queue or running:
         while queue and len(running) < jobs:
             page = queue.pop(0)
-            compiled = [] if record is None else [str(pathlib.Path(record) / f"{page.stem}.compiled")]
+            compiled = None if record is None else pathlib.Path(record) / f"{page.stem}.compiled"
             if compiled:
-                pathlib.Path(compiled[0]).write_text("")  # this run's compiles only
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _WARM_UP, str(page), *compiled],
-                cwd=page.parent,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            running[page] = (proc, time.monotonic())
-        time.sleep(0.2)
-        for page, (proc, start) in list(running.items()):
-            if proc.poll() is None:
+                compiled.write_text("")  # this run's compiles only
+            pid, fd = start_warm_up(page, compiled, close=[fd for _, fd, _, _ in running.values()])
+            running[page] = (pid, fd, time.monotonic(), [])
+        ready, _, _ = select.select([fd for _, fd, _, _ in running.values()], [], [], 0.2)
+        for page, (pid, fd, start, chunks) in list(running.items()):
+            if fd in ready:
+                _drain(fd, chunks)
+            exited, status = os.waitpid(pid, os.WNOHANG)
+            if not exited:
                 continue
-            output = proc.stdout.read()
-            done[page.stem] = (time.monotonic() - start, proc.returncode, output[-1500:])
+            _drain(fd, chunks)
+            os.close(fd)
             del running[page]
+            output, end = b"".join(chunks).decode(errors="replace"), time.monotonic()
+            code = os.waitstatus_to_exitcode(status)
+            done[page.stem] = (end - start, code, output[-1500:])
             log(
-                f"warm-up: {page.stem} compiled in {done[page.stem][0]:.0f} s"
-                + ("" if proc.returncode == 0 else f" (exit {proc.returncode}; the timed pass compiles what it missed)")
+                f"warm-up: {page.stem} compiled in {end - start:.0f} s (+{start - first:.0f} s to +{end - first:.0f} s)"
+                + ("" if code == 0 else f" (exit {code}; the timed pass compiles what it missed)")
             )
             for line in unmeasured(output):  # a call that failed here compiles in the timed pass instead
                 log(f"warm-up: {page.stem} said: {line}")
@@ -307,8 +379,11 @@ def _warm_up(app):
     for page in set(pages) - set(cold):  # an earlier warm-up's record may be of another source: none read
         (folder / f"{page.stem}.compiled").unlink(missing_ok=True)
     os.environ["SOL_WARMUP_RECORDS"] = str(folder)  # where the timed pages find what their warm-up compiled
-    start = time.monotonic()
+    if pages:  # the caches will hold what the pages compile: no pool of compile workers beside a page, in either pass
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if cold:
+        _preimport_once(gpu=True)  # before the warm-up's forks: they start with it
+        start = time.monotonic()
         jobs = max(1, min(len(cold), int(os.environ.get("SOL_WARMUP_JOBS", 0)) or os.cpu_count() or 1))
         _logger.info(
             f"warm-up: compiling {len(cold)} pages, {jobs} at a time (nothing is timed)"
@@ -316,8 +391,11 @@ def _warm_up(app):
         )
         folder.mkdir(parents=True, exist_ok=True)
         since = int(time.time())  # whole seconds: some file systems keep no finer times
-        done = warm_up(cold, jobs, log=_logger.info, record=folder)
+        guesses = (page_seconds(folder, WARM_UP_SECONDS), page_seconds(pathlib.Path(app.srcdir), WARM_UP_SECONDS))
+        seconds = next((g for g in guesses if g and all(page.stem in g for page in cold)), None)
+        done = warm_up(cold, jobs, log=_logger.info, record=folder, seconds=seconds)
         _warm_seconds.update((stem, seconds) for stem, (seconds, _, _) in done.items())
+        record_page_seconds(dict(_warm_seconds), folder, WARM_UP_SECONDS)  # the next cold warm-up's order
         if removed := forget_autotuning(since):
             _logger.info(f"warm-up: {removed} of Inductor's autotuning picks, timed beside other pages, removed")
         for page in cold:
@@ -328,14 +406,13 @@ def _warm_up(app):
         failed = [page.stem for page in cold if done[page.stem][1]]
         _logger.info(
             f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
+            + (" (the longest first, by an earlier warm-up's seconds)" if seconds else " (the largest files first)")
             + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else "")
         )
     elif pages:
         _logger.info(
             f"phase warm-up: 0 s, the {len(pages)} pages were compiled by an earlier build (stamps in {folder})"
         )
-    if pages:  # the caches hold what the pages compile: no pool of compile workers beside the timed pages
-        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 def forget_autotuning(since, root=None):
@@ -425,12 +502,15 @@ def run_in_child(function, *args):
     return finish_child(data, status)
 
 
-PAGE_SECONDS = "page-seconds.json"  # beside the warm-up's stamps: each page's seconds in the last timed pass
+# Beside the warm-up's stamps: each page's seconds in the last timed pass, and in the last warm-up. A fresh machine
+# has neither: docs/ holds a copy of each from a build on an H200 (a guess of the order, not a figure shown anywhere)
+PAGE_SECONDS, WARM_UP_SECONDS = "page-seconds.json", "warm-up-seconds.json"
 
 
-def page_seconds(folder=None):
-    """{page stem: seconds} of the last timed pass that recorded them (``record_page_seconds``); {} where none did."""
-    path = pathlib.Path(folder or _stamp_folder()) / PAGE_SECONDS
+def page_seconds(folder=None, name=PAGE_SECONDS):
+    """{page stem: seconds} of the last pass that recorded them (``record_page_seconds``) in ``folder/name``; {} where
+    none did."""
+    path = pathlib.Path(folder or _stamp_folder()) / name
     try:
         seconds = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -438,15 +518,15 @@ def page_seconds(folder=None):
     return {k: float(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {}
 
 
-def record_page_seconds(seconds, folder=None):
+def record_page_seconds(seconds, folder=None, name=PAGE_SECONDS):
     """Adds ``seconds`` ({page stem: seconds}) to the record ``page_seconds`` reads; where it cannot be written, the
-    next pass keeps the gallery's order (a hint, not a reason to fail a build)."""
+    next pass keeps the order it would take without it (a hint, not a reason to fail a build)."""
     folder = pathlib.Path(folder or _stamp_folder())
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / PAGE_SECONDS).write_text(json.dumps(page_seconds(folder) | seconds, indent=1, sort_keys=True))
+        (folder / name).write_text(json.dumps(page_seconds(folder, name) | seconds, indent=1, sort_keys=True))
     except OSError as err:
-        _logger.info(f"timed pass: the pages' seconds not recorded ({err})")
+        _logger.info(f"the pages' seconds not recorded ({err})")
 
 
 def longest_first(runs, *guesses):
@@ -488,8 +568,6 @@ class Ahead:
     def _read(self, timeout):
         """Read what the running children wrote within ``timeout`` seconds; reap those that closed their pipe, and
         those that exited while a process they started still holds it open (what they wrote is in the pipe)."""
-        import select
-
         fds = {fd: key for key, (_, fd, _, _) in self.running.items()}
         if not fds:
             return
@@ -854,6 +932,19 @@ def preimport(modules=PREIMPORT, gpu=False):
     return done
 
 
+_preimported = []  # what the build's process imported for its pages, once (``_preimport_once``)
+
+
+def _preimport_once(gpu):
+    """``preimport`` into the build's process, once a build, before the first page's process is forked (a warm-up's
+    or the timed pass's); not where ``SOL_PREIMPORT=0``."""
+    if _preimported or os.environ.get("SOL_PREIMPORT", "1") == "0":
+        return
+    start = time.monotonic()
+    _preimported.extend(preimport(gpu=gpu) or ["none"])
+    _logger.info(f"phase pre-import: {time.monotonic() - start:.1f} s ({len(_preimported)} modules the pages share)")
+
+
 class AfterImport:
     """A finder on ``sys.meta_path`` that calls ``then(module)`` once the module ``name`` is imported (by the page,
     later): how a page's process wraps what it has not imported yet."""
@@ -905,30 +996,35 @@ def _let_go_while_compiling():
         convert_frame._compile = while_compiling(convert_frame._compile)
 
 
-# Pages that hold the GPU's turn alone from start to end, compiling too, where pages run side by side: they time
-# what no timer above sees (14: a wall clock around each launch's first call, its compiles and autotuning's search;
-# 62: its ranks, processes of their own, time with CUDA events).
-ALONE = ("14_autotuning_against_a_launch_model", "62_cross_entropy_vocab_parallel")
+# Code blocks that hold the GPU's turn alone, compiling too, where pages run side by side: {page stem: what such a
+# block's code holds}. They time what no timer above sees: 14, a wall clock around each launch's first call (its
+# compiles and autotuning's search); 62, its ranks (processes of their own) with CUDA events. The page's other blocks
+# share the turn as any page's do.
+ALONE = {"14_autotuning_against_a_launch_model": "sweep(ways())", "62_cross_entropy_vocab_parallel": '"bench_task"'}
 # JAX: XLA times candidate kernels on the GPU as it compiles a program that JAX's cache does not hold (its
 # autotuning), with a timer no hook here sees. Its compile holds the turn alone (``_xla_compiles_alone``); a JAX
-# page's blocks share it as others do once that is in place, and hold it alone where it cannot be (another JAX).
+# page's blocks share it as others do once that is in place, and hold it alone where it cannot be (another JAX). A
+# program found in JAX's cache is loaded on the CPU: the turn is let go meanwhile, as for Dynamo's compiles.
 _xla = {"wrapped": False}
 
 
 def _xla_compiles_alone(module):
-    """Wrap ``jax._src.compiler``'s compile of a program for XLA (not its load from JAX's cache) in the GPU's turn,
-    alone."""
+    """Wrap ``jax._src.compiler``'s compile of a program for XLA in the GPU's turn, alone, and its compile or load
+    from JAX's cache (the compile inside it) in ``while_compiling``."""
     compile_ = getattr(module, "backend_compile_and_load", None)
     if callable(compile_):
         module.backend_compile_and_load = gpu_turn(compile_)
         _xla["wrapped"] = True
+        cached = getattr(module, "compile_or_get_cached", None)
+        if callable(cached):
+            module.compile_or_get_cached = while_compiling(cached)
 
 
 def _profiled(function, *args):
     """function(*args) (sphinx-gallery running a page), and where its time went: the seconds of each code block
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
     calls and the seconds the page waited for the GPU's turn (``gpu_turn``: shared through each code block, alone
-    in a timer, Inductor's or Helion's autotuning, XLA's compile and an ``ALONE`` page; let go while Dynamo or
+    in a timer, Inductor's or Helion's autotuning, XLA's compile and an ``ALONE`` block; let go while Dynamo or
     Helion compiles outside those),
     and two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached
     for them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those
@@ -946,10 +1042,11 @@ def _profiled(function, *args):
     except (OSError, UnicodeError):  # no source to read (a test's page): none imports JAX
         jax_page = False
     shared, alone = gpu_turn(execute, timer=False), gpu_turn(execute, timer=True)
+    marker = ALONE.get(stem)  # the code of this page's blocks that hold the turn alone
 
     def execute_code_block(compiler, block, *rest, **kwargs):
         start = time.monotonic()
-        held = alone if jax_page and not _xla["wrapped"] else shared
+        held = alone if jax_page and not _xla["wrapped"] or marker and marker in block[1] else shared
         try:  # a code block holds the GPU's turn (text blocks pass through here too)
             return (held if block[0] == "code" else execute)(compiler, block, *rest, **kwargs)
         finally:
@@ -1009,7 +1106,7 @@ def _profiled(function, *args):
             sys.modules["triton"].compile = compile_named
     folder = os.environ.get("SOL_WARMUP_RECORDS")  # set where this build's warm-up ran (_warm_up)
     record = folder and pathlib.Path(folder, f"{stem}.compiled")
-    result = gpu_turn(function)(*args) if stem in ALONE else function(*args)
+    result = function(*args)
     try:
         warmed = record.read_text().split("\n") if record and record.exists() else None
     except (OSError, UnicodeError):  # no record to read: nothing said of the warm-up
@@ -1108,10 +1205,8 @@ def _isolate_pages(app):
         return
     conf = app.config.sphinx_gallery_conf
     gpu = bool(conf.get("plot_gallery")) and _gpu()
-    if conf.get("plot_gallery") and os.environ.get("SOL_PREIMPORT", "1") != "0":
-        start = time.monotonic()
-        done = preimport(gpu=gpu)
-        _logger.info(f"phase pre-import: {time.monotonic() - start:.1f} s ({len(done)} modules the pages share)")
+    if conf.get("plot_gallery") and gallery_runs(conf):  # no page to run: nothing to import
+        _preimport_once(gpu)  # where the warm-up has not
     in_process = gen_rst.generate_file_rst
     jobs = timed_jobs(gpu)
     if jobs > 1:  # the lock the pages' timers take turns on
@@ -1163,8 +1258,12 @@ def _isolate_pages(app):
     gen_rst.generate_file_rst = generate_file_rst
 
 
+_gallery_done = []  # when sphinx-gallery had run the pages (monotonic seconds)
+
+
 def _report_pages(app):
     """builder-inited, after sphinx-gallery: the timed pass's total (its wall time where pages ran side by side)."""
+    _gallery_done.append(time.monotonic())
     seconds, pages, ahead = _pages_time
     if ahead and (left := ahead.drain()):  # not asked for (another order than the file names'): run, not shown
         _logger.warning(f"timed pass: pages run ahead that sphinx-gallery did not ask for: {', '.join(left)}")
@@ -1179,6 +1278,8 @@ def _report_pages(app):
 
 
 def _report_total(app, exception):
+    if _gallery_done:  # Sphinx's own part: reading the pages sphinx-gallery wrote, writing the HTML
+        _logger.info(f"phase reading and writing: {time.monotonic() - _gallery_done[0]:.0f} s")
     _logger.info(f"build: {time.monotonic() - _started:.0f} s from configuration to the end")
 
 

@@ -297,7 +297,8 @@ def bench(fn, *args):  # ms of one call, from one run of CALLS calls and a wait 
     return 1e3 * timeit.timeit(run, number=1) / CALLS
 
 def beside_copy(fn, args, x):  # the copy's ms in PAIRS pairs of runs (copy, fn), and the median of fn's over it
-    pairs = [(bench(copy, x), bench(fn, *args)) for _ in range(1 + PAIRS)][1:]  # the first compiles, warms up
+    jax.block_until_ready((copy(x), fn(*args)))  # compiled (or loaded from JAX's cache) and warmed up, untimed
+    pairs = [(bench(copy, x), bench(fn, *args)) for _ in range(PAIRS)]
     return [c for c, _ in pairs], statistics.median(t / c for c, t in pairs)
 
 copy, records = jax.jit(jnp.copy), []
