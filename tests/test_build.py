@@ -828,6 +828,20 @@ def _jax_cache_load_in_a_block():
     return seen, sol_build.gpu_turn(block, timer=False)()
 
 
+def _jax_lowering_in_a_block():
+    import types
+
+    pxla = types.SimpleNamespace(lower_sharding_computation=_free_now)  # as jax._src.interpreters.pxla has it
+    sol_build._jax_lowers_without_the_turn(pxla)
+    return sol_build.gpu_turn(lambda: (pxla.lower_sharding_computation(), _free_now()), timer=False)()
+
+
+def test_a_jax_program_lowers_with_the_turn_let_go(tmp_path, monkeypatch):
+    (tmp_path / "turn").write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
+    assert sol_build.run_in_child(_jax_lowering_in_a_block) == (True, False)  # free while lowering, held after
+
+
 def test_a_program_from_jaxs_cache_loads_with_the_turn_let_go_and_xla_compiles_alone(tmp_path, monkeypatch):
     (tmp_path / "turn").write_text("")
     monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
@@ -1017,6 +1031,27 @@ def test_warm_up_autotunes_no_helion_kernel(tmp_path, monkeypatch):
     assert done["01_helion"][1] == 0, done["01_helion"][2]
     assert page.with_suffix(".env").read_text() == "0"
     assert "SOL_HELION_AUTOTUNE" not in os.environ  # the build's own processes are left as they were
+
+
+def test_the_warm_up_starts_the_longest_first_by_an_earlier_warm_ups_seconds(tmp_path):
+    pages = [tmp_path / f"0{i}_page.py" for i in (1, 2, 3)]
+    for page, size in zip(pages, (300, 200, 100)):  # the largest file first without seconds
+        page.write_text(f"# {'x' * size}\n")
+    lines = []
+    sol_build.warm_up(pages, jobs=1, log=lines.append, seconds={"01_page": 1.0, "02_page": 9.0, "03_page": 5.0})
+    assert [line.split()[1] for line in lines] == ["02_page", "03_page", "01_page"], lines
+    lines.clear()
+    sol_build.warm_up(pages, jobs=1, log=lines.append, seconds={"01_page": 1.0})  # one page not known: by size
+    assert [line.split()[1] for line in lines] == ["01_page", "02_page", "03_page"], lines
+
+
+def test_the_committed_warm_up_seconds_know_every_page():
+    """A fresh machine's warm-up takes its order from docs/warm-up-seconds.json: a page it does not know sends the
+    whole warm-up back to the largest files first."""
+    seconds = sol_build.page_seconds(ROOT / "docs", sol_build.WARM_UP_SECONDS)
+    stems = {page.stem for page in TUTORIALS}
+    assert stems <= set(seconds), sorted(stems - set(seconds))
+    assert all(value > 0 for value in seconds.values()), seconds
 
 
 def test_a_page_that_failed_beside_the_others_warms_up_again_alone(tmp_path):

@@ -1004,7 +1004,8 @@ ALONE = {"14_autotuning_against_a_launch_model": "sweep(ways())", "62_cross_entr
 # JAX: XLA times candidate kernels on the GPU as it compiles a program that JAX's cache does not hold (its
 # autotuning), with a timer no hook here sees. Its compile holds the turn alone (``_xla_compiles_alone``); a JAX
 # page's blocks share it as others do once that is in place, and hold it alone where it cannot be (another JAX). A
-# program found in JAX's cache is loaded on the CPU: the turn is let go meanwhile, as for Dynamo's compiles.
+# program's lowering (to XLA's or Mosaic's IR) and its load from JAX's cache are CPU work: the turn is let go meanwhile,
+# as for Dynamo's compiles (``_jax_lowers_without_the_turn``).
 _xla = {"wrapped": False}
 
 
@@ -1018,6 +1019,14 @@ def _xla_compiles_alone(module):
         cached = getattr(module, "compile_or_get_cached", None)
         if callable(cached):
             module.compile_or_get_cached = while_compiling(cached)
+
+
+def _jax_lowers_without_the_turn(module):
+    """Wrap ``jax._src.interpreters.pxla``'s lowering of a traced program (run where no lowering is cached) in
+    ``while_compiling``."""
+    lower = getattr(module, "lower_sharding_computation", None)
+    if callable(lower):
+        module.lower_sharding_computation = while_compiling(lower)
 
 
 def _profiled(function, *args):
@@ -1074,7 +1083,8 @@ def _profiled(function, *args):
         triton.testing.do_bench = gpu_turn(timed(triton.testing.do_bench))
     except ImportError:  # no Triton: no do_bench to time with
         pass
-    for name, then in (("helion.runtime.kernel", _helion_takes_turns), ("jax._src.compiler", _xla_compiles_alone)):
+    hooks = [("helion.runtime.kernel", _helion_takes_turns), ("jax._src.compiler", _xla_compiles_alone)]
+    for name, then in hooks + [("jax._src.interpreters.pxla", _jax_lowers_without_the_turn)]:
         if name in sys.modules:
             then(sys.modules[name])
         else:  # the page imports it
