@@ -12,7 +12,7 @@ export HELION_AUTOTUNE_BENCHMARK_SUBPROCESS=0 PYTHONUNBUFFERED=1 SOL_HELION_CONF
 unset PYTHONDONTWRITEBYTECODE
 stamp=${TRITON_CACHE_DIR:-$HOME/.triton/cache}/sol-warm-up
 keep() {
-    mv "$OUT/build.log" "$OUT/build_$1.log"; rm -f "$OUT/site.tar.gz"
+    mv "$OUT/build.log" "$OUT/build_$1.log"; mv "$OUT/site.tar.gz" "$OUT/site_$1.tar.gz"
     (cd docs/_generated && tar czf "$OUT/results_$1.tgz" results)
     cp "$stamp"/*seconds.json "$OUT/" 2>/dev/null
 }
@@ -33,6 +33,10 @@ c3)
     make clean > /dev/null
     SOL_HELION_AUTOTUNE=0 GPU_TESTS=0 OUT=$OUT timeout 560 bash dev/gpu_build.sh > /dev/null 2>&1
     echo "build rc $?"; summary; keep warm ;;
+ts)  # the GPU tests of what changed since round A, on the site the last build made
+    SOL_BUILT_SITE=$PWD/_build timeout 400 python3 -m pytest tests/test_build.py tests/test_jax_rms_norm.py \
+        tests/test_landing.py -q -n 12 -p no:cacheprovider > $OUT/tests.log 2>&1
+    echo "tests rc $?"; grep -v "^\.\.\.\." $OUT/tests.log | tail -15 ;;
 t)
     SOL_BUILT_SITE=$PWD/_build timeout 570 python3 -m pytest tests -q -n ${WORKERS:-12} -p no:cacheprovider --durations=20 \
         --ignore=tests/test_site.py --ignore=tests/test_browser.py > $OUT/tests.log 2>&1
