@@ -1004,21 +1004,18 @@ ALONE = {"14_autotuning_against_a_launch_model": "sweep(ways())", "62_cross_entr
 # JAX: XLA times candidate kernels on the GPU as it compiles a program that JAX's cache does not hold (its
 # autotuning), with a timer no hook here sees. Its compile holds the turn alone (``_xla_compiles_alone``); a JAX
 # page's blocks share it as others do once that is in place, and hold it alone where it cannot be (another JAX). A
-# program's lowering (to XLA's or Mosaic's IR) and its load from JAX's cache are CPU work: the turn is let go meanwhile,
-# as for Dynamo's compiles (``_jax_lowers_without_the_turn``).
+# program's lowering (to XLA's or Mosaic's IR) is CPU work: the turn is let go meanwhile, as for Dynamo's compiles
+# (``_jax_lowers_without_the_turn``). Its load from JAX's cache is not: it loads the executable onto the GPU.
 _xla = {"wrapped": False}
 
 
 def _xla_compiles_alone(module):
-    """Wrap ``jax._src.compiler``'s compile of a program for XLA in the GPU's turn, alone, and its compile or load
-    from JAX's cache (the compile inside it) in ``while_compiling``."""
+    """Wrap ``jax._src.compiler``'s compile of a program for XLA (not its load from JAX's cache) in the GPU's turn,
+    alone."""
     compile_ = getattr(module, "backend_compile_and_load", None)
     if callable(compile_):
         module.backend_compile_and_load = gpu_turn(compile_)
         _xla["wrapped"] = True
-        cached = getattr(module, "compile_or_get_cached", None)
-        if callable(cached):
-            module.compile_or_get_cached = while_compiling(cached)
 
 
 def _jax_lowers_without_the_turn(module):
