@@ -8,7 +8,8 @@
 #   SOL_HELION_AUTOTUNE=0 bash dev/gpu_build.sh   # Helion only at its stored configs: no autotuning
 #
 # Writes into $OUT (or /tmp/sol-out): build.log (ending with the build's wall time), site.tar.gz (the
-# built html: tar xzf site.tar.gz, open html/index.html) and, unless GPU_TESTS=0, tests.log.
+# built html: tar xzf site.tar.gz, open html/index.html), warm-up-seconds.json (where pages warmed up) and, unless
+# GPU_TESTS=0, tests.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/sol-out}
@@ -40,6 +41,8 @@ make html PYTHON=python3 TUTORIAL="${1:-}" 2>&1 | tee "$out/build.log"
 status=$?
 echo "GPU build: $(( $(date +%s) - start )) s, exit $status" | tee -a "$out/build.log"
 tar czf "$out/site.tar.gz" -C _build html
+# each page's warm-up seconds (a build that warmed up writes them): docs/warm-up-seconds.json orders a fresh machine's
+cp "${TRITON_CACHE_DIR:-$HOME/.triton/cache}/sol-warm-up/warm-up-seconds.json" "$out/" 2>/dev/null
 if [ "${GPU_TESTS:-1}" != 0 ]; then
     # the kernel tests, on the GPU (the site and browser tests belong to the CPU CI), on the site just built: without
     # SOL_BUILT_SITE the notebook tests build the whole site again, cold on a fresh machine, beside the other tests
