@@ -762,17 +762,29 @@ def test_a_timer_on_another_thread_holds_the_turn_while_the_main_thread_compiles
     assert (holders, depth, free) == (0, 0, True)
 
 
-def _shares_now():
-    """Whether another process could take the GPU's turn shared now (the lock held shared or not at all here); its
-    own descriptor's lock goes when the file closes."""
+def _lock_free(mode):
+    """Whether another process could take the GPU's turn in ``mode`` now (fcntl.LOCK_SH: held shared or not at all
+    here; fcntl.LOCK_EX: not held at all); its own descriptor's lock goes when the file closes."""
     import fcntl
 
     with open(os.environ["SOL_GPU_TURN"]) as other:
         try:
-            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(other, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
     return True
+
+
+def _shares_now():
+    import fcntl
+
+    return _lock_free(fcntl.LOCK_SH)
+
+
+def _free_now():
+    import fcntl
+
+    return _lock_free(fcntl.LOCK_EX)
 
 
 def _xla_compile_in_a_block():
@@ -793,18 +805,6 @@ def test_xla_compiles_with_the_gpu_alone_and_jax_blocks_share_it(tmp_path, monke
     (tmp_path / "turn").write_text("")
     monkeypatch.setenv("SOL_GPU_TURN", str(tmp_path / "turn"))
     assert sol_build.run_in_child(_xla_compile_in_a_block) == (True, (True, False, True))
-
-
-def _free_now():
-    """Whether another process could take the GPU's turn alone now (no one holds it)."""
-    import fcntl
-
-    with open(os.environ["SOL_GPU_TURN"]) as other:
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-    return True
 
 
 def _jax_lowering_in_a_block():

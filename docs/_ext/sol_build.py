@@ -169,24 +169,13 @@ def start_warm_up(page, record=None, close=()):
     non-blocking)."""
     import traceback
 
-    read, write = os.pipe()
-    sys.stdout.flush(), sys.stderr.flush()
-    gc.freeze()  # as start_child: what the child inherits is never scanned by its collections
-    pid = os.fork()
+    pid, fd = _fork_with_pipe(close)  # the parent's end to read, or the child's to write
     if pid:
-        gc.unfreeze()
-        os.close(write)
-        os.set_blocking(read, False)
-        return pid, read
+        os.set_blocking(fd, False)
+        return pid, fd
     code = 1  # the child: whatever fails here must never unwind into the parent's Sphinx
     try:
-        os.close(read)
-        for fd in close:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os.dup2(write, 1), os.dup2(write, 2), os.close(write)
+        os.dup2(fd, 1), os.dup2(fd, 2), os.close(fd)
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # the page's prints, line by line, up the pipe
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         try:
@@ -437,10 +426,10 @@ def forget_autotuning(since, root=None):
     return removed
 
 
-def start_child(function, *args, close=()):
-    """Start function(*args) in a forked child, which sends its value (or its exception) through a pipe and exits;
-    ``close``: file descriptors of the parent's that the child closes first (other children's pipes). Returns
-    (pid, the pipe's end to read); ``finish_child`` reads it."""
+def _fork_with_pipe(close=()):
+    """Fork this process, with a pipe from the child to the parent: (pid, the pipe's end to read) in the parent, (0,
+    the end to write) in the child, which first closes ``close`` (file descriptors of the parent's: other children's
+    pipes)."""
     read, write = os.pipe()
     sys.stdout.flush(), sys.stderr.flush()
     gc.freeze()  # what the child inherits (torch, Triton, ...) is never scanned by its collections: 0.4 s a gc.collect
@@ -449,14 +438,26 @@ def start_child(function, *args, close=()):
         gc.unfreeze()  # the parent's own collections go on as before
         os.close(write)
         return pid, read
-    code = 1  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers, whatever
-    try:  # fails here (a closed pipe, an interrupt): it must never unwind into the parent's Sphinx
-        os.close(read)
-        for fd in close:
+    try:
+        for fd in (read, *close):
             try:
                 os.close(fd)
             except OSError:
                 pass
+    except BaseException:  # the child must never unwind into the parent's Sphinx
+        os._exit(1)
+    return 0, write
+
+
+def start_child(function, *args, close=()):
+    """Start function(*args) in a forked child, which sends its value (or its exception) through a pipe and exits;
+    ``close``: file descriptors of the parent's that the child closes first (other children's pipes). Returns
+    (pid, the pipe's end to read); ``finish_child`` reads it."""
+    pid, fd = _fork_with_pipe(close)  # the parent's end to read, or the child's to write
+    if pid:
+        return pid, fd
+    code = 1  # the child: run, send the value (or the exception), leave without Sphinx's exit handlers, whatever
+    try:  # fails here (a closed pipe, an interrupt): it must never unwind into the parent's Sphinx
         try:
             try:
                 value = ("value", function(*args))
@@ -465,7 +466,7 @@ def start_child(function, *args, close=()):
             data, sent = pickle.dumps(value), 0
         except BaseException as err:  # unpicklable: say so
             data, sent = pickle.dumps(("error", RuntimeError(f"{function.__name__}: {type(err).__name__}: {err}"))), 1
-        with os.fdopen(write, "wb") as pipe:
+        with os.fdopen(fd, "wb") as pipe:
             pipe.write(data)
         sys.stdout.flush(), sys.stderr.flush()
         code = sent  # 0: the value sent
