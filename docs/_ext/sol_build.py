@@ -20,14 +20,14 @@ pages, ``_warm_up`` runs every page that the build will execute, at most one per
 fork of the Sphinx process (after the pre-import), the longest first (by an earlier warm-up's seconds: beside the
 caches, else ``docs/warm-up-seconds.json``), with ``triton.testing.do_bench`` and ``timeit.repeat`` each replaced by
 a single call: the pages' kernels compile into the on-disk caches (Triton's, Inductor's, JAX's, quack's), in
-parallel on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time (up to
-6 on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
+parallel on the CPU cores, and nothing is timed. Then the timed pass runs the pages, ``SOL_TIMED_JOBS`` at a time
+(up to 6 on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
 alone, a code block shares it with other pages' blocks, so that nothing another page runs (its checks, first calls,
-graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces or Helion generates code on the
-CPU (``while_compiling``; never inside a timer or an autotuner's search). The pages find what they compile in the
-caches (Inductor then starts no pool of compile workers beside them). Both passes use the Triton cache folder
-conf.py names: where none is named, Inductor and Helion each name one of their own as they build a kernel, and a
-page's later kernels then go where the other pass does not look.
+graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces, Helion generates code or JAX
+lowers a program on the CPU (``while_compiling``; never inside a timer or an autotuner's search). The pages find
+what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both passes use the
+Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their own as they build
+a kernel, and a page's later kernels then go where the other pass does not look.
 Inductor's autotuner picks torch.compile's launch configs by timing them, and stores its pick: the warm-up reads no
 stored pick (a kernel it compiles keeps all its configs in the compile cache) and its own picks, timed beside other
 pages, are removed after it, so that the timed pass times the candidates alone (``forget_autotuning``).
