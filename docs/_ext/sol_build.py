@@ -381,8 +381,8 @@ def _warm_up(app):
         folder.mkdir(parents=True, exist_ok=True)
         since = int(time.time())  # whole seconds: some file systems keep no finer times
         guesses = (page_seconds(folder, WARM_UP_SECONDS), page_seconds(pathlib.Path(app.srcdir), WARM_UP_SECONDS))
-        seconds = next((g for g in guesses if g and all(page.stem in g for page in cold)), None)
-        done = warm_up(cold, jobs, log=_logger.info, record=folder, seconds=seconds)
+        hint = next((g for g in guesses if g and all(page.stem in g for page in cold)), None)
+        done = warm_up(cold, jobs, log=_logger.info, record=folder, seconds=hint)
         _warm_seconds.update((stem, seconds) for stem, (seconds, _, _) in done.items())
         record_page_seconds(dict(_warm_seconds), folder, WARM_UP_SECONDS)  # the next cold warm-up's order
         if removed := forget_autotuning(since):
@@ -395,7 +395,7 @@ def _warm_up(app):
         failed = [page.stem for page in cold if done[page.stem][1]]
         _logger.info(
             f"phase warm-up: {time.monotonic() - start:.0f} s for {len(cold)} pages"
-            + (" (the longest first, by an earlier warm-up's seconds)" if seconds else " (the largest files first)")
+            + (" (the longest first, by an earlier warm-up's seconds)" if hint else " (the largest files first)")
             + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else "")
         )
     elif pages:
@@ -504,7 +504,7 @@ def run_in_child(function, *args):
 
 
 # Beside the warm-up's stamps: each page's seconds in the last timed pass, and in the last warm-up. A fresh machine
-# has neither: docs/ holds a copy of each from a build on an H200 (a guess of the order, not a figure shown anywhere)
+# has neither: docs/ holds the warm-up's from a build on an H200 (a guess at the order, not a figure shown anywhere)
 PAGE_SECONDS, WARM_UP_SECONDS = "page-seconds.json", "warm-up-seconds.json"
 
 
@@ -1032,7 +1032,7 @@ def _profiled(function, *args):
     (by its first line), those spent inside the timers (do_bench, timeit.repeat, timeit.timeit) with their number of
     calls and the seconds the page waited for the GPU's turn (``gpu_turn``: shared through each code block, alone
     in a timer, Inductor's or Helion's autotuning, XLA's compile and an ``ALONE`` block; let go while Dynamo or
-    Helion compiles outside those),
+    Helion compiles or JAX lowers outside those),
     and two costs a cold build may pay where a warm one does not: modules compiled from source (no bytecode cached
     for them yet) and Triton compiles in this process, each [seconds, count], then the three slowest of those
     compiles (seconds, kernel_key, what the page's warm-up compiled of it). Meant for a page's own process: what it
@@ -1081,8 +1081,12 @@ def _profiled(function, *args):
         triton.testing.do_bench = gpu_turn(timed(triton.testing.do_bench))
     except ImportError:  # no Triton: no do_bench to time with
         pass
-    hooks = [("helion.runtime.kernel", _helion_takes_turns), ("jax._src.compiler", _xla_compiles_alone)]
-    for name, then in hooks + [("jax._src.interpreters.pxla", _jax_lowers_without_the_turn)]:
+    hooks = [
+        ("helion.runtime.kernel", _helion_takes_turns),
+        ("jax._src.compiler", _xla_compiles_alone),
+        ("jax._src.interpreters.pxla", _jax_lowers_without_the_turn),
+    ]
+    for name, then in hooks:
         if name in sys.modules:
             then(sys.modules[name])
         else:  # the page imports it
