@@ -586,15 +586,12 @@ def test_a_page_that_times_again_at_once_keeps_the_turn(tmp_path, monkeypatch):
     assert kept[0] >= 20 and kept[1] == 0, kept
 
 
-def _page_that_checks(turn, log, role, yields):
-    """'checks': one code block of 60 steps of 0.01 s of work, each ended by a sync (``Tensor.item``), with the syncs
-    wrapped where ``yields``; 'timer': once that block has begun, 8 code blocks each holding a timer of 0.02 s.
-    Returns the times the page let a waiting timer go first."""
+def _page_that_checks(turn, log, role):
+    """'checks': one code block of 60 steps of 0.01 s of work, each ended by a sync (``Tensor.item``); 'timer': once
+    that block has begun, 8 code blocks each holding a timer of 0.02 s."""
     import torch
 
     os.environ["SOL_GPU_TURN"] = turn
-    if yields:
-        assert sol_build.yield_at_syncs() == list(sol_build.SYNCS)
     if role == "checks":
 
         def block():
@@ -610,25 +607,16 @@ def _page_that_checks(turn, log, role, yields):
             time.sleep(0.005)
         for _ in range(8):
             sol_build.gpu_turn(lambda: sol_build.gpu_turn(_on_the_gpu)(log, 0.02, "timer"), timer=False)()
-    return sol_build._turn["yielded"]
 
 
-@pytest.mark.parametrize("yields", [True, False])
-def test_a_block_that_syncs_lets_a_waiting_timer_go_first(tmp_path, yields):
-    """A block of many synced steps (a check) beside a page that times: with its syncs wrapped (``SOL_YIELD=1``) the
-    timers run between its steps, all before its last (else they wait out the whole 0.6 s block); nothing of the
-    block runs beside a timer either way."""
-    begun = time.time()
-    yielded, spans = _pages_side_by_side(_page_that_checks, tmp_path, ("checks", "timer"), yields)
+def test_a_timer_waits_for_another_pages_whole_block_and_never_runs_beside_it(tmp_path):
+    """A block of many synced steps (a check) beside a page that times: the timers wait out the whole 0.6 s block,
+    nothing of it running beside them."""
+    _, spans = _pages_side_by_side(_page_that_checks, tmp_path, ("checks", "timer"))
     assert len(spans["timer"]) == 8 and len(spans["checks work"]) == 60, dict(spans)
     clashes = [(t, w) for t in spans["timer"] for w in spans["checks work"] if t[0] < w[1] and w[0] < t[1]]
     assert not clashes, f"the block ran beside a timer: {clashes}"
-    timers, steps = spans["timer"], spans["checks work"]
-    if yields:  # the timers ran between the block's steps, all before its last
-        assert yielded[0] >= 1 and yielded[1] == 0, yielded
-        assert timers[-1][1] <= steps[-1][0], f"the last timer ended at {timers[-1][1] - begun:.2f} s, after the block"
-    else:  # every timer waited for the whole block
-        assert yielded == [0, 0] and timers[0][0] >= steps[-1][1], (yielded, timers[0][0] - begun, steps[-1][1] - begun)
+    assert spans["timer"][0][0] >= spans["checks work"][-1][1], "a timer started before the block ended"
 
 
 def test_a_page_that_dies_beside_others_fails_alone(tmp_path):

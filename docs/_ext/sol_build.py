@@ -645,7 +645,6 @@ SHARED, EXCLUSIVE = "shared", "exclusive"  # the lock's modes, and the names of 
 LINGER_GAP, LINGER_CAP = 0.001, 1.0
 _turn = {"fd": None, "gate": None, "mode": None, SHARED: 0, EXCLUSIVE: 0, "depth": 0, "timing": 0, "waited": 0.0}
 _turn |= {"resumed": -float("inf"), "gap": float("inf"), "kept": 0}  # the main thread's timers: kept the lock for next
-_turn |= {"looked": -float("inf"), "yielded": 0}  # a block's looks for a waiting timer at its syncs, and its yields
 _turn_held = {"since": 0.0, SHARED: 0.0, EXCLUSIVE: 0.0}  # seconds this process held the lock shared, alone
 _turn_guard = threading.Lock()
 
@@ -817,70 +816,6 @@ def while_compiling(fn):
                 _turn["depth"] = depth
 
     return without_turn
-
-
-# A code block that waits on the GPU many times (a check: a small step, then ``.item()``) holds the shared turn
-# throughout, and every other page's timer waits for all of it: most of the time timers waited for a block in a traced
-# build of pages 01-06 (H200) went to cells other than the sweeps, a check of 3.6-4.2 s among them. With
-# ``SOL_YIELD=1`` such a block lets the turn go at each sync where a timer waits, and takes it again after the queued
-# timers: a sync leaves none of the page's GPU work running (``_settle`` waits for all of it before letting go).
-SYNCS = ("item", "__bool__")  # torch.Tensor's methods that wait for the GPU's work: a scalar read, a check's test
-YIELD_EVERY = 0.002  # seconds: the least time between two looks for a waiting timer (a look: two flock calls)
-
-
-def _timer_waits():
-    """Whether another page's timer waits for the turn (it holds the gate shared), or a block is passing the gate."""
-    import fcntl
-
-    try:
-        fcntl.flock(_turn["gate"], fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(_turn["gate"], fcntl.LOCK_UN)
-    return False
-
-
-def _nothing():
-    return None
-
-
-def yield_if_waited():
-    """Where the main thread shares the turn in a code block (in no timer, no CUDA graph's capture, no compile) and a
-    timer waits: let the turn go and take it again, the waiting timers first."""
-    if _turn["mode"] != SHARED or _turn["timing"] or not _turn["depth"] or not _main_thread():
-        return
-    now = time.monotonic()
-    if now - _turn["looked"] < YIELD_EVERY:
-        return
-    _turn["looked"] = now
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
-        return
-    if _timer_waits():
-        _turn["yielded"] += 1
-        while_compiling(_nothing)()
-
-
-def yield_at_syncs():
-    """torch.Tensor's SYNCS, each followed by ``yield_if_waited``. Returns the names wrapped."""
-    import torch
-
-    done = []
-    for name in SYNCS:
-        original = getattr(torch.Tensor, name)
-        if getattr(original, "_sol_yields", False):
-            continue
-
-        @torch.compiler.disable  # under torch.compile: a graph break, as the method itself makes by default
-        def synced(self, *args, _original=original, **kwargs):
-            result = _original(self, *args, **kwargs)
-            yield_if_waited()
-            return result
-
-        synced._sol_yields = True
-        setattr(torch.Tensor, name, synced)
-        done.append(name)
-    return done
 
 
 # What most pages import, imported once here so that each page's process starts with them (a fork copies them):
@@ -1092,8 +1027,6 @@ def _profiled(function, *args):
         else:  # the page imports it
             sys.meta_path.insert(0, AfterImport(name, then))
     _let_go_while_compiling()
-    if os.environ.get("SOL_YIELD") == "1" and "torch" in sys.modules:
-        yield_at_syncs()
     if "torch._inductor" in sys.modules:  # imported before the fork; its autotuner times its launch configs here
         try:
             from torch._inductor.runtime.benchmarking import benchmarker
@@ -1125,7 +1058,7 @@ def _profiled(function, *args):
         warmed = None
     slow = [(seconds, key, warm_up_had(key, warmed)) for seconds, key in sorted(kernels, reverse=True)[:3]]
     compiles = (sum(seconds for seconds, _ in kernels), len(kernels))
-    held = (_turn["waited"], _turn_held[EXCLUSIVE], _turn_held[SHARED], _turn["kept"], _turn["yielded"])
+    held = (_turn["waited"], _turn_held[EXCLUSIVE], _turn_held[SHARED], _turn["kept"])
     return result, blocks, (*timers, *held), (tuple(sources), compiles, slow)
 
 
@@ -1163,7 +1096,6 @@ def where_the_time_went(blocks, timers, loads, cells=3):
         + (f", {timers[2]:.1f} s more waiting for the GPU's turn" if len(timers) > 2 and timers[2] >= 0.05 else "")
         + (f", {timers[3]:.1f} s holding it alone, {timers[4]:.1f} s sharing it" if sum(timers[3:5]) else "")
         + (f", {timers[5]} timers kept it for the next" if len(timers) > 5 and timers[5] else "")
-        + (f", its blocks let {timers[6]} waiting timers go first" if len(timers) > 6 and timers[6] else "")
         + "; slowest cells: "
         + ", ".join(f"line {line} {seconds:.1f} s" for line, seconds in slow)
         + f"; modules compiled from source {sources} in {source_s:.1f} s; Triton compiles {kernels} in {triton_s:.1f} s"
