@@ -911,14 +911,62 @@ def test_a_page_waits_for_the_gpu_work_of_every_context_it_started(monkeypatch):
     assert sol_build._primary_contexts_idle() == 1
     assert "synchronized 1000" in driver.calls and not any(c.startswith("synchronized 1001") for c in driver.calls)
     assert driver.calls.count("cuDevicePrimaryCtxRetain") == driver.calls.count("cuDevicePrimaryCtxRelease_v2") == 1
+    assert sol_build._primary_contexts_reset() == 1 and driver.calls.count("cuDevicePrimaryCtxReset_v2") == 1
 
     def no_driver(name):
         raise OSError(name)
 
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
     sol_build._cuda_driver.cache_clear()
-    assert sol_build._primary_contexts_idle() is None
+    assert sol_build._primary_contexts_idle() is None and sol_build._primary_contexts_reset() is None
     sol_build._cuda_driver.cache_clear()
+
+
+def _leave_and_report(report, started):
+    """A page's function that makes its process look as if it used the GPU (``started``) and, where it frees the GPU's
+    memory at its end, writes whether the turn was held then, shared."""
+    import fcntl
+
+    def reset():
+        probe = os.open(os.environ["SOL_GPU_TURN"], os.O_RDWR)  # another open file: its lock meets the child's
+        try:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = "free"
+            except BlockingIOError:
+                alone = "held"
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # raises where the child held it alone
+            with open(report, "w") as out:
+                out.write(f"{alone} shared")
+        finally:
+            os.close(probe)
+        return 1
+
+    sol_build._gpu_started = lambda: started
+    sol_build._primary_contexts_reset = reset
+    return "sent"
+
+
+def test_a_page_frees_its_gpu_memory_with_the_turn_held_after_sending_its_value(tmp_path, monkeypatch):
+    """A process that exits with GPU memory slows another's kernels as the driver frees it: a page's process, its value
+    sent, frees it with the turn held shared (no timer beside it), and the turn goes with the process. A process that
+    never started the GPU, or a build that takes no turns, has nothing to free there."""
+    import fcntl
+
+    turn, report = tmp_path / "turn", tmp_path / "report"
+    turn.write_text("")
+    monkeypatch.setenv("SOL_GPU_TURN", str(turn))
+    assert sol_build.run_in_child(_leave_and_report, str(report), True) == "sent"
+    assert report.read_text() == "held shared"
+    fd = os.open(turn, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the child is gone: so is its turn
+    finally:
+        os.close(fd)
+    report.unlink()
+    assert sol_build.run_in_child(_leave_and_report, str(report), False) == "sent" and not report.exists()
+    monkeypatch.delenv("SOL_GPU_TURN")
+    assert sol_build.run_in_child(_leave_and_report, str(report), True) == "sent" and not report.exists()
 
 
 def _big():
