@@ -24,7 +24,8 @@ parallel on the CPU cores, and nothing is timed. Then the timed pass runs the pa
 (up to 6 on a GPU; 1: one after another), and a timer has the GPU alone (``gpu_turn``, a file lock): a timer takes it
 alone, a code block shares it with other pages' blocks, so that nothing another page runs (its checks, first calls,
 graph captures) shares the GPU with a timer; a page lets it go while Dynamo traces, Helion generates code or JAX
-lowers a program on the CPU (``while_compiling``; never inside a timer or an autotuner's search). The pages find
+lowers a program on the CPU (``while_compiling``; never inside a timer or an autotuner's search), and a page's
+process frees its GPU memory holding it before it exits (the driver's teardown slows a kernel beside it). The pages find
 what they compile in the caches (Inductor then starts no pool of compile workers beside them). Both passes use the
 Triton cache folder conf.py names: where none is named, Inductor and Helion each name one of their own as they build
 a kernel, and a page's later kernels then go where the other pass does not look.
@@ -450,7 +451,8 @@ def _fork_with_pipe(close=()):
 
 
 def start_child(function, *args, close=()):
-    """Start function(*args) in a forked child, which sends its value (or its exception) through a pipe and exits;
+    """Start function(*args) in a forked child, which sends its value (or its exception) through a pipe and exits
+    (where it started the GPU and pages take turns on it, after freeing its GPU memory in the turn);
     ``close``: file descriptors of the parent's that the child closes first (other children's pipes). Returns
     (pid, the pipe's end to read); ``finish_child`` reads it."""
     pid, fd = _fork_with_pipe(close)  # the parent's end to read, or the child's to write
@@ -736,8 +738,8 @@ def _gpu_started():
 def _leave_the_gpu_in_turn():
     """A page's process, done (its value sent): free its GPU memory with the GPU's turn held, shared, and keep the
     turn until the process is gone. The driver frees what a process leaves as it exits, and that slows another
-    process's kernels meanwhile (an H200: a copy up to 10% slower for 0.16 s as a process that holds 60 GB exits;
-    dev/DESIGN.md), so no timer runs then."""
+    process's kernels meanwhile (an H200: half a copy's calls over 3% slower, up to 1.3x, for 0.2 s as a process
+    that held 60 GB exited; dev/DESIGN.md), so no timer runs then."""
     if not os.environ.get("SOL_GPU_TURN") or not _gpu_started():
         return
     _turn["depth"] = 0
