@@ -742,7 +742,6 @@ def _leave_the_gpu_in_turn():
     that held 60 GB exited; dev/DESIGN.md), so no timer runs then."""
     if not os.environ.get("SOL_GPU_TURN") or not _gpu_started():
         return
-    _turn["depth"] = 0
     _hold(SHARED)
     _primary_contexts_reset()
 
